@@ -1,0 +1,41 @@
+"""tt: a time-travel debugger for PySpark dataflows.
+
+The public API for jobs:
+
+    import tt
+
+    class FraudDetector(tt.Operator):
+        def __init__(self):
+            self.blacklist = {}
+        def process(self, row, port=0):
+            ...
+            yield row
+
+    flow = tt.Dataflow("fraud")
+    flow.source("U", df).key_by(lambda r: r["customer"]).process(FraudDetector(), name="FD") \\
+        .to_dataframe("S", schema="customer string, amount double")
+    result = flow.run()
+
+`python job.py` runs it with recording off; `tt record job.py` records it into a
+run file that `tt debug` replays without Spark.
+"""
+
+from .core.errors import TTError
+from .core.operator import Operator, log_result
+from .recorder.dataflow import Dataflow, KeyedStream, Result, Stream
+
+__version__ = "0.1.0"
+__all__ = ["Operator", "log_result", "Dataflow", "Stream", "KeyedStream", "Result", "TTError",
+           "spark_session"]
+
+
+def spark_session(app_name: str = "tt-job", master: str | None = None, conf: dict | None = None):
+    """A SparkSession with settings that suit local runs of tt jobs.
+
+    Uses `master` if given, else `$TT_SPARK_MASTER`, else `spark.master` from the
+    environment (spark-submit), else `local[2,4]` (two cores, up to four attempts
+    per task, as on a cluster).
+    """
+    from .recorder.spark import session
+
+    return session(app_name, master, conf)

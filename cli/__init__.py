@@ -1,0 +1,1 @@
+"""The `tt` command line."""

@@ -1,0 +1,87 @@
+"""The `tt` command: record a PySpark job, then inspect, verify and debug the run.
+
+Every failure a user can cause prints one line on stderr and exits non-zero;
+`tt --debug ...` (or `TT_DEBUG=1`) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+try:  # typer >= 0.20 vendors click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer on real click
+    from click import exceptions as click_errors
+
+from ..core.errors import TTError
+
+app = typer.Typer(
+    name="tt",
+    help="Time-travel debugging for PySpark dataflows: record a job, then jump back and step through it.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+_debug = {"on": os.environ.get("TT_DEBUG") == "1"}
+
+
+@app.callback()
+def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.")):
+    if debug:
+        _debug["on"] = True
+
+
+def _register() -> None:
+    from . import inspect, record, verify  # noqa: F401  (each module adds its command to `app`)
+
+
+def main(argv: list[str] | None = None) -> int:
+    _register()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv[:1]:
+        _debug["on"] = True
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(argv, prog_name="tt", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except (typer.Exit, getattr(click_errors, "Exit", typer.Exit)) as e:
+        return getattr(e, "exit_code", 0)
+    except (typer.Abort, getattr(click_errors, "Abort", typer.Abort)):
+        _say("aborted")
+        return 130
+    except click_errors.NoArgsIsHelpError:  # `tt` alone: typer has printed the help
+        return 2
+    except click_errors.UsageError as e:
+        if _debug["on"]:
+            raise
+        where = f"tt {e.ctx.info_name}" if e.ctx is not None and e.ctx.info_name != "tt" else "tt"
+        _say(f"{e.format_message()} (see `{where} --help`)")
+        return 2
+    except TTError as e:
+        if _debug["on"]:
+            raise
+        _say(str(e))
+        return e.exit_code
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _say(message: str) -> None:
+    first = " ".join(str(message).split("\n")[0].split())
+    print(f"tt: error: {first}", file=sys.stderr)
+
+
+def debugging() -> bool:
+    return _debug["on"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

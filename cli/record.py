@@ -1,0 +1,141 @@
+"""`tt record`: run a PySpark job on Spark and record it into a run file."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..recorder.triggers import parse_duration
+from .main import app, debugging
+from .output import human_bytes
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+def record(
+    ctx: typer.Context,
+    job: Path = typer.Argument(..., help="The PySpark job (a Python file that calls Dataflow.run())."),
+    out: Optional[Path] = typer.Option(None, "-o", "--out", help="Run file to write [default: JOB name + .db]."),
+    watch: Optional[str] = typer.Option(None, "--watch", "-w", metavar="OP",
+                                        help="The interesting operator θ [default: the first stateful one]."),
+    every: Optional[str] = typer.Option(None, "--every", metavar="DURATION",
+                                        help="Take an interaction periodically, e.g. 1s, 500ms, 2m."),
+    when: Optional[str] = typer.Option(None, "--when", metavar="EXPR",
+                                       help="Take an interaction after each θ input where EXPR holds, "
+                                            "e.g. \"row['amount'] > 1000\"."),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL [default: the job's, "
+                                         "else local[2,4]]."),
+    tui: bool = typer.Option(False, "--tui", help="Open the debugger live while recording."),
+    force: bool = typer.Option(False, "--force", "-f", help="Overwrite the run file if it exists."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
+):
+    """Run JOB on Spark and record it into a run file.
+
+    Arguments after `--` go to the job. Interactions (tuple-consistent snapshots of
+    θ and everything downstream) are taken --every DURATION, when --when EXPR holds
+    on θ's input, when you press Enter (or send SIGUSR1), and at the end.
+
+    Example: tt record sample_runs/fraud/job.py --watch FE --every 1s -o fraud.db
+    """
+    from ..recorder.job import record_job
+
+    every_s = parse_duration(every) if every else None
+    out = out or Path(job.stem + ".db")
+    if tui:
+        from ..tui.live import record_with_tui
+
+        return record_with_tui(job, list(ctx.args), out, watch=watch, every=every_s, when=when,
+                               master=master, force=force)
+    status = _Status(enabled=not quiet and sys.stderr.isatty())
+    sessions = []
+    outcome = record_job(job, list(ctx.args), out, watch=watch, every=every_s, when=when, master=master,
+                         force=force, on_event=status.event, on_session=sessions.append, debug=debugging())
+    status.stop()
+    if outcome.status != "complete":
+        print(f"tt: error: {outcome.error}", file=sys.stderr)
+        print(f"tt: the run file {out} keeps what was recorded (status: {outcome.status})", file=sys.stderr)
+        return outcome.exit_code or 1
+    if not quiet:
+        _summary(out)
+    return 0
+
+
+class _Status:
+    """A one-line live status on stderr, and Enter-to-interact when stdin is a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.interactions = 0
+        self.tasks = 0
+        self.started = time.monotonic()
+        self.coordinator = None
+        self._stop = threading.Event()
+        if enabled:
+            threading.Thread(target=self._draw, daemon=True).start()
+
+    def event(self, kind: str, info: dict) -> None:
+        if kind == "interaction":
+            self.interactions = info["k"]
+        elif kind == "task":
+            self.tasks += 1
+        elif kind == "begin":
+            if self.enabled:
+                print(f"tt: recording; θ = {info['theta']}. Press Enter to take an interaction.",
+                      file=sys.stderr)
+                self._start_keys()
+        elif kind == "warning":
+            print(f"tt: warning: {info['message']}", file=sys.stderr)
+        elif kind == "failure":
+            pass  # reported once, at the end
+
+    def _start_keys(self) -> None:
+        from ..recorder.session import active
+
+        session = active()
+        if session is None or not sys.stdin.isatty():
+            return
+        self.coordinator = session.coordinator
+
+        def read():
+            for _ in sys.stdin:
+                if self._stop.is_set():
+                    return
+                self.coordinator.interaction("user", {"via": "keyboard"})
+        threading.Thread(target=read, daemon=True).start()
+
+    def _draw(self) -> None:
+        while not self._stop.wait(0.5):
+            t = time.monotonic() - self.started
+            sys.stderr.write(f"\r\x1b[2Ktt: {t:5.0f}s · {self.interactions} interactions · "
+                             f"{self.tasks} tasks done")
+            sys.stderr.flush()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self.enabled:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+
+
+def _summary(out: Path) -> None:
+    from ..store.reader import RunReader
+
+    r = RunReader(out)
+    try:
+        complete = len(r.interactions())
+        sizes = r.sizes()
+        theta = r.theta
+        inputs = sum(r.final(theta.id, i).position - 1 for i in range(theta.instances)
+                     if r.final(theta.id, i) is not None)
+        control = r.control_log_bytes()
+        input_bytes = r.run.get("input_bytes")
+        ratio = f" ({100 * control / input_bytes:.2f}% of the input)" if input_bytes else ""
+        print(f"recorded {out}: {complete} interactions, {inputs:,} tuples into θ = {theta.name}, "
+              f"file {human_bytes(sizes['file'])}, control log {human_bytes(control)}{ratio}")
+        print(f"next: tt debug {out}   ·   tt inspect {out} interactions   ·   tt verify {out}")
+    finally:
+        r.close()

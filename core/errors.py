@@ -1,0 +1,54 @@
+"""Errors a user can act on.
+
+Every error that reaches the command line is a `TTError`: its message is the one
+line printed on stderr, so it names the thing that is wrong and, where there is
+one, the way out. Anything else is a bug in tt and gets a traceback behind
+`--debug`.
+"""
+
+
+class TTError(Exception):
+    """A problem with the user's input, job or run file, described in one line."""
+
+    exit_code = 1
+
+
+class UsageError(TTError):
+    """Bad command-line arguments, operator names or expressions."""
+
+    exit_code = 2
+
+
+class JobError(TTError):
+    """The job itself failed (missing file, exception in the job or an operator)."""
+
+
+class RunFileError(TTError):
+    """A run.db that is missing, corrupt, foreign, or from a newer tt."""
+
+
+class UntrustedRunError(RunFileError):
+    """Replaying would unpickle code from a run.db that this user did not record."""
+
+
+class ReplayDivergence(TTError):
+    """Replay produced something other than what the recording logged."""
+
+    def __init__(self, message, *, op=None, instance=None, position=None, field=None):
+        super().__init__(message)
+        self.op = op
+        self.instance = instance
+        self.position = position
+        self.field = field
+
+
+class OperatorError(TTError):
+    """An operator raised while processing a tuple."""
+
+    def __init__(self, message, *, op=None, instance=None, position=None, error=None, tb=None):
+        super().__init__(message)
+        self.op = op
+        self.instance = instance
+        self.position = position
+        self.error = error
+        self.tb = tb

@@ -1,0 +1,149 @@
+"""Log records of one operator instance, and their byte layout.
+
+IcedTea's logs, per instance in G(θ):
+
+* **counts at interactions**: how many inputs the instance had consumed when it
+  took interaction k (its logical timestamp);
+* **Input log**: which channel each consumed tuple came from, as runs of
+  `(port, src_instance, n)`; the end of input is the channel `END`;
+* **Output log**: how many tuples each input produced (every output goes to
+  every output edge), and for shuffle edges which instance each output went to;
+* **logged results**: the values returned by `log_result(...)` calls.
+
+Positions are 0-based: input #n is consumed when the count goes from n to n+1.
+The arrays compress very well (a map operator's output counts are one long run
+of 1s); compression itself happens in `tt.store.blobs`.
+"""
+
+from __future__ import annotations
+
+import pickle
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+END = (-1, -1)  # the channel of the end-of-input step, which calls `finish()`
+
+
+@dataclass
+class InputRuns:
+    """Run-length encoded channel sequence: [(port, src, n), ...]."""
+
+    runs: list[list[int]] = field(default_factory=list)
+
+    def add(self, port: int, src: int, n: int = 1) -> None:
+        if n <= 0:
+            return
+        runs = self.runs
+        if runs and runs[-1][0] == port and runs[-1][1] == src:
+            runs[-1][2] += n
+        else:
+            runs.append([port, src, n])
+
+    def take(self, total: int | None = None) -> list[list[int]]:
+        """Remove and return the runs covering the first `total` inputs (all by default)."""
+        if total is None:
+            out, self.runs = self.runs, []
+            return out
+        out = []
+        runs = self.runs
+        while total > 0 and runs:
+            port, src, n = runs[0]
+            if n <= total:
+                out.append(runs.pop(0))
+                total -= n
+            else:
+                out.append([port, src, total])
+                runs[0][2] = n - total
+                total = 0
+        return out
+
+
+def pack_runs(runs: list[list[int]]) -> bytes:
+    flat = array("q")
+    for port, src, n in runs:
+        flat.extend((port, src, n))
+    return flat.tobytes()
+
+
+def unpack_runs(data: bytes) -> list[tuple[int, int, int]]:
+    flat = array("q")
+    flat.frombytes(data)
+    return [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+
+
+def new_counts() -> array:
+    """Outputs per input (uint32)."""
+    return array("I")
+
+
+def new_dests() -> array:
+    """Destination instance per output on a shuffle edge (uint32)."""
+    return array("I")
+
+
+def dest_width(n_dest: int) -> int:
+    """Bits per destination: a shuffle to 4 instances needs 2 bits, not a uint32."""
+    for w in (1, 2, 4, 8, 16):
+        if n_dest <= 1 << w:
+            return w
+    return 32
+
+
+def pack_dests(dests: array, n_dest: int) -> bytes:
+    """Bit-pack destination instances (zstd cannot squeeze random 2-bit values out of uint32s)."""
+    w = dest_width(n_dest)
+    if w >= 8:
+        return bytes([w]) + array({8: "B", 16: "H", 32: "I"}[w], dests).tobytes()
+    per = 8 // w
+    out = bytearray([w])
+    n = len(dests)
+    for i in range(0, n, per):
+        b = 0
+        for j, d in enumerate(dests[i:i + per]):
+            b |= d << (j * w)
+        out.append(b)
+    return bytes(out)
+
+
+def unpack_dests(data: bytes, n: int) -> array:
+    w = data[0]
+    if w >= 8:
+        a = array({8: "B", 16: "H", 32: "I"}[w])
+        a.frombytes(data[1:])
+        return array("I", a)
+    per, mask = 8 // w, (1 << w) - 1
+    out = array("I")
+    for b in data[1:]:
+        for j in range(per):
+            out.append((b >> (j * w)) & mask)
+    del out[n:]
+    return out
+
+
+def unpack_u32(data: bytes) -> array:
+    a = array("I")
+    a.frombytes(data)
+    return a
+
+
+@dataclass
+class LoggedResult:
+    position: int   # the input being processed when log_result was called
+    call: int       # 0-based index of the call within that input
+    name: str       # the wrapped function's qualified name
+    value: Any
+
+
+def pack_results(results: list[LoggedResult]) -> bytes:
+    return pickle.dumps([(r.position, r.call, r.name, r.value) for r in results], protocol=5)
+
+
+def unpack_results(data: bytes) -> list[LoggedResult]:
+    return [LoggedResult(*t) for t in pickle.loads(data)]
+
+
+def callable_name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{name}" if module and module not in ("builtins", "__main__") else name

@@ -1,0 +1,195 @@
+"""The operator API: a stateful Python class that consumes one tuple per step.
+
+An operator's public attributes are its state. `process(row, port)` consumes one
+tuple and returns (or yields) the tuples it emits; `finish()` runs once after the
+last input and may emit more (an aggregate emits its groups there). Every output
+goes to every downstream edge of the operator.
+
+The built-in operators below are ordinary operators: they have state, they are
+recorded, and they can be stepped into like user code.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any, Callable, Iterable
+
+from . import values
+
+_IMMUTABLE = (int, float, str, bytes, bool, tuple, frozenset, type(None))
+
+
+class Operator:
+    """Base class for user operators. Subclass it and implement `process`."""
+
+    #: Set by the dataflow builder (a private attribute, so it is not state).
+    _tt_name: str = ""
+
+    def process(self, row: Any, port: int = 0) -> Iterable[Any] | None:
+        """Consume one input tuple from input `port`; return or yield outputs."""
+        raise NotImplementedError(f"{type(self).__name__}.process is not implemented")
+
+    def finish(self) -> Iterable[Any] | None:
+        """Called once after the last input; may emit tuples. Default: nothing."""
+        return None
+
+    def state(self) -> dict:
+        """The state shown by the debugger and checked by `tt verify`."""
+        return values.public_attrs(vars(self))
+
+    def is_stateful(self) -> bool:
+        return bool(self.state())
+
+    def log_result(self, fn: Callable, *args, **kwargs):
+        """Call non-deterministic `fn` while recording; replay returns the logged value."""
+        return log_result(fn, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._tt_name or '?'}>"
+
+
+def call_adapter(op: Operator) -> Callable[[Any, int], Any]:
+    """`op.process` as a two-argument callable, whether or not it takes `port`."""
+    fn = op.process
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return fn
+    if len(params) >= 2:
+        return fn
+    return lambda row, port: fn(row)
+
+
+# --- non-determinism -------------------------------------------------------
+
+class _Context:
+    """The runner currently executing operator code in this process."""
+
+    runner = None
+
+
+CONTEXT = _Context()
+
+
+def log_result(fn: Callable, *args, **kwargs):
+    """Wrap a non-deterministic call (random draw, clock, external service).
+
+    While recording, `fn(*args, **kwargs)` runs and its result is logged; in a
+    replay the logged result is returned and `fn` is not called. Outside tt the
+    call simply runs.
+    """
+    runner = CONTEXT.runner
+    if runner is None:
+        return fn(*args, **kwargs)
+    return runner.log_result(fn, args, kwargs)
+
+
+# --- built-in operators ----------------------------------------------------
+
+class Source(Operator):
+    """Emits the rows of a Spark DataFrame or RDD partition, unchanged."""
+
+    def process(self, row, port=0):
+        return (row,)
+
+
+class Map(Operator):
+    def __init__(self, fn: Callable[[Any], Any]):
+        self._fn = fn
+
+    def process(self, row, port=0):
+        return (self._fn(row),)
+
+
+class Filter(Operator):
+    def __init__(self, predicate: Callable[[Any], bool]):
+        self._predicate = predicate
+
+    def process(self, row, port=0):
+        return (row,) if self._predicate(row) else ()
+
+
+class FlatMap(Operator):
+    def __init__(self, fn: Callable[[Any], Iterable[Any]]):
+        self._fn = fn
+
+    def process(self, row, port=0):
+        return list(self._fn(row))
+
+
+class Union(Operator):
+    """Merges its inputs; the order it consumed them in is logged."""
+
+    def process(self, row, port=0):
+        return (row,)
+
+
+class Aggregate(Operator):
+    """Group-by aggregate: folds each row into its key's accumulator; emits at the end."""
+
+    def __init__(self, key: Callable[[Any], Any], zero: Any, fold: Callable[[Any, Any], Any],
+                 emit: Callable[[Any, Any], Any] | None = None):
+        self._key = key
+        self._zero = zero
+        self._fold = fold
+        self._emit = emit or (lambda k, acc: {"key": k, "value": acc})
+        self.groups: dict = {}
+
+    def process(self, row, port=0):
+        k = self._key(row)
+        acc = self.groups.get(k, _MISSING)
+        if acc is _MISSING:
+            acc = self._zero if isinstance(self._zero, _IMMUTABLE) else copy.deepcopy(self._zero)
+        self.groups[k] = self._fold(acc, row)
+        return None
+
+    def finish(self):
+        return [self._emit(k, acc) for k, acc in self.groups.items()]
+
+
+class HashJoin(Operator):
+    """Symmetric hash join of port 0 (left) and port 1 (right) on their keys."""
+
+    def __init__(self, left_key: Callable, right_key: Callable,
+                 merge: Callable[[Any, Any], Any] | None = None):
+        self._keys = (left_key, right_key)
+        self._merge = merge or _merge_rows
+        self.left: dict = {}
+        self.right: dict = {}
+
+    def process(self, row, port=0):
+        k = self._keys[port](row)
+        mine, other = (self.left, self.right) if port == 0 else (self.right, self.left)
+        mine.setdefault(k, []).append(row)
+        matches = other.get(k)
+        if not matches:
+            return None
+        if port == 0:
+            return [self._merge(row, r) for r in matches]
+        return [self._merge(l, row) for l in matches]
+
+
+class Sink(Operator):
+    """The end of a dataflow: passes rows to Spark (a DataFrame, files, the driver)."""
+
+    def __init__(self):
+        self.rows = 0
+
+    def process(self, row, port=0):
+        self.rows += 1
+        return (row,)
+
+
+def _merge_rows(left, right):
+    if isinstance(left, dict) and isinstance(right, dict):
+        return {**left, **right}
+    return (left, right)
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()

@@ -1,0 +1,310 @@
+"""The pipelined runtime: operator instances that consume one tuple per step.
+
+A `Runner` is one operator instance. `feed(row, port)` is one computation step:
+the operator processes the tuple, the runner counts it, and hands each output to
+its *targets*. The same runner code runs inside Spark executors (targets call the
+next runner directly, depth first, or buffer rows for a shuffle) and in the local
+replay engine (targets append to channel queues so that each step can be taken
+separately). Only targets and logging differ between the two drivers.
+
+`RecordingRunner` adds the logs of an instance in G(θ); `ThetaRunner` adds the
+barrier and condition checks of the interesting operator. The per-tuple path is
+kept short on purpose: it is the hot loop of every recorded job.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable
+
+from .errors import OperatorError, ReplayDivergence
+from .logs import END, InputRuns, LoggedResult, callable_name, new_counts, new_dests
+from .operator import CONTEXT, Operator, call_adapter
+
+INF = float("inf")
+
+
+class OperatorFailure(Exception):
+    """Raised through the pipeline when an operator's code raises."""
+
+    def __init__(self, runner: "Runner", port: int, row: Any, error: BaseException):
+        super().__init__(f"{runner.label} raised {type(error).__name__}: {error} on input #{runner.count}")
+        self.runner = runner
+        self.port = port
+        self.row = row
+        self.error = error
+        self.tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+    def to_error(self) -> OperatorError:
+        return OperatorError(str(self), op=self.runner.name, instance=self.runner.instance,
+                             position=self.runner.count, error=repr(self.error), tb=self.tb)
+
+
+def _materialize(outs: Any) -> list | tuple:
+    if type(outs) is dict:
+        raise TypeError("process() returned a dict; yield rows (or return a list of rows)")
+    return list(outs)
+
+
+class Runner:
+    """One operator instance, without logging (recording off)."""
+
+    def __init__(self, name: str, instance: int, op: Operator, node_id: int = -1):
+        self.name = name
+        self.instance = instance
+        self.node_id = node_id
+        self.op = op
+        self.call = call_adapter(op)
+        self.count = 0          # inputs consumed so far, the END step included
+        self.finished = False
+        self.targets: list[Callable[[Any], None]] = []
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}:{self.instance}"
+
+    def feed(self, row: Any, port: int) -> None:
+        CONTEXT.runner = self
+        try:
+            outs = self.call(row, port)
+            if outs is not None and type(outs) is not list and type(outs) is not tuple:
+                outs = _materialize(outs)
+        except Exception as e:
+            raise OperatorFailure(self, port, row, e) from e
+        self.count += 1
+        if outs:
+            targets = self.targets
+            for o in outs:
+                for t in targets:
+                    t(o)
+
+    def end(self) -> None:
+        """The END step: `finish()` may emit; afterwards the instance takes no input."""
+        CONTEXT.runner = self
+        try:
+            outs = self.op.finish()
+            outs = list(outs) if outs is not None else ()
+        except Exception as e:
+            raise OperatorFailure(self, END[0], None, e) from e
+        self.count += 1
+        self.finished = True
+        for o in outs:
+            for t in self.targets:
+                t(o)
+
+    def log_result(self, fn, args, kwargs):
+        return fn(*args, **kwargs)
+
+
+class InstanceLog:
+    """What one instance in G(θ) has logged since the last flush."""
+
+    __slots__ = ("start", "counts", "dests", "inputs", "results", "entry", "_call_pos", "_call_n")
+
+    def __init__(self, shuffle_edges: list[int]):
+        self.start = 0                        # position of the first unflushed input
+        self.counts = new_counts()            # outputs per input
+        self.dests = {e: new_dests() for e in shuffle_edges}
+        self.inputs = InputRuns()
+        self.results: list[LoggedResult] = []
+        self.entry: dict[tuple[int, int], list] = {}  # (port, src) -> rows, recorded tuples
+        self._call_pos = -1
+        self._call_n = 0
+
+    def next_call(self, position: int) -> int:
+        if position != self._call_pos:
+            self._call_pos, self._call_n = position, 0
+        else:
+            self._call_n += 1
+        return self._call_n
+
+
+class RecordingRunner(Runner):
+    """An instance in G(θ): also logs output counts, channels and logged results."""
+
+    def __init__(self, name, instance, op, node_id, log: InstanceLog, multi_port: bool):
+        super().__init__(name, instance, op, node_id)
+        self.log = log
+        self.multi_port = multi_port  # several narrow input edges: log the port per tuple
+        # a runner with one narrow input logs no per-tuple channel: its runs are implied
+        self.implicit_channel: tuple[int, int] | None = None
+
+    def feed(self, row, port):
+        CONTEXT.runner = self
+        try:
+            outs = self.call(row, port)
+            if outs is not None and type(outs) is not list and type(outs) is not tuple:
+                outs = _materialize(outs)
+        except Exception as e:
+            raise OperatorFailure(self, port, row, e) from e
+        self.count += 1
+        log = self.log
+        if self.multi_port:
+            log.inputs.add(port, self.instance)
+        if outs:
+            log.counts.append(len(outs))
+            targets = self.targets
+            for o in outs:
+                for t in targets:
+                    t(o)
+        else:
+            log.counts.append(0)
+
+    def end(self):
+        CONTEXT.runner = self
+        try:
+            outs = self.op.finish()
+            outs = list(outs) if outs is not None else ()
+        except Exception as e:
+            raise OperatorFailure(self, END[0], None, e) from e
+        self.count += 1
+        self.finished = True
+        self.log.inputs.add(*END)
+        self.log.counts.append(len(outs))
+        for o in outs:
+            for t in self.targets:
+                t(o)
+
+    def log_result(self, fn, args, kwargs):
+        value = fn(*args, **kwargs)
+        call = self.log.next_call(self.count)
+        self.log.results.append(LoggedResult(self.count, call, callable_name(fn), value))
+        return value
+
+
+class ThetaRunner(RecordingRunner):
+    """The interesting operator θ: takes barriers between tuples.
+
+    `barrier_at` is the position before which the next barrier must be taken; the
+    recorder's control thread sets it to 0 when an interaction arrives, and to a
+    fixed position when a re-run must repeat the first run's barriers. `when` is the
+    compiled `--when` condition; a matching tuple triggers an interaction right
+    after it has been processed (and its outputs have flowed downstream).
+    """
+
+    def __init__(self, *args, on_barrier: Callable[[int], None],
+                 on_trigger: Callable[[int, Any], None], when: Callable[[Any], bool] | None,
+                 when_from: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.barrier_at: float = INF
+        self.on_barrier = on_barrier
+        self.on_trigger = on_trigger
+        self.when = when
+        self.when_from = when_from  # re-runs: conditions below this position already fired
+
+    def feed(self, row, port):
+        if self.count >= self.barrier_at:
+            self.on_barrier(self.count)
+        when = self.when
+        if when is not None and self.count >= self.when_from and when(row):
+            super().feed(row, port)
+            self.on_trigger(self.count, row)
+        else:
+            super().feed(row, port)
+
+    def end(self):
+        if self.count >= self.barrier_at:
+            self.on_barrier(self.count)
+        super().end()
+
+
+class ReplayRunner(Runner):
+    """An instance in the local replay: serves logged results, checks output counts."""
+
+    def __init__(self, name, instance, op, node_id, results: "ResultSource"):
+        super().__init__(name, instance, op, node_id)
+        self.results = results
+        self.expected_counts: Callable[[int], int] | None = None  # position -> logged output count
+
+    def feed(self, row, port):
+        CONTEXT.runner = self
+        try:
+            outs = self.call(row, port)
+            if outs is not None and type(outs) is not list and type(outs) is not tuple:
+                outs = _materialize(outs)
+        except Exception as e:
+            raise OperatorFailure(self, port, row, e) from e
+        finally:
+            CONTEXT.runner = None
+        n = len(outs) if outs else 0
+        if self.expected_counts is not None:
+            self._check(n)
+        self.count += 1
+        for o in outs or ():
+            for t in self.targets:
+                t(o)
+
+    def end(self):
+        CONTEXT.runner = self
+        try:
+            outs = self.op.finish()
+            outs = list(outs) if outs is not None else ()
+        except Exception as e:
+            raise OperatorFailure(self, END[0], None, e) from e
+        finally:
+            CONTEXT.runner = None
+        if self.expected_counts is not None:
+            self._check(len(outs))
+        self.count += 1
+        self.finished = True
+        for o in outs:
+            for t in self.targets:
+                t(o)
+
+    def _check(self, n: int) -> None:
+        logged = self.expected_counts(self.count)
+        if logged is not None and logged != n:
+            raise ReplayDivergence(
+                f"{self.label} input #{self.count} produced {n} output(s) in replay but "
+                f"{logged} when recorded", op=self.name, instance=self.instance, position=self.count)
+
+    def log_result(self, fn, args, kwargs):
+        return self.results.next(self, callable_name(fn))
+
+
+class ResultSource:
+    """Logged results of one instance, served back in order during replay."""
+
+    def __init__(self, results: list[LoggedResult]):
+        self._by_key = {(r.position, r.call): r for r in results}
+        self._pos = -1
+        self._call = 0
+
+    def next(self, runner: Runner, name: str):
+        pos = runner.count
+        if pos != self._pos:
+            self._pos, self._call = pos, 0
+        else:
+            self._call += 1
+        r = self._by_key.get((pos, self._call))
+        if r is None:
+            raise ReplayDivergence(
+                f"{runner.label} input #{pos} calls log_result({name}) (call {self._call}) in replay, "
+                f"but no such call was logged when recording; the operator's code calls it differently",
+                op=runner.name, instance=runner.instance, position=pos)
+        if r.name != name:
+            raise ReplayDivergence(
+                f"{runner.label} input #{pos} call {self._call} is log_result({name}) in replay but "
+                f"log_result({r.name}) was logged", op=runner.name, instance=runner.instance, position=pos)
+        return r.value
+
+
+def narrow_target(runner: Runner, port: int) -> Callable[[Any], None]:
+    """Deliver to a runner in the same task, depth first."""
+    feed = runner.feed
+    return lambda row: feed(row, port)
+
+
+def capture_target(target: Callable[[Any], None], buffer: list) -> Callable[[Any], None]:
+    """Record tuples entering G(θ) from outside it, then deliver them."""
+    append = buffer.append
+
+    def deliver(row):
+        append(row)
+        target(row)
+
+    return deliver
+
+
+__all__ = ["INF", "Runner", "RecordingRunner", "ThetaRunner", "ReplayRunner", "ResultSource",
+           "InstanceLog", "OperatorFailure", "narrow_target", "capture_target"]

@@ -1,0 +1,201 @@
+"""Operator states and tuples as JSON, without losing what tells values apart.
+
+States are stored as JSON so that `sqlite3`, `tt inspect --json` and the TUI can
+read them without unpickling anything. `tt verify` compares these encodings, so
+the encoding must keep apart values that behave differently: a tuple is not a
+list, `1` is not `"1"` as a dict key, a Decimal is not a float. JSON-native
+values pass through unchanged; everything else becomes a one-key object whose
+key starts with `$` (`{"$tuple": [...]}`, `{"$set": [...]}`, ...).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import decimal
+import math
+from typing import Any
+
+import orjson
+
+_INT64 = 2**63
+
+# Attributes that tt itself puts on operators; never part of the user's state.
+_HIDDEN_PREFIX = "_"
+
+
+def encode(value: Any) -> Any:
+    """Return a JSON-native structure that round-trips through `decode`."""
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return value
+    if t is int:
+        return value if -_INT64 <= value < _INT64 else {"$int": str(value)}
+    if t is float:
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if t is dict:
+        if all(type(k) is str for k in value):
+            out = {k: encode(v) for k, v in value.items()}
+            if len(out) == 1 and next(iter(out)).startswith("$"):
+                return {"$dict": [[k, v] for k, v in out.items()]}
+            return out
+        return {"$dict": [[encode(k), encode(v)] for k, v in value.items()]}
+    if t is list:
+        return [encode(v) for v in value]
+    if t is tuple:
+        return {"$tuple": [encode(v) for v in value]}
+    if t is set or t is frozenset:
+        items = sorted((encode(v) for v in value), key=_sort_key)
+        return {"$set" if t is set else "$frozenset": items}
+    if t is bytes or t is bytearray:
+        return {"$bytes": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, decimal.Decimal):
+        return {"$decimal": str(value)}
+    if isinstance(value, _dt.datetime):
+        return {"$datetime": value.isoformat()}
+    if isinstance(value, _dt.date):
+        return {"$date": value.isoformat()}
+    if isinstance(value, _dt.time):
+        return {"$time": value.isoformat()}
+    if isinstance(value, _dt.timedelta):
+        return {"$timedelta": value.total_seconds()}
+    if isinstance(value, bool):  # bool subclasses such as numpy.bool_ land here
+        return bool(value)
+    if isinstance(value, int):
+        return encode(int(value))
+    if isinstance(value, float):
+        return encode(float(value))
+    if isinstance(value, dict):
+        return encode(dict(value))
+    if isinstance(value, (list, tuple)):
+        return encode(list(value)) if isinstance(value, list) else encode(tuple(value))
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict):
+        return {"$object": f"{t.__module__}.{t.__qualname__}", "attrs": encode(public_attrs(attrs))}
+    return {"$repr": repr(value)}
+
+
+def _sort_key(v: Any) -> bytes:
+    return orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
+
+
+_SCALAR_TAGS = {
+    "$int": int,
+    "$float": float,
+    "$decimal": decimal.Decimal,
+    "$datetime": _dt.datetime.fromisoformat,
+    "$date": _dt.date.fromisoformat,
+    "$time": _dt.time.fromisoformat,
+    "$timedelta": lambda s: _dt.timedelta(seconds=s),
+    "$bytes": base64.b64decode,
+}
+
+
+def decode(value: Any) -> Any:
+    """Inverse of `encode` for the tagged types; objects stay as their attrs dict."""
+    if type(value) is list:
+        return [decode(v) for v in value]
+    if type(value) is not dict:
+        return value
+    if len(value) == 1:
+        (tag, inner), = value.items()
+        if tag in _SCALAR_TAGS:
+            return _SCALAR_TAGS[tag](inner)
+        if tag == "$tuple":
+            return tuple(decode(v) for v in inner)
+        if tag == "$set":
+            return {_hashable(decode(v)) for v in inner}
+        if tag == "$frozenset":
+            return frozenset(_hashable(decode(v)) for v in inner)
+        if tag == "$dict":
+            return {_hashable(decode(k)): decode(v) for k, v in inner}
+        if tag == "$repr":
+            return inner
+    if "$object" in value and len(value) == 2:
+        return decode(value["attrs"])
+    return {k: decode(v) for k, v in value.items()}
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def dumps(value: Any) -> bytes:
+    """Encode and serialize; keys sorted so equal states give equal bytes."""
+    return orjson.dumps(encode(value), option=orjson.OPT_SORT_KEYS)
+
+
+def loads(data: bytes) -> Any:
+    """The JSON structure (still tagged); use `decode` for Python values."""
+    return orjson.loads(data)
+
+
+def public_attrs(attrs: dict) -> dict:
+    return {k: v for k, v in attrs.items() if not k.startswith(_HIDDEN_PREFIX)}
+
+
+def render(value: Any, limit: int = 80) -> str:
+    """A short human-readable rendering of an encoded value (for one-line views)."""
+    text = _render(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _render(v: Any) -> str:
+    if isinstance(v, dict):
+        if len(v) == 1:
+            (tag, inner), = v.items()
+            if tag in ("$int", "$float", "$decimal", "$datetime", "$date", "$time"):
+                return str(inner)
+            if tag == "$tuple":
+                return "(" + ", ".join(_render(x) for x in inner) + ("," if len(inner) == 1 else "") + ")"
+            if tag in ("$set", "$frozenset"):
+                return "{" + ", ".join(_render(x) for x in inner) + "}" if inner else "set()"
+            if tag == "$dict":
+                return "{" + ", ".join(f"{_render(k)}: {_render(x)}" for k, x in inner) + "}"
+            if tag == "$repr":
+                return inner
+            if tag == "$bytes":
+                return f"b64'{inner}'"
+        if "$object" in v and len(v) == 2:
+            return v["$object"].rsplit(".", 1)[-1] + _render(v["attrs"])
+        return "{" + ", ".join(f"{k}: {_render(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_render(x) for x in v) + "]"
+    if isinstance(v, str):
+        return repr(v)
+    if v is None:
+        return "None"
+    return str(v)
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first place where two encoded values differ: (path, a_part, b_part)."""
+    if type(a) is not type(b):
+        return path or "<root>", a, b
+    if isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return _join(path, k), a.get(k, "<missing>"), b.get(k, "<missing>")
+            d = first_difference(a[k], b[k], _join(path, k))
+            if d:
+                return d
+        return None
+    if isinstance(a, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}[{i}]")
+            if d:
+                return d
+        if len(a) != len(b):
+            return f"{path}[{min(len(a), len(b))}]", (a[len(b):] or "<missing>"), (b[len(a):] or "<missing>")
+        return None
+    return None if a == b else (path or "<root>", a, b)
+
+
+def _join(path: str, key: str) -> str:
+    if key.startswith("$"):
+        return path  # tags are an encoding detail; do not show them in paths
+    return f"{path}.{key}" if path else key

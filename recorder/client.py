@@ -1,0 +1,74 @@
+"""The executor end of an operator task's channel to the coordinator.
+
+One connection per Spark task attempt (it carries all operator instances of the
+task). A reader thread turns `interaction` frames into barrier requests for the
+task's θ instance; replies to the task's own requests (welcome, triggered
+interaction, commit) go through a queue to the task thread, which is the only
+thread that sends.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import socket
+import threading
+from typing import Callable
+
+from . import wire
+
+
+class ControlClient:
+    def __init__(self, address: tuple[str, int], secret: str, hello: dict, timeout: float = 60.0):
+        self.sock = socket.create_connection(address, timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        challenge, _ = wire.recv(self.sock)
+        wire.send(self.sock, {**hello, "t": "hello", "proof": wire.proof(secret, challenge["nonce"])})
+        self.welcome, _ = wire.recv(self.sock)
+        if self.welcome.get("t") != "welcome":
+            raise ConnectionError(f"coordinator refused the task: {self.welcome.get('error', self.welcome)}")
+        self.sock.settimeout(None)
+        self.pending: collections.deque[int] = collections.deque()
+        self.on_interaction: Callable[[], None] = lambda: None
+        self._replies: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="tt-control", daemon=True)
+        self._reader.start()
+        self.bytes_sent = 0
+
+    def _read(self) -> None:
+        try:
+            while True:
+                header, _ = wire.recv(self.sock)
+                if header.get("t") == "interaction":
+                    self.pending.append(header["k"])
+                    self.on_interaction()
+                else:
+                    self._replies.put(header)
+        except (wire.ChannelClosed, OSError) as e:
+            self._replies.put({"t": "closed", "error": str(e)})
+
+    def _reply(self, kind: str) -> dict:
+        header = self._replies.get()
+        if header.get("t") != kind:
+            raise ConnectionError(f"lost the coordinator (expected {kind}, got {header})")
+        return header
+
+    def send(self, header: dict, blobs: list[bytes] = ()) -> None:
+        self.bytes_sent += wire.send(self.sock, header, blobs)
+
+    def trigger(self, header: dict) -> int:
+        """Ask for a new interaction (a `--when` condition held); returns its index."""
+        self.send({**header, "t": "trigger"})
+        return self._reply("triggered")["k"]
+
+    def end(self, header: dict, blobs: list[bytes]) -> dict:
+        """Send the final logs and states; returns the coordinator's commit decision."""
+        self.send({**header, "t": "end"}, blobs)
+        return self._reply("ack")
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()

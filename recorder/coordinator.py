@@ -1,0 +1,315 @@
+"""The coordinator: runs beside the Spark driver while a dataflow is recorded.
+
+Every operator task opens one authenticated TCP channel to it. Over that channel
+the coordinator
+
+* tells the task how to run: `record`, or `shadow` when the task was already
+  committed (Spark recomputes a lost partition; the re-run repeats the first
+  run's barriers so its output is identical, and logs nothing);
+* broadcasts interactions to the tasks of θ's stage; a task that starts later
+  learns how many interactions happened (it takes them at position 0);
+* remembers where each θ task took each barrier, so that a retry after a failure
+  takes them at the same positions (*sticky* barriers);
+* receives log frames and turns each into one atomic writer batch;
+* commits exactly one attempt per task: the first to end. Everything another
+  attempt wrote stays invisible (see `visible_attempts` in the schema).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import socket
+import socketserver
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import orjson
+
+from ..core.graph import Graph
+from ..store.writer import Writer
+from . import wire
+
+
+@dataclass
+class TaskBook:
+    """What the coordinator knows about one (stage, partition)."""
+
+    committed: int | None = None
+    attempts: list[int] = field(default_factory=list)
+    sticky: dict[int, int] = field(default_factory=dict)  # θ's barrier positions: k -> position
+    theta_flushed: int = 0                                # furthest θ position any attempt logged
+
+
+@dataclass
+class Conn:
+    sock: socket.socket
+    attempt: int
+    stage: int
+    partition: int
+    mode: str
+    send_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send(self, header: dict) -> None:
+        with self.send_lock:
+            wire.send(self.sock, header)
+
+
+class Coordinator:
+    def __init__(self, writer: Writer, graph: Graph, run_id: str, *, host: str = "127.0.0.1",
+                 bind: str = "0.0.0.0", on_event: Callable[[str, dict], None] | None = None):
+        self.writer = writer
+        self.graph = graph
+        self.run_id = run_id
+        self.secret = secrets.token_hex(32)
+        self.theta_stage = graph.nodes[graph.theta].stage
+        self.on_event = on_event or (lambda kind, info: None)
+        self.lock = threading.Lock()
+        self.k = 0                               # last interaction index (0 = the initial state)
+        self.interaction_times: list[float] = [time.time()]
+        self.tasks: dict[tuple[int, int], TaskBook] = {}
+        self.listeners: dict[int, Conn] = {}     # attempt -> θ-stage connection taking broadcasts
+        self.next_attempt = 1
+        self.closed = False
+        self.failures: list[dict] = []
+        self.tuples = 0
+        self.partitions_seen: dict[int, int] = {}
+
+        coordinator = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                coordinator._serve(self.request)
+
+        class Server(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server((bind, 0), Handler)
+        self.address = (host, self.server.server_address[1])
+        self._thread = threading.Thread(target=self.server.serve_forever, name="tt-coordinator",
+                                        daemon=True)
+        self._thread.start()
+        self._timer: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # --- interactions ---------------------------------------------------------
+
+    def start_timer(self, every: float) -> None:
+        def tick():
+            while not self._stop.wait(every):
+                self.interaction("periodic", {"every": every})
+        self._timer = threading.Thread(target=tick, name="tt-interactions", daemon=True)
+        self._timer.start()
+
+    def interaction(self, trigger: str, detail: dict, exclude: int | None = None) -> int:
+        """Create interaction k and tell every running θ task to take it."""
+        with self.lock:
+            if self.closed:
+                return self.k
+            self.k += 1
+            k = self.k
+            now = time.time()
+            self.interaction_times.append(now)
+            self.writer.submit([("INSERT INTO interactions VALUES (?,?,?,?)",
+                                 [(k, now, trigger, orjson.dumps(detail).decode())])])
+            targets = [c for a, c in self.listeners.items() if a != exclude]
+        for c in targets:
+            try:
+                c.send({"t": "interaction", "k": k})
+            except OSError:
+                pass  # the task ended meanwhile; it takes k at its end
+        self.on_event("interaction", {"k": k, "trigger": trigger})
+        return k
+
+    # --- channels ---------------------------------------------------------------
+
+    def _serve(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        nonce = secrets.token_hex(16)
+        conn = None
+        try:
+            wire.send(sock, {"t": "challenge", "nonce": nonce})
+            hello, _ = wire.recv(sock)
+            if hello.get("t") != "hello" or not wire.check(self.secret, nonce, hello.get("proof", "")):
+                wire.send(sock, {"t": "refused", "error": "authentication failed"})
+                return
+            if hello.get("run") != self.run_id:
+                wire.send(sock, {"t": "refused", "error": "this task belongs to another run"})
+                return
+            conn = self._register(sock, hello)
+            while True:
+                header, blobs = wire.recv(sock)
+                kind = header.get("t")
+                if kind == "log":
+                    self._store(conn, header, blobs)
+                elif kind == "trigger":
+                    self._trigger(conn, header)
+                elif kind == "end":
+                    self._end(conn, header, blobs)
+                    return
+        except (wire.ChannelClosed, OSError):
+            pass
+        finally:
+            if conn is not None:
+                self._disconnected(conn)
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _register(self, sock: socket.socket, hello: dict) -> Conn:
+        stage, part = hello["stage"], hello["partition"]
+        conn = Conn(sock, 0, stage, part, "record")
+        with conn.send_lock:
+            with self.lock:
+                book = self.tasks.setdefault((stage, part), TaskBook())
+                attempt = self.next_attempt
+                self.next_attempt += 1
+                conn.attempt = attempt
+                book.attempts.append(attempt)
+                self.partitions_seen[stage] = max(self.partitions_seen.get(stage, 0), part + 1)
+                welcome = {"t": "welcome", "k_now": self.k}
+                if self.closed:
+                    conn.mode = "off"
+                elif book.committed is not None:
+                    conn.mode = "shadow"
+                else:
+                    conn.mode = "record"
+                welcome["mode"] = conn.mode
+                if stage == self.theta_stage and conn.mode != "off":
+                    welcome["sticky"] = self._sticky(book, shadow=conn.mode == "shadow")
+                    welcome["when_from"] = max([book.theta_flushed, *book.sticky.values()], default=0)
+                    if conn.mode == "record":
+                        self.listeners[attempt] = conn
+                if conn.mode != "off":
+                    self.writer.submit([(
+                        "INSERT INTO attempts (id, stage, partition, number, spark_attempt, status, started, host)"
+                        " VALUES (?,?,?,?,?,?,?,?)",
+                        [(attempt, stage, part, hello.get("number", 0), hello.get("spark_attempt"),
+                          "running" if conn.mode == "record" else "shadow", time.time(),
+                          hello.get("host"))])])
+            wire.send(sock, welcome)
+        return conn
+
+    def _sticky(self, book: TaskBook, shadow: bool) -> list[list[int]]:
+        """Barrier positions a new attempt of this θ task must repeat."""
+        if shadow:
+            return sorted([k, p] for k, p in book.sticky.items())
+        out, last = [], 0
+        for k in range(1, self.k + 1):
+            last = book.sticky.get(k, last)
+            out.append([k, last])
+        return out
+
+    def _trigger(self, conn: Conn, header: dict) -> None:
+        detail = {"op": self.graph.nodes[header["op"]].name, "instance": header["instance"],
+                  "position": header["position"], "row": header.get("row")}
+        k = self.interaction("condition", detail, exclude=conn.attempt)
+        conn.send({"t": "triggered", "k": k})
+
+    def _end(self, conn: Conn, header: dict, blobs: list[bytes]) -> None:
+        with self.lock:
+            book = self.tasks[(conn.stage, conn.partition)]
+            commit = book.committed is None and conn.mode == "record"
+            if commit:
+                book.committed = conn.attempt
+            self.listeners.pop(conn.attempt, None)
+        statements = self._statements(conn, header, blobs)
+        now = time.time()
+        if commit:
+            statements.append(("INSERT OR REPLACE INTO finals VALUES (?,?,?,?,?,?)", [
+                (conn.attempt, f["op"], f["i"], f["pos"], f["last_k"], bytes.fromhex(f["state"]))
+                for f in header.get("finals", [])]))
+        statements.append(("UPDATE attempts SET status=?, ended=? WHERE id=?",
+                           [("committed" if commit else "shadow", now, conn.attempt)]))
+        self.writer.submit(statements, sum(map(len, blobs)))
+        conn.mode = "ended"
+        conn.send({"t": "ack", "committed": commit})
+        self.on_event("task", {"stage": conn.stage, "partition": conn.partition, "committed": commit})
+
+    def _disconnected(self, conn: Conn) -> None:
+        with self.lock:
+            self.listeners.pop(conn.attempt, None)
+        if conn.mode == "record":
+            failed = any(f["attempt"] == conn.attempt for f in self.failures)
+            self.writer.submit([("UPDATE attempts SET status=?, ended=? WHERE id=?",
+                                 [("failed" if failed else "lost", time.time(), conn.attempt)])])
+
+    # --- storing ----------------------------------------------------------------
+
+    def _store(self, conn: Conn, header: dict, blobs: list[bytes]) -> None:
+        if conn.mode != "record":
+            return
+        self.writer.submit(self._statements(conn, header, blobs), sum(map(len, blobs)))
+
+    def _statements(self, conn: Conn, header: dict, blobs: list[bytes]) -> list:
+        a = conn.attempt
+        theta = self.graph.theta
+        chunks, entries, tuples = [], [], 0
+        for rec in header.get("records", ()):
+            if "entry_for" in rec:
+                for nid, port, src, start, n, codec, bi in rec["entry_for"]:
+                    entries.append((a, nid, conn.partition, port, src, start, n, codec, blobs[bi]))
+                continue
+            op, i, start, end = rec["op"], rec["i"], rec["start"], rec["end"]
+            tuples += end - start
+            if op == theta:
+                with self.lock:
+                    book = self.tasks[(conn.stage, conn.partition)]
+                    book.theta_flushed = max(book.theta_flushed, end)
+            for kind in ("out", "in", "res"):
+                if kind in rec:
+                    chunks.append((a, op, i, kind, -1, start, end - start, blobs[rec[kind]]))
+            for edge, (bi, n) in rec.get("dest", {}).items():  # n counts outputs, not inputs
+                chunks.append((a, op, i, "dest", int(edge), start, n, blobs[bi]))
+            for port, src, est, n, codec, bi in rec.get("entry", ()):
+                entries.append((a, op, i, port, src, est, n, codec, blobs[bi]))
+        states = [(bytes.fromhex(h), len(blobs[bi]), blobs[bi]) for h, bi in header.get("states", {}).items()]
+        barriers = []
+        for b in header.get("barriers", ()):
+            for k in b["k"]:
+                barriers.append((a, b["op"], b["i"], k, b["pos"], bytes.fromhex(b["state"])))
+                if b["op"] == theta:
+                    with self.lock:
+                        self.tasks[(conn.stage, conn.partition)].sticky.setdefault(k, b["pos"])
+        statements = []
+        if states:
+            statements.append(("INSERT OR IGNORE INTO states VALUES (?,?,?)", states))
+        if chunks:
+            statements.append(("INSERT INTO log_chunks VALUES (?,?,?,?,?,?,?,?)", chunks))
+        if entries:
+            statements.append(("INSERT INTO entry_chunks VALUES (?,?,?,?,?,?,?,?,?)", entries))
+        if barriers:
+            statements.append(("INSERT OR REPLACE INTO barriers VALUES (?,?,?,?,?,?)", barriers))
+        if tuples:
+            statements.append(("UPDATE attempts SET tuples = tuples + ? WHERE id=?", [(tuples, a)]))
+            self.tuples += tuples
+        failure = header.get("failure")
+        if failure:
+            f = {**failure, "attempt": a, "time": time.time()}
+            self.failures.append(f)
+            statements.append(("INSERT INTO failures VALUES (?,?,?,?,?,?,?,?)", [
+                (a, f["op"], f["i"], f["position"], f["error"], f["traceback"], f["row"], f["time"])]))
+            self.on_event("failure", f)
+        return statements
+
+    # --- the end ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop taking interactions. Tasks that still connect run unrecorded."""
+        self._stop.set()
+        with self.lock:
+            self.closed = True
+            self.listeners.clear()
+
+    def shutdown(self) -> None:
+        self.close()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def state_hash(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()

@@ -1,0 +1,216 @@
+"""Compile a dataflow into Spark stages and run it, each operator's work done once.
+
+Every stage is one `mapInArrow` over a DataFrame: a source DataFrame (an RDD
+source is turned into envelope rows first), or the envelope rows of the
+shuffles into the stage, routed to their instance with `repartitionById` and
+sorted by `(epoch, route, src, seq)` (see `task.py` for why). A stage's output
+consumed by several later stages or sinks is persisted once, so Spark never
+computes an operator's work twice by re-reading it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import JobError, TTError, UsageError
+from ..core.graph import Graph
+from . import session as sessions
+from .dataflow import Dataflow, Result, SinkSpec
+from .task import ENVELOPE_DDL, StageFunction
+
+
+def execute(flow: Dataflow, spark: Any = None) -> Result:
+    from pyspark.sql import DataFrame, SparkSession
+
+    graph = flow.graph
+    if not flow.sinks:
+        raise UsageError(f"dataflow {flow.name!r} has no sink; end it with to_dataframe, collect or write")
+    if spark is None:
+        first = next(iter(flow.sources.values()), None)
+        spark = getattr(first, "sparkSession", None) or SparkSession.getActiveSession()
+        if spark is None:
+            spark = SparkSession.builder.getOrCreate()
+    _prepare_spark(spark)
+    source_parts = {}
+    for nid, data in flow.sources.items():
+        source_parts[nid] = (data.rdd if isinstance(data, DataFrame) else data).getNumPartitions()
+    graph.cut_stages(source_parts, flow.partitions)
+    session = sessions.active()
+    recording = None
+    if session is not None:
+        recording = session.begin(graph, spark, _main_dir())
+    try:
+        outputs = _run_stages(flow, graph, spark, recording)
+    except KeyboardInterrupt:
+        if session is not None and recording is not None:
+            session.end(ok=False, status="interrupted", error="interrupted by the user")
+        raise
+    except Exception as e:
+        if session is not None and recording is not None:
+            message = failure_message(session, e)
+            session.end(ok=False, error=message)
+            raise JobError(message) from e
+        raise
+    if session is not None and recording is not None:
+        session.end(ok=True, input_bytes=_input_bytes(flow))
+    return Result(outputs, str(session.out) if session is not None and recording is not None else None)
+
+
+def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording) -> dict[str, Any]:
+    from pyspark import StorageLevel
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
+
+    consumers = {s.id: 0 for s in graph.stages}
+    for e in graph.edges:
+        if e.shuffle:
+            consumers[graph.nodes[e.src].stage] += 1
+    for nid in flow.sinks:
+        consumers[graph.nodes[nid].stage] += 1
+
+    out: dict[int, DataFrame] = {}
+    for stage in graph.stages:
+        fn = StageFunction(graph.for_stage(stage.id), stage.id, recording)
+        if stage.source is not None:
+            data = flow.sources[stage.source]
+            if isinstance(data, DataFrame):
+                df = data.mapInArrow(fn, ENVELOPE_DDL)
+            else:
+                df = spark.createDataFrame(data.mapPartitionsWithIndex(fn.rows), ENVELOPE_DDL)
+        else:
+            parts = [out[graph.nodes[graph.edges[e].src].stage].filter(F.col("route") == e)
+                     for e in stage.inputs]
+            inp = parts[0]
+            for p in parts[1:]:
+                inp = inp.unionByName(p)
+            inp = inp.repartitionById(stage.instances, "dest").sortWithinPartitions(
+                "epoch", "route", "src", "seq")
+            df = inp.mapInArrow(fn, ENVELOPE_DDL)
+        if consumers[stage.id] > 1:
+            df = df.persist(StorageLevel.DISK_ONLY)
+            df.count()
+        elif consumers[stage.id] == 0:
+            df.write.format("noop").mode("overwrite").save()
+        out[stage.id] = df
+
+    results: dict[str, Any] = {}
+    for nid, spec in flow.sinks.items():
+        node = graph.nodes[nid]
+        rows = out[node.stage].filter(F.col("route") == -1 - nid)
+        results[node.name] = _sink(spark, rows, spec)
+    return results
+
+
+def _sink(spark: Any, rows: Any, spec: SinkSpec) -> Any:
+    from pyspark import StorageLevel
+
+    if spec.mode == "collect":
+        out = []
+        for r in rows.select("src", "seq", "payload").orderBy("src", "seq").collect():
+            out.extend(pickle.loads(r["payload"]))
+        return out
+    schema = _schema(spark, spec.schema)
+    decoded = rows.select("payload").mapInArrow(DecodeRows(schema), schema)
+    if spec.mode == "files":
+        decoded.write.format(spec.format).mode(spec.write_mode).save(spec.path)
+        return spec.path
+    decoded = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+    decoded.count()
+    return decoded
+
+
+class DecodeRows:
+    """Envelope payloads back into typed rows (for DataFrame and file sinks)."""
+
+    def __init__(self, schema: Any):
+        self.schema = schema
+
+    def __call__(self, batches):
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        arrow_schema = to_arrow_schema(self.schema)
+        names = arrow_schema.names
+        for batch in batches:
+            rows = []
+            for payload in batch.column(0).to_pylist():
+                for r in pickle.loads(payload):
+                    rows.append(r if isinstance(r, dict) else dict(zip(names, r)))
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
+
+
+def _schema(spark: Any, schema: Any) -> Any:
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        try:
+            return spark.createDataFrame([], schema).schema
+        except Exception as e:
+            raise UsageError(f"bad sink schema {schema!r}: {str(e).splitlines()[0]}") from None
+    raise UsageError("a DataFrame or file sink needs a schema (a DDL string such as "
+                     "'customer string, amount double', or a StructType)")
+
+
+def _prepare_spark(spark: Any) -> None:
+    """Workers must import tt and the job's own modules."""
+    sc = spark.sparkContext
+    if sc.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        sc.pythonExec = sys.executable
+    main = _main_dir()
+    if main is not None:
+        from pyspark import cloudpickle as spark_cloudpickle
+        import cloudpickle
+
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None)
+            if f and name != "__main__" and Path(f).resolve().parent == main:
+                for cp in (spark_cloudpickle, cloudpickle):
+                    try:
+                        cp.register_pickle_by_value(mod)
+                    except (ValueError, AttributeError):
+                        pass
+
+
+def _main_dir() -> Path | None:
+    main = sys.modules.get("__main__")
+    f = getattr(main, "__file__", None)
+    return Path(f).resolve().parent if f else None
+
+
+def _input_bytes(flow: Dataflow) -> int | None:
+    """Bytes of the source data, as Spark sees them (for log-size ratios)."""
+    total = 0
+    try:
+        from pyspark.sql import DataFrame
+
+        for data in flow.sources.values():
+            if not isinstance(data, DataFrame):
+                return None
+            size = int(str(data._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+            if size >= 1 << 60:  # Spark's "unknown" (spark.sql.defaultSizeInBytes)
+                return None
+            total += size
+    except Exception:
+        return None
+    return total
+
+
+def failure_message(session, error: BaseException) -> str:
+    """One line saying what failed: the operator and tuple when tt knows them."""
+    failures = session.coordinator.failures if session.coordinator is not None else []
+    if failures:
+        f = failures[0]
+        name = session.graph.nodes[f["op"]].name if session.graph is not None else f["op"]
+        return f"operator {name}:{f['i']} raised {f['error']} on input #{f['position']}"
+    if isinstance(error, TTError):
+        return str(error)
+    text = str(error).strip().splitlines()
+    first = next((line for line in text if line.strip()), type(error).__name__)
+    return f"{type(error).__name__}: {first[:300]}"

@@ -1,0 +1,128 @@
+"""Running a job file under recording: what `tt record job.py -- args` does.
+
+The job runs in this process (as `__main__`, with its directory on `sys.path`,
+as `python job.py` would run it) while a recording session is active. Whatever
+way it ends (success, an exception in the job or in an operator, Ctrl-C, a job
+that never runs a dataflow) the run file is left readable, with a status that
+says which.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..core.errors import JobError, TTError, UsageError
+from .session import RecordingSession, ensure_python_for_workers
+from .triggers import check_condition
+
+
+@dataclass
+class RecordOutcome:
+    status: str                  # complete | failed | interrupted
+    error: str | None = None
+    exit_code: int = 0
+    events: list = field(default_factory=list)
+
+
+def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str | None = None,
+               every: float | None = None, when: str | None = None, master: str | None = None,
+               force: bool = False, on_event: Callable[[str, dict], None] | None = None,
+               on_session: Callable[[RecordingSession], None] | None = None,
+               debug: bool = False) -> RecordOutcome:
+    job = Path(job)
+    out = Path(out)
+    if not job.exists():
+        raise UsageError(f"job file {job} not found")
+    if not job.is_file():
+        raise UsageError(f"{job} is not a file")
+    if out.exists() and not force:
+        raise UsageError(f"{out} exists; pass --force to overwrite it or choose another file with -o")
+    if out.resolve() == job.resolve():
+        raise UsageError("the run file would overwrite the job file")
+    if when:
+        check_condition(when)
+    try:
+        source = job.read_text()
+        compile(source, str(job), "exec")
+    except SyntaxError as e:
+        raise UsageError(f"{job} line {e.lineno}: {e.msg}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {job}: {e}") from None
+
+    ensure_python_for_workers()
+    if master:
+        os.environ["TT_SPARK_MASTER"] = master
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--master {master} pyspark-shell"
+    session = RecordingSession(out, job, args, watch=watch, every=every, when=when, on_event=on_event)
+    if on_session is not None:
+        on_session(session)
+    outcome = RecordOutcome("complete")
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(job), *args]
+    sys.path.insert(0, str(job.resolve().parent))
+    old_usr1 = _install_user_signal(session)
+    try:
+        with session:
+            runpy.run_path(str(job), run_name="__main__")
+        if session.graph is None:
+            outcome = RecordOutcome("failed", f"{job} ran no tt dataflow (it never called Dataflow.run())", 1)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if code != 0:
+            outcome = RecordOutcome("failed", f"the job exited with status {code}", code)
+    except KeyboardInterrupt:
+        outcome = RecordOutcome("interrupted", "interrupted; the run file keeps everything recorded so far", 130)
+    except UsageError as e:
+        outcome = RecordOutcome("failed", str(e), 2)
+    except TTError as e:
+        outcome = RecordOutcome("failed", str(e), 1)
+    except Exception as e:  # the job's own code raised
+        if debug:
+            traceback.print_exc()
+        outcome = RecordOutcome("failed", _job_error(e, job), 1)
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+        if old_usr1 is not None:
+            signal.signal(signal.SIGUSR1, old_usr1)
+        if not session.finished:
+            session.end(ok=outcome.status == "complete" and session.graph is not None,
+                        status=None if outcome.status == "complete" else outcome.status,
+                        error=outcome.error)
+        session.close()
+    return outcome
+
+
+def _install_user_signal(session: RecordingSession):
+    """`kill -USR1 <pid>` takes an interaction, like pressing a key would."""
+    if not hasattr(signal, "SIGUSR1"):
+        return None
+
+    def handler(signum, frame):
+        if session.coordinator is not None:
+            session.coordinator.interaction("user", {"via": "SIGUSR1"})
+    try:
+        return signal.signal(signal.SIGUSR1, handler)
+    except ValueError:  # not the main thread
+        return None
+
+
+def _job_error(e: BaseException, job: Path) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    where = ""
+    for frame in reversed(tb):
+        if Path(frame.filename).resolve() == job.resolve():
+            where = f" ({job.name} line {frame.lineno})"
+            break
+    text = str(e).strip().splitlines()
+    first = next((line for line in text if line.strip()), "")
+    return f"the job raised {type(e).__name__}{': ' + first[:300] if first else ''}{where}"
+
+
+__all__ = ["record_job", "RecordOutcome", "JobError"]

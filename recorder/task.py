@@ -1,0 +1,549 @@
+"""What runs inside a Spark task: one stage of the dataflow on one partition.
+
+`StageFunction` is the callable handed to `DataFrame.mapInArrow`. Its input is
+either a source DataFrame's Arrow batches, or the *envelope* rows of a shuffle,
+sorted by `(epoch, route, src, seq)`; its output is envelope rows: one row per
+batch of tuples for one consumer (a shuffle edge or a sink) and one destination
+instance, the tuples pickled in `payload`.
+
+Barriers (Algorithm 1) across a shuffle need no marker rows: every envelope row
+carries the *epoch* of its producer (the number of barriers it had taken), and
+the receiving side reads its input sorted by epoch. When the first row of epoch
+e arrives, every channel has delivered all rows before barrier e, so the
+instance is aligned; Spark's external sort keeps that alignment within bounded
+memory however large a partition is. Tuples from outside G(θ) carry epoch -1
+and are consumed first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from ..core import values
+from ..core.graph import SINK, Graph, stable_hash
+from ..core.logs import pack_dests, pack_results, pack_runs
+from ..core.runtime import (INF, InstanceLog, OperatorFailure, RecordingRunner, Runner,
+                            ThetaRunner, capture_target, narrow_target)
+from ..core.operator import CONTEXT
+from ..store import blobs
+
+ENVELOPE_DDL = "route int, dest int, epoch int, src int, seq long, payload binary"
+ROWS_PER_PAYLOAD = 512          # tuples per envelope row
+ENVELOPES_PER_BATCH = 64        # envelope rows per output Arrow batch
+FLUSH_ROWS = 50_000             # send logs at least this often (inputs since last flush)
+FLUSH_SECONDS = 2.0
+FLUSH_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class Recording:
+    """How a task reaches the coordinator; shipped inside the stage function."""
+
+    address: tuple[str, int]
+    secret: str
+    run_id: str
+    when: str | None = None
+
+
+def envelope_schema():
+    import pyarrow as pa
+
+    return pa.schema([("route", pa.int32()), ("dest", pa.int32()), ("epoch", pa.int32()),
+                      ("src", pa.int32()), ("seq", pa.int64()), ("payload", pa.binary())])
+
+
+class StageFunction:
+    """Picklable entry point: `df.mapInArrow(StageFunction(...), ENVELOPE_DDL)`."""
+
+    def __init__(self, graph: Graph, stage_id: int, recording: Recording | None):
+        self.graph = graph
+        self.stage_id = stage_id
+        self.recording = recording
+
+    def __call__(self, batches: Iterator) -> Iterator:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
+        task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
+        yield from task.run_arrow(batches)
+
+    def rows(self, index: int, rows: Iterator) -> Iterator[tuple]:
+        """For RDD sources: the same stage, fed Python rows, yielding envelope tuples."""
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
+        task = StageTask(self.graph, self.stage_id, index, self.recording, attempt)
+        for batch in task.run_rows(rows):
+            yield from zip(*batch)
+
+
+class Outbox:
+    """Buffers outputs per (route, destination) and packs them into envelope rows."""
+
+    def __init__(self, partition: int, task: "StageTask"):
+        self.partition = partition
+        self.task = task
+        self.cols: list[list] = [[], [], [], [], [], []]
+        self.bytes = 0
+        self.seq: dict[tuple[int, int], int] = {}
+        self.routes: list[tuple[int, list[list], bool]] = []  # (route, buffers, in G(θ))
+
+    def shuffle_target(self, route: int, key, n_dest: int, in_g: bool, dests_log):
+        bufs: list[list] = [[] for _ in range(n_dest)]
+        self.routes.append((route, bufs, in_g))
+        pack = self._pack
+        src = self.partition
+        if key is None:  # unkeyed merge of two stages: forward by sending instance
+            d_fixed = src % n_dest
+            buf = bufs[d_fixed]
+
+            def emit(row):
+                buf.append(row)
+                if dests_log is not None:
+                    dests_log.append(d_fixed)
+                if len(buf) >= ROWS_PER_PAYLOAD:
+                    pack(route, d_fixed, buf, in_g)
+            return emit
+
+        def emit(row):
+            d = stable_hash(key(row)) % n_dest
+            b = bufs[d]
+            b.append(row)
+            if dests_log is not None:
+                dests_log.append(d)
+            if len(b) >= ROWS_PER_PAYLOAD:
+                pack(route, d, b, in_g)
+        return emit
+
+    def sink_target(self, route: int, in_g: bool):
+        buf: list = []
+        self.routes.append((route, [buf], in_g))
+        pack = self._pack
+        src = self.partition
+
+        def emit(row):
+            buf.append(row)
+            if len(buf) >= ROWS_PER_PAYLOAD:
+                pack(route, src, buf, in_g, dest=src)
+        return emit
+
+    def _pack(self, route: int, d: int, buf: list, in_g: bool, dest: int | None = None) -> None:
+        payload = pickle.dumps(buf, protocol=5)
+        buf.clear()
+        dest = d if dest is None else dest
+        key = (route, dest)
+        seq = self.seq.get(key, 0)
+        self.seq[key] = seq + 1
+        c = self.cols
+        c[0].append(route)
+        c[1].append(dest)
+        c[2].append(self.task.epoch if in_g else -1)
+        c[3].append(self.partition)
+        c[4].append(seq)
+        c[5].append(payload)
+        self.bytes += len(payload)
+
+    def close_epoch(self) -> None:
+        """Pack what G(θ) produced before a barrier, so no row straddles two epochs."""
+        for route, bufs, in_g in self.routes:
+            if in_g:
+                for d, b in enumerate(bufs):
+                    if b:
+                        self._pack(route, d, b, in_g, dest=self.partition if route < 0 else None)
+
+    def close(self) -> None:
+        for route, bufs, in_g in self.routes:
+            for d, b in enumerate(bufs):
+                if b:
+                    self._pack(route, d, b, in_g, dest=self.partition if route < 0 else None)
+
+    def take(self, force: bool = False) -> list[list] | None:
+        if not self.cols[0] or (not force and len(self.cols[0]) < ENVELOPES_PER_BATCH
+                                and self.bytes < FLUSH_BYTES):
+            return None
+        cols, self.cols, self.bytes = self.cols, [[], [], [], [], [], []], 0
+        return cols
+
+
+class StageTask:
+    def __init__(self, graph: Graph, stage_id: int, partition: int, recording: Recording | None,
+                 attempt: dict):
+        self.g = graph
+        self.stage = graph.stages[stage_id]
+        self.partition = partition
+        self.epoch = 0
+        self.outbox = Outbox(partition, self)
+        self.client = None
+        self.mode = "off"
+        self.sticky: list[tuple[int, int]] = []   # (k, position) barriers a re-run must repeat
+        self.when_from = 0
+        self.k_now = 0
+        if recording is not None:
+            self._connect(recording, attempt)
+        self.runners: dict[int, Runner] = {}
+        self.recorders: list[RecordingRunner] = []
+        self.theta: ThetaRunner | None = None
+        self.pending_barriers: list[dict] = []
+        self.new_states: dict[str, bytes] = {}
+        self.sent_states: set[str] = set()
+        self.entry_seq: dict[tuple[int, int, int], int] = {}
+        self.arrow_entries: list[tuple[int, int, int, Any]] = []  # (node, port, src, batch)
+        self.blob_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, payload)
+        self.last_flush = time.monotonic()
+        self.since_flush = 0
+        self._build(recording.when if recording else None)
+
+    # --- set-up ---------------------------------------------------------------
+
+    def _connect(self, recording: Recording, attempt: dict) -> None:
+        from .client import ControlClient
+
+        hello = {"run": recording.run_id, "stage": self.stage.id, "partition": self.partition, **attempt}
+        self.client = ControlClient(recording.address, recording.secret, hello)
+        w = self.client.welcome
+        self.mode = w["mode"]  # record | shadow | off
+        self.sticky = [tuple(x) for x in w.get("sticky", [])]
+        self.when_from = w.get("when_from", 0)
+        self.k_now = w.get("k_now", 0)
+
+    def _build(self, when_src: str | None) -> None:
+        g, p = self.g, self.partition
+        logging = self.mode in ("record", "shadow")
+        for nid in self.stage.nodes:
+            node = g.nodes[nid]
+            if logging and nid in g.in_g:
+                log = InstanceLog([e for e in node.outputs if g.edges[e].shuffle])
+                multi = len(node.inputs) > 1 and nid != self.stage.head
+                if nid == g.theta:
+                    when = None
+                    if when_src and self.mode == "record":
+                        from .triggers import compile_condition
+                        when = compile_condition(when_src)
+                    r = ThetaRunner(node.name, p, node.op, nid, log, multi, on_barrier=self._on_barrier,
+                                    on_trigger=self._on_trigger, when=when, when_from=self.when_from)
+                    self.theta = r
+                else:
+                    r = RecordingRunner(node.name, p, node.op, nid, log, multi)
+                if nid == self.stage.source or (len(node.inputs) == 1 and nid != self.stage.head):
+                    r.implicit_channel = (0, p)
+                self.recorders.append(r)
+            else:
+                r = Runner(node.name, p, node.op, nid)
+            self.runners[nid] = r
+        source = self.stage.source
+        for nid in self.stage.nodes:
+            node, r = g.nodes[nid], self.runners[nid]
+            logged = isinstance(r, RecordingRunner)
+            if node.kind == SINK:
+                r.targets.append(self.outbox.sink_target(-1 - nid, nid in g.in_g))
+            for eid in node.outputs:
+                e = g.edges[eid]
+                if e.shuffle:
+                    dests = r.log.dests[eid] if logged else None
+                    r.targets.append(self.outbox.shuffle_target(
+                        eid, e.key, g.nodes[e.dst].instances, nid in g.in_g, dests))
+                    continue
+                dst = self.runners[e.dst]
+                t = narrow_target(dst, e.port)
+                if isinstance(dst, RecordingRunner) and g.is_entry(e) and nid != source:
+                    t = capture_target(t, dst.log.entry.setdefault((e.port, p), []))
+                r.targets.append(t)
+        if self.theta is not None:
+            if self.sticky:
+                self.theta.barrier_at = self.sticky[0][1]
+            if self.mode == "record":
+                self.client.on_interaction = self._wake_theta
+
+    def _wake_theta(self) -> None:
+        self.theta.barrier_at = 0
+
+    def _source_captures(self) -> list[tuple[int, int]]:
+        """(node, port) whose recorded input is the source's Arrow batch itself."""
+        g, src = self.g, self.stage.source
+        out = []
+        if isinstance(self.runners[src], RecordingRunner):
+            out.append((src, 0))
+        for eid in g.nodes[src].outputs:
+            e = g.edges[eid]
+            if not e.shuffle and isinstance(self.runners[e.dst], RecordingRunner) and g.is_entry(e):
+                out.append((e.dst, e.port))
+        return out
+
+    # --- running ----------------------------------------------------------------
+
+    def run_arrow(self, batches: Iterator) -> Iterator:
+        import pyarrow as pa
+
+        schema = envelope_schema()
+        for cols in self._run(batches, arrow=True):
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(c, type=f.type) for c, f in zip(cols, schema)], schema=schema)
+
+    def run_rows(self, rows: Iterator) -> Iterator[list[list]]:
+        def as_batches():
+            chunk = []
+            for row in rows:
+                chunk.append(row)
+                if len(chunk) >= 4096:
+                    yield chunk
+                    chunk = []
+            if chunk:
+                yield chunk
+        yield from self._run(as_batches(), arrow=False)
+
+    def _run(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
+        try:
+            if self.stage.source is not None:
+                yield from self._run_source(batches, arrow)
+            else:
+                yield from self._run_shuffled(batches)
+            for nid in self.stage.nodes:
+                self.runners[nid].end()
+                self._after_input()
+            self.outbox.close()
+            cols = self.outbox.take(force=True)
+            if cols:
+                yield cols
+            self._finish()
+        except OperatorFailure as f:
+            self._fail(f)
+            raise
+        finally:
+            CONTEXT.runner = None
+            if self.client is not None:
+                self.client.close()
+
+    def _run_source(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
+        src = self.runners[self.stage.source]
+        captures = self._source_captures() if self.mode == "record" else []
+        feed = src.feed
+        for batch in batches:
+            if arrow:
+                for nid, port in captures:
+                    self.arrow_entries.append((nid, port, self.partition, batch))
+                rows = batch.to_pylist()
+            else:
+                rows = batch
+                for nid, port in captures:
+                    self.runners[nid].log.entry.setdefault((port, self.partition), []).extend(rows)
+            for row in rows:
+                feed(row, 0)
+            self.since_flush += len(rows)
+            self._after_input()
+            cols = self.outbox.take()
+            if cols:
+                yield cols
+
+    def _run_shuffled(self, batches: Iterator) -> Iterator[list[list]]:
+        g = self.g
+        head = self.runners[self.stage.head]
+        ports = {eid: g.edges[eid].port for eid in self.stage.inputs}
+        logged = isinstance(head, RecordingRunner)
+        entry = ({eid for eid in self.stage.inputs if g.is_entry(g.edges[eid])}
+                 if logged and self.mode == "record" else set())
+        feed = head.feed
+        hid = head.node_id
+        for batch in batches:
+            routes, epochs, srcs, payloads = (batch.column(i).to_pylist() for i in (0, 2, 3, 5))
+            for route, epoch, src, payload in zip(routes, epochs, srcs, payloads):
+                if epoch > self.epoch and self.theta is None:
+                    self._take_barriers(list(range(self.epoch + 1, epoch + 1)))
+                rows = pickle.loads(payload)
+                port = ports[route]
+                if logged:
+                    head.log.inputs.add(port, src, len(rows))
+                    if route in entry:
+                        self.blob_entries.append((hid, port, src, len(rows), payload))
+                for row in rows:
+                    feed(row, port)
+                self.since_flush += len(rows)
+            self._after_input()
+            cols = self.outbox.take()
+            if cols:
+                yield cols
+
+    # --- barriers -------------------------------------------------------------
+
+    def _on_barrier(self, position: int) -> None:
+        """θ is about to consume input #position and a barrier is due."""
+        ks = []
+        while self.sticky and self.sticky[0][1] <= position:
+            ks.append(self.sticky.pop(0)[0])
+        self.theta.barrier_at = self.sticky[0][1] if self.sticky else INF
+        if self.mode == "record":
+            pending = self.client.pending
+            while pending:
+                ks.append(pending.popleft())
+        self._take_through(ks)
+
+    def _on_trigger(self, position: int, row: Any) -> None:
+        k = self.client.trigger({"op": self.theta.node_id, "instance": self.partition,
+                                 "position": position, "row": values.render(values.encode(row), 200)})
+        pending = self.client.pending
+        ks = [k]
+        while pending:
+            ks.append(pending.popleft())
+        while self.sticky and self.sticky[0][1] <= position:
+            ks.append(self.sticky.pop(0)[0])
+        self._take_through(ks)
+
+    def _take_through(self, ks: list[int]) -> None:
+        """Take every barrier up to the newest of `ks`.
+
+        Interaction indices are dense and ordered by the coordinator, so barrier k
+        implies all earlier ones: a broadcast of k-1 may reach this task after the
+        reply to its own trigger k (they travel on different coordinator threads),
+        and it must then be taken here, at the same position, not dropped.
+        """
+        top = max(ks, default=0)
+        if top > self.epoch:
+            self._take_barriers(list(range(self.epoch + 1, top + 1)))
+
+    def _take_barriers(self, ks: list[int]) -> None:
+        """Every instance in G(θ) in this task reports its state for interactions `ks`."""
+        self.outbox.close_epoch()
+        if self.mode == "record":
+            for r in self.recorders:
+                h = self._state_hash(r)
+                self.pending_barriers.append({"k": ks, "op": r.node_id, "i": self.partition,
+                                              "pos": r.count, "state": h})
+        self.epoch = ks[-1]
+        self.flush()
+
+    def _state_hash(self, r: Runner) -> str:
+        data = values.dumps(r.op.state())
+        h = hashlib.blake2b(data, digest_size=16).hexdigest()
+        if h not in self.sent_states and h not in self.new_states:
+            self.new_states[h] = blobs.compress(data)
+        return h
+
+    # --- logs -----------------------------------------------------------------
+
+    def _after_input(self) -> None:
+        if self.mode != "record":
+            if self.since_flush >= FLUSH_ROWS:
+                self._discard_logs()
+                self.since_flush = 0
+            return
+        if (self.since_flush >= FLUSH_ROWS or time.monotonic() - self.last_flush >= FLUSH_SECONDS
+                or len(self.arrow_entries) > 16 or len(self.blob_entries) > 256):
+            self.flush()
+
+    def _collect(self) -> tuple[list[dict], list[bytes]]:
+        records: list[dict] = []
+        out_blobs: list[bytes] = []
+
+        def blob(data: bytes) -> int:
+            out_blobs.append(data)
+            return len(out_blobs) - 1
+
+        p = self.partition
+        for r in self.recorders:
+            log = r.log
+            rec: dict = {"op": r.node_id, "i": p, "start": log.start, "end": r.count}
+            if log.counts:
+                rec["out"] = blob(blobs.compress(log.counts.tobytes()))
+                del log.counts[:]
+            for e, d in log.dests.items():
+                if d:
+                    n_dest = self.g.nodes[self.g.edges[e].dst].instances
+                    rec.setdefault("dest", {})[str(e)] = [blob(blobs.compress(pack_dests(d, n_dest))), len(d)]
+                    del d[:]
+            if r.implicit_channel is not None:
+                explicit = sum(n for _, _, n in log.inputs.runs)
+                if r.count - log.start > explicit:
+                    log.inputs.runs.insert(0, [*r.implicit_channel, r.count - log.start - explicit])
+            runs = log.inputs.take(r.count - log.start)
+            if runs:
+                rec["in"] = blob(blobs.compress(pack_runs(runs)))
+            if log.results:
+                rec["res"] = blob(blobs.compress(pack_results(log.results)))
+                log.results = []
+            entries = []
+            for (port, src), rows in log.entry.items():
+                if rows:
+                    entries.append([port, src, self._entry_start(r.node_id, port, src, len(rows)),
+                                    len(rows), blobs.PICKLE, blob(blobs.pack_rows(rows))])
+                    rows.clear()
+            if entries:
+                rec["entry"] = entries
+            log.start = r.count
+            records.append(rec)
+        extra = []
+        for nid, port, src, batch in self.arrow_entries:
+            extra.append([nid, port, src, self._entry_start(nid, port, src, batch.num_rows),
+                          batch.num_rows, blobs.ARROW, blob(blobs.pack_arrow(batch))])
+        for nid, port, src, n, payload in self.blob_entries:
+            extra.append([nid, port, src, self._entry_start(nid, port, src, n), n, blobs.PICKLE,
+                          blob(blobs.compress(payload))])
+        self.arrow_entries, self.blob_entries = [], []
+        if extra:
+            records.append({"entry_for": extra})
+        return records, out_blobs
+
+    def _entry_start(self, nid: int, port: int, src: int, n: int) -> int:
+        key = (nid, port, src)
+        start = self.entry_seq.get(key, 0)
+        self.entry_seq[key] = start + n
+        return start
+
+    def _header(self, kind: str) -> tuple[dict, list[bytes]]:
+        records, out_blobs = self._collect()
+        states = {}
+        for h, data in self.new_states.items():
+            states[h] = len(out_blobs)
+            out_blobs.append(data)
+        self.sent_states.update(self.new_states)
+        self.new_states = {}
+        header = {"t": kind, "records": records, "barriers": self.pending_barriers, "states": states}
+        self.pending_barriers = []
+        self.since_flush = 0
+        self.last_flush = time.monotonic()
+        return header, out_blobs
+
+    def flush(self) -> None:
+        if self.mode != "record":
+            self._discard_logs()
+            return
+        header, out_blobs = self._header("log")
+        self.client.send(header, out_blobs)
+
+    def _discard_logs(self) -> None:
+        for r in self.recorders:
+            log = r.log
+            del log.counts[:]
+            for d in log.dests.values():
+                del d[:]
+            log.inputs.take()
+            log.results = []
+            for rows in log.entry.values():
+                rows.clear()
+            log.start = r.count
+        self.arrow_entries, self.blob_entries, self.pending_barriers = [], [], []
+
+    def _finish(self) -> None:
+        if self.mode != "record":
+            return
+        finals = [{"op": r.node_id, "i": self.partition, "pos": r.count, "last_k": self.epoch,
+                   "state": self._state_hash(r)} for r in self.recorders]
+        header, out_blobs = self._header("end")
+        header["finals"] = finals
+        self.client.end(header, out_blobs)
+
+    def _fail(self, f: OperatorFailure) -> None:
+        if self.mode != "record":
+            return
+        try:
+            header, out_blobs = self._header("log")
+            header["failure"] = {"op": f.runner.node_id, "i": f.runner.instance, "position": f.runner.count,
+                                 "error": f"{type(f.error).__name__}: {f.error}", "traceback": f.tb,
+                                 "row": values.render(values.encode(f.row), 500)}
+            self.client.send(header, out_blobs)
+        except OSError:
+            pass  # the coordinator is gone; Spark reports the failure anyway

@@ -1,0 +1,60 @@
+"""Interaction triggers given on the command line: `--every` and `--when`."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any, Callable
+
+from ..core.errors import UsageError
+
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """'10s', '0.5s', '250ms', '2m' or a plain number of seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", text or "")
+    if not m or (m.group(2) and m.group(2) not in _UNITS):
+        raise UsageError(f"bad duration {text!r}; write it like 10s, 0.5s, 250ms or 2m")
+    value = float(m.group(1)) * _UNITS.get(m.group(2) or "s")
+    if value <= 0:
+        raise UsageError(f"bad duration {text!r}; it must be more than zero")
+    return value
+
+
+def check_condition(source: str) -> None:
+    """Reject a `--when` expression that cannot work, before Spark starts."""
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError as e:
+        raise UsageError(f"bad --when expression {source!r}: {e.msg} (at column {e.offset})") from None
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    unknown = names - {"row"} - set(_SAFE_BUILTINS)
+    if unknown:
+        raise UsageError(f"bad --when expression {source!r}: unknown name(s) {', '.join(sorted(unknown))}; "
+                         f"the tuple is called `row`, e.g. --when \"row['amount'] > 1000\"")
+
+
+_SAFE_BUILTINS = {name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
+                  for name in ("abs", "all", "any", "bool", "float", "int", "len", "max", "min", "round",
+                               "str", "sum", "isinstance", "dict", "list", "tuple", "set", "True", "False",
+                               "None")}
+
+
+def compile_condition(source: str) -> Callable[[Any], bool]:
+    """The `--when` expression as a function of the tuple `row`.
+
+    An expression that raises on some tuple (a missing key, say) counts as false
+    for that tuple: a condition is a filter over θ's input, not part of the job.
+    """
+    check_condition(source)
+    code = compile(f"lambda row: ({source})", "<--when>", "eval")
+    fn = eval(code, {"__builtins__": _SAFE_BUILTINS})
+
+    def when(row: Any) -> bool:
+        try:
+            return bool(fn(row))
+        except Exception:
+            return False
+
+    return when

@@ -1,0 +1,356 @@
+"""The local replay engine: G(θ) rebuilt from a run file, moved to any position.
+
+A *position* is, for every instance in G(θ), how many of its logged inputs it has
+consumed. Each instance re-consumes its inputs in logged order (the Input log),
+taking recorded tuples for channels that enter G(θ) from outside and the
+replayed outputs of its producer for the others. Operators run through the same
+`Runner.feed` as in Spark; only the targets differ: outputs go to per-channel
+queues, so that every step can be taken on its own.
+
+Scheduling is demand driven: consumers drain what is available, and a producer
+is advanced only while a blocked consumer waits on it. In-flight tuples stay few
+(a sorted shuffle makes every consumer want the same producer at the same time),
+so a jump over millions of tuples runs in bounded memory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+from array import array
+from typing import Any, Callable, Iterable
+
+import cloudpickle
+import orjson
+
+from ..core import values
+from ..core.errors import ReplayDivergence, RunFileError
+from ..core.graph import Graph
+from ..core.logs import END
+from ..core.runtime import ReplayRunner, ResultSource
+from ..store import blobs
+from ..store.reader import RunReader
+from ..store.trust import require_trust
+
+Key = tuple[int, int]  # (node id, instance)
+
+
+class EntryReader:
+    """Recorded tuples of one channel into G(θ), decoded a chunk at a time."""
+
+    def __init__(self, chunks: list[tuple[int, int, str, bytes]]):
+        self.chunks = sorted(chunks)
+        self.starts = [c[0] for c in self.chunks]
+        self._cached: tuple[int, list] | None = None
+
+    def get(self, seq: int) -> Any:
+        c = self._cached
+        if c is not None and c[0] <= seq < c[0] + len(c[1]):
+            return c[1][seq - c[0]]
+        idx = bisect.bisect_right(self.starts, seq) - 1
+        if idx < 0:
+            raise RunFileError(f"recorded tuple #{seq} is missing from the run file")
+        start, n, codec, data = self.chunks[idx]
+        if seq >= start + n:
+            raise RunFileError(f"recorded tuple #{seq} is missing from the run file")
+        rows = blobs.unpack_tuples(codec, data)
+        self._cached = (start, rows)
+        return rows[seq - start]
+
+    def __len__(self) -> int:
+        return max((s + n for s, n, _, _ in self.chunks), default=0)
+
+
+class Instance:
+    """One operator instance of G(θ) during replay."""
+
+    def __init__(self, engine: "Engine", node, i: int):
+        self.engine = engine
+        self.node = node
+        self.i = i
+        self.key: Key = (node.id, i)
+        self.label = f"{node.name}:{i}"
+        reader = engine.reader
+        self.runs = reader.input_runs(node.id, i)
+        starts, pos = array("q"), 0
+        for _, _, n in self.runs:
+            starts.append(pos)
+            pos += n
+        self.run_starts = starts
+        self.total = pos
+        self.counts = reader.output_counts(node.id, i)
+        self.results = reader.results(node.id, i)
+        by_channel: dict[tuple[int, int], list] = collections.defaultdict(list)
+        for port, src, start, n, codec, data in reader.entry_chunks(node.id, i):
+            by_channel[(port, src)].append((start, n, codec, data))
+        self.entry = {ch: EntryReader(chunks) for ch, chunks in by_channel.items()}
+        g = engine.graph
+        self.internal_ports = {e.port for e in g.in_edges(node) if e.src in g.in_g}
+        self.dests = {e.id: reader.dests(node.id, i, e.id) for e in g.out_edges(node) if e.shuffle}
+        self.reset()
+
+    def reset(self) -> None:
+        op = cloudpickle.loads(self.engine.code[self.node.id])
+        self.runner = ReplayRunner(self.node.name, self.i, op, self.node.id, ResultSource(self.results))
+        counts = self.counts
+        self.runner.expected_counts = lambda pos: counts[pos] if pos < len(counts) else None
+        self.queues: dict[tuple[int, int], collections.deque] = collections.defaultdict(collections.deque)
+        self.consumed: dict[tuple[int, int], int] = collections.defaultdict(int)
+        self.run_idx = 0
+        self.run_off = 0
+        self.sent: dict[int, int] = collections.defaultdict(int)  # outputs so far per shuffle edge
+
+    @property
+    def count(self) -> int:
+        return self.runner.count
+
+    def channel_at(self, position: int) -> tuple[int, int] | None:
+        if position >= self.total:
+            return None
+        idx = bisect.bisect_right(self.run_starts, position) - 1
+        port, src, _ = self.runs[idx]
+        return port, src
+
+    def next_channel(self) -> tuple[int, int] | None:
+        if self.run_idx >= len(self.runs):
+            return None
+        port, src, _ = self.runs[self.run_idx]
+        return port, src
+
+    def available(self) -> bool:
+        ch = self.next_channel()
+        if ch is None:
+            return False
+        if ch == END or ch[0] not in self.internal_ports:
+            return True
+        return bool(self.queues.get(ch))
+
+    def peek(self) -> Any:
+        """The next input this instance will consume, if it is available."""
+        ch = self.next_channel()
+        if ch is None or ch == END:
+            return None
+        if ch[0] not in self.internal_ports:
+            return self.entry[ch].get(self.consumed[ch])
+        q = self.queues.get(ch)
+        return q[0] if q else None
+
+    def consume(self) -> None:
+        ch = self.next_channel()
+        if ch == END:
+            self.runner.end()
+        else:
+            port = ch[0]
+            if port in self.internal_ports:
+                row = self.queues[ch].popleft()
+            else:
+                entry = self.entry.get(ch)
+                if entry is None:
+                    raise RunFileError(f"{self.label}: the recorded tuples of channel {ch} are missing")
+                row = entry.get(self.consumed[ch])
+            self.consumed[ch] += 1
+            self.runner.feed(row, port)
+        self.run_off += 1
+        if self.run_off >= self.runs[self.run_idx][2]:
+            self.run_idx += 1
+            self.run_off = 0
+
+    def state(self) -> Any:
+        """The operator's state, JSON-encoded as stored in run files."""
+        return orjson.loads(values.dumps(self.runner.op.state()))
+
+
+class Engine:
+    def __init__(self, reader: RunReader, *, trust: bool = False):
+        self.reader = reader
+        ops = reader.operators
+        self.code = {o.id: reader.code(o.id) for o in ops}
+        keys_code = reader.edge_keys()
+        require_trust(reader.path, reader.run.get("signature"),
+                      [self.code[o.id] for o in ops] + list(keys_code.values()), trust)
+        keys = {e: cloudpickle.loads(c) for e, c in keys_code.items()}
+        self.graph = Graph.from_description(reader.plan, {}, keys)
+        for o in ops:  # the plan may predate a fix of source instances; operators is authoritative
+            self.graph.nodes[o.id].instances = o.instances
+        self.dirty: set[Instance] = set()
+        self.instances: dict[Key, Instance] = {}
+        for op_id, i in reader.g_instances():
+            self.instances[(op_id, i)] = Instance(self, self.graph.nodes[op_id], i)
+        # consumers first: the scheduler drains downstream before pulling upstream
+        self.order = sorted(self.instances.values(), key=lambda x: (-x.node.id, x.i))
+        for inst in self.instances.values():
+            self._wire(inst)
+
+    # --- wiring ---------------------------------------------------------------
+
+    def _wire(self, inst: Instance) -> None:
+        g = self.graph
+        targets = []
+        for e in g.out_edges(inst.node):
+            if e.shuffle:
+                targets.append(self._shuffle_target(inst, e))
+            else:
+                dst = self.instances[(e.dst, inst.i)]
+                targets.append(self._queue_target(dst, (e.port, inst.i)))
+        inst.runner.targets = targets
+
+    def _queue_target(self, dst: Instance, ch: tuple[int, int]) -> Callable[[Any], None]:
+        dirty = self.dirty
+
+        def deliver(row):
+            dst.queues[ch].append(row)
+            dirty.add(dst)
+        return deliver
+
+    def _shuffle_target(self, inst: Instance, edge) -> Callable[[Any], None]:
+        g, dirty = self.graph, self.dirty
+        logged = inst.dests.get(edge.id)
+        dsts = {}
+        ch = (edge.port, inst.i)
+
+        def deliver(row):
+            d = g.route(edge, row, inst.i)
+            n = inst.sent[edge.id]
+            if logged is not None and n < len(logged) and logged[n] != d:
+                raise ReplayDivergence(
+                    f"{inst.label} input #{inst.count} sent output {n} to {g.nodes[edge.dst].name}:{d} in "
+                    f"replay but to instance {logged[n]} when recorded (the key function is not "
+                    f"deterministic?)", op=inst.node.name, instance=inst.i, position=inst.count)
+            inst.sent[edge.id] = n + 1
+            dst = dsts.get(d)
+            if dst is None:
+                dst = dsts[d] = self.instances[(edge.dst, d)]
+            dst.queues[ch].append(row)
+            dirty.add(dst)
+        return deliver
+
+    def reset(self) -> None:
+        """Every instance back to its initial state (interaction 0)."""
+        for inst in self.instances.values():
+            inst.reset()
+        for inst in self.instances.values():
+            self._wire(inst)
+        self.dirty.clear()
+
+    # --- moving -----------------------------------------------------------------
+
+    @property
+    def position(self) -> dict[Key, int]:
+        return {k: inst.count for k, inst in self.instances.items()}
+
+    def advance_to(self, targets: dict[Key, int], progress: Callable[[int], None] | None = None) -> None:
+        """Consume logged inputs until every instance in `targets` has consumed that many."""
+        insts = self.instances
+        for key, t in targets.items():
+            inst = insts[key]
+            if t < inst.count:
+                raise ValueError(f"{inst.label} is already past position {t}; reset first")
+            if t > inst.total:
+                raise RunFileError(f"{inst.label} has {inst.total} logged inputs; cannot reach {t}")
+
+        def limit(inst: Instance) -> int:
+            return targets.get(inst.key, inst.count)
+
+        order = [x for x in self.order if x.count < limit(x)]
+        dirty = self.dirty
+        dirty.update(order)
+        ptr, steps = 0, 0
+        while True:
+            while dirty:
+                x = dirty.pop()
+                lim = limit(x)
+                while x.count < lim and x.available():
+                    x.consume()
+                    steps += 1
+            while ptr < len(order) and order[ptr].count >= limit(order[ptr]):
+                ptr += 1
+            if ptr == len(order):
+                break
+            self._pull(order[ptr], limit)
+            if progress is not None and steps >= 20000:
+                progress(steps)
+                steps = 0
+
+    def _pull(self, inst: Instance, limit: Callable[[Instance], int]) -> None:
+        """Advance the producer `inst` waits on until a tuple for it arrives."""
+        ch = inst.next_channel()
+        if ch is None or ch == END or ch[0] not in inst.internal_ports:
+            self.dirty.add(inst)
+            return
+        edge = self.graph.edges[inst.node.inputs[ch[0]]]
+        prod = self.instances[(edge.src, ch[1])]
+        q = inst.queues[ch]
+        while not q:
+            if prod.count >= limit(prod) or prod.next_channel() is None:
+                raise RunFileError(
+                    f"cannot replay {inst.label}: its next input comes from {prod.label}, which would have to "
+                    f"go past position {limit(prod)} (the logs are inconsistent)")
+            if prod.available():
+                prod.consume()
+            else:
+                self._pull(prod, limit)
+        self.dirty.add(inst)
+
+    def step(self, inst: Instance) -> None:
+        """Consume exactly one input at `inst` (it must be available)."""
+        inst.consume()
+
+    # --- interactions -------------------------------------------------------------
+
+    def jump(self, k: int, progress: Callable[[int], None] | None = None) -> None:
+        snap = self.reader.snapshot(k)
+        if snap is None:
+            raise RunFileError(f"interaction {k} is not complete in this run file")
+        targets = {key: at.position for key, at in snap.items()}
+        if any(self.instances[key].count > t for key, t in targets.items()):
+            self.reset()
+        self.advance_to(targets, progress)
+
+    def states(self) -> dict[Key, Any]:
+        return {k: inst.state() for k, inst in self.instances.items()}
+
+
+def verify(reader: RunReader, *, trust: bool = False,
+           progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Replay every complete interaction and compare states with the stored ones.
+
+    Returns one result per interaction: `{"k", "ok", ...}`; a failed one names the
+    operator, instance and field that differ (or the divergence the replay hit).
+    Stops at the first divergence, since everything after it would differ too.
+    """
+    engine = Engine(reader, trust=trust)
+    results = []
+    interactions = reader.interactions()
+    for n, interaction in enumerate(interactions):
+        snap = reader.snapshot(interaction.k)
+        try:
+            engine.jump(interaction.k)
+        except ReplayDivergence as e:
+            results.append({"k": interaction.k, "ok": False, "op": e.op, "instance": e.instance,
+                            "position": e.position, "error": str(e)})
+            break
+        bad = None
+        for key, at in snap.items():
+            if at.state is None:
+                continue
+            recorded = reader.state(at.state)
+            replayed = engine.instances[key].state()
+            diff = values.first_difference(recorded, replayed)
+            if diff is not None:
+                inst = engine.instances[key]
+                path, a, b = diff
+                bad = {"k": interaction.k, "ok": False, "op": inst.node.name, "instance": inst.i,
+                       "position": at.position, "field": path,
+                       "recorded": values.render(a, 120), "replayed": values.render(b, 120),
+                       "error": f"{inst.label} differs at interaction {interaction.k} in {path}: recorded "
+                                f"{values.render(a, 60)}, replayed {values.render(b, 60)}"}
+                break
+        if bad:
+            results.append(bad)
+            break
+        results.append({"k": interaction.k, "ok": True, "instances": len(snap)})
+        if progress is not None:
+            progress(n + 1, len(interactions))
+    return results
+
+

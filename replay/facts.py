@@ -1,0 +1,130 @@
+"""Facts about a run that the run file states outright (no replay, no unpickling).
+
+Shared by `tt inspect` and the debugger: the run summary, the DAG, the
+interaction history with per-instance positions, and stored states. Everything
+is plain JSON-able data.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ..core.errors import UsageError
+from ..store.reader import RunReader
+
+
+def label(reader: RunReader, op_id: int, instance: int) -> str:
+    return f"{reader.operators[op_id].name}:{instance}"
+
+
+def summary(reader: RunReader) -> dict:
+    run = reader.run
+    complete = reader.interactions()
+    sizes = reader.sizes()
+    theta = next((o for o in reader.operators if o.is_theta), None)
+    input_bytes = run.get("input_bytes")
+    control = reader.control_log_bytes()
+    plan = run.get("plan") or {}
+    return {
+        "file": str(reader.path),
+        "status": reader.status,
+        "job": run["job"],
+        "args": run["argv"],
+        "started": _iso(run["started"]),
+        "finished": _iso(run["finished"]),
+        "seconds": round(run["finished"] - run["started"], 3) if run["finished"] and run["started"] else None,
+        "error": run["error"],
+        "master": run["master"],
+        "spark_version": run["spark_version"],
+        "theta": theta.name if theta else None,
+        "options": run["options"],
+        "operators": [{"name": o.name, "kind": o.kind, "class": o.cls, "stage": o.stage,
+                       "instances": o.instances, "in_g": o.in_g, "theta": o.is_theta} for o in reader.operators],
+        "edges": [{"from": reader.operators[e["src"]].name, "to": reader.operators[e["dst"]].name,
+                   "port": e["port"], "shuffle": e["shuffle"], "keyed": e["keyed"]}
+                  for e in plan.get("edges", [])],
+        "stages": len(plan.get("stages", [])),
+        "interactions": len(complete),
+        "interactions_recorded": len(reader.interactions_all),
+        "tasks": {"committed": sum(1 for a, st in reader.visible.values() if st == "committed"),
+                  "visible": len(reader.visible)},
+        "sizes": sizes,
+        "input_bytes": input_bytes,
+        "control_log_bytes": control,
+        "control_log_ratio": (control / input_bytes) if input_bytes else None,
+        "failures": [{k: f[k] for k in ("op", "instance", "position", "error", "row")}
+                     for f in reader.failures()],
+    }
+
+
+def interactions(reader: RunReader) -> list[dict]:
+    out = []
+    start = reader.run["started"] or 0
+    for i in reader.interactions_all:
+        snap = reader.snapshot(i.k)
+        out.append({
+            "k": i.k,
+            "time": _iso(i.time),
+            "t": round(i.time - start, 3),
+            "trigger": i.trigger,
+            "detail": i.detail,
+            "complete": snap is not None,
+            "positions": ({label(reader, op, inst): at.position for (op, inst), at in sorted(snap.items())}
+                          if snap else None),
+        })
+    return out
+
+
+def states_at(reader: RunReader, k: int, op: str | None = None) -> dict:
+    snap = reader.snapshot(k)
+    if snap is None:
+        known = [i.k for i in reader.interactions()]
+        raise UsageError(f"interaction {k} is not complete in {reader.path}; complete ones: "
+                         f"{_ranges(known) or 'none'}")
+    op_id = reader.operator(op).id if op is not None else None
+    if op_id is not None and not reader.operators[op_id].in_g:
+        raise UsageError(f"{op} is not in G(θ) (θ = {reader.theta.name}); its state is not recorded")
+    out = {}
+    for (o, i), at in sorted(snap.items()):
+        if op_id is not None and o != op_id:
+            continue
+        out[label(reader, o, i)] = {"position": at.position, "state": reader.state(at.state)}
+    return out
+
+
+def _iso(t: float | None) -> str | None:
+    return dt.datetime.fromtimestamp(t).isoformat(timespec="milliseconds") if t else None
+
+
+def _ranges(ks: list[int]) -> str:
+    if not ks:
+        return ""
+    parts, start, prev = [], ks[0], ks[0]
+    for k in ks[1:] + [None]:
+        if k is not None and k == prev + 1:
+            prev = k
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if k is not None:
+            start = prev = k
+    return ",".join(parts)
+
+
+def parse_instance(reader: RunReader, text: str) -> tuple[int, int]:
+    """'FD:1' -> (op id, 1)."""
+    name, _, inst = text.partition(":")
+    op = reader.operator(name)
+    try:
+        i = int(inst)
+    except ValueError:
+        raise UsageError(f"bad instance {text!r}; write OP:INSTANCE, e.g. {op.name}:0") from None
+    if not 0 <= i < op.instances:
+        raise UsageError(f"{op.name} has instances 0..{op.instances - 1}, not {i}")
+    return op.id, i
+
+
+def render_value(v: Any) -> str:
+    from ..core.values import render
+
+    return render(v, 10_000)

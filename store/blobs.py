@@ -1,0 +1,65 @@
+"""Compressed blobs: log chunks, states, and recorded tuples.
+
+Executors compress before sending (the coordinator only writes bytes), so this
+module is imported inside Spark workers: keep it free of sqlite and Spark.
+
+Recorded tuples (those entering G(θ) from outside it) use one of two codecs:
+`arrow` keeps a source DataFrame's Arrow batch as it arrived (cheap to write, and
+`to_pylist()` gives the exact rows the operator saw), `pickle` stores the Python
+rows themselves.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import zstandard
+
+_LEVEL = 3
+_cctx = None
+_dctx = None
+
+
+def compress(data: bytes) -> bytes:
+    global _cctx
+    if _cctx is None:
+        _cctx = zstandard.ZstdCompressor(level=_LEVEL)
+    return _cctx.compress(data)
+
+
+def decompress(data: bytes) -> bytes:
+    global _dctx
+    if _dctx is None:
+        _dctx = zstandard.ZstdDecompressor()
+    return _dctx.decompress(data)
+
+
+# --- recorded tuples -------------------------------------------------------
+
+PICKLE = "pickle"
+ARROW = "arrow"
+
+
+def pack_rows(rows: list) -> bytes:
+    return compress(pickle.dumps(rows, protocol=5))
+
+
+def pack_arrow(batch) -> bytes:
+    """One Arrow RecordBatch as an IPC stream (compressed by Arrow itself)."""
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def unpack_tuples(codec: str, data: bytes) -> list:
+    if codec == PICKLE:
+        return pickle.loads(decompress(data))
+    if codec == ARROW:
+        import pyarrow as pa
+
+        return pa.ipc.open_stream(data).read_all().to_pylist()
+    raise ValueError(f"unknown tuple codec {codec!r}")

@@ -1,0 +1,304 @@
+"""Typed read queries over a run file: everything the debugger and `tt inspect` ask.
+
+An interaction k is *complete* when every instance in G(θ) has a known state at
+k: it took barrier k (a `barriers` row), or it finished before barrier k reached
+it (its `finals` row, in a committed attempt, covers every k after its last
+barrier). A run interrupted at any moment lists only its complete interactions.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+from array import array
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+from ..core import logs
+from ..core.errors import RunFileError
+from . import blobs, schema
+
+
+@dataclass(frozen=True)
+class Interaction:
+    k: int
+    time: float
+    trigger: str       # start | periodic | condition | user | end
+    detail: dict
+
+
+@dataclass(frozen=True)
+class InstanceAt:
+    position: int
+    state: bytes | None  # state hash; None when only replay can tell
+
+
+@dataclass(frozen=True)
+class OperatorInfo:
+    id: int
+    name: str
+    kind: str
+    cls: str
+    stage: int
+    instances: int
+    in_g: bool
+    is_theta: bool
+
+
+class RunReader:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.db = schema.open_existing(self.path)
+        self.conn: sqlite3.Connection = self.db.conn
+        self._snapshots: dict[int, dict | None] = {}
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def refresh(self) -> None:
+        """Forget cached answers (a live run may have grown)."""
+        self._snapshots.clear()
+        for name in ("run", "plan", "operators", "visible", "interactions_all"):
+            self.__dict__.pop(name, None)
+
+    # --- the run ------------------------------------------------------------
+
+    @cached_property
+    def run(self) -> dict:
+        row = self.conn.execute("SELECT * FROM run").fetchone()
+        if row is None:
+            raise RunFileError(f"{self.path} holds no run (the recording never started)")
+        cols = [d[0] for d in self.conn.execute("SELECT * FROM run LIMIT 0").description]
+        out = dict(zip(cols, row))
+        for key in ("argv", "options", "plan"):
+            out[key] = orjson.loads(out[key]) if out[key] else None
+        return out
+
+    @property
+    def status(self) -> str:
+        """complete | failed | interrupted | recording (still being written) | incomplete (recorder died)."""
+        status = self.run["status"]
+        if status == "recording" and not self._recorder_alive():
+            return "incomplete"
+        return status
+
+    def _recorder_alive(self) -> bool:
+        pid, host = self.run.get("recorder_pid"), self.run.get("recorder_host")
+        if not pid or host != socket.gethostname():
+            return True  # cannot tell from here; assume it may still be writing
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    @cached_property
+    def plan(self) -> dict:
+        plan = self.run["plan"]
+        if not plan:
+            raise RunFileError(f"{self.path}: the dataflow never started, there is nothing to debug")
+        return plan
+
+    @cached_property
+    def operators(self) -> list[OperatorInfo]:
+        rows = self.conn.execute(
+            "SELECT id, name, kind, class, stage, instances, in_g, is_theta FROM operators ORDER BY id")
+        return [OperatorInfo(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), bool(r[7])) for r in rows]
+
+    def operator(self, name_or_id) -> OperatorInfo:
+        for op in self.operators:
+            if op.name == name_or_id or op.id == name_or_id:
+                return op
+        from ..core.errors import UsageError
+        names = ", ".join(o.name for o in self.operators)
+        raise UsageError(f"unknown operator {name_or_id!r}; operators are: {names}")
+
+    @property
+    def theta(self) -> OperatorInfo:
+        return next(o for o in self.operators if o.is_theta)
+
+    def g_instances(self) -> list[tuple[int, int]]:
+        return [(o.id, i) for o in self.operators if o.in_g for i in range(o.instances)]
+
+    def code(self, op_id: int) -> bytes:
+        return self.conn.execute("SELECT code FROM operators WHERE id=?", (op_id,)).fetchone()[0]
+
+    def edge_keys(self) -> dict[int, bytes]:
+        return dict(self.conn.execute("SELECT edge, code FROM edge_keys"))
+
+    def job_files(self) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT path, text FROM job_files"))
+
+    # --- attempts -----------------------------------------------------------
+
+    @cached_property
+    def visible(self) -> dict[tuple[int, int], tuple[int, str]]:
+        """(stage, partition) -> (attempt id, status) of the attempt readers use."""
+        rows = self.conn.execute("SELECT stage, partition, id, status FROM visible_attempts")
+        return {(s, p): (a, st) for s, p, a, st in rows}
+
+    def attempt_of(self, op_id: int, instance: int) -> tuple[int, str] | None:
+        op = self.operators[op_id]
+        return self.visible.get((op.stage, instance))
+
+    # --- interactions -------------------------------------------------------
+
+    @cached_property
+    def interactions_all(self) -> list[Interaction]:
+        rows = self.conn.execute("SELECT k, time, trigger, detail FROM interactions ORDER BY k")
+        return [Interaction(k, t, trig, orjson.loads(d) if d else {}) for k, t, trig, d in rows]
+
+    def interactions(self) -> list[Interaction]:
+        """The complete interactions, in order (I_0 is the initial state)."""
+        return [i for i in self.interactions_all if self.snapshot(i.k) is not None]
+
+    def snapshot(self, k: int) -> dict[tuple[int, int], InstanceAt] | None:
+        """Per G(θ) instance, its position and state at interaction k; None if incomplete."""
+        if k in self._snapshots:
+            return self._snapshots[k]
+        snap = self._resolve(k)
+        if snap is not None or self.run["status"] != "recording":
+            self._snapshots[k] = snap
+        return snap
+
+    def _resolve(self, k: int) -> dict | None:
+        if k == 0:
+            initial = dict(self.conn.execute("SELECT op, state FROM initial_states"))
+            return {(op, i): InstanceAt(0, initial.get(op)) for op, i in self.g_instances()}
+        out = {}
+        by_task: dict[int, dict[int, tuple[int, Any]]] = {}
+        for op, i in self.g_instances():
+            att = self.attempt_of(op, i)
+            if att is None:
+                return None
+            attempt, status = att
+            row = self.conn.execute(
+                "SELECT position, state FROM barriers WHERE attempt=? AND op=? AND k=?",
+                (attempt, op, k)).fetchone()
+            if row is not None:
+                out[(op, i)] = InstanceAt(row[0], row[1])
+                continue
+            if status != "committed":
+                return None
+            fin = by_task.setdefault(attempt, {
+                r[0]: (r[1], r[2], r[3]) for r in self.conn.execute(
+                    "SELECT op, position, last_k, state FROM finals WHERE attempt=?", (attempt,))})
+            if op not in fin or fin[op][1] >= k:
+                return None
+            out[(op, i)] = InstanceAt(fin[op][0], fin[op][2])
+        return out
+
+    def state(self, state_hash: bytes | None) -> Any:
+        """The stored (JSON-encoded) state for a hash."""
+        if state_hash is None:
+            return None
+        row = self.conn.execute("SELECT data FROM states WHERE hash=?", (state_hash,)).fetchone()
+        if row is None:
+            raise RunFileError(f"{self.path} is missing a state blob (damaged file?)")
+        return orjson.loads(blobs.decompress(row[0]))
+
+    def final(self, op_id: int, instance: int) -> InstanceAt | None:
+        att = self.attempt_of(op_id, instance)
+        if att is None:
+            return None
+        row = self.conn.execute("SELECT position, state FROM finals WHERE attempt=? AND op=?",
+                                (att[0], op_id)).fetchone()
+        return InstanceAt(row[0], row[1]) if row else None
+
+    # --- logs ---------------------------------------------------------------
+
+    def _chunks(self, op_id: int, instance: int, kind: str, edge: int = -1) -> Iterator[bytes]:
+        return (data for data, _ in self._chunks_n(op_id, instance, kind, edge))
+
+    def _chunks_n(self, op_id: int, instance: int, kind: str, edge: int = -1) -> Iterator[tuple[bytes, int]]:
+        att = self.attempt_of(op_id, instance)
+        if att is None:
+            return iter(())
+        rows = self.conn.execute(
+            "SELECT data, n FROM log_chunks WHERE op=? AND instance=? AND kind=? AND attempt=? AND edge=? "
+            "ORDER BY start", (op_id, instance, kind, att[0], edge))
+        return ((blobs.decompress(r[0]), r[1]) for r in rows)
+
+    def input_runs(self, op_id: int, instance: int) -> list[tuple[int, int, int]]:
+        runs: list[tuple[int, int, int]] = []
+        for data in self._chunks(op_id, instance, "in"):
+            for port, src, n in logs.unpack_runs(data):
+                if runs and runs[-1][0] == port and runs[-1][1] == src:
+                    runs[-1] = (port, src, runs[-1][2] + n)
+                else:
+                    runs.append((port, src, n))
+        return runs
+
+    def output_counts(self, op_id: int, instance: int) -> array:
+        out = array("I")
+        for data in self._chunks(op_id, instance, "out"):
+            out.frombytes(data)
+        return out
+
+    def dests(self, op_id: int, instance: int, edge: int) -> array:
+        """The destination instance of each output this instance sent on a shuffle edge."""
+        out = array("I")
+        for data, n in self._chunks_n(op_id, instance, "dest", edge):
+            out.extend(logs.unpack_dests(data, n))
+        return out
+
+    def results(self, op_id: int, instance: int) -> list[logs.LoggedResult]:
+        out: list[logs.LoggedResult] = []
+        for data in self._chunks(op_id, instance, "res"):
+            out.extend(logs.unpack_results(data))
+        return out
+
+    def entry_chunks(self, op_id: int, instance: int) -> list[tuple[int, int, int, int, str, bytes]]:
+        """Recorded tuples entering this instance: (port, src, start, n, codec, data)."""
+        att = self.attempt_of(op_id, instance)
+        if att is None:
+            return []
+        return list(self.conn.execute(
+            "SELECT port, src, start, n, codec, data FROM entry_chunks WHERE op=? AND instance=? "
+            "AND attempt=? ORDER BY port, src, start", (op_id, instance, att[0])))
+
+    def entry_channels(self, op_id: int, instance: int) -> list[tuple[int, int]]:
+        att = self.attempt_of(op_id, instance)
+        if att is None:
+            return []
+        return [tuple(r) for r in self.conn.execute(
+            "SELECT DISTINCT port, src FROM entry_chunks WHERE op=? AND instance=? AND attempt=?",
+            (op_id, instance, att[0]))]
+
+    def failures(self) -> list[dict]:
+        cur = self.conn.execute(
+            "SELECT f.attempt, o.name, f.instance, f.position, f.error, f.traceback, f.row, f.time "
+            "FROM failures f JOIN operators o ON o.id = f.op ORDER BY f.time")
+        cols = ["attempt", "op", "instance", "position", "error", "traceback", "row", "time"]
+        return [dict(zip(cols, r)) for r in cur]
+
+    # --- sizes --------------------------------------------------------------
+
+    def sizes(self) -> dict[str, int]:
+        """Bytes stored per kind of record (payload bytes, not SQLite pages)."""
+        q = self.conn.execute
+        out = {
+            "interactions": q("SELECT COALESCE(SUM(LENGTH(detail)),0) + 24*COUNT(*) FROM interactions").fetchone()[0]
+            + q("SELECT 40*COUNT(*) FROM barriers").fetchone()[0],
+        }
+        for kind, label in (("in", "input_log"), ("out", "output_log"), ("dest", "output_log_dests"),
+                            ("res", "logged_results")):
+            out[label] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM log_chunks WHERE kind=?", (kind,)).fetchone()[0]
+        out["recorded_tuples"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks").fetchone()[0]
+        out["states"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM states").fetchone()[0]
+        out["code"] = q("SELECT COALESCE(SUM(LENGTH(code)),0) FROM operators").fetchone()[0]
+        out["file"] = self.path.stat().st_size + sum(
+            Path(str(self.path) + s).stat().st_size for s in ("-wal",) if Path(str(self.path) + s).exists())
+        return out
+
+    def control_log_bytes(self) -> int:
+        """Interactions + Input/Output logs + logged results (the paper's log size)."""
+        s = self.sizes()
+        return s["interactions"] + s["input_log"] + s["output_log"] + s["output_log_dests"] + s["logged_results"]

@@ -1,0 +1,148 @@
+"""The run.db schema, its version, and opening a file safely.
+
+One SQLite file per run, in WAL mode so that `tt debug` can read a run while
+`tt record` is still writing it. Every table is plain enough to read with the
+`sqlite3` shell or `sqlite-utils`; ids are operator node ids and instance
+numbers, names live in `operators`.
+
+Attempts: a Spark task (stage, partition) may run several times (failures,
+retries, recomputation). Log rows carry the attempt that wrote them; readers use
+one *visible* attempt per task (`visible_attempts` view): the committed one, or
+for a run that never finished, the attempt that got furthest.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import sqlite_utils
+
+from ..core.errors import RunFileError
+
+APP_ID = 0x74740001  # "tt" + format 1, in SQLite's application_id header field
+SCHEMA_VERSION = 1
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS run (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    status TEXT NOT NULL,          -- recording | complete | failed | interrupted
+    job TEXT, argv TEXT, started REAL, finished REAL, error TEXT,
+    master TEXT, spark_version TEXT, theta TEXT, options TEXT, plan TEXT,
+    input_bytes INTEGER, signature TEXT, recorder_pid INTEGER, recorder_host TEXT
+);
+CREATE TABLE IF NOT EXISTS operators (
+    id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, kind TEXT, class TEXT,
+    stage INTEGER, instances INTEGER, in_g INTEGER, is_theta INTEGER, code BLOB
+);
+CREATE TABLE IF NOT EXISTS edge_keys (edge INTEGER PRIMARY KEY, code BLOB);
+CREATE TABLE IF NOT EXISTS job_files (path TEXT PRIMARY KEY, text TEXT);
+CREATE TABLE IF NOT EXISTS attempts (
+    id INTEGER PRIMARY KEY, stage INTEGER, partition INTEGER, number INTEGER,
+    spark_attempt INTEGER, status TEXT, started REAL, ended REAL, host TEXT,
+    tuples INTEGER DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS interactions (
+    k INTEGER PRIMARY KEY, time REAL, trigger TEXT, detail TEXT
+);
+CREATE TABLE IF NOT EXISTS states (          -- content-addressed: barriers refer to the hash
+    hash BLOB PRIMARY KEY, size INTEGER, data BLOB
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS barriers (
+    attempt INTEGER, op INTEGER, instance INTEGER, k INTEGER, position INTEGER, state BLOB,
+    PRIMARY KEY (attempt, op, k)
+);
+CREATE TABLE IF NOT EXISTS initial_states (op INTEGER PRIMARY KEY, state BLOB);
+CREATE TABLE IF NOT EXISTS finals (
+    attempt INTEGER, op INTEGER, instance INTEGER, position INTEGER, last_k INTEGER, state BLOB,
+    PRIMARY KEY (attempt, op)
+);
+CREATE TABLE IF NOT EXISTS log_chunks (
+    attempt INTEGER, op INTEGER, instance INTEGER, kind TEXT, edge INTEGER,
+    start INTEGER, n INTEGER, data BLOB
+);
+CREATE TABLE IF NOT EXISTS entry_chunks (
+    attempt INTEGER, op INTEGER, instance INTEGER, port INTEGER, src INTEGER,
+    start INTEGER, n INTEGER, codec TEXT, data BLOB
+);
+CREATE TABLE IF NOT EXISTS failures (
+    attempt INTEGER, op INTEGER, instance INTEGER, position INTEGER,
+    error TEXT, traceback TEXT, row TEXT, time REAL
+);
+CREATE INDEX IF NOT EXISTS log_chunks_by_instance ON log_chunks (op, instance, kind, attempt, start);
+CREATE INDEX IF NOT EXISTS entry_chunks_by_channel ON entry_chunks (op, instance, port, src, attempt, start);
+CREATE INDEX IF NOT EXISTS barriers_by_k ON barriers (k, op, instance);
+CREATE INDEX IF NOT EXISTS attempts_by_task ON attempts (stage, partition);
+CREATE VIEW IF NOT EXISTS visible_attempts AS
+    SELECT a.* FROM attempts a
+    WHERE a.status != 'shadow' AND a.id = (
+        SELECT b.id FROM attempts b
+        WHERE b.stage = a.stage AND b.partition = a.partition AND b.status != 'shadow'
+        ORDER BY (b.status = 'committed') DESC, b.tuples DESC, b.id DESC LIMIT 1);
+"""
+
+# Migrations from version N to N+1, applied in order when an older file is opened
+# for writing. Version 1 is the first; add (version, sql) pairs here.
+MIGRATIONS: list[tuple[int, str]] = []
+
+
+def create(path: str | Path) -> sqlite_utils.Database:
+    """A new, empty run file (the caller has checked that it may be written)."""
+    path = Path(path)
+    for suffix in ("", "-wal", "-shm"):
+        p = Path(str(path) + suffix)
+        if p.exists():
+            p.unlink()
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    db = sqlite_utils.Database(conn)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(f"PRAGMA application_id={APP_ID}")
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    conn.executescript(_TABLES)
+    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    conn.execute("INSERT INTO meta VALUES ('app', 'tt')")
+    return db
+
+
+def open_existing(path: str | Path, *, write: bool = False) -> sqlite_utils.Database:
+    """Open a run file, or raise a one-line `RunFileError` saying why it cannot be."""
+    path = Path(path)
+    if not path.exists():
+        raise RunFileError(f"{path}: no such file")
+    if path.is_dir():
+        raise RunFileError(f"{path} is a directory, not a run file")
+    with open(path, "rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+        raise RunFileError(f"{path} is not a tt run file (not an SQLite database)")
+    app_id = int.from_bytes(header[68:72], "big")
+    if app_id != APP_ID:
+        raise RunFileError(f"{path} is an SQLite database but not a tt run file")
+    try:
+        if write:
+            conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        else:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        conn.execute("SELECT status FROM run").fetchall()
+    except sqlite3.DatabaseError as e:
+        raise RunFileError(f"{path} is damaged: {e}") from None
+    if version > SCHEMA_VERSION:
+        raise RunFileError(f"{path} was written by a newer tt (format {version}; this tt reads up to "
+                           f"{SCHEMA_VERSION}); upgrade tt to open it")
+    if version < SCHEMA_VERSION:
+        if not write:
+            raise RunFileError(f"{path} uses an older format ({version}); run `tt migrate {path}`")
+        migrate(conn, version)
+    conn.execute("PRAGMA busy_timeout=5000")
+    return sqlite_utils.Database(conn)
+
+
+def migrate(conn: sqlite3.Connection, version: int) -> None:
+    for target, sql in MIGRATIONS:
+        if target > version:
+            conn.executescript(sql)
+            conn.execute(f"PRAGMA user_version={target}")
+            conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(target),))
