@@ -30,6 +30,8 @@ def record(
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL [default: the job's, "
                                          "else local[2,4]]."),
     tui: bool = typer.Option(False, "--tui", help="Open the debugger live while recording."),
+    spark_log: bool = typer.Option(False, "--spark-log", help="Show Spark's own output instead of writing "
+                                   "it to RUN.log."),
     force: bool = typer.Option(False, "--force", "-f", help="Overwrite the run file if it exists."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only errors."),
 ):
@@ -52,12 +54,15 @@ def record(
                                master=master, force=force)
     status = _Status(enabled=not quiet and sys.stderr.isatty())
     sessions = []
+    log = None if spark_log else Path(str(out) + ".log")
     outcome = record_job(job, list(ctx.args), out, watch=watch, every=every_s, when=when, master=master,
-                         force=force, on_event=status.event, on_session=sessions.append, debug=debugging())
+                         force=force, on_event=status.event, on_session=sessions.append, debug=debugging(),
+                         spark_log=log)
     status.stop()
     if outcome.status != "complete":
-        print(f"tt: error: {outcome.error}", file=sys.stderr)
-        print(f"tt: the run file {out} keeps what was recorded (status: {outcome.status})", file=sys.stderr)
+        kept = f"{out} keeps what was recorded (status {outcome.status})" if out.exists() else "nothing recorded"
+        where = f"; Spark's output is in {log}" if log is not None and log.exists() else ""
+        print(f"tt: error: {outcome.error}; {kept}{where}", file=sys.stderr)
         return outcome.exit_code or 1
     if not quiet:
         _summary(out)

@@ -35,7 +35,8 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
                every: float | None = None, when: str | None = None, master: str | None = None,
                force: bool = False, on_event: Callable[[str, dict], None] | None = None,
                on_session: Callable[[RecordingSession], None] | None = None,
-               debug: bool = False) -> RecordOutcome:
+               debug: bool = False, spark_log: Path | None = None) -> RecordOutcome:
+    """Record `job`; Spark's own output (JVM and executors) goes to `spark_log` if given."""
     job = Path(job)
     out = Path(out)
     if not job.exists():
@@ -64,6 +65,7 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
     if on_session is not None:
         on_session(session)
     outcome = RecordOutcome("complete")
+    redirect = _StderrToFile(spark_log) if spark_log is not None else None
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [str(job), *args]
     sys.path.insert(0, str(job.resolve().parent))
@@ -88,6 +90,8 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
             traceback.print_exc()
         outcome = RecordOutcome("failed", _job_error(e, job), 1)
     finally:
+        if redirect is not None:
+            redirect.restore()
         sys.argv, sys.path[:] = old_argv, old_path
         if old_usr1 is not None:
             signal.signal(signal.SIGUSR1, old_usr1)
@@ -97,6 +101,34 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
                         error=outcome.error)
         session.close()
     return outcome
+
+
+class _StderrToFile:
+    """Send file descriptor 2 (the JVM, executors, native libraries) to a log file.
+
+    Python's `sys.stderr` keeps writing to the terminal, so tt's own messages stay
+    visible while Spark's startup warnings and task tracebacks go to the log. The
+    JVM inherits the descriptor when the job starts Spark, so this must happen
+    before the job runs.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        self.log = open(self.path, "wb", buffering=0)
+        os.dup2(self.log.fileno(), 2)
+        self.old_stderr = sys.stderr
+        self.terminal = os.fdopen(os.dup(self.saved), "w", buffering=1)
+        sys.stderr = self.terminal
+
+    def restore(self) -> None:
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        sys.stderr = self.old_stderr
+        self.terminal.close()
+        self.log.close()
 
 
 def _install_user_signal(session: RecordingSession):

@@ -204,7 +204,11 @@ class StageTask:
     def _connect(self, recording: Recording, attempt: dict) -> None:
         from .client import ControlClient
 
-        hello = {"run": recording.run_id, "stage": self.stage.id, "partition": self.partition, **attempt}
+        import os
+        import socket
+
+        hello = {"run": recording.run_id, "stage": self.stage.id, "partition": self.partition,
+                 "host": f"{socket.gethostname()}:{os.getpid()}", **attempt}
         self.client = ControlClient(recording.address, recording.secret, hello)
         w = self.client.welcome
         self.mode = w["mode"]  # record | shadow | off

@@ -169,6 +169,8 @@ class RunReader:
         return snap
 
     def _resolve(self, k: int) -> dict | None:
+        if self.conn.execute("SELECT 1 FROM interactions WHERE k=?", (k,)).fetchone() is None:
+            return None
         if k == 0:
             initial = dict(self.conn.execute("SELECT op, state FROM initial_states"))
             return {(op, i): InstanceAt(0, initial.get(op)) for op, i in self.g_instances()}

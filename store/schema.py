@@ -96,13 +96,15 @@ def create(path: str | Path) -> sqlite_utils.Database:
             p.unlink()
     conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     db = sqlite_utils.Database(conn)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    # The header fields first, while the journal is still a rollback journal: in WAL
+    # mode page 1 would sit in the -wal file, and readers check the file's header.
     conn.execute(f"PRAGMA application_id={APP_ID}")
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     conn.executescript(_TABLES)
     conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     conn.execute("INSERT INTO meta VALUES ('app', 'tt')")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
     return db
 
 

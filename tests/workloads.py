@@ -199,3 +199,38 @@ def register_by_value() -> None:
     mod = sys.modules[__name__]
     for cp in (cloudpickle, spark_cloudpickle):
         cp.register_pickle_by_value(mod)
+
+
+# --- failures on the first attempt only (Spark retries the task) ----------------------------
+
+def first_attempt(partition: int) -> bool:
+    """True inside the first attempt of a Spark task on `partition` (never in a replay)."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    return tc is not None and tc.attemptNumber() == 0 and tc.partitionId() == partition
+
+
+class EnrichFailingOnce(Enrich):
+    def process(self, row, port=0):
+        if self.seen == 2500 and first_attempt(0):
+            raise RuntimeError("injected: FE fails on its first attempt")
+        yield from super().process(row, port)
+
+
+class DetectFailingOnce(Detect):
+    def process(self, row, port=0):
+        if self.scored == 900 and first_attempt(1):
+            raise RuntimeError("injected: FD fails on its first attempt")
+        yield from super().process(row, port)
+
+
+def build_retry(spark, failing: bool):
+    """θ in one partition, so that `--when` interactions fall at data-determined positions."""
+    flow = tt.Dataflow("retry")
+    fe = flow.source("U", payments_df(spark, partitions=1)).process(
+        EnrichFailingOnce() if failing else Enrich(), name="FE")
+    fd = fe.key_by(lambda r: r["customer"], partitions=3).process(
+        DetectFailingOnce() if failing else Detect(), name="FD")
+    fd.filter(lambda r: not r["fraud"], name="FF").process(Tally(), name="T").collect("S")
+    return flow

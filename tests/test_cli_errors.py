@@ -1,0 +1,201 @@
+"""Bad input of any kind: one clear line on stderr, a non-zero exit, nothing lost."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tt.cli.main import main
+from tt.store.reader import RunReader
+
+JOB = textwrap.dedent("""
+    import tt
+
+    class Count(tt.Operator):
+        def __init__(self):
+            self.n = 0
+        def process(self, row, port=0):
+            self.n += 1
+            HOOK
+            yield row
+
+    spark = tt.spark_session("t")
+    df = spark.createDataFrame([{"id": i, "v": i % 7} for i in range(500)], "id long, v long").repartition(2)
+    flow = tt.Dataflow("ok")
+    flow.source("U", df).process(Count(), name="C").key_by(lambda r: r["v"], partitions=2) \\
+        .process(Count(), name="K").collect("S")
+    flow.run()
+""")
+
+JOB_OK = JOB.replace("HOOK", "pass")
+JOB_OPERATOR_RAISES = JOB.replace("HOOK", "if row['id'] == 321: raise ZeroDivisionError('boom')")
+assert JOB_OPERATOR_RAISES != JOB_OK
+
+JOB_RAISES_EARLY = "import tt\nraise ValueError('no input configured')\n"
+
+
+def _err(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def _one_line(capsys, *needles: str) -> str:
+    lines = _err(capsys)
+    assert len(lines) == 1, lines
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def job(tmp_path):
+    def write(text: str, name: str = "job.py") -> Path:
+        p = tmp_path / name
+        p.write_text(text)
+        return p
+    return write
+
+
+# --- before Spark starts ---------------------------------------------------------------
+
+def test_missing_job_file(tmp_path, capsys):
+    assert main(["record", str(tmp_path / "nope.py"), "-o", str(tmp_path / "r.db")]) == 2
+    _one_line(capsys, "nope.py", "not found")
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_job_with_a_syntax_error(job, tmp_path, capsys):
+    assert main(["record", str(job("def f(:\n")), "-o", str(tmp_path / "r.db")]) == 2
+    _one_line(capsys, "line 1")
+
+
+@pytest.mark.parametrize("expr, needle", [("row['amount'] >", "bad --when"), ("amount > 3", "unknown name")])
+def test_bad_condition(job, tmp_path, capsys, expr, needle):
+    assert main(["record", str(job(JOB_OK)), "--when", expr, "-o", str(tmp_path / "r.db")]) == 2
+    _one_line(capsys, needle)
+
+
+def test_bad_duration(job, tmp_path, capsys):
+    assert main(["record", str(job(JOB_OK)), "--every", "soon", "-o", str(tmp_path / "r.db")]) == 2
+    _one_line(capsys, "bad duration")
+
+
+def test_refuses_to_overwrite_a_run(job, tmp_path, capsys):
+    out = tmp_path / "r.db"
+    out.write_bytes(b"precious")
+    assert main(["record", str(job(JOB_OK)), "-o", str(out)]) == 2
+    _one_line(capsys, "--force")
+    assert out.read_bytes() == b"precious"
+
+
+def test_unknown_cli_option(capsys):
+    assert main(["record", "--nope", "x.py"]) == 2
+    _one_line(capsys, "--nope")
+
+
+# --- run files ---------------------------------------------------------------------------
+
+def test_missing_run_file(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "missing.db")]) == 1
+    _one_line(capsys, "no such file")
+    assert main(["verify", str(tmp_path / "missing.db")]) == 1
+    _one_line(capsys, "no such file")
+
+
+def test_foreign_files(tmp_path, capsys):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    assert main(["inspect", str(text)]) == 1
+    _one_line(capsys, "not a tt run file")
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    assert main(["verify", str(other)]) == 1
+    _one_line(capsys, "not a tt run file")
+
+
+def _tiny_run(path: Path) -> None:
+    from tt.store import schema
+
+    db = schema.create(path)
+    db.conn.execute("INSERT INTO run (id, status) VALUES (1, 'complete')")
+    db.conn.close()
+
+
+def test_corrupt_run_file(tmp_path, capsys):
+    run = tmp_path / "corrupt.db"
+    _tiny_run(run)
+    data = bytearray(run.read_bytes())
+    data[100:] = b"\x00\xff" * ((len(data) - 100) // 2)
+    run.write_bytes(bytes(data))
+    assert main(["inspect", str(run)]) == 1
+    _one_line(capsys, "damaged")
+
+
+def test_run_file_from_a_newer_tt(tmp_path, capsys):
+    run = tmp_path / "newer.db"
+    _tiny_run(run)
+    conn = sqlite3.connect(run)
+    conn.execute("PRAGMA user_version=99")
+    conn.commit()
+    conn.close()
+    assert main(["inspect", str(run)]) == 1
+    _one_line(capsys, "newer tt")
+
+
+def test_unknown_operator_and_interaction_in_inspect(record, capsys):
+    import workloads
+
+    path = record(workloads.build_chain, watch="A", when="row['amount'] > 400")
+    assert main(["inspect", str(path), "state", "--at", "1", "--op", "NOPE"]) == 2
+    _one_line(capsys, "unknown operator 'NOPE'", "A, B")
+    assert main(["inspect", str(path), "state", "--at", "9999"]) == 2
+    _one_line(capsys, "interaction 9999 is not complete")
+
+
+# --- the job itself fails (Spark is running) ---------------------------------------------------
+
+@pytest.mark.slow
+def test_unknown_watch_operator(spark, job, tmp_path, capsys):
+    out = tmp_path / "r.db"
+    assert main(["record", str(job(JOB_OK)), "--watch", "NOPE", "-o", str(out)]) == 2
+    _one_line(capsys, "unknown operator 'NOPE'", "U, C, K, S")
+    assert RunReader(out).status == "failed"
+
+
+@pytest.mark.slow
+def test_job_raising_before_its_dataflow(spark, job, tmp_path, capsys):
+    out = tmp_path / "r.db"
+    assert main(["record", str(job(JOB_RAISES_EARLY)), "-o", str(out)]) == 1
+    _one_line(capsys, "ValueError", "no input configured", "job.py line 2")
+    reader = RunReader(out)
+    assert reader.status == "failed" and "ValueError" in reader.run["error"]
+
+
+@pytest.mark.slow
+def test_operator_exception_is_recorded_and_debuggable(spark, job, tmp_path, capsys):
+    out = tmp_path / "r.db"
+    assert main(["record", str(job(JOB_OPERATOR_RAISES)), "--watch", "C", "-o", str(out)]) == 1
+    line = _one_line(capsys, "ZeroDivisionError", "boom", "C:")
+    reader = RunReader(out)
+    assert reader.status == "failed" and "ZeroDivisionError" in reader.run["error"]
+    failure = reader.failures()[0]
+    assert failure["op"] == "C" and "'id': 321" not in line and "321" in failure["row"]
+    assert failure["position"] >= 0 and "Traceback" in failure["traceback"]
+
+
+@pytest.mark.slow
+def test_one_line_even_when_spark_is_noisy(job, tmp_path):
+    """A fresh `tt record` process: the JVM's startup warnings and task tracebacks go to RUN.log."""
+    out = tmp_path / "r.db"
+    proc = subprocess.run([sys.executable, "-m", "tt", "record", str(job(JOB_OPERATOR_RAISES)), "--watch", "C",
+                           "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert "ZeroDivisionError" in lines[0] and str(out) in lines[0]
+    log = Path(str(out) + ".log").read_text()
+    assert "ZeroDivisionError" in log  # Spark's own report is kept, not lost

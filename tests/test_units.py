@@ -1,0 +1,207 @@
+"""Unit tests of the pieces under the recorder and the replay engine (no Spark)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import random
+import socket
+import sqlite3
+import threading
+from array import array
+
+import pytest
+
+from tt.core import values
+from tt.core.errors import UsageError
+from tt.core.graph import Graph, stable_hash
+from tt.core.logs import (InputRuns, LoggedResult, pack_dests, pack_results, pack_runs, unpack_dests,
+                          unpack_results, unpack_runs)
+from tt.core.operator import Filter, Map, Operator, Source
+from tt.recorder import wire
+from tt.recorder.triggers import compile_condition, parse_duration
+from tt.store.writer import Writer
+
+
+# --- values --------------------------------------------------------------------------------
+
+class Point:
+    def __init__(self):
+        self.x, self.y, self._hidden = 1, (2, 3), "no"
+
+
+@pytest.mark.parametrize("value", [
+    None, True, 3, -2**70, 2.5, float("inf"), "s", [1, "a"], (1, (2,)), {"a": 1}, {1: "int key"},
+    {"$tuple": "looks like a tag"}, {3, 1, 2}, frozenset({"x"}), b"\x00\xff", decimal.Decimal("1.10"),
+    dt.datetime(2024, 1, 2, 3, 4, 5), dt.date(2024, 1, 2), {"nested": [{"t": (1, 2)}, {2: {3}}]},
+])
+def test_values_round_trip(value):
+    encoded = values.encode(value)
+    assert values.loads(values.dumps(value)) == encoded
+    assert values.decode(encoded) == value
+
+
+def test_values_keep_apart_what_behaves_differently():
+    assert values.dumps([1, 2]) != values.dumps((1, 2))
+    assert values.dumps({1: "a"}) != values.dumps({"1": "a"})
+    assert values.dumps(1.0) != values.dumps(decimal.Decimal("1.0"))
+    assert values.dumps({"b": 1, "a": 2}) == values.dumps({"a": 2, "b": 1})
+
+
+def test_objects_and_first_difference():
+    enc = values.encode(Point())
+    assert enc["attrs"] == {"x": 1, "y": {"$tuple": [2, 3]}}
+    a = values.encode({"blacklist": {"Bob": 7, "Eve": 3}, "n": 1})
+    b = values.encode({"blacklist": {"Bob": 7, "Eve": 4}, "n": 1})
+    assert values.first_difference(a, b) == ("blacklist.Eve", 3, 4)
+    assert values.first_difference(a, a) is None
+    assert values.first_difference([1, 2], [1, 2, 3])[0] == "[2]"
+
+
+def test_render_is_short():
+    assert values.render(values.encode({"k": (1, 2)})) == "{k: (1, 2)}"
+    assert len(values.render(values.encode(list(range(1000))), 40)) == 40
+
+
+# --- logs ----------------------------------------------------------------------------------------
+
+def test_input_runs_merge_and_split():
+    runs = InputRuns()
+    for port, src in [(0, 1), (0, 1), (1, 0), (1, 0), (1, 0), (0, 1)]:
+        runs.add(port, src)
+    assert runs.runs == [[0, 1, 2], [1, 0, 3], [0, 1, 1]]
+    assert runs.take(3) == [[0, 1, 2], [1, 0, 1]]
+    assert runs.runs == [[1, 0, 2], [0, 1, 1]]
+    assert unpack_runs(pack_runs(runs.take())) == [(1, 0, 2), (0, 1, 1)]
+
+
+@pytest.mark.parametrize("n_dest", [1, 2, 3, 4, 7, 16, 17, 256, 300, 70000])
+def test_dests_pack(n_dest):
+    rng = random.Random(n_dest)
+    a = array("I", [rng.randrange(n_dest) for _ in range(1003)])
+    packed = pack_dests(a, n_dest)
+    assert unpack_dests(packed, len(a)) == a
+    if n_dest <= 4:
+        assert len(packed) <= 1 + len(a) // 4 + 1
+
+
+def test_results_pack():
+    rs = [LoggedResult(3, 0, "random.random", 0.5), LoggedResult(3, 1, "time.time", {"x": (1,)})]
+    assert unpack_results(pack_results(rs)) == rs
+
+
+# --- graph -----------------------------------------------------------------------------------------
+
+class Stateful(Operator):
+    def __init__(self):
+        self.n = 0
+
+    def process(self, row, port=0):
+        yield row
+
+
+def _graph():
+    g = Graph()
+    u = g.add_node("U", "source", Source())
+    v = g.add_node("V", "source", Source())
+    a = g.add_node("A", "process", Stateful())
+    m = g.add_node("M", "map", Map(lambda r: r))
+    k = g.add_node("K", "process", Stateful())
+    un = g.add_node("UN", "union", Stateful())
+    f = g.add_node("F", "filter", Filter(bool))
+    g.connect(u, a)
+    g.connect(a, m)
+    g.connect(m, k, key=lambda r: r, partitions=5)
+    g.connect(k, un)
+    g.connect(v, un)          # a merge of two stages without key: becomes a shuffle
+    g.connect(un, f)
+    return g
+
+
+def test_stage_cutting_and_g_theta():
+    g = _graph()
+    g.cut_stages({0: 4, 1: 3}, default_partitions=None)
+    stage = {n.name: n.stage for n in g.nodes}
+    assert stage["A"] == stage["M"] == stage["U"]
+    assert stage["K"] not in (stage["U"], stage["V"])
+    assert g.node("K").instances == 5
+    assert stage["UN"] not in (stage["K"], stage["V"]) and stage["F"] == stage["UN"]
+    assert all(g.edges[e].shuffle for e in g.node("UN").inputs)
+    theta = g.choose_theta(None)
+    assert theta.name == "A" and {g.nodes[i].name for i in g.in_g} == {"A", "M", "K", "UN", "F"}
+    assert g.is_entry(g.edges[g.node("UN").inputs[1]])
+    with pytest.raises(UsageError, match="unknown operator 'Z'"):
+        g.choose_theta("Z")
+
+
+def test_names_are_unique_and_clean():
+    g = Graph()
+    g.add_node("A", "source", Source())
+    with pytest.raises(UsageError, match="two operators"):
+        g.add_node("A", "map", Map(str))
+    with pytest.raises(UsageError):
+        g.add_node("B C", "map", Map(str))
+
+
+def test_stable_hash_is_the_same_in_every_process():
+    import os
+    import subprocess
+    import sys
+
+    keys = ["Bob", ("a", 1), 5, 2**40, 1.5, None]
+    code = "from tt.core.graph import stable_hash; print([stable_hash(k) for k in %r])" % (keys,)
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "random")}
+    assert len(outs) == 1, "Python's salted hash would differ between executors"
+    assert outs.pop().strip() == str([stable_hash(k) for k in keys])
+
+
+# --- triggers ---------------------------------------------------------------------------------------
+
+def test_durations():
+    assert parse_duration("10s") == 10 and parse_duration("250ms") == 0.25 and parse_duration("2m") == 120
+    assert parse_duration("1.5") == 1.5
+    for bad in ("", "soon", "-1s", "0s", "5 parsecs"):
+        with pytest.raises(UsageError):
+            parse_duration(bad)
+
+
+def test_conditions():
+    when = compile_condition("row['amount'] > 1000 and row['customer'] != 'Mallory'")
+    assert when({"amount": 5000, "customer": "Bob"})
+    assert not when({"amount": 5000, "customer": "Mallory"})
+    assert not when({"customer": "Bob"}), "a condition that raises is false for that tuple"
+    with pytest.raises(UsageError, match="unknown name"):
+        compile_condition("__import__('os').system('true')")
+
+
+# --- wire and writer --------------------------------------------------------------------------------------
+
+def test_frames_and_auth():
+    a, b = socket.socketpair()
+    wire.send(a, {"t": "log", "n": 1}, [b"abc", b"", b"\x00" * 70000])
+    header, blobs = wire.recv(b)
+    assert header["t"] == "log" and blobs == [b"abc", b"", b"\x00" * 70000]
+    assert wire.check("s3cret", "nonce", wire.proof("s3cret", "nonce"))
+    assert not wire.check("s3cret", "nonce", wire.proof("other", "nonce"))
+    a.close()
+    with pytest.raises(wire.ChannelClosed):
+        wire.recv(b)
+
+
+def test_writer_commits_batches_atomically(tmp_path):
+    conn = sqlite3.connect(tmp_path / "w.db", check_same_thread=False, isolation_level=None)
+    conn.execute("CREATE TABLE t (x INTEGER)")
+    w = Writer(conn)
+    threads = [threading.Thread(target=lambda i=i: [w.submit([("INSERT INTO t VALUES (?)", [(i * 100 + j,)])])
+                                                    for j in range(100)]) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    w.flush()
+    assert conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 400
+    w.submit([("INSERT INTO t VALUES (?)", [(1,)]), ("INSERT INTO nope VALUES (1)", [()])])
+    with pytest.raises(RuntimeError, match="writing the run file failed"):
+        w.flush()
+    assert conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 400, "a failed batch leaves no trace"
