@@ -37,7 +37,7 @@ def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks f
 
 
 def _register() -> None:
-    from . import demo, inspect, record, verify  # noqa: F401  (each module adds its command to `app`)
+    from . import demo, inspect, record, replay, verify  # noqa: F401  (each module adds its command to `app`)
 
 
 def main(argv: list[str] | None = None) -> int:

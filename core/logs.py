@@ -113,10 +113,11 @@ def unpack_dests(data: bytes, n: int) -> array:
         a.frombytes(data[1:])
         return array("I", a)
     per, mask = 8 // w, (1 << w) - 1
+    table = [array("I", [(b >> (j * w)) & mask for j in range(per)]) for b in range(256)]
     out = array("I")
+    extend = out.extend
     for b in data[1:]:
-        for j in range(per):
-            out.append((b >> (j * w)) & mask)
+        extend(table[b])
     del out[n:]
     return out
 

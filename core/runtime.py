@@ -222,6 +222,8 @@ class ReplayRunner(Runner):
             outs = self.call(row, port)
             if outs is not None and type(outs) is not list and type(outs) is not tuple:
                 outs = _materialize(outs)
+        except ReplayDivergence:
+            raise
         except Exception as e:
             raise OperatorFailure(self, port, row, e) from e
         finally:
@@ -239,6 +241,8 @@ class ReplayRunner(Runner):
         try:
             outs = self.op.finish()
             outs = list(outs) if outs is not None else ()
+        except ReplayDivergence:
+            raise
         except Exception as e:
             raise OperatorFailure(self, END[0], None, e) from e
         finally:

@@ -24,9 +24,37 @@ _INT64 = 2**63
 _HIDDEN_PREFIX = "_"
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_NUMBERS = frozenset({int, float, bool})
+
+
+def _plain_container(value: Any) -> bool:
+    """A dict with str keys or a list whose items are all JSON scalars (checked at C speed).
+
+    Such containers (most operator states: counters, maps of customer -> amount)
+    are already their own encoding; walking them in Python would cost ten times
+    more than serializing them.
+    """
+    items = value.values() if type(value) is dict else value
+    types = set(map(type, items))
+    if not types <= _PLAIN:
+        return False
+    if type(value) is dict:
+        if len(value) == 1 or set(map(type, value)) - {str}:
+            return False  # a single key may look like a tag; non-str keys need tagging
+    if float in types:  # NaN and infinities must be tagged, not turned into null
+        if not types <= _NUMBERS or not math.isfinite(sum(items)):
+            return False
+    if int in types and any(type(v) is int and not -_INT64 <= v < _INT64 for v in items):
+        return False
+    return True
+
+
 def encode(value: Any) -> Any:
     """Return a JSON-native structure that round-trips through `decode`."""
     t = type(value)
+    if (t is dict or t is list) and len(value) > 8 and _plain_container(value):
+        return value
     if t is str or t is bool or value is None:
         return value
     if t is int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,11 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
         spark = getattr(first, "sparkSession", None) or SparkSession.getActiveSession()
         if spark is None:
             spark = SparkSession.builder.getOrCreate()
-    _prepare_spark(spark)
     source_parts = {}
     for nid, data in flow.sources.items():
         source_parts[nid] = (data.rdd if isinstance(data, DataFrame) else data).getNumPartitions()
     graph.cut_stages(source_parts, flow.partitions)
+    _prepare_spark(spark, graph)
     session = sessions.active()
     recording = None
     if session is not None:
@@ -72,9 +73,11 @@ def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording) -> dict[str
     for nid in flow.sinks:
         consumers[graph.nodes[nid].stage] += 1
 
+    token = secrets.token_hex(8)
     out: dict[int, DataFrame] = {}
+    persisted = []
     for stage in graph.stages:
-        fn = StageFunction(graph.for_stage(stage.id), stage.id, recording)
+        fn = StageFunction(graph.for_stage(stage.id), stage.id, recording, token)
         if stage.source is not None:
             data = flow.sources[stage.source]
             if isinstance(data, DataFrame):
@@ -93,6 +96,7 @@ def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording) -> dict[str
         if consumers[stage.id] > 1:
             df = df.persist(StorageLevel.DISK_ONLY)
             df.count()
+            persisted.append(df)
         elif consumers[stage.id] == 0:
             df.write.format("noop").mode("overwrite").save()
         out[stage.id] = df
@@ -101,11 +105,13 @@ def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording) -> dict[str
     for nid, spec in flow.sinks.items():
         node = graph.nodes[nid]
         rows = out[node.stage].filter(F.col("route") == -1 - nid)
-        results[node.name] = _sink(spark, rows, spec)
+        results[node.name] = _sink(spark, rows, spec, token)
+    for df in persisted:  # the sinks hold what they need now
+        df.unpersist()
     return results
 
 
-def _sink(spark: Any, rows: Any, spec: SinkSpec) -> Any:
+def _sink(spark: Any, rows: Any, spec: SinkSpec, token: str) -> Any:
     from pyspark import StorageLevel
 
     if spec.mode == "collect":
@@ -115,7 +121,7 @@ def _sink(spark: Any, rows: Any, spec: SinkSpec) -> Any:
             out.extend(pickle.loads(r["payload"]))
         return out
     schema = _schema(spark, spec.schema)
-    decoded = rows.select("payload").mapInArrow(DecodeRows(schema), schema)
+    decoded = rows.select("payload").mapInArrow(DecodeRows(schema, token), schema)
     if spec.mode == "files":
         decoded.write.format(spec.format).mode(spec.write_mode).save(spec.path)
         return spec.path
@@ -127,8 +133,9 @@ def _sink(spark: Any, rows: Any, spec: SinkSpec) -> Any:
 class DecodeRows:
     """Envelope payloads back into typed rows (for DataFrame and file sinks)."""
 
-    def __init__(self, schema: Any):
+    def __init__(self, schema: Any, run_token: str):
         self.schema = schema
+        self.run_token = run_token  # see StageFunction.run_token
 
     def __call__(self, batches):
         import pyarrow as pa
@@ -159,24 +166,43 @@ def _schema(spark: Any, schema: Any) -> Any:
                      "'customer string, amount double', or a StructType)")
 
 
-def _prepare_spark(spark: Any) -> None:
-    """Workers must import tt and the job's own modules."""
+def _prepare_spark(spark: Any, graph: Graph) -> None:
+    """Workers must run this interpreter (local mode) and get the job's own code."""
     sc = spark.sparkContext
     if sc.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
         sc.pythonExec = sys.executable
-    main = _main_dir()
-    if main is not None:
-        from pyspark import cloudpickle as spark_cloudpickle
-        import cloudpickle
+    _ship_user_modules(graph)
 
-        for name, mod in list(sys.modules.items()):
-            f = getattr(mod, "__file__", None)
-            if f and name != "__main__" and Path(f).resolve().parent == main:
-                for cp in (spark_cloudpickle, cloudpickle):
-                    try:
-                        cp.register_pickle_by_value(mod)
-                    except (ValueError, AttributeError):
-                        pass
+
+def _ship_user_modules(graph: Graph) -> None:
+    """Pickle the job's own modules by value, for executors and for the run file.
+
+    Operators and key functions defined in the job's modules (not in an installed
+    package) are then shipped with their code: executors need not import them, and
+    `tt debug` replays them without the job's source tree.
+    """
+    import sysconfig
+
+    from pyspark import cloudpickle as spark_cloudpickle
+    import cloudpickle
+
+    installed = {Path(p).resolve() for p in (sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                                             sysconfig.get_paths()["stdlib"])}
+    objects = [n.op for n in graph.nodes] + [e.key for e in graph.edges if e.key is not None]
+    objects += [v for n in graph.nodes for v in vars(n.op).values() if callable(v)]
+    for obj in objects:
+        name = getattr(obj, "__module__", None) or type(obj).__module__
+        if not name or name == "__main__" or name == "tt" or name.startswith("tt."):
+            continue
+        mod = sys.modules.get(name)
+        f = getattr(mod, "__file__", None)
+        if not f or any(parent in installed for parent in Path(f).resolve().parents):
+            continue
+        for cp in (spark_cloudpickle, cloudpickle):
+            try:
+                cp.register_pickle_by_value(mod)
+            except (ValueError, AttributeError):
+                pass
 
 
 def _main_dir() -> Path | None:

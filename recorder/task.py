@@ -59,10 +59,13 @@ def envelope_schema():
 class StageFunction:
     """Picklable entry point: `df.mapInArrow(StageFunction(...), ENVELOPE_DDL)`."""
 
-    def __init__(self, graph: Graph, stage_id: int, recording: Recording | None):
+    def __init__(self, graph: Graph, stage_id: int, recording: Recording | None, run_token: str):
         self.graph = graph
         self.stage_id = stage_id
         self.recording = recording
+        # Spark matches cached plans by their pickled functions: without a token, a
+        # second run of the same dataflow would silently reuse the first one's output.
+        self.run_token = run_token
 
     def __call__(self, batches: Iterator) -> Iterator:
         from pyspark import TaskContext
@@ -192,6 +195,7 @@ class StageTask:
         self.pending_barriers: list[dict] = []
         self.new_states: dict[str, bytes] = {}
         self.sent_states: set[str] = set()
+        self.last_state: dict[int, tuple[int, str]] = {}  # node -> (position, hash) of its last snapshot
         self.entry_seq: dict[tuple[int, int, int], int] = {}
         self.arrow_entries: list[tuple[int, int, int, Any]] = []  # (node, port, src, batch)
         self.blob_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, payload)
@@ -421,10 +425,14 @@ class StageTask:
         self.flush()
 
     def _state_hash(self, r: Runner) -> str:
+        last = self.last_state.get(r.node_id)
+        if last is not None and last[0] == r.count:
+            return last[1]  # state changes only by consuming an input: nothing to encode
         data = values.dumps(r.op.state())
         h = hashlib.blake2b(data, digest_size=16).hexdigest()
         if h not in self.sent_states and h not in self.new_states:
             self.new_states[h] = blobs.compress(data)
+        self.last_state[r.node_id] = (r.count, h)
         return h
 
     # --- logs -----------------------------------------------------------------

@@ -27,7 +27,7 @@ from ..core import values
 from ..core.errors import ReplayDivergence, RunFileError
 from ..core.graph import Graph
 from ..core.logs import END
-from ..core.runtime import ReplayRunner, ResultSource
+from ..core.runtime import OperatorFailure, ReplayRunner, ResultSource
 from ..store import blobs
 from ..store.reader import RunReader
 from ..store.trust import require_trust
@@ -36,10 +36,11 @@ Key = tuple[int, int]  # (node id, instance)
 
 
 class EntryReader:
-    """Recorded tuples of one channel into G(θ), decoded a chunk at a time."""
+    """Recorded tuples of one channel into G(θ), read and decoded a chunk at a time."""
 
-    def __init__(self, chunks: list[tuple[int, int, str, bytes]]):
-        self.chunks = sorted(chunks)
+    def __init__(self, reader: RunReader, chunks: list[tuple[int, int, str, int]]):
+        self.reader = reader
+        self.chunks = sorted(chunks)  # (start, n, codec, rowid)
         self.starts = [c[0] for c in self.chunks]
         self._cached: tuple[int, list] | None = None
 
@@ -50,10 +51,10 @@ class EntryReader:
         idx = bisect.bisect_right(self.starts, seq) - 1
         if idx < 0:
             raise RunFileError(f"recorded tuple #{seq} is missing from the run file")
-        start, n, codec, data = self.chunks[idx]
+        start, n, codec, rowid = self.chunks[idx]
         if seq >= start + n:
             raise RunFileError(f"recorded tuple #{seq} is missing from the run file")
-        rows = blobs.unpack_tuples(codec, data)
+        rows = blobs.unpack_tuples(codec, self.reader.entry_data(rowid))
         self._cached = (start, rows)
         return rows[seq - start]
 
@@ -81,16 +82,25 @@ class Instance:
         self.counts = reader.output_counts(node.id, i)
         self.results = reader.results(node.id, i)
         by_channel: dict[tuple[int, int], list] = collections.defaultdict(list)
-        for port, src, start, n, codec, data in reader.entry_chunks(node.id, i):
-            by_channel[(port, src)].append((start, n, codec, data))
-        self.entry = {ch: EntryReader(chunks) for ch, chunks in by_channel.items()}
+        for rowid, port, src, start, n, codec in reader.entry_index(node.id, i):
+            by_channel[(port, src)].append((start, n, codec, rowid))
+        self.entry = {ch: EntryReader(reader, chunks) for ch, chunks in by_channel.items()}
         g = engine.graph
         self.internal_ports = {e.port for e in g.in_edges(node) if e.src in g.in_g}
-        self.dests = {e.id: reader.dests(node.id, i, e.id) for e in g.out_edges(node) if e.shuffle}
+        self._shuffle_edges = [e.id for e in g.out_edges(node) if e.shuffle]
+        self._dests: dict[int, array] | None = None
         self.reset()
 
-    def reset(self) -> None:
-        op = cloudpickle.loads(self.engine.code[self.node.id])
+    @property
+    def dests(self) -> dict[int, array]:
+        """Destination of each output per shuffle edge (read when first needed)."""
+        if self._dests is None:
+            reader = self.engine.reader
+            self._dests = {e: reader.dests(self.node.id, self.i, e) for e in self._shuffle_edges}
+        return self._dests
+
+    def reset(self, op: Any = None) -> None:
+        op = op if op is not None else cloudpickle.loads(self.engine.code[self.node.id])
         self.runner = ReplayRunner(self.node.name, self.i, op, self.node.id, ResultSource(self.results))
         counts = self.counts
         self.runner.expected_counts = lambda pos: counts[pos] if pos < len(counts) else None
@@ -103,6 +113,12 @@ class Instance:
     @property
     def count(self) -> int:
         return self.runner.count
+
+    def queue_signature(self) -> tuple:
+        return tuple(sorted((ch, len(q)) for ch, q in self.queues.items() if q))
+
+    def queues_changed_since(self, saved: tuple) -> bool:
+        return self.queue_signature() != saved[-1] if len(saved) > 9 else True
 
     def channel_at(self, position: int) -> tuple[int, int] | None:
         if position >= self.total:
@@ -137,6 +153,11 @@ class Instance:
 
     def consume(self) -> None:
         ch = self.next_channel()
+        hook = self.engine.on_consume
+        if hook is not None:
+            hook(self, self.runner.count, ch)
+        position = self.runner.count
+        row = None
         if ch == END:
             self.runner.end()
         else:
@@ -154,10 +175,46 @@ class Instance:
         if self.run_off >= self.runs[self.run_idx][2]:
             self.run_idx += 1
             self.run_off = 0
+        after = self.engine.after_consume
+        if after is not None:
+            after(self, position, row)
 
     def state(self) -> Any:
         """The operator's state, JSON-encoded as stored in run files."""
         return orjson.loads(values.dumps(self.runner.op.state()))
+
+    def save(self) -> tuple:
+        """Everything needed to put this instance back where it is now."""
+        r = self.runner
+        return (cloudpickle.dumps(r.op), r.count, r.finished, self.run_idx, self.run_off,
+                dict(self.consumed), cloudpickle.dumps({ch: list(q) for ch, q in self.queues.items() if q}),
+                dict(self.sent), (r.results._pos, r.results._call), self.queue_signature())
+
+    def restore(self, saved: tuple) -> None:
+        op_bytes, count, finished, run_idx, run_off, consumed, queues, sent, results, _ = saved
+        self.reset(op=cloudpickle.loads(op_bytes))
+        self.runner.count, self.runner.finished = count, finished
+        self.run_idx, self.run_off = run_idx, run_off
+        self.consumed.update(consumed)
+        for ch, rows in cloudpickle.loads(queues).items():
+            self.queues[ch].extend(rows)
+        self.sent.update(sent)
+        self.runner.results._pos, self.runner.results._call = results
+
+
+class EngineSnapshot:
+    """A restore point of the whole engine (kept in memory by the debug session)."""
+
+    def __init__(self, position: dict[Key, int], parts: dict[Key, tuple]):
+        self.position = position
+        self.parts = parts
+
+    def nbytes(self) -> int:
+        return sum(len(p[0]) + len(p[6]) for p in self.parts.values())
+
+    def covers(self, target: dict[Key, int]) -> bool:
+        """Whether replaying forward from here can reach `target`."""
+        return all(self.position[k] <= t for k, t in target.items())
 
 
 class Engine:
@@ -173,6 +230,8 @@ class Engine:
         for o in ops:  # the plan may predate a fix of source instances; operators is authoritative
             self.graph.nodes[o.id].instances = o.instances
         self.dirty: set[Instance] = set()
+        self.on_consume: Callable[[Instance, int, tuple], None] | None = None   # before a consume
+        self.after_consume: Callable[[Instance, int, Any], None] | None = None  # after, with the row
         self.instances: dict[Key, Instance] = {}
         for op_id, i in reader.g_instances():
             self.instances[(op_id, i)] = Instance(self, self.graph.nodes[op_id], i)
@@ -232,14 +291,39 @@ class Engine:
             self._wire(inst)
         self.dirty.clear()
 
+    def save(self, previous: "EngineSnapshot | None" = None) -> "EngineSnapshot":
+        """A restore point at the current position (instances that did not move since
+        `previous` share its saved bytes, so saving after a small step is cheap)."""
+        parts = {}
+        for key, inst in self.instances.items():
+            old = previous.parts.get(key) if previous is not None else None
+            if old is not None and old[1] == inst.count and not inst.queues_changed_since(old):
+                parts[key] = old
+            else:
+                parts[key] = inst.save()
+        return EngineSnapshot(self.position, parts)
+
+    def restore(self, snap: "EngineSnapshot") -> None:
+        for key, inst in self.instances.items():
+            inst.restore(snap.parts[key])
+        for inst in self.instances.values():
+            self._wire(inst)
+        self.dirty.clear()
+
     # --- moving -----------------------------------------------------------------
 
     @property
     def position(self) -> dict[Key, int]:
         return {k: inst.count for k, inst in self.instances.items()}
 
-    def advance_to(self, targets: dict[Key, int], progress: Callable[[int], None] | None = None) -> None:
-        """Consume logged inputs until every instance in `targets` has consumed that many."""
+    def advance_to(self, targets: dict[Key, int], progress: Callable[[int], None] | None = None,
+                   pull: bool = False) -> None:
+        """Consume logged inputs until every instance in `targets` has consumed that many.
+
+        Instances not in `targets` stay where they are, unless `pull` is set: then
+        they advance just as far as their consumers need (the smallest consistent
+        position at which the targets hold).
+        """
         insts = self.instances
         for key, t in targets.items():
             inst = insts[key]
@@ -248,8 +332,11 @@ class Engine:
             if t > inst.total:
                 raise RunFileError(f"{inst.label} has {inst.total} logged inputs; cannot reach {t}")
 
-        def limit(inst: Instance) -> int:
+        def limit(inst: Instance) -> int:      # how far draining may take an instance
             return targets.get(inst.key, inst.count)
+
+        def pull_limit(inst: Instance) -> int:  # how far a consumer's demand may take it
+            return targets.get(inst.key, inst.total if pull else inst.count)
 
         order = [x for x in self.order if x.count < limit(x)]
         dirty = self.dirty
@@ -266,7 +353,38 @@ class Engine:
                 ptr += 1
             if ptr == len(order):
                 break
-            self._pull(order[ptr], limit)
+            self._pull(order[ptr], pull_limit)
+            if progress is not None and steps >= 20000:
+                progress(steps)
+                steps = 0
+
+    def run_in_order(self, rank: Callable[[Instance], Any], sources: list[Instance],
+                     progress: Callable[[int], None] | None = None) -> None:
+        """Go forward as the original execution did: one input of a source instance at
+        a time, the one of lowest `rank`, each followed by whatever it makes possible
+        downstream. Ends when every instance has consumed all its logged inputs."""
+        sources_set = set(sources)
+        others = [x for x in self.order if x not in sources_set]
+        dirty = self.dirty
+        dirty.update(others)
+        steps = 0
+        while True:
+            while dirty:
+                x = dirty.pop()
+                if x in sources_set:
+                    continue
+                while x.count < x.total and x.available():
+                    x.consume()
+                    steps += 1
+            live = [x for x in sources if x.count < x.total]
+            if not live:
+                if any(x.count < x.total and x.available() for x in others):
+                    dirty.update(others)
+                    continue
+                return
+            nxt = min(live, key=rank)
+            nxt.consume()
+            steps += 1
             if progress is not None and steps >= 20000:
                 progress(steps)
                 steps = 0
@@ -328,6 +446,12 @@ def verify(reader: RunReader, *, trust: bool = False,
         except ReplayDivergence as e:
             results.append({"k": interaction.k, "ok": False, "op": e.op, "instance": e.instance,
                             "position": e.position, "error": str(e)})
+            break
+        except OperatorFailure as f:  # recorded interactions were reached without this exception
+            r = f.runner
+            results.append({"k": interaction.k, "ok": False, "op": r.name, "instance": r.instance,
+                            "position": r.count, "error": f"{r.label} raised {type(f.error).__name__}: "
+                            f"{f.error} on input #{r.count} in replay, but not when recorded"})
             break
         bad = None
         for key, at in snap.items():

@@ -15,7 +15,7 @@ import pickle
 
 import zstandard
 
-_LEVEL = 3
+_LEVEL = 1  # faster than 3 and, on JSON states, no bigger
 _cctx = None
 _dctx = None
 

@@ -176,14 +176,14 @@ class RunReader:
             return {(op, i): InstanceAt(0, initial.get(op)) for op, i in self.g_instances()}
         out = {}
         by_task: dict[int, dict[int, tuple[int, Any]]] = {}
+        at_k = {(a, op): (pos, st) for a, op, pos, st in self.conn.execute(
+            "SELECT attempt, op, position, state FROM barriers WHERE k=?", (k,))}
         for op, i in self.g_instances():
             att = self.attempt_of(op, i)
             if att is None:
                 return None
             attempt, status = att
-            row = self.conn.execute(
-                "SELECT position, state FROM barriers WHERE attempt=? AND op=? AND k=?",
-                (attempt, op, k)).fetchone()
+            row = at_k.get((attempt, op))
             if row is not None:
                 out[(op, i)] = InstanceAt(row[0], row[1])
                 continue
@@ -266,6 +266,18 @@ class RunReader:
             "SELECT port, src, start, n, codec, data FROM entry_chunks WHERE op=? AND instance=? "
             "AND attempt=? ORDER BY port, src, start", (op_id, instance, att[0])))
 
+    def entry_index(self, op_id: int, instance: int) -> list[tuple[int, int, int, int, int, str]]:
+        """Like `entry_chunks` without the data: (rowid, port, src, start, n, codec)."""
+        att = self.attempt_of(op_id, instance)
+        if att is None:
+            return []
+        return list(self.conn.execute(
+            "SELECT rowid, port, src, start, n, codec FROM entry_chunks WHERE op=? AND instance=? "
+            "AND attempt=? ORDER BY port, src, start", (op_id, instance, att[0])))
+
+    def entry_data(self, rowid: int) -> bytes:
+        return self.conn.execute("SELECT data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()[0]
+
     def entry_channels(self, op_id: int, instance: int) -> list[tuple[int, int]]:
         att = self.attempt_of(op_id, instance)
         if att is None:
@@ -273,6 +285,13 @@ class RunReader:
         return [tuple(r) for r in self.conn.execute(
             "SELECT DISTINCT port, src FROM entry_chunks WHERE op=? AND instance=? AND attempt=?",
             (op_id, instance, att[0]))]
+
+    def checkpointed(self) -> set[int]:
+        """Interactions with a stored checkpoint (restore point for jumps)."""
+        try:
+            return {k for (k,) in self.conn.execute("SELECT DISTINCT k FROM checkpoints")}
+        except sqlite3.OperationalError:  # no checkpoint table: no plan was made
+            return set()
 
     def failures(self) -> list[dict]:
         cur = self.conn.execute(

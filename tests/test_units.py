@@ -205,3 +205,19 @@ def test_writer_commits_batches_atomically(tmp_path):
     with pytest.raises(RuntimeError, match="writing the run file failed"):
         w.flush()
     assert conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 400, "a failed batch leaves no trace"
+
+
+@pytest.mark.parametrize("container", [
+    {f"k{i}": float(i) for i in range(20)},
+    {f"k{i}": (float("nan") if i == 5 else 1.0) for i in range(20)},
+    {f"k{i}": (float("inf") if i == 5 else 1) for i in range(20)},
+    {f"k{i}": (2**70 if i == 3 else 1) for i in range(20)},
+    {i: 1 for i in range(20)},
+    [float(i) for i in range(20)] + [float("-inf")],
+    [(1, 2)] * 20,
+    {f"k{i}": [i] for i in range(20)},
+])
+def test_fast_path_encodes_like_the_tagged_walk(container, monkeypatch):
+    fast = values.dumps(container)
+    monkeypatch.setattr(values, "_plain_container", lambda v: False)
+    assert values.dumps(container) == fast

@@ -234,3 +234,24 @@ def build_retry(spark, failing: bool):
         DetectFailingOnce() if failing else Detect(), name="FD")
     fd.filter(lambda r: not r["fraud"], name="FF").process(Tally(), name="T").collect("S")
     return flow
+
+
+def load_sample(name: str):
+    """A sample job module (sample_runs/NAME/job.py) under a unique name, its code shipped by value."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import cloudpickle
+    from pyspark import cloudpickle as spark_cloudpickle
+
+    modname = f"sample_{name}"
+    if modname not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "sample_runs" / name / "job.py"
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod
+        spec.loader.exec_module(mod)
+        for cp in (cloudpickle, spark_cloudpickle):
+            cp.register_pickle_by_value(mod)
+    return sys.modules[modname]

@@ -1,0 +1,813 @@
+"""The debug session: the one API over a recorded run.
+
+Jump to an interaction, see what waits on every channel of every instance in
+G(θ), and step: *over* a tuple (its whole scope is processed), *into* it (only
+its operator processes it; its outputs wait downstream), *out* (the rest of the
+current scope), *back* (the position before the last action), *until* a
+condition on a tuple or a state holds, or back to the *last change* of a field.
+Every action says whether it is possible now, and why not when it is not. The
+TUI and the CLI are thin views on this class.
+
+Tuples that entered G(θ) anywhere but at θ (the other side of a join, say), and
+tuples emitted by an END step, are *free*: whenever they are in the way of a
+step, they are consumed as logged, and the result says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core import values
+from ..core.errors import ReplayDivergence, TTError, UsageError
+from ..core.logs import END
+from ..core.scopes import Overlap, Provenance, ScopeNode, TupleRef
+from ..store.reader import RunReader
+from .engine import Engine, EngineSnapshot, Instance, Key
+
+SNAPSHOT_BUDGET = 256 << 20   # bytes of in-memory restore points
+
+
+class Cancelled(TTError):
+    """The user cancelled a long action; the position is what it was before."""
+
+
+@dataclass
+class Availability:
+    ok: bool
+    reason: str = ""
+    blocker: str | None = None  # the tuple (or root) in the way
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass
+class Pending:
+    ref: TupleRef
+    label: str           # OP:INSTANCE:POSITION
+    port: int
+    sender: str          # "FE:0", or "recorded" for tuples entering G(θ) here
+    free: bool           # consumed as logged when in the way
+    row: Any             # JSON-encoded payload (None for END)
+    next: bool           # the instance's next logged input
+    end: bool = False
+
+
+@dataclass
+class StepResult:
+    action: str
+    target: str | None
+    ok: bool = True
+    note: str = ""
+    consumed: list[str] = field(default_factory=list)
+    free_consumed: list[str] = field(default_factory=list)
+    changed: dict[str, dict] = field(default_factory=dict)  # instance -> field -> [old, new]
+    position: dict[str, int] = field(default_factory=dict)
+    interaction: int | None = None
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class _HistoryEntry:
+    snapshot: EngineSnapshot
+    frames: list[TupleRef]
+    action: str
+
+
+class DebugSession:
+    def __init__(self, run: str | Path | RunReader, *, trust: bool = False):
+        self.reader = run if isinstance(run, RunReader) else RunReader(run)
+        self.engine = Engine(self.reader, trust=trust)
+        self.graph = self.engine.graph
+        self.provenance = Provenance(self.graph, self._logs, self._barriers())
+        self.frames: list[TupleRef] = []           # step-into stack
+        self.history: list[_HistoryEntry] = []
+        self._restore_points: list[EngineSnapshot] = []
+        self._last_saved: EngineSnapshot | None = None
+        self._lock = threading.RLock()
+        self.last_result: StepResult | None = None
+
+    # --- set-up -------------------------------------------------------------------
+
+    def _logs(self, op: int, i: int):
+        inst = self.engine.instances[(op, i)]
+        return inst.runs, inst.counts, inst.dests
+
+    def _barriers(self) -> dict[Key, list[int]]:
+        theta = self.graph.theta
+        out: dict[Key, list[int]] = {}
+        for inter in self.reader.interactions():
+            if inter.k == 0 or inter.trigger == "end":
+                continue
+            snap = self.reader.snapshot(inter.k)
+            for (op, i), at in snap.items():
+                if op == theta:
+                    out.setdefault((op, i), []).append(at.position)
+        return out
+
+    def refresh(self) -> bool:
+        """Pick up what a live recording wrote since; True if new interactions completed.
+
+        The engine is rebuilt over the longer logs and put back where it was.
+        """
+        with self._lock:
+            before = [i.k for i in self.reader.interactions()]
+            self.reader.refresh()
+            after = [i.k for i in self.reader.interactions()]
+            if after == before:
+                return False
+            position = self.engine.position
+            trust = True  # already established when the session opened
+            self.engine = Engine(self.reader, trust=trust)
+            self.provenance = Provenance(self.graph, self._logs, self._barriers())
+            self._restore_points, self._last_saved, self.history = [], None, []
+            self.engine.advance_to({k: v for k, v in position.items() if k in self.engine.instances})
+            return True
+
+    # --- names --------------------------------------------------------------------
+
+    def label(self, key_or_ref) -> str:
+        if isinstance(key_or_ref, TupleRef):
+            return key_or_ref.label(self.graph)
+        op, i = key_or_ref
+        return f"{self.graph.nodes[op].name}:{i}"
+
+    def parse_ref(self, text: str) -> TupleRef:
+        """'FE:0:42' -> input #42 of FE's instance 0."""
+        parts = text.strip().split(":")
+        if len(parts) != 3:
+            raise UsageError(f"bad tuple {text!r}; write OP:INSTANCE:POSITION, e.g. FE:0:42")
+        op = self.reader.operator(parts[0])
+        if not op.in_g:
+            raise UsageError(f"{op.name} is not in G(θ) (θ = {self.reader.theta.name}); it cannot be stepped")
+        try:
+            i, pos = int(parts[1]), int(parts[2])
+        except ValueError:
+            raise UsageError(f"bad tuple {text!r}; instance and position are numbers") from None
+        if not 0 <= i < op.instances:
+            raise UsageError(f"{op.name} has instances 0..{op.instances - 1}, not {i}")
+        total = self.engine.instances[(op.id, i)].total
+        if not 0 <= pos < total:
+            raise UsageError(f"{op.name}:{i} has inputs #0..#{total - 1}, not #{pos}")
+        return TupleRef(op.id, i, pos)
+
+    def parse_instance(self, text: str) -> Key:
+        name, _, i = text.partition(":")
+        op = self.reader.operator(name)
+        try:
+            key = (op.id, int(i))
+        except ValueError:
+            raise UsageError(f"bad instance {text!r}; write OP:INSTANCE, e.g. {op.name}:0") from None
+        if key not in self.engine.instances:
+            raise UsageError(f"{text} is not an instance in G(θ)")
+        return key
+
+    # --- where we are -------------------------------------------------------------
+
+    @property
+    def position(self) -> dict[str, int]:
+        return {self.label(k): c for k, c in self.engine.position.items()}
+
+    def interactions(self):
+        return self.reader.interactions()
+
+    def at_interaction(self) -> int | None:
+        pos = self.engine.position
+        for inter in reversed(self.reader.interactions()):
+            snap = self.reader.snapshot(inter.k)
+            if all(pos[key] == at.position for key, at in snap.items()):
+                return inter.k
+        return None
+
+    def states(self) -> dict[str, Any]:
+        return {self.label(k): inst.state() for k, inst in self.engine.instances.items()}
+
+    def state(self, instance: str) -> Any:
+        return self.engine.instances[self.parse_instance(instance)].state()
+
+    def progress(self) -> dict:
+        """How far into the run the session stands (for progress lines)."""
+        done = sum(self.engine.position.values())
+        total = sum(inst.total for inst in self.engine.instances.values())
+        return {"interaction": self.at_interaction(), "tuples": done, "total": total,
+                "percent": 100.0 * done / total if total else 100.0}
+
+    # --- what waits -----------------------------------------------------------------
+
+    def pending(self, instance: str | None = None, limit: int = 20) -> list[Pending]:
+        """Per instance, the tuples waiting on its channels, in the order it will consume them."""
+        keys = [self.parse_instance(instance)] if instance else list(self.engine.instances)
+        out = []
+        for key in keys:
+            inst = self.engine.instances[key]
+            idx = self.provenance.index(*key)
+            items = []
+            for ch, q in inst.queues.items():
+                for j, row in enumerate(list(q)[:limit]):
+                    pos = idx.position_of(ch, inst.consumed[ch] + j)
+                    if pos is not None:
+                        items.append((pos, ch, row))
+            for ch, entry in inst.entry.items():
+                seq = inst.consumed[ch]
+                for j in range(limit):
+                    pos = idx.position_of(ch, seq + j)
+                    if pos is None:
+                        break
+                    items.append((pos, ch, None))
+            if inst.next_channel() == END:
+                items.append((inst.count, END, None))
+            items.sort(key=lambda x: x[0])
+            for pos, ch, row in items[:limit]:
+                ref = TupleRef(key[0], key[1], pos)
+                if ch == END:
+                    out.append(Pending(ref, self.label(ref), -1, "end of input", True, None, pos == inst.count, True))
+                    continue
+                internal = ch[0] in inst.internal_ports
+                if not internal:
+                    row = inst.entry[ch].get(self.provenance.index(*key).channel_at(pos)[2])
+                sender = self.label((self.graph.edges[inst.node.inputs[ch[0]]].src, ch[1])) if internal \
+                    else "recorded"
+                out.append(Pending(ref, self.label(ref), ch[0], sender, self._free(ref),
+                                   values.encode(row), pos == inst.count))
+        return out
+
+    def _free(self, ref: TupleRef) -> bool:
+        return not self.provenance.is_theta_root(self.provenance.root(ref))
+
+    # --- planning steps (from the logs, without moving) --------------------------------
+
+    def _plan(self, required: dict[Key, int], allowed: set[TupleRef]) -> dict[Key, int] | Availability:
+        """Targets that consume `required` while consuming only `allowed` or free tuples."""
+        engine, prov = self.engine, self.provenance
+        targets = {k: v for k, v in required.items()}
+        checked = {k: engine.instances[k].count for k in engine.instances}
+        work = list(required)
+        while work:
+            key = work.pop()
+            end = targets[key]
+            for q in range(checked[key], end):
+                ref = TupleRef(key[0], key[1], q)
+                if ref not in allowed and not self._free(ref):
+                    return self._blocked(ref, allowed)
+                origin = prov.origin(ref)
+                if origin is not None:
+                    okey = (origin.op, origin.instance)
+                    if engine.instances[okey].count <= origin.position and origin.position + 1 > targets.get(okey, 0):
+                        if origin not in allowed and not self._free(origin):
+                            return Availability(False, f"{self.label(ref)} has not been produced yet: "
+                                                f"{self.label(origin)} has to be processed first",
+                                                self.label(origin))
+                        targets[okey] = origin.position + 1
+                        work.append(okey)
+            checked[key] = max(checked[key], end)
+        return targets
+
+    def _blocked(self, ref: TupleRef, allowed: set[TupleRef]) -> Availability:
+        """Why `ref` cannot be consumed as part of a step on `allowed`."""
+        prov = self.provenance
+        root = prov.root(ref)
+        mine = [prov.root(r) for r in allowed][:1]
+        where = self.label((ref.op, ref.instance))
+        if mine and prov.is_theta_root(mine[0]) and prov.rank(root) > prov.rank(mine[0]):
+            return Availability(False, f"its scope overlaps that of the later tuple {self.label(root)}: {where} "
+                                f"consumed {self.label(ref)} (from {self.label(root)}) first", self.label(root))
+        return Availability(False, f"{where} must first consume {self.label(ref)}, from the scope of "
+                            f"{self.label(root)}, which is still in progress; step over or out of it first",
+                            self.label(root))
+
+    def _scope_targets(self, ref: TupleRef, done_ok: bool = False) -> tuple[dict[Key, int], set[TupleRef]]:
+        scope = self.provenance.scope_set(ref)
+        required: dict[Key, int] = {}
+        for r in scope:
+            key = (r.op, r.instance)
+            if self.engine.instances[key].count <= r.position:
+                required[key] = max(required.get(key, 0), r.position + 1)
+        return required, scope
+
+    def can_step_into(self, ref: TupleRef | str) -> Availability:
+        ref = self._ref(ref)
+        inst = self.engine.instances[(ref.op, ref.instance)]
+        if ref.position < inst.count:
+            return Availability(False, f"{self.label(ref)} was already consumed")
+        plan = self._plan({(ref.op, ref.instance): ref.position + 1}, {ref})
+        return plan if isinstance(plan, Availability) else Availability(True)
+
+    def can_step_over(self, ref: TupleRef | str) -> Availability:
+        ref = self._ref(ref)
+        inst = self.engine.instances[(ref.op, ref.instance)]
+        if ref.position < inst.count:
+            return Availability(False, f"{self.label(ref)} was already consumed")
+        required, scope = self._scope_targets(ref)
+        plan = self._plan(required, scope)
+        if isinstance(plan, Availability):
+            return Availability(False, f"no step-over for {self.label(ref)}: {plan.reason}", plan.blocker)
+        return Availability(True)
+
+    def can_step_out(self) -> Availability:
+        frame = self._frame()
+        if frame is None:
+            return Availability(False, "not inside a tuple's scope (step into a tuple first)")
+        required, scope = self._scope_targets(frame)
+        plan = self._plan(required, scope)
+        return plan if isinstance(plan, Availability) else Availability(True)
+
+    def can_step_back(self) -> Availability:
+        return Availability(True) if self.history else Availability(False, "nothing to step back from")
+
+    def _ref(self, ref: TupleRef | str) -> TupleRef:
+        return self.parse_ref(ref) if isinstance(ref, str) else ref
+
+    def _frame(self) -> TupleRef | None:
+        """The innermost stepped-into tuple whose scope is not complete yet."""
+        while self.frames:
+            frame = self.frames[-1]
+            required, _ = self._scope_targets(frame)
+            if required:
+                return frame
+            self.frames.pop()  # that scope was completed by other steps
+        return None
+
+    # --- acting ---------------------------------------------------------------------------
+
+    def jump(self, k: int, progress: Callable[[int, int], None] | None = None,
+             cancel: threading.Event | None = None) -> StepResult:
+        snap = self.reader.snapshot(k)
+        if snap is None:
+            complete = [i.k for i in self.reader.interactions()]
+            raise UsageError(f"interaction {k} is not complete; choose one of {complete[0]}..{complete[-1]}"
+                             if complete else "this run has no complete interaction")
+        targets = {key: at.position for key, at in snap.items()}
+        return self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_frames=True)
+
+    def step_into(self, ref: TupleRef | str) -> StepResult:
+        ref = self._ref(ref)
+        ok = self.can_step_into(ref)
+        if not ok:
+            return self._refused("step_into", self.label(ref), ok.reason)
+        plan = self._plan({(ref.op, ref.instance): ref.position + 1}, {ref})
+        result = self._act("step_into", self.label(ref), plan, {ref})
+        self.frames.append(ref)
+        return result
+
+    def step_over(self, ref: TupleRef | str) -> StepResult:
+        ref = self._ref(ref)
+        ok = self.can_step_over(ref)
+        if not ok:
+            return self._refused("step_over", self.label(ref), ok.reason)
+        required, scope = self._scope_targets(ref)
+        return self._act("step_over", self.label(ref), self._plan(required, scope), scope)
+
+    def step_out(self) -> StepResult:
+        ok = self.can_step_out()
+        frame = self._frame()
+        if not ok:
+            return self._refused("step_out", None, ok.reason)
+        required, scope = self._scope_targets(frame)
+        result = self._act("step_out", self.label(frame), self._plan(required, scope), scope)
+        if self.frames and self.frames[-1] == frame:
+            self.frames.pop()
+        return result
+
+    def step_back(self) -> StepResult:
+        if not self.history:
+            return self._refused("step_back", None, "nothing to step back from")
+        t0 = time.perf_counter()
+        before = self.engine.save(self._last_saved)
+        entry = self.history.pop()
+        self.engine.restore(entry.snapshot)
+        self._last_saved = entry.snapshot
+        self.frames = list(entry.frames)
+        result = StepResult("step_back", entry.action, note=f"back to before {entry.action}")
+        self._finish(result, before, t0)
+        return result
+
+    def _refused(self, action: str, target: str | None, reason: str) -> StepResult:
+        result = StepResult(action, target, ok=False, note=reason, position=self.position,
+                            interaction=self.at_interaction())
+        self.last_result = result
+        return result
+
+    def _act(self, action: str, target: str | None, targets: dict[Key, int], allowed: set[TupleRef] | None, *,
+             progress=None, cancel=None, clear_frames=False) -> StepResult:
+        with self._lock:
+            t0 = time.perf_counter()
+            before = self._save_point()
+            self.history.append(_HistoryEntry(before, list(self.frames), f"{action} {target or ''}".strip()))
+            consumed: list[TupleRef] = []
+            self.engine.on_consume = lambda inst, pos, ch: consumed.append(TupleRef(inst.node.id, inst.i, pos))
+            try:
+                self._move_to(targets, progress, cancel)
+            except Cancelled:
+                self.engine.restore(before)
+                self.history.pop()
+                raise
+            except ReplayDivergence:
+                self.history.pop()
+                raise
+            finally:
+                self.engine.on_consume = None
+            if clear_frames:
+                self.frames = []
+            result = StepResult(action, target)
+            if action != "jump":
+                result.consumed = [self.label(r) for r in consumed]
+                result.free_consumed = [self.label(r) for r in consumed if allowed is not None and r not in allowed]
+                if result.free_consumed:
+                    result.note = (f"consumed as logged: {len(result.free_consumed)} tuple(s) from outside "
+                                   f"θ's scopes (e.g. {result.free_consumed[0]})")
+            self._finish(result, before, t0)
+            return result
+
+    def _finish(self, result: StepResult, before: EngineSnapshot, t0: float) -> None:
+        now = self.engine.position
+        for key, count in now.items():
+            if before.position.get(key) != count and result.action != "jump":
+                old = _state_from_saved(before.parts[key])
+                new = self.engine.instances[key].state()
+                diff = _diff_fields(old, new)
+                if diff:
+                    result.changed[self.label(key)] = diff
+        result.position = self.position
+        result.interaction = self.at_interaction()
+        result.seconds = round(time.perf_counter() - t0, 4)
+        self.last_result = result
+
+    # --- moving the engine ------------------------------------------------------------------
+
+    def _save_point(self) -> EngineSnapshot:
+        snap = self.engine.save(self._last_saved)
+        self._last_saved = snap
+        self._restore_points.append(snap)
+        while len(self._restore_points) > 2 and sum(s.nbytes() for s in self._restore_points) > SNAPSHOT_BUDGET:
+            self._restore_points.pop(1)  # keep the oldest (cheap base) and the newest
+        return snap
+
+    def _move_to(self, targets: dict[Key, int], progress=None, cancel=None) -> None:
+        engine = self.engine
+        if any(engine.instances[k].count > t for k, t in targets.items()):
+            full = {k: targets.get(k, 0) for k in engine.instances}
+            base = self._best_base(full)
+            if base is None:
+                engine.reset()
+            else:
+                engine.restore(base)
+        total = sum(max(0, t - engine.instances[k].count) for k, t in targets.items())
+        done = [0]
+
+        def tick(steps: int) -> None:
+            done[0] += steps
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled")
+            if progress is not None:
+                progress(done[0], total)
+        engine.advance_to(targets, tick if (progress or cancel) else None)
+
+    def _best_base(self, target: dict[Key, int]) -> EngineSnapshot | None:
+        usable = [s for s in self._restore_points if s.covers(target)]
+        if not usable:
+            return None
+        return max(usable, key=lambda s: sum(s.position.values()))
+
+    # --- until / last change ------------------------------------------------------------------
+
+    def run_until(self, condition: str, progress=None, cancel=None) -> StepResult:
+        """Go forward, step by step, until `condition` holds after a step.
+
+        The condition sees `row` (the tuple just consumed), `op`, `instance`,
+        `position`, and every operator of G(θ) by name: `FD.blacklist` is the
+        stepping instance's field when an FD instance stepped, `FD[1].blacklist`
+        is instance 1's. Example: "'Bob' in FD.blacklist".
+        """
+        check = _compile_condition(condition, {n.name for n in self.graph.nodes if n.id in self.graph.in_g})
+        engine = self.engine
+        hit: list[TupleRef] = []
+
+        class _Hit(Exception):
+            pass
+
+        def after(inst: Instance, pos: int, row: Any) -> None:
+            if check(self, inst, pos, row):
+                hit.append(TupleRef(inst.node.id, inst.i, pos))
+                raise _Hit
+
+        theta = self.graph.theta
+        sources = [inst for (op, _), inst in engine.instances.items() if op == theta]
+
+        def rank(inst: Instance):
+            return (self.provenance.epoch(inst.i, inst.count), inst.i, inst.count)
+
+        def tick(steps: int) -> None:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("cancelled")
+            if progress is not None:
+                progress(steps, 0)
+
+        with self._lock:
+            t0 = time.perf_counter()
+            before = self._save_point()
+            self.history.append(_HistoryEntry(before, list(self.frames), f"run_until {condition}"))
+            engine.after_consume = after
+            try:
+                engine.run_in_order(rank, sources, tick)
+            except _Hit:
+                pass
+            except Cancelled:
+                engine.restore(before)
+                self.history.pop()
+                raise
+            finally:
+                engine.after_consume = None
+            result = StepResult("run_until", condition)
+            if hit:
+                result.note = f"stopped after {self.label(hit[0])}: the condition holds"
+            else:
+                result.ok = False
+                result.note = "the condition never held before the end of the run"
+            self._finish(result, before, t0)
+            return result
+
+    def last_change(self, instance: str, field_path: str, progress=None) -> StepResult:
+        """Go back to just before the last step that changed `instance`'s `field_path`.
+
+        `field_path` is a dotted path into the state, e.g. "blacklist" or
+        "blacklist.Bob". Like UDB's `last`: you land where the original execution
+        was just before that step (everything earlier has happened), and the next
+        step of that instance redoes the change.
+        """
+        key = self.parse_instance(instance)
+        engine = self.engine
+        here = engine.instances[key].count
+        current = _lookup(engine.instances[key].state(), field_path)
+        bases = sorted((s for s in self._restore_points if s.position[key] < here),
+                       key=lambda s: s.position[key], reverse=True)
+        with self._lock:
+            t0 = time.perf_counter()
+            before = self._save_point()
+            self.history.append(_HistoryEntry(before, list(self.frames), f"last_change {instance}.{field_path}"))
+            found = None
+            try:
+                for base in [*bases, None]:
+                    self._restore_or_reset(base)
+                    start = engine.instances[key].count
+                    changes = self._changes_in_order(key, field_path, here)
+                    if changes:
+                        found = changes[-1]
+                        self._restore_or_reset(base)
+                        self._run_canonical(stop_before=found[0])
+                        break
+                    if start == 0:
+                        break
+            except BaseException:
+                engine.restore(before)
+                self.history.pop()
+                raise
+            if found is None:
+                engine.restore(before)
+                self.history.pop()
+                return StepResult("last_change", f"{instance}.{field_path}", ok=False,
+                                  note=f"{instance}.{field_path} never changed before this point "
+                                       f"(it is {values.render(current)})")
+            self.frames = []
+            result = StepResult("last_change", f"{instance}.{field_path}",
+                                note=f"{instance}.{field_path} last changed at "
+                                     f"{self.label(TupleRef(*key, found[1]))}; you are just before it")
+            self._finish(result, before, t0)
+            return result
+
+    def _restore_or_reset(self, base: EngineSnapshot | None) -> None:
+        if base is None:
+            self.engine.reset()
+        else:
+            self.engine.restore(base)
+
+    def _run_canonical(self, stop_before: int | None = None, after=None) -> None:
+        """Go forward in the original execution's order (θ's inputs by epoch, instance,
+        position, each followed by what it makes possible), optionally stopping just
+        before the `stop_before`-th consumed input (counting from 0)."""
+        engine = self.engine
+        theta = self.graph.theta
+        sources = [inst for (op, _), inst in engine.instances.items() if op == theta]
+        steps = [0]
+
+        def rank(inst: Instance):
+            return (self.provenance.epoch(inst.i, inst.count), inst.i, inst.count)
+
+        def before(inst: Instance, pos: int, ch) -> None:
+            if stop_before is not None and steps[0] == stop_before:
+                raise _Stop
+            steps[0] += 1
+        engine.on_consume = before
+        engine.after_consume = after
+        try:
+            engine.run_in_order(rank, sources)
+        except _Stop:
+            pass
+        finally:
+            engine.on_consume = None
+            engine.after_consume = None
+
+    def _changes_in_order(self, key: Key, field_path: str, until: int) -> list[tuple[int, int]]:
+        """(global step index, position) of the steps at `key` that changed the field,
+        going forward in the original order until `key` has consumed `until` inputs."""
+        engine = self.engine
+        inst = engine.instances[key]
+        prev = [_lookup(inst.state(), field_path)]
+        changes: list[tuple[int, int]] = []
+        counter = [0]
+
+        def after(i: Instance, pos: int, row: Any) -> None:
+            counter[0] += 1
+            if (i.node.id, i.i) == key:
+                v = _lookup(i.state(), field_path)
+                if v != prev[0]:
+                    changes.append((counter[0] - 1, pos))
+                    prev[0] = v
+                if i.count >= until:
+                    raise _Stop
+        if inst.count < until:
+            self._run_canonical(after=after)
+        return changes
+
+    # --- scopes and lineage ------------------------------------------------------------------
+
+    def scope(self, ref: TupleRef | str) -> ScopeNode:
+        return self.provenance.scope(self._ref(ref))
+
+    def overlaps(self) -> list[Overlap]:
+        return self.provenance.overlaps()
+
+    def trace(self, ref: TupleRef | str) -> list[TupleRef]:
+        """The origin chain of a tuple, from the input it came from down to it."""
+        ref = self._ref(ref)
+        chain = [ref]
+        while True:
+            o = self.provenance.origin(chain[-1])
+            if o is None:
+                return list(reversed(chain))
+            chain.append(o)
+
+    def payloads(self, refs: set[TupleRef]) -> dict[TupleRef, Any]:
+        """The tuples at `refs` (JSON-encoded), by one replay on a separate engine."""
+        if not refs:
+            return {}
+        shadow = Engine(self.reader, trust=True)
+        found: dict[TupleRef, Any] = {}
+
+        def after(inst: Instance, pos: int, row: Any) -> None:
+            ref = TupleRef(inst.node.id, inst.i, pos)
+            if ref in refs:
+                found[ref] = None if row is None else values.encode(row)
+        shadow.after_consume = after
+        targets: dict[Key, int] = {}
+        for r in refs:
+            targets[(r.op, r.instance)] = max(targets.get((r.op, r.instance), 0), r.position + 1)
+        shadow.advance_to(targets, pull=True)
+        return found
+
+    def payload(self, ref: TupleRef | str) -> Any:
+        """The tuple itself (JSON-encoded), found by a replay that stops where it is consumed."""
+        ref = self._ref(ref)
+        key = (ref.op, ref.instance)
+        inst = self.engine.instances[key]
+        ch = self.provenance.index(*key).channel_at(ref.position)
+        if (ch[0], ch[1]) == END:
+            return None
+        if ch[0] not in inst.internal_ports:
+            return values.encode(inst.entry[(ch[0], ch[1])].get(ch[2]))
+        for p in self.pending(self.label(key), limit=10_000):
+            if p.ref == ref:
+                return p.row
+        shadow = Engine(self.reader, trust=True)
+        shadow.advance_to({key: ref.position})
+        q = shadow.instances[key].queues.get((ch[0], ch[1]))
+        if not q:
+            shadow._pull(shadow.instances[key], lambda i: i.total)
+            q = shadow.instances[key].queues.get((ch[0], ch[1]))
+        return values.encode(q[0]) if q else None
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+def _state_from_saved(part: tuple) -> Any:
+    import cloudpickle
+    import orjson
+
+    return orjson.loads(values.dumps(cloudpickle.loads(part[0]).state()))
+
+
+def _diff_fields(old: Any, new: Any, limit: int = 50) -> dict:
+    """Changed fields as {path: [old, new]}; inside dict fields, only the changed keys."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return {} if old == new else {"": [old, new]}
+    out = {}
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k, _MISSING), new.get(k, _MISSING)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict) and not _tagged(a) and not _tagged(b):
+            keys = [x for x in sorted(set(a) | set(b)) if a.get(x, _MISSING) != b.get(x, _MISSING)]
+            for x in keys[:limit]:
+                out[f"{k}.{x}"] = [a.get(x, _MISSING), b.get(x, _MISSING)]
+            if len(keys) > limit:
+                out[f"{k}.…"] = [f"{len(keys) - limit} more keys changed", None]
+        else:
+            out[k] = [a, b]
+    return out
+
+
+def _tagged(v: dict) -> bool:
+    return len(v) == 1 and next(iter(v)).startswith("$")
+
+
+def _lookup(state: Any, path: str) -> Any:
+    value = state
+    for part in [p for p in path.split(".") if p]:
+        if isinstance(value, dict) and "$dict" in value and len(value) == 1:
+            value = {str(k): v for k, v in value["$dict"]}
+        if isinstance(value, dict):
+            if part not in value:
+                return _MISSING
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return _MISSING
+    return value
+
+
+_MISSING = "<missing>"
+
+
+class _OpView:
+    """`FD` in a condition: the stepping instance's attributes, or FD[i]'s."""
+
+    def __init__(self, session: DebugSession, name: str, current: Instance | None):
+        self._session, self._name, self._current = session, name, current
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._current is None:
+            raise _NotThisStep
+        return getattr(self._current.runner.op, attr)
+
+    def __getitem__(self, i: int) -> Any:
+        op = self._session.reader.operator(self._name)
+        return _InstanceView(self._session.engine.instances[(op.id, i)])
+
+
+class _InstanceView:
+    def __init__(self, inst: Instance):
+        self._inst = inst
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._inst.runner.op, attr)
+
+
+class _NotThisStep(Exception):
+    pass
+
+
+class _Stop(Exception):
+    """Ends a forward run at a chosen step."""
+
+
+def _compile_condition(source: str, op_names: set[str]):
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError as e:
+        raise UsageError(f"bad condition {source!r}: {e.msg}") from None
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    refs = names & op_names
+    allowed = {"row", "op", "instance", "position", "True", "False", "None", "len", "any", "all", "sum",
+               "min", "max", "abs", "str", "int", "float", "isinstance", "dict", "list", "set", "tuple"}
+    unknown = names - refs - allowed
+    if unknown:
+        raise UsageError(f"bad condition {source!r}: unknown name(s) {', '.join(sorted(unknown))}; use row, op, "
+                         f"instance, position or an operator of G(θ) ({', '.join(sorted(op_names))})")
+    code = compile(tree, "<condition>", "eval")
+    builtins = {k: __builtins__[k] if isinstance(__builtins__, dict) else getattr(__builtins__, k)
+                for k in ("len", "any", "all", "sum", "min", "max", "abs", "str", "int", "float", "isinstance",
+                          "dict", "list", "set", "tuple")}
+
+    def check(session: DebugSession, inst: Instance, pos: int, row: Any) -> bool:
+        name = inst.node.name
+        if refs and name not in refs and "row" not in names:
+            return False
+        env = {"row": row, "op": name, "instance": inst.i, "position": pos}
+        for r in refs:
+            env[r] = _OpView(session, r, inst if r == name else None)
+        try:
+            return bool(eval(code, {"__builtins__": builtins}, env))
+        except _NotThisStep:
+            return False
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return False
+
+    return check
