@@ -58,4 +58,41 @@ def show(reader, what: str, target: str | None, *, at: int | None, trust: bool, 
         else:
             emit(data, json=json, nl=nl, text=text)
     elif what == "checkpoints":
-        raise UsageError("this run has no checkpoint plan yet; make one with `tt checkpoint RUN --tau 2s`")
+        show_checkpoints(reader, json=json, nl=nl)
+
+
+def show_checkpoints(reader, *, json: bool, nl: bool) -> None:
+    """Plans, the cost of each checkpoint, predicted and measured jump time per interaction."""
+    from .output import human_bytes
+
+    plans = reader.plans()
+    if not plans:
+        raise UsageError("this run has no checkpoint plan; make one with `tt checkpoint RUN --tau 2s`")
+    rows = []
+    for plan in plans:
+        info = plan["info"]
+        sizes = dict(((k, ), v) for k, v in ())
+        stored = {}
+        for (k, size) in reader.conn.execute("SELECT k, SUM(size) FROM checkpoints WHERE plan=? GROUP BY k",
+                                             (plan["id"],)):
+            stored[k] = size
+        per = []
+        for k in sorted({int(x) for x in info.get("predicted", {})}):
+            per.append({"k": k, "checkpoint": k in set(info.get("checkpoints", [])) or k in stored,
+                        "cost": info.get("costs", {}).get(str(k)), "stored": stored.get(k),
+                        "predicted": info.get("predicted", {}).get(str(k)),
+                        "measured": info.get("measured", {}).get(str(k))})
+        rows.append({"plan": plan["id"], "policy": plan["policy"], "tau": plan["tau"], "active": plan["active"],
+                     "checkpoints": info.get("checkpoints"), "per_instance": info.get("per_instance"),
+                     "cost": info.get("cost"), "stored_bytes": sum(stored.values()),
+                     "interactions": per})
+    lines = []
+    for r in rows:
+        lines.append(f"plan {r['plan']} ({r['policy']}, τ = {r['tau']:g}s){' — active' if r['active'] else ''}: "
+                     f"cost {human_bytes(r['cost'])}, stored {human_bytes(r['stored_bytes'])}")
+        lines.append(table([[x["k"], "●" if x["checkpoint"] else "", human_bytes(x["cost"]) if x["cost"] else "",
+                             f"{x['predicted']:.3f}s" if x["predicted"] is not None else "",
+                             f"{x['measured']:.3f}s" if x["measured"] is not None else ""]
+                            for x in r["interactions"]],
+                           ["k", "ckpt", "state", "predicted jump", "measured jump"]))
+    emit(rows, json=json, nl=nl, text="\n".join(lines))

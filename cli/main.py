@@ -7,6 +7,7 @@ Every failure a user can cause prints one line on stderr and exits non-zero;
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 
 import typer
@@ -37,7 +38,7 @@ def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks f
 
 
 def _register() -> None:
-    from . import demo, inspect, record, replay, verify  # noqa: F401  (each module adds its command to `app`)
+    from . import checkpoint, debug, demo, inspect, record, replay, verify  # noqa: F401  (each module adds its command to `app`)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _say(str(e))
         return e.exit_code
+    except sqlite3.DatabaseError as e:
+        if _debug["on"]:
+            raise
+        _say(f"the run file is damaged or unreadable ({e})")
+        return 1
     except KeyboardInterrupt:
         _say("interrupted")
         return 130

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from ..core.errors import UsageError
 from ..recorder.triggers import parse_duration
 from .main import app, debugging
 from .output import human_bytes
@@ -29,6 +30,12 @@ def record(
                                             "e.g. \"row['amount'] > 1000\"."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL [default: the job's, "
                                          "else local[2,4]]."),
+    checkpoint: Optional[str] = typer.Option(None, "--checkpoint", metavar="online",
+                                             help="Checkpoint while recording (online policy); needs --tau. "
+                                                  "Without it, nothing is checkpointed during the run: "
+                                                  "run `tt checkpoint RUN --tau ...` afterwards."),
+    tau: Optional[str] = typer.Option(None, "--tau", metavar="DURATION",
+                                      help="The longest a jump may take, e.g. 2s (with --checkpoint online)."),
     tui: bool = typer.Option(False, "--tui", help="Open the debugger live while recording."),
     spark_log: bool = typer.Option(False, "--spark-log", help="Show Spark's own output instead of writing "
                                    "it to RUN.log."),
@@ -46,6 +53,11 @@ def record(
     from ..recorder.job import record_job
 
     every_s = parse_duration(every) if every else None
+    if checkpoint not in (None, "online"):
+        raise UsageError(f"--checkpoint takes `online` (offline plans: `tt checkpoint RUN --tau ...`), not {checkpoint!r}")
+    if (checkpoint is None) != (tau is None):
+        raise UsageError("--checkpoint online and --tau go together")
+    tau_s = parse_duration(tau) if tau else None
     out = out or Path(job.stem + ".db")
     if tui:
         from ..tui.live import record_with_tui
@@ -56,8 +68,8 @@ def record(
     sessions = []
     log = None if spark_log else Path(str(out) + ".log")
     outcome = record_job(job, list(ctx.args), out, watch=watch, every=every_s, when=when, master=master,
-                         force=force, on_event=status.event, on_session=sessions.append, debug=debugging(),
-                         spark_log=log)
+                         checkpoint_tau=tau_s, force=force, on_event=status.event, on_session=sessions.append,
+                         debug=debugging(), spark_log=log)
     status.stop()
     if outcome.status != "complete":
         kept = f"{out} keeps what was recorded (status {outcome.status})" if out.exists() else "nothing recorded"

@@ -34,7 +34,8 @@ def verify(
             if progress:
                 progress.close()
         failed = [r for r in results if not r["ok"]]
-        checked = sum(1 for r in results if r["ok"])
+        checked = sum(1 for r in results if r["ok"] and not r.get("checkpoint"))
+        via_checkpoints = sum(1 for r in results if r["ok"] and r.get("checkpoint"))
         status = reader.status
         data = {"file": str(run), "status": status, "checked": checked, "ok": not failed,
                 "divergence": failed[0] if failed else None, "results": results}
@@ -42,7 +43,8 @@ def verify(
             text = f"{run}: replay diverges at interaction {failed[0]['k']}: {failed[0]['error']}"
         else:
             note = "" if status == "complete" else f" (the run is {status}; its complete interactions were checked)"
-            text = (f"{run}: verified {checked} interactions — every replayed state equals the recorded one"
+            via = f"; again from the checkpoints for {via_checkpoints}" if via_checkpoints else ""
+            text = (f"{run}: verified {checked} interactions{via} — every replayed state equals the recorded one"
                     f"{note}")
         emit(data, json=json, text=text)
         return 1 if failed else 0

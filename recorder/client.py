@@ -29,6 +29,7 @@ class ControlClient:
             raise ConnectionError(f"coordinator refused the task: {self.welcome.get('error', self.welcome)}")
         self.sock.settimeout(None)
         self.pending: collections.deque[int] = collections.deque()
+        self.checkpoints: set[int] = set()  # interactions the coordinator wants checkpointed
         self.on_interaction: Callable[[], None] = lambda: None
         self._replies: queue.Queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="tt-control", daemon=True)
@@ -39,6 +40,8 @@ class ControlClient:
         try:
             while True:
                 header, _ = wire.recv(self.sock)
+                if header.get("ckpt"):
+                    self.checkpoints.add(header["k"])
                 if header.get("t") == "interaction":
                     self.pending.append(header["k"])
                     self.on_interaction()

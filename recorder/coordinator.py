@@ -59,7 +59,8 @@ class Conn:
 
 class Coordinator:
     def __init__(self, writer: Writer, graph: Graph, run_id: str, *, host: str = "127.0.0.1",
-                 bind: str = "0.0.0.0", on_event: Callable[[str, dict], None] | None = None):
+                 bind: str = "0.0.0.0", on_event: Callable[[str, dict], None] | None = None,
+                 online_tau: float | None = None, plan_id: int | None = None):
         self.writer = writer
         self.graph = graph
         self.run_id = run_id
@@ -76,6 +77,18 @@ class Coordinator:
         self.failures: list[dict] = []
         self.tuples = 0
         self.partitions_seen: dict[int, int] = {}
+        # online checkpointing (IcedTea 6.2): checkpoint I_k when replaying to it from the
+        # latest checkpoint would take longer than τ, predicted from the executors' processing time
+        self.online_tau = online_tau
+        self.plan_id = plan_id
+        self.checkpoint_ks: list[int] = []
+        self.predicted: dict[int, float] = {}
+        self.consumes: dict[int, int] = {}     # stage -> inputs consumed by G(θ) instances (all time)
+        self.busy: dict[int, float] = {}       # stage -> seconds the tasks spent processing them
+        self.since: dict[int, int] = {}        # stage -> inputs consumed since the latest checkpoint
+        self.state_bytes: dict[tuple[int, int], int] = {}  # instance -> size of its latest state
+        self.ckpt_bytes = 0                    # size of the latest checkpoint's states
+        self.last_report: dict[int, float] = {}  # attempt -> when its latest figures arrived
 
         coordinator = self
 
@@ -113,16 +126,51 @@ class Coordinator:
             k = self.k
             now = time.time()
             self.interaction_times.append(now)
+            ckpt = self._decide_checkpoint(k)
             self.writer.submit([("INSERT INTO interactions VALUES (?,?,?,?)",
                                  [(k, now, trigger, orjson.dumps(detail).decode())])])
             targets = [c for a, c in self.listeners.items() if a != exclude]
         for c in targets:
             try:
-                c.send({"t": "interaction", "k": k})
+                c.send({"t": "interaction", "k": k, "ckpt": ckpt})
             except OSError:
                 pass  # the task ended meanwhile; it takes k at its end
-        self.on_event("interaction", {"k": k, "trigger": trigger})
+        self.on_event("interaction", {"k": k, "trigger": trigger, "checkpoint": ckpt})
         return k
+
+    def _per_input(self, stage: int) -> float:
+        n = self.consumes.get(stage, 0)
+        return self.busy[stage] / n if n and self.busy.get(stage) else DEFAULT_SECONDS_PER_INPUT
+
+    def predicted_jump(self) -> float:
+        """Replay time from the latest checkpoint to now, as a local replay would take it.
+
+        Executors report their progress when they flush; θ tasks that have not
+        reported lately are assumed to have kept going at their stage's pace, and
+        each θ input is assumed to cost as much again in every later stage of G(θ).
+        Executor time is scaled by REPLAY_FACTOR: replay is one thread, and slower
+        per tuple than a pipelined Spark task.
+        """
+        now = time.monotonic()
+        seconds = sum(n * self._per_input(stage) for stage, n in self.since.items())
+        later_stages = len({self.graph.nodes[n].stage for n in self.graph.in_g} - {self.theta_stage})
+        for c in self.listeners.values():
+            unreported = now - self.last_report.get(c.attempt, now)
+            seconds += unreported * (1 + later_stages)
+        return seconds * REPLAY_FACTOR + self.ckpt_bytes / LOAD_BYTES_PER_SECOND
+
+    def _decide_checkpoint(self, k: int) -> bool:
+        """The online policy (called with the lock held)."""
+        if self.online_tau is None:
+            return False
+        predicted = self.predicted_jump()
+        self.predicted[k] = round(predicted, 6)
+        if predicted <= ONLINE_MARGIN * self.online_tau:
+            return False
+        self.checkpoint_ks.append(k)
+        self.since = {}
+        self.ckpt_bytes = sum(self.state_bytes.values())
+        return True
 
     # --- channels ---------------------------------------------------------------
 
@@ -179,11 +227,14 @@ class Coordinator:
                 else:
                     conn.mode = "record"
                 welcome["mode"] = conn.mode
+                if self.online_tau is not None:
+                    welcome["checkpoints"] = list(self.checkpoint_ks)
                 if stage == self.theta_stage and conn.mode != "off":
                     welcome["sticky"] = self._sticky(book, shadow=conn.mode == "shadow")
                     welcome["when_from"] = max([book.theta_flushed, *book.sticky.values()], default=0)
                     if conn.mode == "record":
                         self.listeners[attempt] = conn
+                        self.last_report[attempt] = time.monotonic()
                 if conn.mode != "off":
                     self.writer.submit([(
                         "INSERT INTO attempts (id, stage, partition, number, spark_attempt, status, started, host)"
@@ -208,7 +259,7 @@ class Coordinator:
         detail = {"op": self.graph.nodes[header["op"]].name, "instance": header["instance"],
                   "position": header["position"], "row": header.get("row")}
         k = self.interaction("condition", detail, exclude=conn.attempt)
-        conn.send({"t": "triggered", "k": k})
+        conn.send({"t": "triggered", "k": k, "ckpt": k in self.checkpoint_ks})
 
     def _end(self, conn: Conn, header: dict, blobs: list[bytes]) -> None:
         with self.lock:
@@ -267,7 +318,24 @@ class Coordinator:
                 chunks.append((a, op, i, "dest", int(edge), start, n, blobs[bi]))
             for port, src, est, n, codec, bi in rec.get("entry", ()):
                 entries.append((a, op, i, port, src, est, n, codec, blobs[bi]))
-        states = [(bytes.fromhex(h), len(blobs[bi]), blobs[bi]) for h, bi in header.get("states", {}).items()]
+        states = []
+        for h, ref in header.get("states", {}).items():
+            bi, raw = ref if isinstance(ref, list) else (ref, len(blobs[ref]))
+            states.append((bytes.fromhex(h), raw, blobs[bi]))
+        with self.lock:
+            stage = conn.stage
+            self.last_report[a] = time.monotonic()
+            self.busy[stage] = self.busy.get(stage, 0.0) + header.get("busy", 0.0)
+            self.consumes[stage] = self.consumes.get(stage, 0) + sum(
+                r["end"] - r["start"] for r in header.get("records", ()) if "op" in r)
+            self.since[stage] = self.since.get(stage, 0) + sum(
+                r["end"] - r["start"] for r in header.get("records", ()) if "op" in r)
+            sizes = {h: raw for h, raw, _ in states}
+            for b in header.get("barriers", ()):
+                if b["state"] in sizes:
+                    self.state_bytes[(b["op"], b["i"])] = sizes[b["state"]]
+        checkpoints = [(self.plan_id, c["op"], c["i"], c["seq"], c["k"], a, c["pos"], c["kind"],
+                        len(blobs[c["blob"]]), blobs[c["blob"]]) for c in header.get("checkpoints", ())]
         barriers = []
         for b in header.get("barriers", ()):
             for k in b["k"]:
@@ -284,6 +352,9 @@ class Coordinator:
             statements.append(("INSERT INTO entry_chunks VALUES (?,?,?,?,?,?,?,?,?)", entries))
         if barriers:
             statements.append(("INSERT OR REPLACE INTO barriers VALUES (?,?,?,?,?,?)", barriers))
+        if checkpoints:
+            statements.append(("INSERT OR REPLACE INTO checkpoints (plan, op, instance, seq, k, attempt, position, "
+                               "kind, size, data) VALUES (?,?,?,?,?,?,?,?,?,?)", checkpoints))
         if tuples:
             statements.append(("UPDATE attempts SET tuples = tuples + ? WHERE id=?", [(tuples, a)]))
             self.tuples += tuples
@@ -313,3 +384,11 @@ class Coordinator:
 
 def state_hash(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
+
+
+LOAD_BYTES_PER_SECOND = 100e6  # unpickling a checkpoint's states (a conservative figure)
+DEFAULT_SECONDS_PER_INPUT = 5e-6  # an executor's time per input, until tasks report theirs
+REPLAY_FACTOR = 3.0  # local replay time / executor time per input (measured: tt checkpoint prints it)
+# The coordinator learns of the tasks' progress when they flush (every half second), so
+# its prediction lags: checkpoint once the predicted jump passes this share of τ.
+ONLINE_MARGIN = 0.7

@@ -33,6 +33,7 @@ class RecordOutcome:
 
 def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str | None = None,
                every: float | None = None, when: str | None = None, master: str | None = None,
+               checkpoint_tau: float | None = None,
                force: bool = False, on_event: Callable[[str, dict], None] | None = None,
                on_session: Callable[[RecordingSession], None] | None = None,
                debug: bool = False, spark_log: Path | None = None) -> RecordOutcome:
@@ -61,7 +62,8 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
     if master:
         os.environ["TT_SPARK_MASTER"] = master
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--master {master} pyspark-shell"
-    session = RecordingSession(out, job, args, watch=watch, every=every, when=when, on_event=on_event)
+    session = RecordingSession(out, job, args, watch=watch, every=every, when=when,
+                               checkpoint_tau=checkpoint_tau, on_event=on_event)
     if on_session is not None:
         on_session(session)
     outcome = RecordOutcome("complete")

@@ -39,13 +39,14 @@ def active() -> "RecordingSession | None":
 
 class RecordingSession:
     def __init__(self, out: str | Path, job: str | Path, argv: list[str], *, watch: str | None = None,
-                 every: float | None = None, when: str | None = None,
+                 every: float | None = None, when: str | None = None, checkpoint_tau: float | None = None,
                  on_event: Callable[[str, dict], None] | None = None):
         self.out = Path(out)
         self.job = Path(job)
         self.watch = watch
         self.every = every
         self.when = when
+        self.checkpoint_tau = checkpoint_tau  # online checkpointing under this bound, if set
         self.on_event = on_event or (lambda kind, info: None)
         self.run_id = secrets.token_hex(8)
         self.db = schema.create(self.out)
@@ -57,7 +58,9 @@ class RecordingSession:
             "INSERT INTO run (id, status, job, argv, started, options, recorder_pid, recorder_host) "
             "VALUES (1,?,?,?,?,?,?,?)",
             [("recording", str(self.job), orjson.dumps(argv).decode(), time.time(),
-              orjson.dumps({"watch": watch, "every": every, "when": when}).decode(), os.getpid(),
+              orjson.dumps({"watch": watch, "every": every, "when": when,
+                            "checkpoint": "online" if checkpoint_tau else None, "tau": checkpoint_tau}).decode(),
+              os.getpid(),
               socket.gethostname())])])
 
     # --- activation ---------------------------------------------------------
@@ -83,7 +86,13 @@ class RecordingSession:
         conf = spark.sparkContext.getConf()
         master = conf.get("spark.master", "")
         host = "127.0.0.1" if master.startswith("local") else conf.get("spark.driver.host", "127.0.0.1")
-        self.coordinator = Coordinator(self.writer, graph, self.run_id, host=host, on_event=self.on_event)
+        plan_id = None
+        if self.checkpoint_tau is not None:
+            plan_id = self.writer.call(lambda conn: conn.execute(
+                "INSERT INTO checkpoint_plans (policy, tau, created, active, info) VALUES ('online',?,?,1,'{}')",
+                (self.checkpoint_tau, time.time())).lastrowid)
+        self.coordinator = Coordinator(self.writer, graph, self.run_id, host=host, on_event=self.on_event,
+                                       online_tau=self.checkpoint_tau, plan_id=plan_id)
         self._write_plan(graph, master, spark.version, job_dir)
         if self.every:
             self.coordinator.start_timer(self.every)
@@ -129,11 +138,46 @@ class RecordingSession:
                 with c.lock:
                     c.k += 1
                     k = c.k
+                    end_ckpt = c._decide_checkpoint(k)
                 self.writer.submit([("INSERT INTO interactions VALUES (?,?,'end','{}')", [(k, time.time())])])
                 self._fix_source_instances(c)
+        if c is not None:
+            self.writer.submit([("INSERT OR REPLACE INTO stage_stats VALUES (?,?,?)",
+                                 [(st, n, c.busy.get(st, 0.0)) for st, n in c.consumes.items()])])
         status = status or ("complete" if ok else "failed")
         self.writer.submit([("UPDATE run SET status=?, finished=?, error=?, input_bytes=? WHERE id=1",
                              [(status, time.time(), error, input_bytes)])])
+        self.writer.flush()
+        if c is not None and c.plan_id is not None:
+            self._finish_online_plan(c)
+
+    def _finish_online_plan(self, c: Coordinator) -> None:
+        """Keep the end states that checkpointed interactions need; record the plan's costs."""
+        from ..store.reader import RunReader
+
+        reader = RunReader(self.out)
+        try:
+            index = reader.checkpoint_index(c.plan_id)
+            chosen = [k for k in c.checkpoint_ks if reader.snapshot(k) is not None]
+            keep, drop, costs = set(), [], {}
+            for k in chosen:
+                snap = reader.snapshot(k)
+                costs[str(k)] = sum(int(reader.conn.execute("SELECT size FROM states WHERE hash=?", (at.state,))
+                                        .fetchone()[0]) for at in snap.values() if at.state is not None)
+                for key, at in snap.items():
+                    rows = index.get(key, [])
+                    if any(pos == at.position and ck != -1 for _, ck, pos, *_ in rows):
+                        continue
+                    keep.update((key, seq) for seq, ck, pos, *_ in rows if ck == -1 and pos == at.position)
+            for key, rows in index.items():
+                drop += [(c.plan_id, key[0], key[1], seq) for seq, ck, *_ in rows if ck == -1 and (key, seq) not in keep]
+            info = {"checkpoints": chosen, "predicted": {str(k): v for k, v in c.predicted.items()},
+                    "costs": costs, "cost": sum(costs.values())}
+        finally:
+            reader.close()
+        self.writer.submit([
+            ("DELETE FROM checkpoints WHERE plan=? AND op=? AND instance=? AND seq=?", drop),
+            ("UPDATE checkpoint_plans SET info=? WHERE id=?", [(orjson.dumps(info).decode(), c.plan_id)])])
         self.writer.flush()
 
     def _fix_source_instances(self, c: Coordinator) -> None:
@@ -156,6 +200,7 @@ class RecordingSession:
         if self.coordinator is not None:
             self.coordinator.shutdown()
         self.writer.close()
+        schema.settle(self.db.conn)
         self.db.conn.close()
 
 

@@ -187,6 +187,10 @@ class StageTask:
         self.sticky: list[tuple[int, int]] = []   # (k, position) barriers a re-run must repeat
         self.when_from = 0
         self.k_now = 0
+        self.new_checkpoints: list[tuple[dict, bytes]] = []
+        self.checkpointer = None   # a CheckpointWriter when the recording checkpoints online
+        self.checkpoint_seq: dict[int, int] = {}
+        self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)
         if recording is not None:
             self._connect(recording, attempt)
         self.runners: dict[int, Runner] = {}
@@ -219,6 +223,11 @@ class StageTask:
         self.sticky = [tuple(x) for x in w.get("sticky", [])]
         self.when_from = w.get("when_from", 0)
         self.k_now = w.get("k_now", 0)
+        if w.get("checkpoints") is not None and self.mode == "record":
+            from ..core.checkpoint import CheckpointWriter
+
+            self.checkpointer = CheckpointWriter()
+            self.client.checkpoints.update(w["checkpoints"])
 
     def _build(self, when_src: str | None) -> None:
         g, p = self.g, self.partition
@@ -340,8 +349,10 @@ class StageTask:
                 rows = batch
                 for nid, port in captures:
                     self.runners[nid].log.entry.setdefault((port, self.partition), []).extend(rows)
+            t0 = time.perf_counter()
             for row in rows:
                 feed(row, 0)
+            self.busy += time.perf_counter() - t0
             self.since_flush += len(rows)
             self._after_input()
             cols = self.outbox.take()
@@ -358,6 +369,7 @@ class StageTask:
         feed = head.feed
         hid = head.node_id
         for batch in batches:
+            t0 = time.perf_counter()
             routes, epochs, srcs, payloads = (batch.column(i).to_pylist() for i in (0, 2, 3, 5))
             for route, epoch, src, payload in zip(routes, epochs, srcs, payloads):
                 if epoch > self.epoch and self.theta is None:
@@ -371,6 +383,7 @@ class StageTask:
                 for row in rows:
                     feed(row, port)
                 self.since_flush += len(rows)
+            self.busy += time.perf_counter() - t0
             self._after_input()
             cols = self.outbox.take()
             if cols:
@@ -421,8 +434,22 @@ class StageTask:
                 h = self._state_hash(r)
                 self.pending_barriers.append({"k": ks, "op": r.node_id, "i": self.partition,
                                               "pos": r.count, "state": h})
+        if self.checkpointer is not None:
+            flagged = [k for k in ks if k in self.client.checkpoints]
+            if flagged:
+                self._checkpoint(flagged[-1])
         self.epoch = ks[-1]
         self.flush()
+
+    def _checkpoint(self, k: int) -> None:
+        """Save every instance of G(θ) in this task (online checkpointing; k = -1 at the end)."""
+        for r in self.recorders:
+            kind, data = self.checkpointer.take(r.node_id, r.op)
+            packed = blobs.compress(data)
+            seq = self.checkpoint_seq.get(r.node_id, 0)
+            self.checkpoint_seq[r.node_id] = seq + 1
+            self.new_checkpoints.append(({"op": r.node_id, "i": self.partition, "k": k, "seq": seq,
+                                          "pos": r.count, "kind": kind}, packed))
 
     def _state_hash(self, r: Runner) -> str:
         last = self.last_state.get(r.node_id)
@@ -431,7 +458,7 @@ class StageTask:
         data = values.dumps(r.op.state())
         h = hashlib.blake2b(data, digest_size=16).hexdigest()
         if h not in self.sent_states and h not in self.new_states:
-            self.new_states[h] = blobs.compress(data)
+            self.new_states[h] = (blobs.compress(data), len(data))
         self.last_state[r.node_id] = (r.count, h)
         return h
 
@@ -443,7 +470,8 @@ class StageTask:
                 self._discard_logs()
                 self.since_flush = 0
             return
-        if (self.since_flush >= FLUSH_ROWS or time.monotonic() - self.last_flush >= FLUSH_SECONDS
+        every = FLUSH_SECONDS if self.checkpointer is None else FLUSH_SECONDS / 4  # online policy: fresher figures
+        if (self.since_flush >= FLUSH_ROWS or time.monotonic() - self.last_flush >= every
                 or len(self.arrow_entries) > 16 or len(self.blob_entries) > 256):
             self.flush()
 
@@ -508,13 +536,20 @@ class StageTask:
     def _header(self, kind: str) -> tuple[dict, list[bytes]]:
         records, out_blobs = self._collect()
         states = {}
-        for h, data in self.new_states.items():
-            states[h] = len(out_blobs)
+        for h, (data, raw) in self.new_states.items():
+            states[h] = [len(out_blobs), raw]
             out_blobs.append(data)
+        checkpoints = []
+        for meta, data in self.new_checkpoints:
+            checkpoints.append({**meta, "blob": len(out_blobs)})
+            out_blobs.append(data)
+        self.new_checkpoints = []
         self.sent_states.update(self.new_states)
         self.new_states = {}
-        header = {"t": kind, "records": records, "barriers": self.pending_barriers, "states": states}
+        header = {"t": kind, "records": records, "barriers": self.pending_barriers, "states": states,
+                  "checkpoints": checkpoints, "busy": round(self.busy, 6)}
         self.pending_barriers = []
+        self.busy = 0.0
         self.since_flush = 0
         self.last_flush = time.monotonic()
         return header, out_blobs
@@ -544,6 +579,8 @@ class StageTask:
             return
         finals = [{"op": r.node_id, "i": self.partition, "pos": r.count, "last_k": self.epoch,
                    "state": self._state_hash(r)} for r in self.recorders]
+        if self.checkpointer is not None:
+            self._checkpoint(-1)  # the end state: kept if a checkpointed interaction needs it
         header, out_blobs = self._header("end")
         header["finals"] = finals
         self.client.end(header, out_blobs)

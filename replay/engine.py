@@ -109,6 +109,9 @@ class Instance:
         self.run_idx = 0
         self.run_off = 0
         self.sent: dict[int, int] = collections.defaultdict(int)  # outputs so far per shuffle edge
+        # tuples sent so far per channel (edge, destination instance): after a restore from an
+        # uncoordinated recovery line, what a receiver already consumed is sent again and dropped
+        self.produced: dict[tuple[int, int], int] = collections.defaultdict(int)
 
     @property
     def count(self) -> int:
@@ -188,10 +191,10 @@ class Instance:
         r = self.runner
         return (cloudpickle.dumps(r.op), r.count, r.finished, self.run_idx, self.run_off,
                 dict(self.consumed), cloudpickle.dumps({ch: list(q) for ch, q in self.queues.items() if q}),
-                dict(self.sent), (r.results._pos, r.results._call), self.queue_signature())
+                dict(self.sent), (r.results._pos, r.results._call), dict(self.produced), self.queue_signature())
 
     def restore(self, saved: tuple) -> None:
-        op_bytes, count, finished, run_idx, run_off, consumed, queues, sent, results, _ = saved
+        op_bytes, count, finished, run_idx, run_off, consumed, queues, sent, results, produced, _ = saved
         self.reset(op=cloudpickle.loads(op_bytes))
         self.runner.count, self.runner.finished = count, finished
         self.run_idx, self.run_off = run_idx, run_off
@@ -199,7 +202,49 @@ class Instance:
         for ch, rows in cloudpickle.loads(queues).items():
             self.queues[ch].extend(rows)
         self.sent.update(sent)
+        self.produced.update(produced)
         self.runner.results._pos, self.runner.results._call = results
+
+    def restore_at(self, position: int, op: Any = None, produced: dict | None = None) -> None:
+        """Put this instance at `position` with operator object `op` (None: a fresh one),
+        nothing in flight: counters and cursors are derived from the logs (`produced`, per
+        channel (edge, sender, receiver), may be passed in when already known)."""
+        self.reset(op=op)
+        r = self.runner
+        r.count = position
+        if position >= self.total:
+            self.run_idx, self.run_off = len(self.runs), 0
+            r.finished = bool(self.runs) and (self.runs[-1][0], self.runs[-1][1]) == END
+        else:
+            idx = bisect.bisect_right(self.run_starts, position) - 1
+            self.run_idx, self.run_off = idx, position - self.run_starts[idx]
+        left = position
+        for port, src, n in self.runs:
+            if left <= 0:
+                break
+            take = min(n, left)
+            if (port, src) != END:
+                self.consumed[(port, src)] += take
+            left -= take
+        if produced is None:
+            produced = self.produced_before(position)
+        outputs = sum(self.counts[:position])
+        for e in self._shuffle_edges:
+            self.sent[e] = outputs
+        for (e, _, d), n in produced.items():
+            self.produced[(e, d)] = n
+
+    def produced_before(self, position: int) -> dict[tuple[int, int, int], int]:
+        """Tuples sent per channel (edge, this instance, receiver) before input #position."""
+        outputs = sum(self.counts[:position])
+        out = {}
+        for e in self.engine.graph.out_edges(self.node):
+            if e.shuffle:
+                for d, n in collections.Counter(self.dests[e.id][:outputs]).items():
+                    out[(e.id, self.i, d)] = n
+            else:
+                out[(e.id, self.i, self.i)] = outputs
+        return out
 
 
 class EngineSnapshot:
@@ -210,7 +255,7 @@ class EngineSnapshot:
         self.parts = parts
 
     def nbytes(self) -> int:
-        return sum(len(p[0]) + len(p[6]) for p in self.parts.values())
+        return sum(len(p[0]) + len(p[6]) for p in self.parts.values())  # op and queue pickles
 
     def covers(self, target: dict[Key, int]) -> bool:
         """Whether replaying forward from here can reach `target`."""
@@ -250,13 +295,19 @@ class Engine:
                 targets.append(self._shuffle_target(inst, e))
             else:
                 dst = self.instances[(e.dst, inst.i)]
-                targets.append(self._queue_target(dst, (e.port, inst.i)))
+                targets.append(self._queue_target(inst, e.id, dst, (e.port, inst.i)))
         inst.runner.targets = targets
 
-    def _queue_target(self, dst: Instance, ch: tuple[int, int]) -> Callable[[Any], None]:
+    def _queue_target(self, src: Instance, edge: int, dst: Instance, ch: tuple[int, int]) -> Callable[[Any], None]:
         dirty = self.dirty
+        produced = src.produced
+        key = (edge, dst.i)
 
         def deliver(row):
+            seq = produced[key]
+            produced[key] = seq + 1
+            if seq < dst.consumed[ch]:
+                return  # sent again after a restore; the receiver consumed it already
             dst.queues[ch].append(row)
             dirty.add(dst)
         return deliver
@@ -266,6 +317,7 @@ class Engine:
         logged = inst.dests.get(edge.id)
         dsts = {}
         ch = (edge.port, inst.i)
+        produced = inst.produced
 
         def deliver(row):
             d = g.route(edge, row, inst.i)
@@ -279,6 +331,11 @@ class Engine:
             dst = dsts.get(d)
             if dst is None:
                 dst = dsts[d] = self.instances[(edge.dst, d)]
+            key = (edge.id, d)
+            seq = produced[key]
+            produced[key] = seq + 1
+            if seq < dst.consumed[ch]:
+                return  # sent again after a restore; the receiver consumed it already
             dst.queues[ch].append(row)
             dirty.add(dst)
         return deliver
@@ -306,6 +363,15 @@ class Engine:
     def restore(self, snap: "EngineSnapshot") -> None:
         for key, inst in self.instances.items():
             inst.restore(snap.parts[key])
+        for inst in self.instances.values():
+            self._wire(inst)
+        self.dirty.clear()
+
+    def restore_line(self, line: dict[Key, tuple], produced: dict[Key, dict] | None = None) -> None:
+        """Put every instance at its restore point: `line[key] = (position, operator or None)`."""
+        for key, inst in self.instances.items():
+            position, op = line[key]
+            inst.restore_at(position, op, (produced or {}).get(key))
         for inst in self.instances.values():
             self._wire(inst)
         self.dirty.clear()
@@ -475,6 +541,37 @@ def verify(reader: RunReader, *, trust: bool = False,
         results.append({"k": interaction.k, "ok": True, "instances": len(snap)})
         if progress is not None:
             progress(n + 1, len(interactions))
+    if all(r["ok"] for r in results) and reader.active_plan() is not None:
+        results.extend(_verify_checkpoints(reader, engine, interactions))
     return results
+
+
+def _verify_checkpoints(reader: RunReader, engine: Engine, interactions) -> list[dict]:
+    """Every interaction again, this time jumping from the active plan's checkpoints."""
+    from .checkpoints import Restorer
+
+    restorer = Restorer(engine)
+    out = []
+    for interaction in interactions:
+        snap = reader.snapshot(interaction.k)
+        targets = {key: at.position for key, at in snap.items()}
+        engine.reset()
+        line, _ = restorer.line_for(targets)
+        restorer.load(line)
+        engine.advance_to(targets)
+        for key, at in snap.items():
+            diff = values.first_difference(reader.state(at.state), engine.instances[key].state()) \
+                if at.state is not None else None
+            if diff is not None:
+                inst = engine.instances[key]
+                out.append({"k": interaction.k, "ok": False, "op": inst.node.name, "instance": inst.i,
+                            "checkpoint": True, "field": diff[0],
+                            "error": f"jumping to interaction {interaction.k} from the checkpoints gives "
+                                     f"{inst.label} a different {diff[0]}: recorded {values.render(diff[1], 60)},"
+                                     f" restored {values.render(diff[2], 60)}"})
+                return out
+        out.append({"k": interaction.k, "ok": True, "checkpoint": True,
+                    "restored_from": sorted({seq is not None for _, seq in line.values()})})
+    return out
 
 

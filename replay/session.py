@@ -27,6 +27,7 @@ from ..core.errors import ReplayDivergence, TTError, UsageError
 from ..core.logs import END
 from ..core.scopes import Overlap, Provenance, ScopeNode, TupleRef
 from ..store.reader import RunReader
+from .checkpoints import Restorer
 from .engine import Engine, EngineSnapshot, Instance, Key
 
 SNAPSHOT_BUDGET = 256 << 20   # bytes of in-memory restore points
@@ -88,6 +89,7 @@ class DebugSession:
         self.engine = Engine(self.reader, trust=trust)
         self.graph = self.engine.graph
         self.provenance = Provenance(self.graph, self._logs, self._barriers())
+        self.restorer = Restorer(self.engine)       # checkpoints of the active plan, if any
         self.frames: list[TupleRef] = []           # step-into stack
         self.history: list[_HistoryEntry] = []
         self._restore_points: list[EngineSnapshot] = []
@@ -128,6 +130,7 @@ class DebugSession:
             trust = True  # already established when the session opened
             self.engine = Engine(self.reader, trust=trust)
             self.provenance = Provenance(self.graph, self._logs, self._barriers())
+            self.restorer = Restorer(self.engine)
             self._restore_points, self._last_saved, self.history = [], None, []
             self.engine.advance_to({k: v for k, v in position.items() if k in self.engine.instances})
             return True
@@ -451,14 +454,23 @@ class DebugSession:
         return snap
 
     def _move_to(self, targets: dict[Key, int], progress=None, cancel=None) -> None:
+        """Restore the closest starting point (in memory or a checkpoint), then replay forward."""
         engine = self.engine
-        if any(engine.instances[k].count > t for k, t in targets.items()):
-            full = {k: targets.get(k, 0) for k in engine.instances}
-            base = self._best_base(full)
-            if base is None:
-                engine.reset()
-            else:
-                engine.restore(base)
+        full = {k: targets.get(k, engine.instances[k].count) for k in engine.instances}
+        here = sum(engine.instances[k].count for k in engine.instances)
+        behind = any(engine.instances[k].count > t for k, t in targets.items())
+        base = self._best_base(full)
+        base_done = sum(base.position.values()) if base is not None else 0
+        line, line_done = self.restorer.line_for(full) if self.restorer else (None, 0)
+        best = max(line_done, base_done, -1 if behind else here)
+        if best == here and not behind:
+            pass  # replaying forward from here is cheapest
+        elif line is not None and line_done == best and line_done > 0:
+            self.restorer.load(line)
+        elif base is not None and base_done == best:
+            engine.restore(base)
+        else:
+            engine.reset()
         total = sum(max(0, t - engine.instances[k].count) for k, t in targets.items())
         done = [0]
 

@@ -286,12 +286,46 @@ class RunReader:
             "SELECT DISTINCT port, src FROM entry_chunks WHERE op=? AND instance=? AND attempt=?",
             (op_id, instance, att[0]))]
 
-    def checkpointed(self) -> set[int]:
-        """Interactions with a stored checkpoint (restore point for jumps)."""
+    # --- checkpoints ------------------------------------------------------------
+
+    def plans(self) -> list[dict]:
         try:
-            return {k for (k,) in self.conn.execute("SELECT DISTINCT k FROM checkpoints")}
-        except sqlite3.OperationalError:  # no checkpoint table: no plan was made
+            rows = self.conn.execute("SELECT id, policy, tau, created, active, info FROM checkpoint_plans ORDER BY id")
+        except sqlite3.OperationalError:  # a run file from before checkpoints existed
+            return []
+        return [{"id": i, "policy": p, "tau": t, "created": c, "active": bool(a),
+                 "info": orjson.loads(info) if info else {}} for i, p, t, c, a, info in rows]
+
+    def active_plan(self) -> dict | None:
+        return next((p for p in reversed(self.plans()) if p["active"]), None)
+
+    def checkpoint_index(self, plan: int) -> dict[tuple[int, int], list[tuple[int, int, int, str, int, int]]]:
+        """Per instance, its usable checkpoints in order: (seq, k, position, kind, size, rowid)."""
+        out: dict[tuple[int, int], list] = {}
+        try:
+            rows = self.conn.execute(
+                "SELECT op, instance, attempt, seq, k, position, kind, size, rowid FROM checkpoints "
+                "WHERE plan=? ORDER BY op, instance, seq", (plan,)).fetchall()
+        except sqlite3.OperationalError:  # a run file from before checkpoints existed
+            return out
+        for op, i, attempt, seq, k, pos, kind, size, rowid in rows:
+            if attempt:
+                vis = self.attempt_of(op, i)
+                if vis is None or vis[0] != attempt:
+                    continue
+            out.setdefault((op, i), []).append((seq, k, pos, kind, size, rowid))
+        return out
+
+    def checkpoint_data(self, rowid: int) -> bytes:
+        return blobs.decompress(self.conn.execute("SELECT data FROM checkpoints WHERE rowid=?",
+                                                  (rowid,)).fetchone()[0])
+
+    def checkpointed(self) -> set[int]:
+        """Interactions every instance of G(θ) has a checkpoint for, in the active plan."""
+        plan = self.active_plan()
+        if plan is None:
             return set()
+        return set(plan["info"].get("checkpoints", []))
 
     def failures(self) -> list[dict]:
         cur = self.conn.execute(

@@ -70,6 +70,22 @@ CREATE TABLE IF NOT EXISTS failures (
     attempt INTEGER, op INTEGER, instance INTEGER, position INTEGER,
     error TEXT, traceback TEXT, row TEXT, time REAL
 );
+CREATE TABLE IF NOT EXISTS stage_stats (   -- executors' processing time, for the replay cost model
+    stage INTEGER PRIMARY KEY, inputs INTEGER, busy REAL
+);
+CREATE TABLE IF NOT EXISTS checkpoint_plans (
+    id INTEGER PRIMARY KEY, policy TEXT, tau REAL, created REAL,
+    active INTEGER DEFAULT 0,      -- jumps use the active plan
+    info TEXT                      -- JSON: chosen interactions, costs, predicted and measured jumps
+);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    plan INTEGER, op INTEGER, instance INTEGER,
+    seq INTEGER,                   -- order of the instance's checkpoints: delta chains follow it
+    k INTEGER,                     -- the interaction it was taken at (-1: the instance's end)
+    attempt INTEGER,               -- 0: taken by a local replay; else the task attempt (online)
+    position INTEGER, kind TEXT, size INTEGER, data BLOB,
+    PRIMARY KEY (plan, op, instance, attempt, seq)
+);
 CREATE INDEX IF NOT EXISTS log_chunks_by_instance ON log_chunks (op, instance, kind, attempt, start);
 CREATE INDEX IF NOT EXISTS entry_chunks_by_channel ON entry_chunks (op, instance, port, src, attempt, start);
 CREATE INDEX IF NOT EXISTS barriers_by_k ON barriers (k, op, instance);
@@ -140,6 +156,15 @@ def open_existing(path: str | Path, *, write: bool = False) -> sqlite_utils.Data
         migrate(conn, version)
     conn.execute("PRAGMA busy_timeout=5000")
     return sqlite_utils.Database(conn)
+
+
+def settle(conn: sqlite3.Connection) -> None:
+    """Fold the write-ahead log into the file, so that the .db alone is the whole run
+    (users copy run files around; a copy without its -wal file would lose data)."""
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error:
+        pass  # a reader still has it open; the next writer settles it
 
 
 def migrate(conn: sqlite3.Connection, version: int) -> None:

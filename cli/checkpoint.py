@@ -1,0 +1,90 @@
+"""`tt checkpoint`: choose and take checkpoints so that every jump finishes within τ."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..core.errors import UsageError
+
+from ..recorder.triggers import parse_duration
+from .main import app
+from .output import JSON, emit, human_bytes
+
+
+@app.command()
+def checkpoint(
+    run: Path = typer.Argument(..., help="A run file written by `tt record`."),
+    tau: Optional[str] = typer.Option(None, "--tau", help="The longest a jump may take, e.g. 2s or 500ms."),
+    measure_only: bool = typer.Option(False, "--measure", help="Only measure every jump with the active plan "
+                                      "(e.g. one made online while recording) and store the figures."),
+    policy: str = typer.Option("offline", "--policy",
+                               help="offline (cheapest plan meeting τ) | online | per-instance | all | none."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan without taking it."),
+    trust: bool = typer.Option(False, "--trust", help="Allow replaying code from a run you did not record."),
+    json: bool = JSON,
+):
+    """Make every jump in this run finish within τ, at the least storage cost.
+
+    Profiles the run by a local replay (how fast each operator replays), chooses
+    the interactions to checkpoint (`offline`: a dynamic program finds the cheapest
+    set meeting τ), takes those checkpoints by a second replay, and measures every
+    jump. The run file gains the checkpoints; `tt debug` and `tt replay` use them.
+    """
+    from ..replay import checkpoints as ck
+    from ..store.reader import RunReader
+
+    show = sys.stderr.isatty() and not json
+    reader = RunReader(run)
+    if measure_only:
+        plan = reader.active_plan()
+        if plan is None:
+            raise UsageError(f"{run} has no checkpoint plan to measure; make one with --tau")
+        measured = ck.measure(run, trust=trust, progress=_bar("measuring jumps") if show else None)
+        ck.record_measurements(run, measured)
+        worst = max(measured.values(), default=0.0)
+        emit({"plan": plan["id"], "policy": plan["policy"], "tau": plan["tau"],
+              "measured": {str(k): v for k, v in measured.items()}}, json=json,
+             text=f"{run}: {plan['policy']} plan (τ = {plan['tau']:g}s): slowest jump measured {worst:.3f}s"
+                  + (f" — over τ by {worst - plan['tau']:.3f}s" if worst > plan["tau"] else ""))
+        return 0
+    if tau is None:
+        raise UsageError("how fast must jumps be? pass --tau, e.g. --tau 2s (or --measure)")
+    seconds = parse_duration(tau)
+    if reader.status == "recording":
+        raise UsageError(f"{run} is still being recorded; checkpoint it once `tt record` has finished")
+    prof = ck.profile(reader, trust=trust, progress=_bar("profiling") if show else None)
+    plan = ck.choose(prof, policy, seconds)
+    data = plan.as_dict()
+    data["all_cost"] = sum(prof.cost(k) for k in prof.interactions[1:])
+    if not dry_run:
+        ck.take(run, prof, plan, trust=trust, progress=_bar("checkpointing") if show else None)
+        measured = ck.measure(run, trust=trust, progress=_bar("measuring jumps") if show else None)
+        ck.record_measurements(run, measured)
+        data["measured"] = {str(k): v for k, v in measured.items()}
+    worst = max(data.get("measured", data["predicted"]).values(), default=0.0)
+    text = (f"{run}: {policy} plan for τ = {seconds:g}s — {len(plan.checkpoints) if plan.per_instance is None else sum(len(v) for v in plan.per_instance.values())} "
+            f"checkpoint(s), {human_bytes(plan.cost)} of state "
+            f"({100 * plan.cost / data['all_cost']:.0f}% of checkpointing every interaction); "
+            f"slowest jump {'measured' if 'measured' in data else 'predicted'} {worst:.3f}s")
+    if worst > seconds:
+        text += f" — over τ by {worst - seconds:.3f}s"
+    emit(data, json=json, text=text)
+    return 0
+
+
+def _bar(label: str):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True)
+    task = p.add_task(label, total=None)
+    p.start()
+
+    def update(done: int, total: int) -> None:
+        p.update(task, completed=done, total=total)
+        if done >= total:
+            p.stop()
+    return update

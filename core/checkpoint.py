@@ -1,0 +1,149 @@
+"""Checkpoints of operator instances, stored incrementally where that is exact.
+
+A checkpoint restores an operator object exactly (it is a pickle, not the JSON
+shown to users). The first checkpoint of an instance is *full*; later ones may
+be *deltas* against the previous one: for a dict attribute whose values are
+immutable (a map of customer -> amount, of group -> count) only the changed and
+deleted keys; for a list of immutable items that only grew, the new items;
+immutable scalars only when they changed. Anything else (mutable values that
+could change in place without the container noticing) is stored whole in every
+delta, so a delta is never wrong, only sometimes not small.
+
+`CheckpointWriter` keeps, per instance, what it needs to compute the next delta;
+`restore` applies a chain [full, delta, delta, ...] to get the object back.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import cloudpickle
+
+_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
+FULL, DELTA = "full", "delta"
+
+
+def _immutable(value: Any) -> bool:
+    t = type(value)
+    if t in _IMMUTABLE:
+        return True
+    if t is tuple:
+        return all(_immutable(v) for v in value)
+    return False
+
+
+def _immutable_items(values) -> bool:
+    types = set(map(type, values))
+    if types <= _IMMUTABLE:
+        return True
+    return all(_immutable(v) for v in values)
+
+
+class _Memo:
+    """What the previous checkpoint of an instance held, to diff against."""
+
+    __slots__ = ("dicts", "lists", "scalars", "chain")
+
+    def __init__(self):
+        self.dicts: dict[str, dict] = {}
+        self.lists: dict[str, list] = {}
+        self.scalars: dict[str, Any] = {}
+        self.chain = 0  # deltas since the last full checkpoint
+
+
+class CheckpointWriter:
+    """Produces full or delta checkpoints of operator objects, per instance."""
+
+    def __init__(self, full_every: int = 16):
+        self.full_every = full_every
+        self.memos: dict[Any, _Memo] = {}
+
+    def take(self, key: Any, op: Any) -> tuple[str, bytes]:
+        """(kind, bytes) of a checkpoint of `op`, the instance known as `key`."""
+        memo = self.memos.get(key)
+        if memo is None or memo.chain >= self.full_every:
+            data = cloudpickle.dumps(op)
+            self.memos[key] = self._remember(op, _Memo())
+            return FULL, data
+        delta: dict[str, tuple] = {}
+        attrs = vars(op)
+        for name in set(memo.dicts) | set(memo.lists) | set(memo.scalars) | set(attrs):
+            if name not in attrs:
+                delta[name] = ("del",)
+                continue
+            value = attrs[name]
+            if name in memo.dicts and type(value) is dict and _immutable_items(value.values()):
+                prev = memo.dicts[name]
+                changed = {k: v for k, v in value.items() if k not in prev or prev[k] is not v and prev[k] != v}
+                deleted = [k for k in prev if k not in value]
+                if not _same_order(prev, value, len(prev) - len(deleted)):
+                    delta[name] = ("set", value)  # a key was re-inserted: its position moved
+                elif changed or deleted:
+                    delta[name] = ("dict", changed, deleted)
+            elif name in memo.lists and type(value) is list and _immutable_items(value):
+                prev = memo.lists[name]
+                if len(value) >= len(prev) and value[:len(prev)] == prev:
+                    if len(value) > len(prev):
+                        delta[name] = ("append", value[len(prev):])
+                else:
+                    delta[name] = ("set", value)
+            elif name in memo.scalars and _immutable(value):
+                if memo.scalars[name] != value or type(memo.scalars[name]) is not type(value):
+                    delta[name] = ("set", value)
+            else:
+                delta[name] = ("set", value)
+        try:
+            data = pickle.dumps(delta, protocol=5)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            data = cloudpickle.dumps(delta)
+        memo.chain += 1
+        self._remember(op, memo)
+        return DELTA, data
+
+    @staticmethod
+    def _remember(op: Any, memo: _Memo) -> _Memo:
+        memo.dicts.clear()
+        memo.lists.clear()
+        memo.scalars.clear()
+        for name, value in vars(op).items():
+            if type(value) is dict and _immutable_items(value.values()):
+                memo.dicts[name] = dict(value)
+            elif type(value) is list and _immutable_items(value):
+                memo.lists[name] = list(value)
+            elif _immutable(value):
+                memo.scalars[name] = value
+        return memo
+
+
+def restore(chain: list[tuple[str, bytes]]) -> Any:
+    """The operator object from a full checkpoint followed by its deltas."""
+    if not chain or chain[0][0] != FULL:
+        raise ValueError("a checkpoint chain starts with a full checkpoint")
+    op = cloudpickle.loads(chain[0][1])
+    for kind, data in chain[1:]:
+        delta = pickle.loads(data)
+        attrs = vars(op)
+        for name, change in delta.items():
+            how = change[0]
+            if how == "del":
+                attrs.pop(name, None)
+            elif how == "set":
+                attrs[name] = change[1]
+            elif how == "append":
+                attrs[name].extend(change[1])
+            elif how == "dict":
+                d = attrs[name]
+                for k in change[2]:
+                    d.pop(k, None)
+                d.update(change[1])  # existing keys keep their place, new ones come last
+    return op
+
+
+def _same_order(prev: dict, value: dict, survivors: int) -> bool:
+    """Whether `value` is prev's surviving keys, in their order, then only new keys."""
+    import itertools
+
+    if survivors == len(prev):
+        return list(itertools.islice(value, survivors)) == list(prev)
+    return list(itertools.islice(value, survivors)) == [k for k in prev if k in value]

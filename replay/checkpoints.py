@@ -1,0 +1,283 @@
+"""Checkpoints of a recorded run: profiling, taking them by local replay, restoring.
+
+`tt checkpoint RUN --tau 2s` profiles the run (one replay pass that measures how
+fast each operator replays), chooses a plan (`tt.replay.planning`), takes the
+chosen checkpoints in a second replay pass, and measures every jump with them.
+Jumps then start from the latest *consistent* set of restore points before the
+target (`Restorer`): for a coordinated plan that is simply the checkpoint of the
+latest planned interaction; for per-instance plans it is a recovery line found by
+rollback propagation (`tt.core.recovery`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import cloudpickle
+import orjson
+
+from ..core.checkpoint import FULL, CheckpointWriter, restore
+from ..core.errors import RunFileError, UsageError
+from ..core.recovery import RestorePoint, recovery_line
+from ..store import blobs, schema
+from ..store.reader import RunReader
+from . import planning
+from .engine import Engine, Key
+
+POLICIES = ("offline", "online", "per-instance", "all", "none")
+
+
+class Restorer:
+    """Finds and loads the best restore line for a target position (active plan)."""
+
+    def __init__(self, engine: Engine, plan: dict | None = None):
+        self.engine = engine
+        reader = engine.reader
+        self.plan = plan if plan is not None else reader.active_plan()
+        self.index = reader.checkpoint_index(self.plan["id"]) if self.plan else {}
+        info = self.plan["info"] if self.plan else {}
+        self.stateless = {tuple(map(int, k.split(":"))) for k in info.get("stateless", [])}
+        self.interaction_positions: list[dict[Key, int]] = [
+            {key: at.position for key, at in reader.snapshot(i.k).items()} for i in reader.interactions()]
+        self.channels = self._channels()
+        self._counts: dict[tuple[Key, int], tuple[dict, dict]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.index) or bool(self.stateless)
+
+    def _channels(self) -> list[tuple[tuple, Key, Key]]:
+        g = self.engine.graph
+        out = []
+        for e in g.edges:
+            if e.src not in g.in_g or e.dst not in g.in_g:
+                continue
+            n_src, n_dst = g.nodes[e.src].instances, g.nodes[e.dst].instances
+            for i in range(n_src):
+                dests = range(n_dst) if e.shuffle else [i]
+                for d in dests:
+                    out.append(((e.id, i, d), (e.src, i), (e.dst, d)))
+        return out
+
+    def counts(self, key: Key, position: int) -> tuple[dict, dict]:
+        """Tuples consumed per input channel and produced per output channel before `position`."""
+        cached = self._counts.get((key, position))
+        if cached is not None:
+            return cached
+        inst = self.engine.instances[key]
+        consumed: dict = {}
+        left = position
+        for port, src, n in inst.runs:
+            if left <= 0:
+                break
+            take = min(n, left)
+            if port >= 0:
+                ch = (inst.node.inputs[port], src, inst.i)
+                consumed[ch] = consumed.get(ch, 0) + take
+            left -= take
+        produced = inst.produced_before(position)
+        self._counts[(key, position)] = (consumed, produced)
+        return consumed, produced
+
+    def line_for(self, targets: dict[Key, int]) -> tuple[dict[Key, tuple[int, Any]], int]:
+        """The latest consistent restore line at or before `targets`, and how many inputs it skips."""
+        points: dict[Key, list[RestorePoint]] = {}
+        for key, target in targets.items():
+            cands = [(0, None)]
+            if key in self.stateless:
+                cands += [(p[key], None) for p in self.interaction_positions if 0 < p[key] <= target]
+                cands.append((target, None))
+            for seq, k, pos, kind, size, rowid in self.index.get(key, []):
+                if pos <= target:
+                    cands.append((pos, seq))
+            cands = sorted(set(cands), key=lambda c: (c[0], -1 if c[1] is None else c[1]))
+            pts = []
+            for pos, seq in cands:
+                consumed, produced = self.counts(key, pos)
+                pts.append(RestorePoint(key, (pos, seq), consumed, produced))
+            points[key] = pts
+        line = recovery_line(points, self.channels, mode="replay")
+        out = {key: rp.label for key, rp in line.items()}
+        return out, sum(pos for pos, _ in out.values())
+
+    def load(self, line: dict[Key, tuple[int, Any]]) -> None:
+        reader = self.engine.reader
+        restored = {}
+        for key, (pos, seq) in line.items():
+            op = None
+            if seq is not None:
+                entries = [e for e in self.index[key] if e[0] <= seq]
+                start = max(i for i, e in enumerate(entries) if e[3] == FULL)
+                op = restore([(e[3], reader.checkpoint_data(e[5])) for e in entries[start:]])
+            restored[key] = (pos, op)
+        self.engine.restore_line(restored, {key: self.counts(key, pos)[1] for key, (pos, _) in line.items()})
+
+
+def profile(reader: RunReader, *, trust: bool = False,
+            progress: Callable[[int, int], None] | None = None) -> planning.Profile:
+    """One replay pass: positions, state sizes (from the recording) and replay speed per operator."""
+    engine = Engine(reader, trust=trust)
+    busy: dict[int, float] = {}
+    inputs: dict[int, int] = {}
+    clock = time.perf_counter
+    started = [0.0]
+
+    def before(inst, pos, ch):
+        started[0] = clock()
+
+    def after(inst, pos, row):
+        op = inst.node.id
+        busy[op] = busy.get(op, 0.0) + clock() - started[0]
+        inputs[op] = inputs.get(op, 0) + 1
+    initial = {key: cloudpickle.dumps(inst.runner.op) for key, inst in engine.instances.items()}
+    engine.on_consume, engine.after_consume = before, after
+    interactions = reader.interactions()
+    positions, state_bytes = {}, {}
+    sizes = dict(reader.conn.execute("SELECT hash, size FROM states"))
+    wall = 0.0
+    try:
+        for n, inter in enumerate(interactions):
+            snap = reader.snapshot(inter.k)
+            targets = {key: at.position for key, at in snap.items()}
+            t0 = clock()
+            engine.advance_to(targets)
+            wall += clock() - t0
+            positions[inter.k] = targets
+            state_bytes[inter.k] = {key: int(sizes.get(at.state, 0) or 0) for key, at in snap.items()}
+            if progress is not None:
+                progress(n + 1, len(interactions))
+    finally:
+        engine.on_consume = engine.after_consume = None
+    stateless = {key for key, inst in engine.instances.items()
+                 if cloudpickle.dumps(inst.runner.op) == initial[key]}
+    # per-operator time inside consume, scaled so that it adds up to the pass's wall time
+    # (the scheduler's own work is spread over operators in proportion to theirs)
+    scale = wall / max(sum(busy.values()), 1e-9)
+    speed = {op: scale * busy[op] / inputs[op] for op in busy if inputs[op]}
+    # how fast checkpoints load: unpickle the biggest operator object at the end
+    biggest = max(engine.instances.values(), key=lambda i: len(cloudpickle.dumps(i.runner.op)))
+    data = blobs.compress(cloudpickle.dumps(biggest.runner.op))
+    t = clock()
+    for _ in range(3):
+        cloudpickle.loads(blobs.decompress(data))
+    load = max(1e6, 3 * len(blobs.decompress(data)) / max(clock() - t, 1e-9))
+    # the fixed part of a restore: recovery line, counters and cursors of every instance
+    restorer = Restorer(engine, plan={"id": -1, "info": {}})
+    last = positions[interactions[-1].k]
+    t = clock()
+    line, _ = restorer.line_for(last)
+    engine.restore_line({key: (pos, None) for key, (pos, _) in line.items()},
+                        {key: restorer.counts(key, pos)[1] for key, (pos, _) in line.items()})
+    fixed = clock() - t
+    prof = planning.Profile([i.k for i in interactions], positions, state_bytes, speed, load, stateless)
+    prof.restore_seconds = fixed
+    try:
+        busy = reader.conn.execute("SELECT SUM(busy) FROM stage_stats").fetchone()[0]
+    except Exception:  # a run file from before stage statistics
+        busy = None
+    prof.replay_factor = round(wall / busy, 2) if busy else None  # replay vs the executors' time
+    return prof
+
+
+def choose(prof: planning.Profile, policy: str, tau: float) -> planning.Plan:
+    if policy not in POLICIES:
+        raise UsageError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    return {"offline": planning.offline, "online": planning.online, "per-instance": planning.per_instance,
+            "all": planning.every, "none": planning.none}[policy](prof, tau)
+
+
+def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = False,
+         progress: Callable[[int, int], None] | None = None) -> int:
+    """Take the plan's checkpoints by a local replay pass; returns the new plan's id."""
+    reader = RunReader(path)
+    engine = Engine(reader, trust=trust)
+    writer = CheckpointWriter()
+    rows = []
+    seqs: dict[Key, int] = {}
+    wanted: dict[int, list[Key]] = {}
+    if plan.per_instance is not None:
+        for key, ks in plan.per_instance.items():
+            for k in ks:
+                wanted.setdefault(k, []).append(key)
+    else:
+        for k in plan.checkpoints:
+            wanted[k] = [key for key in engine.instances if key not in prof.stateless]
+    ks = [k for k in prof.interactions if k in wanted]
+    for n, k in enumerate(ks):
+        engine.advance_to(prof.positions[k])
+        for key in wanted[k]:
+            inst = engine.instances[key]
+            kind, data = writer.take(key, inst.runner.op)
+            packed = blobs.compress(data)
+            seq = seqs.get(key, 0)
+            seqs[key] = seq + 1
+            rows.append((key[0], key[1], seq, k, 0, inst.count, kind, len(packed), packed))
+        if progress is not None:
+            progress(n + 1, len(ks))
+    reader.close()
+    db = schema.open_existing(path, write=True)
+    conn = db.conn
+    try:
+        conn.executescript(schema._TABLES)  # run files recorded before checkpoints existed
+        conn.execute("BEGIN")
+        conn.execute("UPDATE checkpoint_plans SET active=0")
+        cur = conn.execute("INSERT INTO checkpoint_plans (policy, tau, created, active, info) VALUES (?,?,?,1,?)",
+                           (plan.policy, plan.tau, time.time(), orjson.dumps(_info(prof, plan)).decode()))
+        plan_id = cur.lastrowid
+        conn.executemany("INSERT INTO checkpoints (plan, op, instance, seq, k, attempt, position, kind, size, data)"
+                         " VALUES (?,?,?,?,?,?,?,?,?,?)", [(plan_id, *r) for r in rows])
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    finally:
+        schema.settle(conn)
+        conn.close()
+    return plan_id
+
+
+def _info(prof: planning.Profile, plan: planning.Plan) -> dict:
+    info = plan.as_dict()
+    info["stateless"] = sorted(f"{k[0]}:{k[1]}" for k in prof.stateless)
+    info["seconds_per_input"] = {str(op): s for op, s in prof.seconds_per_input.items()}
+    info["load_bytes_per_second"] = prof.load_bytes_per_second
+    info["costs"] = {str(k): prof.cost(k) for k in prof.interactions}
+    info["replay_factor"] = getattr(prof, "replay_factor", None)
+    return info
+
+
+def measure(path, *, trust: bool = False, progress: Callable[[int, int], None] | None = None) -> dict[int, float]:
+    """Time a jump to every interaction with the active plan (restore + replay), from a cold engine."""
+    reader = RunReader(path)
+    engine = Engine(reader, trust=trust)
+    restorer = Restorer(engine)
+    out = {}
+    interactions = reader.interactions()
+    for n, inter in enumerate(interactions):
+        targets = {key: at.position for key, at in reader.snapshot(inter.k).items()}
+        engine.reset()
+        t = time.perf_counter()
+        if restorer:
+            line, _ = restorer.line_for(targets)
+            restorer.load(line)
+        engine.advance_to(targets)
+        out[inter.k] = round(time.perf_counter() - t, 6)
+        if progress is not None:
+            progress(n + 1, len(interactions))
+    reader.close()
+    return out
+
+
+def record_measurements(path, measured: dict[int, float]) -> None:
+    db = schema.open_existing(path, write=True)
+    conn = db.conn
+    try:
+        row = conn.execute("SELECT id, info FROM checkpoint_plans WHERE active=1 ORDER BY id DESC LIMIT 1").fetchone()
+        if row is None:
+            raise RunFileError(f"{path} has no checkpoint plan")
+        info = orjson.loads(row[1])
+        info["measured"] = {str(k): v for k, v in measured.items()}
+        conn.execute("UPDATE checkpoint_plans SET info=? WHERE id=?", (orjson.dumps(info).decode(), row[0]))
+    finally:
+        schema.settle(conn)
+        conn.close()

@@ -1,0 +1,316 @@
+"""Checkpoint plans under τ, incremental state, recovery lines, and jumps that use them."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import cloudpickle
+import pytest
+import workloads
+
+from tt.cli.main import main
+from tt.core.checkpoint import CheckpointWriter, restore
+from tt.core.recovery import RestorePoint, recovery_line, violations
+from tt.replay import checkpoints as ck
+from tt.replay import planning
+from tt.replay.engine import verify
+from tt.replay.session import DebugSession
+from tt.store import blobs
+from tt.store.reader import RunReader
+
+
+# --- the planner --------------------------------------------------------------------------------
+
+def _random_profile(rng: random.Random, n: int) -> planning.Profile:
+    ks = list(range(n + 1))
+    keys = [(0, 0), (1, 0), (1, 1)]
+    pos, sizes, p = {}, {}, {k: 0 for k in keys}
+    for k in ks:
+        if k:
+            for key in keys:
+                p[key] += rng.randrange(0, 3000)
+        pos[k] = dict(p)
+        sizes[k] = {key: rng.choice([rng.randrange(1, 5000), rng.randrange(10**5, 10**6)]) for key in keys}
+    return planning.Profile(ks, pos, sizes, {0: 1e-5, 1: 3e-5}, load_bytes_per_second=rng.choice([1e7, 1e8]))
+
+
+def test_offline_plan_is_optimal_against_brute_force():
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(300):
+        prof = _random_profile(rng, rng.randrange(1, 10))
+        tau = rng.choice([0.02, 0.05, 0.1, 0.2, 0.5])
+        best = planning.brute_force(prof, tau)
+        if best is None:
+            continue
+        dp = planning.offline(prof, tau)
+        assert planning.feasible(prof, tau, dp.checkpoints)
+        assert dp.cost == best.cost, (tau, dp.checkpoints, best.checkpoints)
+        online = planning.online(prof, tau)
+        if planning.feasible(prof, tau, online.checkpoints):
+            assert online.cost >= dp.cost
+        checked += 1
+    assert checked > 150
+
+
+def test_predictions_follow_the_model():
+    prof = _random_profile(random.Random(3), 6)
+    plan = planning.offline(prof, 0.1)
+    base = 0
+    for k in prof.interactions:
+        base = k if k in plan.checkpoints else base
+        assert plan.predicted[k] == pytest.approx(prof.jump_seconds(base, k), abs=1e-6)
+
+
+# --- incremental state --------------------------------------------------------------------------------
+
+class Box:
+    def __init__(self):
+        self.counts, self.log, self.total, self.nested, self._fn = {}, [], 0, {"a": [1]}, (lambda x: x)
+
+
+def test_incremental_checkpoints_rebuild_the_exact_state():
+    rng = random.Random(11)
+    op, writer, chain = Box(), CheckpointWriter(full_every=7), []
+    kinds = set()
+    for step in range(60):
+        for _ in range(rng.randrange(1, 40)):
+            k = f"k{rng.randrange(60)}"
+            r = rng.random()
+            if r < 0.1 and k in op.counts:
+                del op.counts[k]
+            elif r < 0.15 and k in op.counts:
+                v = op.counts.pop(k)  # re-inserted: moves to the end
+                op.counts[k] = v
+            else:
+                op.counts[k] = op.counts.get(k, 0) + 1
+            op.log.append((k, step))
+            op.total += 1
+        op.nested["a"].append(step)          # mutated in place: always stored whole
+        if step == 30:
+            op.log = op.log[-5:]             # a list that shrank
+        if step == 40:
+            op.extra = "new attribute"
+        if step == 50:
+            del op.extra
+        kind, data = writer.take("i", op)
+        kinds.add(kind)
+        chain = [(kind, data)] if kind == "full" else chain + [(kind, data)]
+        back = restore(chain)
+        assert list(back.counts.items()) == list(op.counts.items()), step
+        assert (back.log, back.total, back.nested) == (op.log, op.total, op.nested)
+        assert vars(back).keys() == vars(op).keys()
+    assert kinds == {"full", "delta"}
+
+
+def test_a_delta_is_small_when_few_keys_change():
+    op = Box()
+    op.counts = {f"key{i}": i for i in range(200_000)}
+    writer = CheckpointWriter()
+    _, full = writer.take("i", op)
+    for i in range(50):
+        op.counts[f"key{i * 97}"] += 1
+    kind, delta = writer.take("i", op)
+    assert kind == "delta" and len(delta) < len(full) / 500
+
+
+# --- recovery lines ---------------------------------------------------------------------------------
+
+def _points(timeline: dict, checkpoints: dict) -> tuple[dict, list]:
+    """Restore points from message timelines: timeline[name] = (sender, receiver, sent_at, received_at)."""
+    channels = sorted({(s, r) for s, r, _, _ in timeline.values()})
+    points = {}
+    for op, times in checkpoints.items():
+        pts = []
+        for idx, t in enumerate([0] + times):  # index 0 is the initial state
+            consumed = {(s, r): sum(1 for ms, mr, _, got in timeline.values() if (ms, mr) == (s, r) and mr == op
+                                    and got < t) for s, r in channels if r == op}
+            produced = {(s, r): sum(1 for ms, mr, sent, _ in timeline.values() if (ms, mr) == (s, r) and ms == op
+                                    and sent < t) for s, r in channels if s == op}
+            pts.append(RestorePoint(op, f"C<{op},{idx}>", consumed, produced))
+        points[op] = pts
+    return points, [((s, r), s, r) for s, r in channels]
+
+
+def _brute_force_line(points, channels, mode):
+    """The freshest consistent line, by trying every combination."""
+    best = None
+    for combo in itertools.product(*(range(len(p)) for p in points.values())):
+        line = {op: points[op][i] for op, i in zip(points, combo)}
+        if not violations(line, channels, mode):
+            if best is None or all(a >= b for a, b in zip(combo, best)):
+                best = combo
+    return {op: points[op][i] for op, i in zip(points, best)}
+
+
+def test_checkmate_figure_4_rollback_propagation():
+    """The flow of CheckMate's Figure 4 on a pipeline O1 → O2 → O3 (times are made up).
+
+    O3's latest checkpoint has processed m3, which O2 sent after its latest
+    checkpoint (an orphan): O3 rolls back; its previous checkpoint has processed
+    m2, also sent after O2's checkpoint, so it rolls back again; the root set then
+    has no orphan.
+    """
+    timeline = {"m1": (1, 2, 1, 2), "m2": (2, 3, 5, 6), "m3": (2, 3, 9, 10), "m4": (1, 2, 11, 12)}
+    points, channels = _points(timeline, {1: [4, 13], 2: [3, 4], 3: [7, 11]})
+    steps: list = []
+    line = recovery_line(points, channels, mode="checkmate", steps=steps)
+    assert [s[0] for s in steps] == [
+        {1: "C<1,2>", 2: "C<2,2>", 3: "C<3,2>"},   # step 1: the latest checkpoints; O3's is marked
+        {1: "C<1,2>", 2: "C<2,2>", 3: "C<3,1>"},   # step 3: O3 rolled back; m2 still an orphan
+        {1: "C<1,2>", 2: "C<2,2>", 3: "C<3,0>"}]   # no mark left: the recovery line
+    assert {op: p.label for op, p in line.items()} == {1: "C<1,2>", 2: "C<2,2>", 3: "C<3,0>"}
+    assert line == _brute_force_line(points, channels, "checkmate")
+
+
+def test_checkmate_figure_5_domino_effect():
+    """The cyclic query of CheckMate's Figure 5: m6, m4, m5 and m3..m1 invalidate one
+    root set after the other until only the first checkpoints remain."""
+    timeline = {"m1": (1, 2, 1.5, 2.5), "m2": (2, 3, 3.5, 4.5), "m3": (3, 1, 5.5, 6.5),
+                "m4": (1, 2, 9.5, 10.5), "m5": (2, 3, 11.5, 12.5), "m6": (3, 1, 13.5, 14.5)}
+    points, channels = _points(timeline, {1: [1, 7, 15], 2: [2, 11, 16], 3: [3, 13]})
+    steps: list = []
+    line = recovery_line(points, channels, mode="checkmate", steps=steps)
+    sets = [s[0] for s in steps]
+    assert sets[0] == {1: "C<1,3>", 2: "C<2,3>", 3: "C<3,2>"}  # invalid: m6 is an orphan
+    assert {1: "C<1,2>", 2: "C<2,3>", 3: "C<3,2>"} in sets     # invalid: m4
+    assert {op: p.label for op, p in line.items()} == {1: "C<1,1>", 2: "C<2,1>", 3: "C<3,1>"}
+    assert line == _brute_force_line(points, channels, "checkmate")
+
+
+def test_tt_rule_rolls_back_senders_of_tuples_in_flight():
+    """tt replays deterministically (orphans are resent and dropped) but keeps no log of
+    tuples inside G(θ): a tuple in flight at the line would be lost, so its sender rolls back."""
+    timeline = {"a": (1, 2, 1, 2), "b": (1, 2, 5, 8), "c": (2, 3, 6, 7)}
+    points, channels = _points(timeline, {1: [6], 2: [4, 9], 3: [8]})
+    line = recovery_line(points, channels, mode="replay")
+    # O1's checkpoint at t=6 has sent b; O2's latest (t=9) received it: consistent. O3's at 8
+    # received c, which O2 sent at 6 <= 9: an orphan, fine for tt (O2 resends it, O3 drops it).
+    assert {op: p.label for op, p in line.items()} == {1: "C<1,1>", 2: "C<2,2>", 3: "C<3,1>"}
+    points, channels = _points(timeline, {1: [6], 2: [4], 3: [8]})
+    line = recovery_line(points, channels, mode="replay")
+    assert line[1].label == "C<1,0>", "b is in flight at O2's t=4 checkpoint: O1 must send it again"
+    for mode in ("replay", "checkmate"):
+        rng = random.Random(5)
+        for _ in range(100):
+            msgs = {}
+            for m in range(rng.randrange(1, 6)):
+                s = rng.choice([1, 2])
+                sent = rng.uniform(0, 10)
+                msgs[f"m{m}"] = (s, s + 1, sent, sent + rng.uniform(0.1, 3))
+            cps = {op: sorted(rng.uniform(0, 12) for _ in range(rng.randrange(0, 3))) for op in (1, 2, 3)}
+            points, channels = _points(msgs, cps)
+            assert recovery_line(points, channels, mode=mode) == _brute_force_line(points, channels, mode)
+
+
+# --- on recorded runs ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def keyed_run(spark, tmp_path_factory):
+    from tt.recorder.session import RecordingSession
+
+    out = tmp_path_factory.mktemp("ckpt") / "keyed.db"
+    s = RecordingSession(out, Path(__file__), [], watch="FE", when="row['amount'] > 150")
+    with s:
+        workloads.build_keyed(spark).run()
+    s.close()
+    return out
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    dst.write_bytes(src.read_bytes())
+    return dst
+
+
+@pytest.mark.slow
+def test_offline_plan_jumps_within_the_predicted_bound(keyed_run, tmp_path, capsys):
+    run = _copy(keyed_run, tmp_path / "run.db")
+    prof = ck.profile(RunReader(run))
+    slowest = max(prof.jump_seconds(prof.interactions[0], k) for k in prof.interactions)
+    tau = max(0.02, slowest / 3)
+    assert main(["checkpoint", str(run), "--tau", f"{tau}s", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["checkpoints"] and data["cost"] < data["all_cost"]
+    for k, measured in data["measured"].items():
+        predicted = data["predicted"][k]
+        assert measured <= 1.5 * max(predicted, tau) + 0.25, (k, measured, predicted)  # generous: CI noise
+    reader = RunReader(run)
+    kinds = {kind for (kind,) in reader.conn.execute("SELECT kind FROM checkpoints")}
+    assert "full" in kinds
+    results = verify(reader)
+    assert all(r["ok"] for r in results) and any(r.get("checkpoint") for r in results)
+
+    # the debugger uses them: a jump back to the last checkpoint restores it instead of replaying
+    s = DebugSession(run)
+    last = max(data["checkpoints"])
+    s.jump(s.interactions()[-1].k)
+    consumed = []
+    s.engine.on_consume = lambda inst, pos, ch: consumed.append(pos)
+    s.jump(last)
+    s.engine.on_consume = None
+    assert consumed == [], "the checkpoint is the position itself: nothing to replay"
+
+    assert main(["inspect", str(run), "checkpoints", "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)
+    assert plans[-1]["active"] and plans[-1]["stored_bytes"] > 0
+    assert all("measured" in x for x in plans[-1]["interactions"])
+
+
+@pytest.mark.slow
+def test_per_instance_plan_restores_consistent_lines(keyed_run, tmp_path, capsys):
+    run = _copy(keyed_run, tmp_path / "per.db")
+    assert main(["checkpoint", str(run), "--tau", "0.05s", "--policy", "per-instance", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    per = data["per_instance"]
+    sizes = {key: len(ks) for key, ks in per.items()}
+    assert sizes and len(set(sizes.values())) > 1, "instances are checkpointed at different points"
+    reader = RunReader(run)
+    results = verify(reader)
+    assert all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
+    # every line the restorer chose leaves no tuple in flight (tt's rule)
+    from tt.replay.engine import Engine
+    restorer = ck.Restorer(Engine(reader))
+    for inter in reader.interactions():
+        targets = {key: at.position for key, at in reader.snapshot(inter.k).items()}
+        line, _ = restorer.line_for(targets)
+        pts = {key: RestorePoint(key, lab, *restorer.counts(key, lab[0])) for key, lab in line.items()}
+        assert not violations(pts, restorer.channels, "replay")
+
+
+@pytest.mark.slow
+def test_online_checkpoints_while_recording(spark, tmp_path):
+    from tt.recorder.session import RecordingSession
+
+    out = tmp_path / "online.db"
+    s = RecordingSession(out, Path(__file__), [], watch="FE", every=0.1, checkpoint_tau=0.01)
+    with s:
+        workloads.build_keyed(spark).run()
+    s.close()
+    reader = RunReader(out)
+    plan = reader.active_plan()
+    assert plan["policy"] == "online" and plan["info"]["checkpoints"]
+    assert reader.conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] > 0
+    results = verify(reader)
+    assert all(r["ok"] for r in results) and any(r.get("checkpoint") for r in results)
+
+
+@pytest.mark.slow
+def test_a_tampered_checkpoint_is_caught(keyed_run, tmp_path):
+    run = _copy(keyed_run, tmp_path / "tampered.db")
+    prof = ck.profile(RunReader(run))
+    ck.take(run, prof, planning.every(prof))
+    conn = sqlite3.connect(run)
+    rowid, data = conn.execute("SELECT rowid, data FROM checkpoints WHERE kind='full' AND op=2 "
+                               "ORDER BY seq DESC LIMIT 1").fetchone()
+    op = cloudpickle.loads(blobs.decompress(data))
+    op.scored += 1
+    conn.execute("UPDATE checkpoints SET data=? WHERE rowid=?", (blobs.compress(cloudpickle.dumps(op)), rowid))
+    conn.commit()
+    conn.close()
+    results = verify(RunReader(run))
+    bad = [r for r in results if not r["ok"]]
+    assert bad and bad[0]["checkpoint"] and bad[0]["op"] == "FD" and bad[0]["field"] == "scored"
