@@ -57,7 +57,12 @@ def checkpoint(
     if reader.status == "recording":
         raise UsageError(f"{run} is still being recorded; checkpoint it once `tt record` has finished")
     prof = ck.profile(reader, trust=trust, progress=_bar("profiling") if show else None)
-    plan = ck.choose(prof, policy, seconds)
+    engine = None
+    if policy == "per-instance":
+        from ..replay.engine import Engine
+
+        engine = Engine(reader, trust=trust)
+    plan = ck.choose(prof, policy, seconds, engine)
     data = plan.as_dict()
     data["all_cost"] = sum(prof.cost(k) for k in prof.interactions[1:])
     if not dry_run:

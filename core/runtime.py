@@ -47,7 +47,11 @@ def _materialize(outs: Any) -> list | tuple:
 
 
 class Runner:
-    """One operator instance, without logging (recording off)."""
+    """One operator instance, without logging (recording off).
+
+    `feed` is repeated in the subclasses on purpose: it is the per-tuple hot loop of
+    every job, and a shared helper would cost a call per tuple.
+    """
 
     def __init__(self, name: str, instance: int, op: Operator, node_id: int = -1):
         self.name = name
@@ -80,14 +84,22 @@ class Runner:
 
     def end(self) -> None:
         """The END step: `finish()` may emit; afterwards the instance takes no input."""
+        outs = self._finish_outputs()
+        self.count += 1
+        self.finished = True
+        self._emit_all(outs)
+
+    def _finish_outputs(self) -> list:
         CONTEXT.runner = self
         try:
             outs = self.op.finish()
-            outs = list(outs) if outs is not None else ()
+            return list(outs) if outs is not None else []
+        except ReplayDivergence:
+            raise
         except Exception as e:
             raise OperatorFailure(self, END[0], None, e) from e
-        self.count += 1
-        self.finished = True
+
+    def _emit_all(self, outs) -> None:
         for o in outs:
             for t in self.targets:
                 t(o)
@@ -151,19 +163,12 @@ class RecordingRunner(Runner):
             log.counts.append(0)
 
     def end(self):
-        CONTEXT.runner = self
-        try:
-            outs = self.op.finish()
-            outs = list(outs) if outs is not None else ()
-        except Exception as e:
-            raise OperatorFailure(self, END[0], None, e) from e
+        outs = self._finish_outputs()
         self.count += 1
         self.finished = True
         self.log.inputs.add(*END)
         self.log.counts.append(len(outs))
-        for o in outs:
-            for t in self.targets:
-                t(o)
+        self._emit_all(outs)
 
     def log_result(self, fn, args, kwargs):
         value = fn(*args, **kwargs)
@@ -237,23 +242,15 @@ class ReplayRunner(Runner):
                 t(o)
 
     def end(self):
-        CONTEXT.runner = self
         try:
-            outs = self.op.finish()
-            outs = list(outs) if outs is not None else ()
-        except ReplayDivergence:
-            raise
-        except Exception as e:
-            raise OperatorFailure(self, END[0], None, e) from e
+            outs = self._finish_outputs()
         finally:
             CONTEXT.runner = None
         if self.expected_counts is not None:
             self._check(len(outs))
         self.count += 1
         self.finished = True
-        for o in outs:
-            for t in self.targets:
-                t(o)
+        self._emit_all(outs)
 
     def _check(self, n: int) -> None:
         logged = self.expected_counts(self.count)

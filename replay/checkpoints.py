@@ -179,19 +179,75 @@ def profile(reader: RunReader, *, trust: bool = False,
     return prof
 
 
-def choose(prof: planning.Profile, policy: str, tau: float) -> planning.Plan:
+def choose(prof: planning.Profile, policy: str, tau: float, engine: Engine | None = None) -> planning.Plan:
     if policy not in POLICIES:
         raise UsageError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if policy == "per-instance" and engine is not None:
+        return per_instance(engine, prof, tau)
     return {"offline": planning.offline, "online": planning.online, "per-instance": planning.per_instance,
             "all": planning.every, "none": planning.none}[policy](prof, tau)
 
 
+def per_instance(engine: Engine, prof: planning.Profile, tau: float) -> planning.Plan:
+    """Checkpoints per instance: small states often, huge ones rarely, stateless never.
+
+    Without a log of the tuples inside G(θ), an instance restored early drags its
+    producers back too (rollback propagation), so the plan is judged by the jumps
+    it actually allows: starting from the coordinated offline plan, with every
+    interaction checkpointed for instances whose state is small, checkpoints are
+    dropped, the most expensive first, as long as every jump, predicted through
+    its recovery line, stays within τ.
+    """
+    ks = prof.interactions
+    keys = [k for k in engine.instances if k not in prof.stateless]
+    coordinated = planning.offline(prof, tau).checkpoints
+    total = max(1, sum(prof.cost(k) for k in ks[1:]))
+    small = {key for key in keys if sum(prof.state_bytes[k].get(key, 0) for k in ks) < 0.01 * total}
+    chosen = {key: set(ks[1:]) if key in small else set(coordinated) for key in keys}
+    restorer = Restorer(engine, plan={"id": -1, "info": {}})
+
+    def jumps(plan: dict) -> dict[int, float]:
+        out = {}
+        for k in ks:
+            restorer.index = {key: [(n, j, prof.positions[j][key], "full", prof.state_bytes[j].get(key, 0), None)
+                                    for n, j in enumerate(sorted(plan.get(key, ())))] for key in keys}
+            restorer.stateless = set(prof.stateless)
+            line, _ = restorer.line_for(prof.positions[k])
+            seconds = prof.restore_seconds
+            for key, (pos, seq) in line.items():
+                seconds += (prof.positions[k][key] - pos) * prof.seconds_per_input.get(key[0], 0.0)
+                if seq is not None:
+                    seconds += restorer.index[key][seq][4] / prof.load_bytes_per_second
+            out[k] = seconds
+        return out
+
+    candidates = sorted(((prof.state_bytes[k].get(key, 0), key, k) for key in keys for k in chosen[key]),
+                        reverse=True)
+    current = jumps(chosen)
+    for size, key, k in candidates:
+        if size == 0:
+            continue
+        chosen[key].discard(k)
+        trial = jumps(chosen)
+        if max(trial.values()) <= tau or max(trial.values()) <= max(current.values()):
+            current = trial
+        else:
+            chosen[key].add(k)
+    plan = planning.Plan("per-instance", tau, set(), {key: v for key, v in chosen.items() if v})
+    plan.cost = sum(prof.state_bytes[k].get(key, 0) for key, v in chosen.items() for k in v)
+    plan.predicted = {k: round(v, 6) for k, v in current.items()}
+    return plan
+
+
 def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = False,
-         progress: Callable[[int, int], None] | None = None) -> int:
-    """Take the plan's checkpoints by a local replay pass; returns the new plan's id."""
+         progress: Callable[[int, int], None] | None = None, full_every: int = 16) -> int:
+    """Take the plan's checkpoints by a local replay pass; returns the new plan's id.
+
+    An instance's checkpoints are deltas against its previous one, with a full one
+    every `full_every` (1: every checkpoint full)."""
     reader = RunReader(path)
     engine = Engine(reader, trust=trust)
-    writer = CheckpointWriter()
+    writer = CheckpointWriter(full_every=full_every)
     rows = []
     seqs: dict[Key, int] = {}
     wanted: dict[int, list[Key]] = {}

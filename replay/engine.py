@@ -298,47 +298,42 @@ class Engine:
                 targets.append(self._queue_target(inst, e.id, dst, (e.port, inst.i)))
         inst.runner.targets = targets
 
-    def _queue_target(self, src: Instance, edge: int, dst: Instance, ch: tuple[int, int]) -> Callable[[Any], None]:
-        dirty = self.dirty
-        produced = src.produced
-        key = (edge, dst.i)
+    def _deliver(self, src: Instance, key: tuple[int, int], dst: Instance, ch: tuple[int, int], row: Any) -> None:
+        """Queue `row` at `dst`, unless it is a resend of a tuple `dst` consumed before a restore."""
+        seq = src.produced[key]
+        src.produced[key] = seq + 1
+        if seq < dst.consumed[ch]:
+            return
+        dst.queues[ch].append(row)
+        self.dirty.add(dst)
 
-        def deliver(row):
-            seq = produced[key]
-            produced[key] = seq + 1
-            if seq < dst.consumed[ch]:
-                return  # sent again after a restore; the receiver consumed it already
-            dst.queues[ch].append(row)
-            dirty.add(dst)
-        return deliver
+    def _queue_target(self, src: Instance, edge: int, dst: Instance, ch: tuple[int, int]) -> Callable[[Any], None]:
+        deliver, key = self._deliver, (edge, dst.i)
+        return lambda row: deliver(src, key, dst, ch, row)
 
     def _shuffle_target(self, inst: Instance, edge) -> Callable[[Any], None]:
-        g, dirty = self.graph, self.dirty
-        logged = inst.dests.get(edge.id)
+        g, deliver = self.graph, self._deliver
         dsts = {}
         ch = (edge.port, inst.i)
-        produced = inst.produced
+        logged = []  # the recorded destinations, read at the first output (not when wiring)
 
-        def deliver(row):
+        def route(row):
             d = g.route(edge, row, inst.i)
+            if not logged:
+                logged.append(inst.dests.get(edge.id))
             n = inst.sent[edge.id]
-            if logged is not None and n < len(logged) and logged[n] != d:
+            rec = logged[0]
+            if rec is not None and n < len(rec) and rec[n] != d:
                 raise ReplayDivergence(
                     f"{inst.label} input #{inst.count} sent output {n} to {g.nodes[edge.dst].name}:{d} in "
-                    f"replay but to instance {logged[n]} when recorded (the key function is not "
+                    f"replay but to instance {rec[n]} when recorded (the key function is not "
                     f"deterministic?)", op=inst.node.name, instance=inst.i, position=inst.count)
             inst.sent[edge.id] = n + 1
             dst = dsts.get(d)
             if dst is None:
                 dst = dsts[d] = self.instances[(edge.dst, d)]
-            key = (edge.id, d)
-            seq = produced[key]
-            produced[key] = seq + 1
-            if seq < dst.consumed[ch]:
-                return  # sent again after a restore; the receiver consumed it already
-            dst.queues[ch].append(row)
-            dirty.add(dst)
-        return deliver
+            deliver(inst, (edge.id, d), dst, ch, row)
+        return route
 
     def reset(self) -> None:
         """Every instance back to its initial state (interaction 0)."""

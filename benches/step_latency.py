@@ -1,0 +1,140 @@
+"""Step latency on a run with a million tuples into θ: p50 and p99 per kind of step.
+
+The fraud sample with 1M payments is recorded once (interactions every second).
+Then, in one process, with no checkpoints and with an offline checkpoint plan
+(τ = --tau), a debug session jumps to random interactions and, at each, takes
+the steps a user takes: step-over of θ's next tuple, step-into of the next one,
+step-into of its output downstream, step-out, and step-back. Each step is timed
+on its own (jumps are not steps and are not counted). Target: p99 ≤ 100 ms.
+
+    python benches/step_latency.py [--rows 1000000] [--rounds 60] [--tau 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "sample_runs" / "fraud"))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench-key"))
+
+import generate  # noqa: E402
+import job as fraud  # noqa: E402
+
+import tt  # noqa: E402
+
+ACTIONS = ["step_over", "step_into", "step_into (downstream)", "step_out", "step_back"]
+
+
+def record(out: Path, rows: int) -> None:
+    from tt.recorder.session import RecordingSession
+
+    data = out.with_suffix(".parquet")
+    if not data.exists():
+        generate.write(rows, data)
+    spark = tt.spark_session("bench-steps", master="local[2]")
+    session = RecordingSession(out, ROOT / "sample_runs" / "fraud" / "job.py", [], watch="FE", every=1.0)
+    with session:
+        fraud.build(spark, str(data), 4).run()
+    session.close()
+    spark.stop()
+
+
+def measure(run: Path, rounds: int, seed: int) -> dict[str, list[float]]:
+    from tt.replay.session import DebugSession
+
+    s = DebugSession(run)
+    rng = random.Random(seed)
+    theta = s.reader.theta.id
+    mid = [i.k for i in s.interactions()]
+    times: dict[str, list[float]] = {a: [] for a in ACTIONS}
+
+    def timed(name, fn, *args):
+        t = time.perf_counter()
+        r = fn(*args)
+        if r.ok:
+            times[name].append(time.perf_counter() - t)
+        return r
+
+    def next_root():
+        return min((p for p in s.pending() if p.next and p.ref.op == theta),
+                   key=lambda p: s.provenance.rank(p.ref), default=None)
+
+    for _ in range(rounds):
+        s.jump(rng.choice(mid))
+        p = next_root()
+        if p is None:
+            continue
+        timed("step_over", s.step_over, p.ref)
+        p = next_root()
+        if p is None:
+            continue
+        timed("step_into", s.step_into, p.ref)
+        down = [q for q in s.pending() if q.next and q.ref.op != theta and not q.free]
+        if down:
+            timed("step_into (downstream)", s.step_into, down[0].ref)
+        timed("step_out", s.step_out)
+        timed("step_back", s.step_back)
+        timed("step_back", s.step_back)
+    return times
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def main() -> None:
+    from tt.replay import checkpoints as ck
+    from tt.store.reader import RunReader
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--tau", type=float, default=1.0)
+    ap.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tt-bench-steps"))
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    base = work / f"fraud-{args.rows}.db"
+    if not base.exists():
+        record(base, args.rows)
+    reader = RunReader(base)
+    theta = reader.theta
+    tuples = sum(reader.final(theta.id, i).position - 1 for i in range(theta.instances))
+    print(f"{base}: {tuples:,} tuples into θ = {theta.name}, {len(reader.interactions())} interactions")
+    plain = base.parent / "plain.db"
+    plain.write_bytes(base.read_bytes())
+    planned = base.parent / "planned.db"
+    planned.write_bytes(base.read_bytes())
+    prof = ck.profile(RunReader(planned))
+    plan = ck.choose(prof, "offline", args.tau)
+    ck.take(planned, prof, plan)
+    print(f"offline plan for τ = {args.tau:g}s: checkpoints at {sorted(plan.checkpoints)}")
+    print(f"\n{'step':24} {'no checkpoints':>26} {'with checkpoints':>26}")
+    print(f"{'':24} {'p50 ms':>8} {'p99 ms':>8} {'n':>8} {'p50 ms':>8} {'p99 ms':>8} {'n':>8}")
+    results = {name: measure(run, args.rounds, seed=1) for name, run in (("plain", plain), ("planned", planned))}
+    worst = 0.0
+    for a in ACTIONS:
+        cells = []
+        for name in ("plain", "planned"):
+            xs = results[name][a]
+            if xs:
+                cells += [f"{1e3 * pct(xs, 0.5):8.1f}", f"{1e3 * pct(xs, 0.99):8.1f}", f"{len(xs):8d}"]
+                worst = max(worst, pct(xs, 0.99))
+            else:
+                cells += [f"{'-':>8}"] * 3
+        print(f"{a:24} " + " ".join(cells))
+    print(f"\nworst p99: {1e3 * worst:.1f} ms (target ≤ 100 ms)")
+
+
+if __name__ == "__main__":
+    main()
