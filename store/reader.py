@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 import orjson
 
-from ..core import logs
+from ..core import logs, snapshots
 from ..core.errors import RunFileError
 from . import blobs, schema
 
@@ -56,6 +56,7 @@ class RunReader:
         self.db = schema.open_existing(self.path)
         self.conn: sqlite3.Connection = self.db.conn
         self._snapshots: dict[int, dict | None] = {}
+        self._states: dict[bytes, Any] = {}  # rebuilt states (deltas resolve through their bases)
 
     def close(self) -> None:
         self.conn.close()
@@ -198,13 +199,39 @@ class RunReader:
         return out
 
     def state(self, state_hash: bytes | None) -> Any:
-        """The stored (JSON-encoded) state for a hash."""
+        """The stored (JSON-encoded) state for a hash; deltas are rebuilt from their base."""
         if state_hash is None:
             return None
-        row = self.conn.execute("SELECT data FROM states WHERE hash=?", (state_hash,)).fetchone()
-        if row is None:
-            raise RunFileError(f"{self.path} is missing a state blob (damaged file?)")
-        return orjson.loads(blobs.decompress(row[0]))
+        if isinstance(state_hash, str):
+            state_hash = bytes.fromhex(state_hash)
+        cached = self._states.get(state_hash)
+        if cached is not None:
+            return cached
+        chain = []
+        h = state_hash
+        while True:
+            row = self.conn.execute("SELECT data FROM states WHERE hash=?", (h,)).fetchone()
+            if row is None:
+                raise RunFileError(f"{self.path} is missing a state blob (damaged file?)")
+            stored = orjson.loads(blobs.decompress(row[0]))
+            chain.append((h, stored))
+            if not snapshots.is_delta(stored):
+                break
+            h = bytes.fromhex(stored["$delta"]["base"])
+            if h in self._states:
+                chain.append((h, self._states[h]))
+                break
+        value = chain[-1][1]
+        for h, stored in reversed(chain[:-1]):
+            value = snapshots.apply(value, stored)
+            self._remember_state(h, value)
+        self._remember_state(state_hash, value)
+        return value
+
+    def _remember_state(self, h: bytes, value: Any) -> None:
+        self._states[h] = value
+        while len(self._states) > 64:
+            self._states.pop(next(iter(self._states)))
 
     def final(self, op_id: int, instance: int) -> InstanceAt | None:
         att = self.attempt_of(op_id, instance)

@@ -221,3 +221,59 @@ def test_fast_path_encodes_like_the_tagged_walk(container, monkeypatch):
     fast = values.dumps(container)
     monkeypatch.setattr(values, "_plain_container", lambda v: False)
     assert values.dumps(container) == fast
+
+
+# --- snapshots stored as deltas ---------------------------------------------------------------------
+
+def test_snapshot_deltas_rebuild_every_state():
+    import orjson
+
+    from tt.core import snapshots
+
+    rng = random.Random(9)
+    enc = snapshots.SnapshotEncoder(full_every=5)
+    stored, state = {}, {"highest": {f"c{i}": float(i) for i in range(300)}, "seen": 0, "tags": ["a"],
+                         "weird": {"$x": 1}, "nan": {"k": float("nan")}}
+    kinds = set()
+    for step in range(40):
+        for _ in range(rng.randrange(0, 20)):
+            k = f"c{rng.randrange(400)}"
+            if rng.random() < 0.2:
+                state["highest"].pop(k, None)
+            else:
+                state["highest"][k] = rng.random()
+        state["seen"] += 1
+        if step % 7 == 0:
+            state["tags"] = state["tags"] + [str(step)]
+        if step == 20:
+            state["extra"] = {"new": True}
+        h, data, size = enc.encode("i", {k: (dict(v) if isinstance(v, dict) else v) for k, v in state.items()})
+        if data:
+            stored[h] = orjson.loads(data)
+            kinds.add(snapshots.is_delta(stored[h]))
+        # rebuild as the reader does
+        chain, x = [], stored[h]
+        while snapshots.is_delta(x):
+            chain.append(x)
+            x = stored[x["$delta"]["base"]]
+        for d in reversed(chain):
+            x = snapshots.apply(x, d)
+        assert x == values.loads(values.dumps(state)), step
+    assert kinds == {True, False}
+
+
+def test_snapshot_deltas_see_changes_made_in_place():
+    import orjson
+
+    from tt.core import snapshots
+
+    enc = snapshots.SnapshotEncoder()
+    state = {"left": {"c1": [{"id": 1}]}, "n": 1, "big": {f"k{i}": i for i in range(2000)}}
+    stored = {}
+    h0, d0, _ = enc.encode("j", state)
+    stored[h0] = orjson.loads(d0)
+    state["left"]["c1"].append({"id": 2})  # the same list, grown in place
+    h1, d1, _ = enc.encode("j", state)
+    assert d1 and h1 != h0 and snapshots.is_delta(orjson.loads(d1))
+    rebuilt = snapshots.apply(stored[h0], orjson.loads(d1))
+    assert rebuilt == values.loads(values.dumps(state))
