@@ -105,6 +105,8 @@ class _Status:
                       file=sys.stderr)
                 self._start_keys()
         elif kind == "warning":
+            if self.enabled:
+                sys.stderr.write("\r\x1b[2K")
             print(f"tt: warning: {info['message']}", file=sys.stderr)
         elif kind == "failure":
             pass  # reported once, at the end

@@ -75,6 +75,7 @@ class Coordinator:
         self.next_attempt = 1
         self.closed = False
         self.failures: list[dict] = []
+        self.warnings: set[str] = set()
         self.tuples = 0
         self.partitions_seen: dict[int, int] = {}
         # online checkpointing (IcedTea 6.2): checkpoint I_k when replaying to it from the
@@ -358,6 +359,9 @@ class Coordinator:
         if tuples:
             statements.append(("UPDATE attempts SET tuples = tuples + ? WHERE id=?", [(tuples, a)]))
             self.tuples += tuples
+        if header.get("warning") and header["warning"] not in self.warnings:
+            self.warnings.add(header["warning"])
+            self.on_event("warning", {"message": header["warning"]})
         failure = header.get("failure")
         if failure:
             f = {**failure, "attempt": a, "time": time.time()}

@@ -192,6 +192,7 @@ class StageTask:
         self.checkpointer = None   # a CheckpointWriter when the recording checkpoints online
         self.checkpoint_seq: dict[int, int] = {}
         self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)
+        self.warned = False
         if recording is not None:
             self._connect(recording, attempt)
         self.runners: dict[int, Runner] = {}
@@ -548,6 +549,10 @@ class StageTask:
         self.new_states = {}
         header = {"t": kind, "records": records, "barriers": self.pending_barriers, "states": states,
                   "checkpoints": checkpoints, "busy": round(self.busy, 6)}
+        when = getattr(self.theta, "when", None)
+        if when is not None and when.first_error and not self.warned:
+            header["warning"] = when.first_error
+            self.warned = True
         self.pending_barriers = []
         self.busy = 0.0
         self.since_flush = 0

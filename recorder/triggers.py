@@ -54,7 +54,10 @@ def compile_condition(source: str) -> Callable[[Any], bool]:
     def when(row: Any) -> bool:
         try:
             return bool(fn(row))
-        except Exception:
+        except Exception as e:
+            if when.first_error is None:
+                when.first_error = f"--when {source!r} raised {type(e).__name__}: {e} (such tuples count as false)"
             return False
 
+    when.first_error = None  # reported once to the user, by the recorder
     return when

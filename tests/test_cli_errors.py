@@ -199,3 +199,12 @@ def test_one_line_even_when_spark_is_noisy(job, tmp_path):
     assert "ZeroDivisionError" in lines[0] and str(out) in lines[0]
     log = Path(str(out) + ".log").read_text()
     assert "ZeroDivisionError" in log  # Spark's own report is kept, not lost
+
+
+@pytest.mark.slow
+def test_a_condition_that_raises_is_reported_once(spark, job, tmp_path, capfd):
+    """(capfd: during the job tt writes to the terminal's descriptor, Spark's output goes to RUN.log)"""
+    out = tmp_path / "r.db"
+    assert main(["record", str(job(JOB_OK)), "--watch", "C", "--when", "row['amount'] > 3", "-o", str(out)]) == 0
+    warnings = [line for line in capfd.readouterr().err.splitlines() if "tt: warning" in line]
+    assert len(warnings) == 1 and "KeyError" in warnings[0] and "'amount'" in warnings[0]
