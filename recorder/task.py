@@ -17,7 +17,9 @@ and are consumed first.
 
 from __future__ import annotations
 
+import os
 import pickle
+import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -199,7 +201,7 @@ class StageTask:
         self.recorders: list[RecordingRunner] = []
         self.theta: ThetaRunner | None = None
         self.pending_barriers: list[dict] = []
-        self.new_states: dict[str, bytes] = {}
+        self.new_states: dict[str, tuple[bytes, int]] = {}  # hash -> (compressed JSON, full size)
         self.sent_states: set[str] = set()
         self.last_state: dict[int, tuple[int, str]] = {}  # node -> (position, hash) of its last snapshot
         self.entry_seq: dict[tuple[int, int, int], int] = {}
@@ -213,9 +215,6 @@ class StageTask:
 
     def _connect(self, recording: Recording, attempt: dict) -> None:
         from .client import ControlClient
-
-        import os
-        import socket
 
         hello = {"run": recording.run_id, "stage": self.stage.id, "partition": self.partition,
                  "host": f"{socket.gethostname()}:{os.getpid()}", **attempt}
