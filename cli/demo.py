@@ -42,6 +42,13 @@ def demo(
 
 
 def _show(out: Path) -> int:
+    """On a terminal, open the debugger on the new run; otherwise print what it holds."""
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        from ..tui.app import DebuggerApp
+
+        DebuggerApp(out).run()
+        print(f"debug it again with: tt debug {out}")
+        return 0
     from ..replay import facts
     from ..store.reader import RunReader
     from .inspect import _interactions_text, _summary_text
@@ -53,5 +60,5 @@ def _show(out: Path) -> int:
         print(_interactions_text(facts.interactions(reader)))
     finally:
         reader.close()
-    print(f"\nnext: tt inspect {out} state --at K --op FD   ·   tt verify {out}")
+    print(f"\nnext: tt debug {out}   ·   tt inspect {out} state --at K --op FD   ·   tt verify {out}")
     return 0

@@ -1,0 +1,52 @@
+"""`tt debug`: open the terminal debugger on a run file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from ..core.errors import RunFileError, UntrustedRunError, UsageError
+from .main import app
+
+
+@app.command()
+def debug(
+    run: Path = typer.Argument(..., help="A run file written by `tt record` (it may still be recording)."),
+    trust: bool = typer.Option(False, "--trust", help="Allow replaying code from a run you did not record."),
+):
+    """Open the terminal debugger: browse interactions and states, jump, step, search the logs.
+
+    Keys: n s f step over/into/out, N S F step back, c run until, C last change,
+    j jump, [ ] previous/next interaction, / search, ? help, q quit. Works over SSH
+    in an 80×24 terminal; needs neither Spark nor Java. A run that `tt record` is
+    still writing is followed live.
+    """
+    from ..store.reader import RunReader
+    from ..store.trust import require_trust
+
+    reader = RunReader(run)
+    try:
+        status = reader.status
+        try:
+            ops = reader.operators
+            reader.plan
+        except RunFileError:
+            if status != "recording":
+                raise
+            ops = None  # a live run whose dataflow has not started: the debugger waits for it
+        if ops:
+            code = [reader.code(o.id) for o in ops] + list(reader.edge_keys().values())
+            try:
+                require_trust(reader.path, reader.run.get("signature"), code, trust)
+            except UntrustedRunError as e:
+                raise UntrustedRunError(f"{str(e).rstrip('.')}: tt debug {run} --trust") from None
+    finally:
+        reader.close()
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError("tt debug needs a terminal; in scripts use `tt inspect` or `tt replay`")
+    from ..tui.app import DebuggerApp
+
+    DebuggerApp(run, trust=trust).run()
+    return 0

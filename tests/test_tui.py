@@ -1,0 +1,559 @@
+"""`tt debug` driven through Textual's Pilot over real recorded runs (fraud and keywords samples).
+
+Every test presses the keys a user would and asserts on what the widgets show:
+the DAG's counts, the timeline's marker, the position line, the state tree and
+its highlighted changes, the pending tuples and why a step is refused, the
+scope, the log browser's rows, and a recording followed live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import shutil
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import workloads
+
+from tt.cli.main import main
+from tt.recorder.session import RecordingSession
+from tt.store.reader import RunReader
+from tt.tui.app import DebuggerApp, HelpScreen, LiveJob, PromptScreen
+from tt.tui.widgets.availability_line import AvailabilityLine
+from tt.tui.widgets.dag_view import DagView
+from tt.tui.widgets.log_browser import LogBrowser
+from tt.tui.widgets.message_line import MessageLine
+from tt.tui.widgets.pending_tuples import PendingTuples
+from tt.tui.widgets.plots import RunPlots
+from tt.tui.widgets.progress_line import ProgressLine
+from tt.tui.widgets.scope_view import ScopeView
+from tt.tui.widgets.state_inspector import StateInspector
+from tt.tui.widgets.timeline import InteractionTimeline
+from tt.tui.widgets.view_bar import ViewBar
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+FRAUD_ROWS = 20_000
+
+
+def _generate(path: Path, rows: int) -> Path:
+    spec = importlib.util.spec_from_file_location("fraud_generate", ROOT / "sample_runs" / "fraud" / "generate.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen.write(rows, path)
+
+
+def record_fraud(spark, out: Path, *, partitions: int = 2, rows: int = FRAUD_ROWS, every=None) -> Path:
+    fraud = workloads.load_sample("fraud")
+    data = _generate(out.parent / f"payments-{rows}.parquet", rows)
+    s = RecordingSession(out, Path(fraud.__file__), [], watch="FE", every=every,
+                         when="row['amount'].startswith('¥')")
+    with s:
+        fraud.build(spark, str(data), partitions).run()
+    s.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def fraud_run(spark, tmp_path_factory):
+    return record_fraud(spark, tmp_path_factory.mktemp("tui-fraud") / "fraud.db")
+
+
+@pytest.fixture(scope="module")
+def keywords_run(spark, tmp_path_factory):
+    keywords = workloads.load_sample("keywords")
+    out = tmp_path_factory.mktemp("tui-keywords") / "keywords.db"
+    s = RecordingSession(out, Path(keywords.__file__), [], watch="Clean",
+                         when="row['id'] % 1000 == 999")
+    with s:
+        keywords.build(spark, 6000, 2).run()
+    s.close()
+    return out
+
+
+# --- driving the app ------------------------------------------------------------------------------
+
+def drive(app: DebuggerApp, script, size=(80, 24)):
+    async def run():
+        async with app.run_test(size=size) as pilot:
+            await until(pilot, lambda: app.model is not None or app.session_error is not None)
+            await pilot.pause(0.05)
+            return await script(pilot)
+    return asyncio.run(run())
+
+
+async def until(pilot, cond, timeout: float = 60.0, what: str = "condition"):
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.02)
+
+
+async def idle(pilot):
+    app = pilot.app
+    await pilot.pause(0.05)
+    await until(pilot, lambda: not app.busy, what="the action to finish")
+    await app.workers.wait_for_complete()
+    await pilot.pause(0.05)
+
+
+async def keys(pilot, *names: str):
+    for k in names:
+        await pilot.press(k)
+    await idle(pilot)
+
+
+async def answer(pilot, text: str):
+    """Type into the open prompt and press Enter."""
+    app = pilot.app
+    await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the prompt")
+    inp = app.screen.query_one("Input")
+    inp.value = ""
+    for ch in text:
+        await pilot.press(ch)
+    assert inp.value == text
+    await pilot.press("enter")
+    await idle(pilot)
+
+
+def message(app) -> str:
+    return app.query_one(MessageLine).plain
+
+
+def position(app) -> str:
+    return app.query_one(ProgressLine).text
+
+
+def state_text(app) -> str:
+    return app.query_one(StateInspector).visible_text()
+
+
+def avail_text(app) -> str:
+    content = app.query_one(AvailabilityLine).content
+    return content.plain if hasattr(content, "plain") else str(content)
+
+
+def condition_k(path: Path) -> int:
+    r = RunReader(path)
+    try:
+        return next(i.k for i in r.interactions() if i.trigger == "condition")
+    finally:
+        r.close()
+
+
+# --- tests -----------------------------------------------------------------------------------------
+
+def test_first_screen_shows_the_run_then_jump_finds_bobs_blacklisting(fraud_run):
+    k = condition_k(fraud_run)
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        dag = app.query_one(DagView).render_text()
+        assert "[FE θ×2]" in dag and "[FD×2]" in dag and "╌" in dag, dag   # θ marked, the shuffle dashed
+        timeline = app.query_one(InteractionTimeline)
+        assert [r["trigger"] for r in timeline.rows_data][:1] == ["start"]
+        assert "condition" in [r["trigger"] for r in timeline.rows_data]
+        assert position(app).startswith("at interaction 0 · 0 of ")
+        assert "n over ✓" in avail_text(app) and "f out ✗" in avail_text(app)
+
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        assert position(app).startswith(f"at interaction {k} ·"), position(app)
+        assert timeline.current == k
+        assert f"✓ jump {k}" in message(app)
+        fe_counts = app.query_one(DagView).counts
+        assert fe_counts["FE"] > 0 and fe_counts["FD"] > 0
+        # FE's state: Bob's highest is now 5000.0 -- the ¥ read as dollars -- and highlighted as changed
+        text = state_text(app)
+        assert "Bob: 5000.0" in text and "(new)" in text, text
+        changed = app.query_one(StateInspector).changes
+        assert any(("highest", "Bob") in paths for paths in changed.values())
+
+        # select FD in the DAG: its state shows the blacklisting (tuple consistency across the shuffle)
+        app.query_one(DagView).focus()
+        await keys(pilot, "right")
+        await until(pilot, lambda: app.frame.op == "FD", what="FD's state")
+        await idle(pilot)
+        text = state_text(app)
+        assert "blacklist" in text and "Bob" in text, text
+        assert app.query_one("#state").border_title.startswith("state of FD")
+    drive(app, script)
+
+
+def test_steps_and_step_back(fraud_run):
+    k = condition_k(fraud_run)
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        start = dict(app.frame.position)
+        first = app.frame.selected_label
+        assert first.startswith("FE:")
+
+        await keys(pilot, "n")                      # step over: the tuple and its whole scope
+        assert message(app).startswith(f"✓ step over {first}"), message(app)
+        assert sum(app.frame.position.values()) > sum(start.values())
+        assert position(app).startswith(f"after interaction {k}")
+        after_over = dict(app.frame.position)
+
+        await keys(pilot, "s")                      # step into θ's next tuple
+        stepped = app.frame.result.target
+        assert message(app).startswith(f"✓ step into {stepped}")
+        assert app.frame.frames == [stepped] and f"inside {stepped}" in position(app)
+        assert app.frame.selected_label.startswith("FD:"), "the next tuple inside the scope is selected"
+        assert "f out ✓" in avail_text(app)
+        pending = app.query_one(PendingTuples)
+        assert app.frame.selected_label in pending.labels
+
+        await keys(pilot, "f")                      # step out: finish that scope
+        assert message(app).startswith(f"✓ step out {stepped}"), message(app)
+        assert app.frame.frames == []
+        after_out = dict(app.frame.position)
+
+        await keys(pilot, "F")                      # back to before the step out
+        assert message(app).startswith("✓ step back step_out"), message(app)
+        assert app.frame.frames == [stepped]
+        await keys(pilot, "S")                      # back to before the step into
+        assert app.frame.position == after_over
+        await keys(pilot, "N")                      # back to before the step over
+        assert app.frame.position == start
+        assert position(app).startswith(f"at interaction {k}")
+        await keys(pilot, "n", "s", "f")
+        assert app.frame.position == after_out
+    drive(app, script)
+
+
+def test_run_until_then_last_change_show_the_bug(fraud_run):
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "c")
+        await answer(pilot, "'Bob' in FD.blacklist")
+        assert "stopped after FD:" in message(app), message(app)
+        assert app.frame.op == "FD", "the inspector shows the operator that met the condition"
+        text = state_text(app)
+        assert "Bob: " in text and "(new)" in text, text
+        hit = next(inst for inst, paths in app.frame.changes.items() if ("blacklist", "Bob") in paths)
+        # the FE row that caused it: Bob's ¥5000, read as $5000
+        await keys(pilot, "C")
+        await answer(pilot, f"{hit}.blacklist.Bob")
+        assert "last changed at" in message(app) and "you are just before it" in message(app), message(app)
+        text = state_text(app)
+        assert "removed" in text, text                       # Bob is not blacklisted yet here
+        pending = app.frame.pending
+        nxt = next(p for p in pending if p.label.startswith(hit + ":") and p.next)
+        assert nxt.row["customer"] == "Bob" and nxt.row["amount"] == "¥5000" and nxt.row["usd"] == 5000.0
+        await keys(pilot, "N")
+        assert "Bob" in state_text(app) and "removed" not in state_text(app)
+    drive(app, script)
+
+
+def test_search_the_state_tree(fraud_run):
+    k = condition_k(fraud_run)
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        await keys(pilot, "slash")
+        await answer(pilot, "Bob")
+        assert "found 'Bob'" in message(app)
+        node = app.query_one(StateInspector).tree.cursor_node
+        assert node is not None and node.data.path == ("highest", "Bob"), node
+        await keys(pilot, "slash")
+        await answer(pilot, "nobody-has-this-name")
+        assert "is not in the state" in message(app)
+    drive(app, script)
+
+
+def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
+    app = DebuggerApp(keywords_run)
+
+    async def script(pilot):
+        await until(pilot, lambda: app.frame is not None and app.frame.overlaps is not None, what="overlaps")
+        await pilot.pause(0.1)
+        await idle(pilot)
+        overlaps = app.frame.overlaps
+        assert overlaps, "the keywords sample has overlapping scopes"
+        assert app.check_action("step_out", ()) is None and app.check_action("step_back", ()) is None
+        await keys(pilot, "f")
+        assert message(app).startswith("✗ step out") and "not inside a tuple's scope" in message(app)
+        await keys(pilot, "N")
+        assert "nothing to step back from" in message(app)
+
+        # step over θ's next tuples (n, on the default ▶ tuple) until an overlap's root is next
+        session = app.model.session
+        root = overlaps[0].root
+        name = session.graph.nodes[root.op].name
+        while app.frame.position[f"{name}:{root.instance}"] < root.position:
+            await keys(pilot, "n")
+            assert message(app).startswith("✓ step over"), message(app)
+        pending = app.query_one(PendingTuples)
+        label = session.label(root)
+        assert label in pending.labels, pending.labels
+        pending.focus()
+        await pilot.pause(0.05)
+        while pending.selected_ref != root:
+            await pilot.press("down" if pending.labels.index(label) > pending.cursor_row else "up")
+        await until(pilot, lambda: app.frame.selected == root, what="the selection")
+        await idle(pilot)
+        assert "n over ✗" in avail_text(app), avail_text(app)
+        assert "overlaps" in avail_text(app)
+        assert app.check_action("step_over", ()) is None
+        await pilot.press("n")
+        await pilot.pause(0.1)
+        assert message(app).startswith(f"✗ step over {label}") and "overlaps" in message(app), message(app)
+        await keys(pilot, "3")
+        scope = app.query_one(ScopeView).text()
+        assert f"scope of {label}" in scope and "⚠" in scope, scope
+        assert f"{len(overlaps)} θ inputs without step-over" in scope
+        titles = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert "unavailable" in titles["Step over"] and "overlaps" in titles["Step over"]
+        assert {"Step into", "Step out", "Step back", "Run until…", "Last change…", "Jump to interaction…",
+                "Previous interaction", "Next interaction", "Search", "Cancel", "Help"} <= set(titles)
+    drive(app, script)
+
+
+def test_neighbour_interactions_timeline_enter_help_and_plots(keywords_run):
+    r = RunReader(keywords_run)
+    ks = [i.k for i in r.interactions()]
+    r.close()
+    app = DebuggerApp(keywords_run)
+
+    async def script(pilot):
+        await keys(pilot, "right_square_bracket")
+        assert position(app).startswith(f"at interaction {ks[1]} ·"), position(app)
+        await keys(pilot, "right_square_bracket")
+        assert position(app).startswith(f"at interaction {ks[2]} ·")
+        await keys(pilot, "left_square_bracket")
+        assert position(app).startswith(f"at interaction {ks[1]} ·")
+
+        await keys(pilot, "2")                         # the timeline view; Enter jumps to the highlighted row
+        timeline = app.query_one(InteractionTimeline)
+        assert timeline.display and app.query_one(ViewBar).current == "timeline"
+        timeline.focus()
+        timeline.highlight(ks[-1])
+        await keys(pilot, "enter")
+        assert position(app).startswith(f"at interaction {ks[-1]} ·") and timeline.current == ks[-1]
+        assert "100.0%" in position(app)
+
+        await keys(pilot, "question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await keys(pilot, "escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+        await keys(pilot, "5")
+        plots = app.query_one(RunPlots)
+        await until(pilot, lambda: len(plots.series) == len(ks), what="the plots")
+        assert plots.series[-1]["tuples"] > plots.series[0]["tuples"]
+        assert plots.series[-1]["state_bytes"] > 0
+    drive(app, script)
+
+
+def test_log_browser_pages_searches_and_filters(fraud_run):
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "4")
+        logs = app.query_one(LogBrowser)
+        await until(pilot, lambda: logs.base is not None and logs.lines.total > 0, what="the interactions log")
+        await until(pilot, lambda: all(r is not None for r in logs.lines.visible_rows()), what="rows")
+        rows = logs.lines.visible_rows()
+        assert rows[0][2] == "start" and any(r[2] == "condition" and "¥5000" in r[3] for r in rows)
+
+        logs.open_source("tuples:FE:0")
+        await until(pilot, lambda: logs.base is not None and logs.base.key == "tuples:FE:0", what="FE:0's tuples")
+        total = logs.lines.total
+        assert total > 5000 and logs.lines.size.height < 30   # a virtual list: rows drawn on demand
+        await keys(pilot, "slash")
+        assert app.focused is logs.query_one("#log-search")
+        for ch in "Bob":
+            await pilot.press(ch)
+        assert logs.query_one("#log-search").value == "Bob"
+        logs.query_one("#log-search").value = "¥5000"   # Pilot cannot type "¥"; a terminal can
+        await pilot.press("enter")
+        await until(pilot, lambda: "found" in logs.status_text or "no more" in logs.status_text, what="the search")
+        if "no more" in logs.status_text:       # Bob's payment went to the other partition
+            logs.open_source("tuples:FE:1")
+            await until(pilot, lambda: logs.base.key == "tuples:FE:1", what="FE:1's tuples")
+            logs.search("¥5000")
+            await until(pilot, lambda: "found" in logs.status_text, what="the search")
+        row = logs.lines.cursor
+        await until(pilot, lambda: logs.lines.row_cells(row) is not None, what="the found row")
+        assert "'Bob'" in logs.lines.row_cells(row)[2] and "¥5000" in logs.lines.row_cells(row)[2]
+
+        logs.query_one("#log-search").value = "Bob"
+        logs.query_one("#log-filter").value = True
+        await until(pilot, lambda: "done" in logs.status_text, what="the filter")
+        n = logs.lines.total
+        assert 0 < n < total
+        await until(pilot, lambda: all(r is not None for r in logs.lines.visible_rows()), what="filtered rows")
+        assert all("Bob" in r[2] for r in logs.lines.visible_rows())
+
+        logs.query_one("#log-filter").value = False
+        logs.open_source("in:FD:0")
+        await until(pilot, lambda: logs.base.key == "in:FD:0", what="FD:0's Input log")
+        logs.lines.focus()
+        await keys(pilot, "end")
+        await until(pilot, lambda: logs.lines.row_cells(logs.lines.total - 1) is not None, what="the last row")
+        assert logs.lines.row_cells(logs.lines.total - 1)[2] == "end of input"
+        assert logs.lines.row_cells(logs.lines.total - 1)[0] == str(logs.lines.total - 1)
+    drive(app, script)
+
+
+def test_escape_cancels_a_long_run_until(fraud_run):
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        before = dict(app.frame.position)
+        await keys(pilot, "c")
+        await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the prompt")
+        inp = app.screen.query_one("Input")
+        inp.value = "len(str(row) * 50000) < 0"  # never true, and slow: would replay the whole run
+        await pilot.press("enter")
+        await until(pilot, lambda: app.busy is not None, what="the run to start")
+        await pilot.pause(0.3)
+        assert "Esc cancels" in position(app)
+        await pilot.press("escape")
+        await idle(pilot)
+        assert "cancelled; the position is where it was" in message(app), message(app)
+        assert app.frame.position == before
+    drive(app, script)
+
+
+def test_live_follow_and_user_interaction(spark, tmp_path):
+    """A run still being recorded: new interactions show up, `i` takes one, the end is announced."""
+    out = tmp_path / "live.db"
+    live = LiveJob()
+    session_box: dict = {}
+    started = threading.Event()
+    errors: list = []
+
+    def build(spark_):
+        flow = workloads.tt.Dataflow("live")
+        src = flow.source("U", workloads.payments_df(spark_, n=2500, partitions=2))
+        src.process(workloads.Slow(0.004), name="Slow").key_by(lambda r: r["customer"], partitions=2) \
+            .process(workloads.Detect(), name="FD").collect("S")
+        return flow
+
+    def record():
+        try:
+            s = RecordingSession(out, Path(__file__), [], watch="Slow", every=0.5)
+            session_box["s"] = s
+            live.coordinator = lambda: s.coordinator
+            started.set()
+            with s:
+                build(spark).run()
+            s.close()
+        except BaseException as e:  # pragma: no cover - surfaced below
+            errors.append(e)
+        finally:
+            live.finished = True
+            started.set()
+
+    t = threading.Thread(target=record, daemon=True)
+    t.start()
+    assert started.wait(60)
+    app = DebuggerApp(out, live=live, poll_seconds=0.25)
+
+    async def run():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app._facts_loaded and app.status == "recording", timeout=120,
+                        what="the dataflow to start")
+            assert "● live" in str(app.query_one(ViewBar).content)
+            await until(pilot, lambda: live.coordinator() is not None and len(app.interactions) >= 2
+                        and app.model is not None, timeout=120, what="periodic interactions and the engine")
+            seen = len(app.interactions)
+            await pilot.press("i")
+            await pilot.pause(0.1)
+            assert "interaction requested" in message(app)
+            await until(pilot, lambda: any(r["trigger"] == "user" for r in app.interactions), timeout=60,
+                        what="the user interaction in the timeline")
+            assert len(app.interactions) > seen
+            timeline = app.query_one(InteractionTimeline)
+            assert any(r["trigger"] == "user" for r in timeline.rows_data)
+            await until(pilot, lambda: app.status == "complete", timeout=180, what="the end of the recording")
+            await until(pilot, lambda: "the recording finished" in message(app), what="the announcement")
+            assert timeline.rows_data[-1]["trigger"] == "end" and timeline.rows_data[-1]["complete"]
+            await until(pilot, lambda: app.model is not None, what="the engine")
+            user = next(r["k"] for r in app.interactions if r["trigger"] == "user" and r["complete"])
+            await keys(pilot, "j")
+            await answer(pilot, str(user))
+            assert position(app).startswith(f"at interaction {user} ·"), position(app)
+    asyncio.run(run())
+    t.join(120)
+    assert not errors, errors
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copy(src, dst)
+    for s in ("-wal", "-shm"):
+        if Path(str(src) + s).exists():
+            shutil.copy(str(src) + s, str(dst) + s)
+    return dst
+
+
+def test_bad_run_files_get_one_clear_line(fraud_run, tmp_path, capsys, monkeypatch):
+    corrupt = tmp_path / "corrupt.db"
+    corrupt.write_bytes(b"SQLite format 3\x00" + b"\x13" * 4000)
+    foreign = tmp_path / "foreign.db"
+    c = sqlite3.connect(foreign)
+    c.execute("CREATE TABLE t (x)")
+    c.commit()
+    c.close()
+    newer = _copy(fraud_run, tmp_path / "newer.db")
+    c = sqlite3.connect(newer)
+    c.execute("PRAGMA user_version=99")
+    c.commit()
+    c.close()
+    cases = [(tmp_path / "missing.db", "no such file"), (corrupt, "not a tt run file"),
+             (foreign, "not a tt run file"), (newer, "newer tt")]
+    for path, needle in cases:
+        capsys.readouterr()
+        assert main(["debug", str(path)]) != 0
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert len(err) == 1 and err[0].startswith("tt: error:") and needle in err[0], err
+    monkeypatch.setenv("TT_KEY_FILE", str(tmp_path / "someone-else-key"))
+    assert main(["debug", str(fraud_run)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--trust" in err[0] and f"tt debug {fraud_run} --trust" in err[0], err
+
+
+def test_an_untrusted_run_still_shows_its_facts(fraud_run, tmp_path, monkeypatch):
+    """Opened in the app without --trust, a foreign run shows the DAG and timeline and says why it cannot replay."""
+    monkeypatch.setenv("TT_KEY_FILE", str(tmp_path / "someone-else-key"))
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await until(pilot, lambda: app.session_error is not None, what="the refusal")
+        assert "--trust" in message(app) and "cannot replay" in message(app)
+        assert "[FE θ×2]" in app.query_one(DagView).render_text()
+        assert len(app.query_one(InteractionTimeline).rows_data) >= 3
+        await pilot.press("n")
+        await pilot.pause(0.05)
+        assert "no replay" in message(app)
+    drive(app, script)
+
+
+def test_timeline_marks_checkpointed_interactions(fraud_run, tmp_path):
+    run = _copy(fraud_run, tmp_path / "checkpointed.db")
+    if main(["checkpoint", str(run), "--tau", "0.05s"]) != 0:
+        pytest.skip("`tt checkpoint` could not plan checkpoints for this run")
+    r = RunReader(run)
+    marked = r.checkpointed()
+    r.close()
+    assert marked
+    app = DebuggerApp(run)
+
+    async def script(pilot):
+        timeline = app.query_one(InteractionTimeline)
+        cells = {k: str(timeline.get_cell(str(k), "ckpt")) for k in timeline._keys}
+        assert {k for k, c in cells.items() if c == "◆"} == marked, cells
+    drive(app, script)

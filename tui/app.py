@@ -1,0 +1,875 @@
+"""`tt debug`: the Textual app over one run file.
+
+The first screen comes from the run file's facts (the DAG, the interactions,
+the stored states at interaction 0), which are cheap to read even in a
+gigabyte-sized file; the replay engine (`DebugSession`) loads in a worker
+meanwhile, and every action on it runs in a worker too (`Model` serialises
+them), so the UI never blocks. Long actions show progress and stop on Escape.
+
+Layout: at 80×24 one view at a time (debug: DAG, pending tuples and state;
+timeline; scope; logs; plots), switched with 1…5; from 140×40 up the debug
+view puts DAG and timeline, pending tuples and scope, and the state side by
+side. Keys follow pudb and gdb's single-key mode (n s f, N S F back, c C j [ ]
+/ ? q); the footer lists them, greyed when the selected tuple does not allow
+them, and the command palette (Ctrl+P) has every action with the reason.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from rich.text import Text
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Container, Horizontal, Vertical
+from textual.events import Key, Resize
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input
+from textual.worker import get_current_worker
+
+from ..core.errors import RunFileError, TTError
+from ..core.scopes import TupleRef
+from ..replay import facts, views
+from ..store.reader import RunReader
+from .model import Frame, Model
+from .help_screen import HelpScreen
+from .prompt_screen import PromptScreen
+from .widgets.availability_line import AvailabilityLine
+from .widgets.dag_view import DagEdge, DagNode, DagView
+from .widgets.log_browser import LogBrowser
+from .widgets.message_line import MessageLine
+from .widgets.pending_tuples import PendingTuples
+from .widgets.plots import RunPlots
+from .widgets.progress_line import ProgressLine
+from .widgets.scope_view import ScopeView
+from .widgets.state_inspector import StateInspector
+from .widgets.timeline import InteractionTimeline
+from .widgets.view_bar import ViewBar
+
+WIDE = (140, 40)   # from this size up, the debug view shows its panes side by side
+
+STEP_ACTIONS = {"step_over": "over", "step_into": "into", "step_out": "out", "step_back": "back"}
+SESSION_ACTIONS = {"run_until", "last_change", "jump", "prev_interaction", "next_interaction", "overlaps"}
+
+
+_NEIGHBOURS = Binding.Group("prev/next", compact=True)
+
+
+class LiveJob:
+    """What the app needs from a recording running beside it (`tt record --tui`)."""
+
+    def __init__(self) -> None:
+        self.finished = False
+        self.outcome: str | None = None
+        self.coordinator: Callable[[], Any] = lambda: None
+
+    def interact(self) -> str:
+        coord = self.coordinator()
+        if self.finished:
+            return "the job has finished; no more interactions can be taken"
+        if coord is None:
+            return "the job has not started its dataflow yet; try again in a moment"
+        coord.interaction("user", {"via": "tui"})
+        return "interaction requested; it appears in the timeline once every instance has taken it"
+
+
+class DebuggerApp(App):
+    """The terminal debugger over one run file."""
+
+    CSS_PATH = "debugger.tcss"
+    TITLE = "tt debug"
+
+    BINDINGS = [
+        Binding("n", "step_over", "over", id="step-over", tooltip="Step over the selected tuple (its whole scope)"),
+        Binding("s", "step_into", "into", id="step-into", tooltip="Step into the selected tuple (its operator only)"),
+        Binding("f", "step_out", "out", id="step-out", tooltip="Finish the scope stepped into last"),
+        Binding("N", "step_back", "back", id="step-back", tooltip="Undo the last action"),
+        Binding("S", "step_back", "back", id="step-back-into", show=False),
+        Binding("F", "step_back", "back", id="step-back-out", show=False),
+        Binding("c", "run_until", "run", id="run-until", tooltip="Run until a condition holds"),
+        Binding("C", "last_change", "last", id="last-change", tooltip="Back to the last change of a field"),
+        Binding("j", "jump", "jump", id="jump", tooltip="Jump to an interaction"),
+        Binding("left_square_bracket", "prev_interaction", "prev", key_display="[", id="prev-interaction",
+                tooltip="Jump to the previous interaction", group=_NEIGHBOURS),
+        Binding("right_square_bracket", "next_interaction", "next", key_display="]", id="next-interaction",
+                tooltip="Jump to the next interaction", group=_NEIGHBOURS),
+        Binding("slash", "search", "find", key_display="/", id="search", tooltip="Search the state or the logs"),
+        Binding("i", "interact", "interact", id="interact", tooltip="Take an interaction now (live recording)"),
+        Binding("question_mark", "help", "help", key_display="?", id="help", tooltip="All keys"),
+        Binding("q", "quit", "quit", id="quit", tooltip="Quit"),
+        Binding("escape", "cancel", "cancel", id="cancel", tooltip="Cancel the running jump or run-until"),
+        Binding("o", "overlaps", "overlaps", id="overlaps", show=False),
+        Binding("1", "view('debug')", "debug", show=False, id="view-debug"),
+        Binding("2", "view('timeline')", "timeline", show=False, id="view-timeline"),
+        Binding("3", "view('scope')", "scope", show=False, id="view-scope"),
+        Binding("4", "view('logs')", "logs", show=False, id="view-logs"),
+        Binding("5", "view('plots')", "plots", show=False, id="view-plots"),
+    ]
+
+    def __init__(self, path: str | Path, *, trust: bool = False, live: LiveJob | None = None,
+                 poll_seconds: float = 1.0, timings: bool = True) -> None:
+        """`timings=False` leaves out how long actions took (for reproducible screenshots)."""
+        super().__init__()
+        self.timings = timings
+        self.path = Path(path)
+        self.trust = trust
+        self.live = live
+        self.poll_seconds = poll_seconds
+        self.reader: RunReader | None = None
+        self.model: Model | None = None
+        self.frame: Frame | None = None
+        self.view = "debug"
+        self.wide = False
+        self.status = "?"
+        self.busy: str | None = None
+        self.cancellable = False
+        self.cancel_event = threading.Event()
+        self.interactions: list[dict] = []
+        self.session_error: str | None = None
+        self.selected_op: str | None = None
+        self.selected_ref: TupleRef | None = None
+        self.theta: str | None = None
+        self._facts_loaded = False
+        self._series_loaded = False
+        self._poll_timer = None
+        self._poll_reader: RunReader | None = None
+        self._last_progress = 0.0
+        self._jump_target: int | None = None
+
+    # --- building the screen ----------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="⏪")
+        yield ProgressLine(id="progress")
+        yield ViewBar(id="views")
+        with Container(id="main"):
+            with Horizontal(id="debug-area"):
+                with Vertical(id="col-run", classes="column"):
+                    yield DagView(id="dag", classes="pane")
+                    yield InteractionTimeline(id="timeline", classes="pane")
+                with Vertical(id="col-tuples", classes="column"):
+                    yield PendingTuples(id="pending", classes="pane")
+                    yield AvailabilityLine(id="avail")
+                    yield ScopeView(id="scope", classes="pane")
+                with Vertical(id="col-state", classes="column"):
+                    yield StateInspector(id="state", classes="pane")
+            yield LogBrowser(self.path, trust=self.trust, id="logs")
+            yield RunPlots(id="plots")
+        yield MessageLine(id="message")
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#dag").border_title = "dataflow"
+        self.query_one("#timeline").border_title = "interactions"
+        self.query_one("#pending").border_title = "waiting tuples"
+        self.query_one("#scope").border_title = "scope"
+        self.query_one("#state").border_title = "state"
+        self._apply_layout()
+        self._load_facts()
+        if self.live is not None or self.status == "recording":
+            self._poll_timer = self.set_interval(self.poll_seconds, self._poll)
+        if self._facts_loaded:
+            self._open_session()
+
+    # --- layout -----------------------------------------------------------------------------------
+
+    def on_resize(self, event: Resize) -> None:
+        self._apply_layout()
+
+    def _views(self) -> list[str]:
+        return ["debug", "logs", "plots"] if self.wide else ["debug", "timeline", "scope", "logs", "plots"]
+
+    def _apply_layout(self) -> None:
+        w, h = self.size
+        self.wide = w >= WIDE[0] and h >= WIDE[1]
+        view = self.view
+        if self.wide and view in ("timeline", "scope"):
+            view = "debug"
+        main = self.query_one("#main")
+        main.set_class(self.wide, "-wide")
+        main.set_class(not self.wide, "-narrow")
+        for name in ("debug", "timeline", "scope", "logs", "plots"):
+            main.set_class(view == name, f"-view-{name}")
+        self.query_one("#plots").set_class(self.wide, "-wide")
+        debugish = view in ("debug", "timeline", "scope")
+        show = {
+            "#debug-area": debugish, "#logs": view == "logs", "#plots": view == "plots",
+            "#col-run": self.wide or view in ("debug", "timeline"),
+            "#dag": True,
+            "#timeline": self.wide or view == "timeline",
+            "#col-tuples": self.wide or view in ("debug", "scope"),
+            "#pending": self.wide or view == "debug",
+            "#avail": True,
+            "#scope": self.wide or view == "scope",
+            "#col-state": self.wide or view == "debug",
+        }
+        for sel, on_ in show.items():
+            self.query_one(sel).display = on_
+        live = ""
+        if self.status == "recording":
+            live = "[bold green]● live[/]"
+        self.query_one(ViewBar).show(self._views(), view, live)
+        if view == "logs":
+            self.query_one(LogBrowser).start()
+        if view == "plots":
+            self._load_series()
+
+    def action_view(self, name: str) -> None:
+        self.view = name
+        self._apply_layout()
+        target = {"debug": "#pending", "timeline": "#timeline", "scope": "#scope-tree", "logs": "#log-lines"}.get(name)
+        if target:
+            try:
+                self.query_one(target).focus()
+            except Exception:
+                pass
+
+    # --- facts (no replay) ------------------------------------------------------------------------
+
+    def _load_facts(self) -> bool:
+        """Read what the run file says outright; False while a live run has not started its dataflow."""
+        try:
+            if self.reader is None:
+                self.reader = RunReader(self.path)
+            else:
+                self.reader.refresh()  # a live run: the plan may have been written since
+            reader = self.reader
+            self.status = reader.status
+            plan = reader.plan
+            ops = reader.operators
+        except RunFileError as e:
+            if self.live is not None or self.status == "recording":
+                self.query_one(ProgressLine).show_text(Text("waiting for the job to start its dataflow…", style="italic"))
+                return False
+            self.query_one(MessageLine).say(str(e), "error")
+            return False
+        theta = next((o for o in ops if o.is_theta), None)
+        self.theta = theta.name if theta else None
+        if self.selected_op is None:
+            self.selected_op = self.theta
+        nodes = [DagNode(o.id, o.name, o.kind, o.in_g, o.is_theta, o.instances) for o in ops]
+        edges = [DagEdge(e["src"], e["dst"], bool(e["shuffle"])) for e in plan.get("edges", [])]
+        dag = self.query_one(DagView)
+        dag.set_graph(nodes, edges)
+        self._refresh_interactions()
+        self._update_title()
+        if not self._facts_loaded:
+            self._facts_loaded = True
+            self._initial_state()
+        return True
+
+    def _update_title(self) -> None:
+        status = self.status
+        self.sub_title = f"{self.path.name} · {status}" + (f" · θ = {self.theta}" if self.theta else "")
+        self._apply_layout()
+
+    def _refresh_interactions(self) -> bool:
+        reader = self.reader
+        return self._set_interactions(facts.interactions(reader), reader.checkpointed())
+
+    def _set_interactions(self, rows: list[dict], checkpointed: set[int]) -> bool:
+        """Show `rows` (facts.interactions) in the timeline; True if any interaction appeared or completed."""
+        self.query_one(InteractionTimeline).live = self.status == "recording"
+        changed = [(r["k"], r["complete"]) for r in rows] != [(r["k"], r["complete"]) for r in self.interactions]
+        self.interactions = rows
+        self.query_one(InteractionTimeline).set_interactions(rows, checkpointed)
+        if changed and self._series_loaded:
+            self._series_loaded = False
+            if self.view == "plots":
+                self._load_series()
+        return changed
+
+    def _totals(self) -> tuple[int, dict[str, int]]:
+        complete = [r for r in self.interactions if r["complete"]]
+        if not complete:
+            return 0, {}
+        last = complete[-1]["positions"]
+        return sum(last.values()), last
+
+    def _initial_state(self) -> None:
+        """Before the engine is loaded: the stored states at interaction 0, and position 0."""
+        total, _ = self._totals()
+        first = next((r for r in self.interactions if r["complete"]), None)
+        counts: dict[str, int] = {}
+        if first is not None:
+            for label, n in first["positions"].items():
+                name = label.rsplit(":", 1)[0]
+                counts[name] = counts.get(name, 0) + n
+        self.query_one(DagView).set_counts(counts)
+        self.query_one(InteractionTimeline).set_current(first["k"] if first else None)
+        self.query_one(ProgressLine).show_position(first["k"] if first else None, None, 0, total, 0.0,
+                                                   "loading the replay engine…")
+        self.query_one(AvailabilityLine).waiting("loading the replay engine…")
+        if first is not None and self.selected_op is not None:
+            try:
+                stored = facts.states_at(self.reader, first["k"], self.selected_op)
+                states = {k: v["state"] for k, v in stored.items()}
+            except TTError:
+                states = {}
+            self.query_one(StateInspector).show(self.selected_op, states, {},
+                                                note=f"stored state at interaction {first['k']}")
+            self.query_one("#state").border_title = f"state of {self.selected_op}"
+
+    # --- the session ----------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="open", exit_on_error=False)
+    def _open_session(self) -> None:
+        from ..replay.session import DebugSession
+
+        try:
+            session = DebugSession(self.path, trust=self.trust)
+            model = Model(session)
+            frame = model.call(lambda s: model.build(self.selected_op, None))
+        except TTError as e:
+            self.call_from_thread(self._session_failed, str(e))
+            return
+        except Exception as e:  # a bug in tt: keep the UI, say what happened
+            traceback.print_exc()
+            self.call_from_thread(self._session_failed, f"internal error: {type(e).__name__}: {e}")
+            return
+        self.call_from_thread(self._session_ready, model, frame)
+        overlaps = model.compute_overlaps()
+        if overlaps is not None:
+            self.call_from_thread(self._overlaps_ready)
+
+    def _session_ready(self, model: Model, frame: Frame) -> None:
+        self.model = model
+        self._apply_frame(frame)
+        self.query_one(MessageLine).say("replay engine ready · n/s step · j jump · c run until · ? help")
+
+    def _session_failed(self, message: str) -> None:
+        self.session_error = message
+        self.query_one(MessageLine).say(f"cannot replay: {message}; browsing the recorded facts only", "error")
+        self.query_one(AvailabilityLine).waiting("no replay: " + message)
+        self.query_one(ProgressLine).show_text(Text("no replay engine (facts only)", style="italic"))
+
+    def _overlaps_ready(self) -> None:
+        self._reselect()
+
+    def _shown_interaction(self, frame: Frame) -> int | None:
+        """The interaction to show: the one just jumped to when several share the same positions."""
+        k, target = frame.interaction, self._jump_target
+        if k is None or target is None or target == k:
+            return k
+        pos = {r["k"]: r["positions"] for r in self.interactions if r["complete"]}
+        return target if target in pos and pos.get(target) == pos.get(k) else k
+
+    def _apply_frame(self, frame: Frame) -> None:
+        frame.interaction = self._shown_interaction(frame)
+        self.frame = frame
+        self.selected_ref = frame.selected
+        self.selected_op = frame.op
+        dag = self.query_one(DagView)
+        dag.set_counts(frame.counts)
+        with self.prevent(DagView.OperatorSelected):
+            dag.select_name(frame.op)
+        self.query_one(InteractionTimeline).set_current(frame.interaction)
+        p = frame.progress
+        last = self._last_interaction(p["tuples"]) if frame.interaction is None else None
+        note = f"inside {' › '.join(frame.frames)}" if frame.frames else ""
+        self.query_one(ProgressLine).show_position(frame.interaction, last, p["tuples"], p["total"], p["percent"], note)
+        self.query_one(PendingTuples).show(frame.pending, frame.selected, frame.default)
+        self.query_one(AvailabilityLine).show(frame.selected_label, frame.availability)
+        ops = self.reader.operators if self.reader else []
+        in_g = next((o.in_g for o in ops if o.name == frame.op), True)
+        note = "" if in_g else f"{frame.op} is not in G(θ) (θ = {self.theta}): its state is not recorded"
+        self.query_one(StateInspector).show(frame.op, frame.states, frame.changes, note=note)
+        self.query_one("#state").border_title = f"state of {frame.op}" + (" · changes highlighted" if frame.changes else "")
+        overlap_count = None if frame.overlaps is None else len(frame.overlaps)
+        self.query_one(ScopeView).show(frame.selected_label, frame.scope, frame.scope_truncated, frame.availability,
+                                       frame.overlaps, overlap_count)
+        self.query_one(RunPlots).mark(frame.interaction)
+        self.refresh_bindings()
+
+    def _last_interaction(self, tuples: int) -> int | None:
+        best = None
+        for r in self.interactions:
+            if r["complete"] and sum(r["positions"].values()) <= tuples:
+                best = r["k"]
+        return best
+
+    # --- running actions ----------------------------------------------------------------------------
+
+    def _say(self, text: str | Text, level: str = "info") -> None:
+        self.query_one(MessageLine).say(text, level)
+
+    def _can_act(self) -> bool:
+        if self.model is None:
+            self._say(self.session_error and f"no replay: {self.session_error}" or
+                      "the replay engine is still loading…", "warning")
+            return False
+        if self.busy:
+            self._say(f"busy: {self.busy} (Esc cancels)", "warning")
+            return False
+        return True
+
+    def _start(self, label: str, fn: Callable, select_after=None,
+               cancellable: bool = False) -> None:
+        """Run `fn(session, progress, cancel)` in a worker; the frame after it replaces the screen.
+
+        `cancellable`: the session action takes the cancel event (jump, run until)."""
+        if not self._can_act():
+            return
+        if not label.startswith("jump"):
+            self._jump_target = None
+        self.busy = label
+        self.cancellable = cancellable
+        self.cancel_event = threading.Event()
+        self.query_one(ProgressLine).busy(label, cancellable=cancellable)
+        self.refresh_bindings()
+        self._act_worker(label, fn, select_after, self.cancel_event)
+
+    @work(thread=True, group="session", exit_on_error=False)
+    def _act_worker(self, label: str, fn: Callable, select_after, cancel: threading.Event) -> None:
+        from ..replay.session import Cancelled
+
+        model = self.model
+        op, ref = self.selected_op, self.selected_ref
+        steps = [0]
+        cancellable = self.cancellable
+
+        def progress(done: int, total: int) -> None:
+            if not total:  # run until reports steps per tick, without a total: count them
+                steps[0] += done
+                done = steps[0]
+            now = time.perf_counter()
+            if now - self._last_progress >= 0.1:
+                self._last_progress = now
+                self.call_from_thread(self.query_one(ProgressLine).busy, label, done, total, cancellable)
+
+        frame, message, level = None, None, "info"
+        try:
+            frame = model.act(lambda s: fn(s, progress, cancel), op, ref, select_after)
+        except Cancelled:
+            message, level = f"{label}: cancelled; the position is where it was", "warning"
+            frame = model.select(op, ref)
+        except TTError as e:
+            message, level = f"{label}: {e}", "error"
+            frame = model.select(op, ref)
+        except Exception as e:  # a bug in tt: keep the session usable
+            traceback.print_exc()
+            message, level = f"{label}: internal error: {type(e).__name__}: {e}", "error"
+            try:
+                frame = model.select(op, ref)
+            except Exception:
+                frame = None
+        self.call_from_thread(self._act_done, frame, message, level)
+
+    def _act_done(self, frame: Frame | None, message: str | None, level: str) -> None:
+        self.busy = None
+        self.query_one(ProgressLine).idle()
+        if frame is not None:
+            self._apply_frame(frame)
+            if message is None and frame.result is not None:
+                self.query_one(MessageLine).result(frame.result, timings=self.timings, first=frame.op)
+        if message is not None:
+            self._say(message, level)
+        self.refresh_bindings()
+
+    def _reselect(self) -> None:
+        if self.model is not None:
+            self._select_worker(self.selected_op, self.selected_ref)
+
+    @work(thread=True, exclusive=True, group="select", exit_on_error=False)
+    def _select_worker(self, op: str | None, ref: TupleRef | None) -> None:
+        model = self.model
+        with model.lock:
+            if get_current_worker().is_cancelled:
+                return
+        try:
+            frame = model.select(op, ref)
+        except TTError as e:
+            self.call_from_thread(self._say, str(e), "error")
+            return
+        if not get_current_worker().is_cancelled:
+            self.call_from_thread(self._apply_frame, frame)
+
+    # --- selections ---------------------------------------------------------------------------------
+
+    @on(DagView.OperatorSelected)
+    def _operator_selected(self, event: DagView.OperatorSelected) -> None:
+        self.selected_op = event.name
+        if self.model is not None:
+            self._select_worker(event.name, self.selected_ref)
+        elif self.reader is not None and self._facts_loaded:
+            self._initial_state_for(event.name)
+        if event.chosen and not self.wide and self.view != "debug":
+            self.action_view("debug")
+
+    def _initial_state_for(self, op: str) -> None:
+        first = next((r for r in self.interactions if r["complete"]), None)
+        states = {}
+        if first is not None:
+            try:
+                states = {k: v["state"] for k, v in facts.states_at(self.reader, first["k"], op).items()}
+            except TTError as e:
+                self.query_one(StateInspector).show(op, {}, {}, note=str(e))
+                return
+        self.query_one(StateInspector).show(op, states, {}, note=f"stored state at interaction {first['k']}"
+                                            if first else "")
+
+    @on(PendingTuples.TupleSelected)
+    def _tuple_selected(self, event: PendingTuples.TupleSelected) -> None:
+        self.selected_ref = event.ref
+        if self.model is not None:
+            self._select_worker(self.selected_op, event.ref)
+
+    @on(InteractionTimeline.JumpRequested)
+    def _timeline_jump(self, event: InteractionTimeline.JumpRequested) -> None:
+        self._jump(event.k)
+
+    # --- actions ----------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in STEP_ACTIONS:
+            if self.model is None or self.frame is None or self.busy:
+                return None
+            return True if self.frame.availability[STEP_ACTIONS[action]].ok else None
+        if action in SESSION_ACTIONS:
+            return None if (self.model is None or self.busy) else True
+        if action == "interact":
+            if self.live is None:
+                return False
+            return None if self.live.finished else True
+        if action == "cancel":
+            return True if self.busy else False
+        return True
+
+    def on_key(self, event: Key) -> None:
+        """A disabled step key says why instead of doing nothing."""
+        action = {"n": "step_over", "s": "step_into", "f": "step_out", "N": "step_back", "S": "step_back",
+                  "F": "step_back"}.get(event.key)
+        if action is None or self.check_action(action, ()):
+            return
+        if isinstance(self.screen, (PromptScreen, HelpScreen)) or isinstance(self.focused, Input):
+            return
+        self._explain(action)
+
+    def _explain(self, action: str) -> None:
+        if self.model is None:
+            self._can_act()
+            return
+        if self.busy:
+            self._say(f"busy: {self.busy} (Esc cancels)", "warning")
+            return
+        a = self.frame.availability[STEP_ACTIONS[action]] if self.frame else None
+        if a is not None and not a.ok:
+            word = action.replace("_", " ")
+            self._say(Text.assemble((f"✗ {word} {self.frame.selected_label or ''}: ".replace("  ", " "), "bold red"),
+                                    a.reason), "warning")
+
+    def _ref_for_step(self) -> TupleRef | None:
+        return self.selected_ref or (self.frame.default if self.frame else None)
+
+    def action_step_over(self) -> None:
+        ref = self._ref_for_step()
+        if ref is None:
+            return self._say("no tuple is waiting", "warning")
+        self._start("step over", lambda s, p, c: s.step_over(ref), select_after=_after_step)
+
+    def action_step_into(self) -> None:
+        ref = self._ref_for_step()
+        if ref is None:
+            return self._say("no tuple is waiting", "warning")
+        self._start("step into", lambda s, p, c: s.step_into(ref), select_after=_after_step)
+
+    def action_step_out(self) -> None:
+        self._start("step out", lambda s, p, c: s.step_out(), select_after=_after_step)
+
+    def action_step_back(self) -> None:
+        self._start("step back", lambda s, p, c: s.step_back(), select_after=_after_step)
+
+    def action_jump(self) -> None:
+        if not self._can_act():
+            return
+        timeline = self.query_one(InteractionTimeline)
+        if self.focused is timeline and timeline.highlighted_k is not None:
+            self._jump(timeline.highlighted_k)
+            return
+        complete = [r["k"] for r in self.interactions if r["complete"]]
+        hint = f"complete interactions: {facts._ranges(complete) or 'none'}"
+        default = timeline.highlighted_k
+        self.push_screen(PromptScreen("Jump to interaction", hint, "" if default is None else str(default)),
+                         self._jump_answer)
+
+    def _jump_answer(self, text: str | None) -> None:
+        if text is None:
+            return
+        try:
+            k = int(text.strip().lstrip("Ii"))
+        except ValueError:
+            self._say(f"jump takes an interaction number, not {text!r}", "error")
+            return
+        self._jump(k)
+
+    def _jump(self, k: int) -> None:
+        self.query_one(InteractionTimeline).highlight(k)
+        if self.model is not None and not self.busy:
+            self._jump_target = k
+        self._start(f"jump to {k}", lambda s, p, c: s.jump(k, progress=p, cancel=c), cancellable=True)
+
+    def _neighbour(self, direction: int) -> int | None:
+        complete = [r for r in self.interactions if r["complete"]]
+        if not complete:
+            return None
+        at = self.frame.interaction if self.frame else None
+        tuples = self.frame.progress["tuples"] if self.frame else 0
+        ks = [r["k"] for r in complete]
+        if at is not None and at in ks:
+            i = ks.index(at) + direction
+            return ks[i] if 0 <= i < len(ks) else None
+        sums = [(r["k"], sum(r["positions"].values())) for r in complete]
+        if direction < 0:
+            before = [k for k, n in sums if n <= tuples]
+            return before[-1] if before else None
+        after = [k for k, n in sums if n > tuples]
+        return after[0] if after else None
+
+    def action_prev_interaction(self) -> None:
+        k = self._neighbour(-1)
+        if k is None:
+            return self._say("no earlier interaction", "warning")
+        self._jump(k)
+
+    def action_next_interaction(self) -> None:
+        k = self._neighbour(1)
+        if k is None:
+            return self._say("no later interaction", "warning")
+        self._jump(k)
+
+    def action_run_until(self) -> None:
+        if not self._can_act():
+            return
+        self.push_screen(PromptScreen("Run until (a Python condition, checked after every tuple)",
+                                      self._condition_hint(), getattr(self, "_last_condition", "")),
+                         self._run_until_answer)
+
+    def _condition_hint(self) -> str:
+        names = [o.name for o in (self.reader.operators if self.reader else []) if o.in_g and not o.is_theta]
+        op = self.selected_op if self.selected_op in names else (names[0] if names else self.theta)
+        field = next(iter(self.frame.states.get(next(iter(self.frame.states), ""), {}) or {}), "field") \
+            if self.frame and self.frame.op == op else "field"
+        return (f"names: row (the tuple just consumed), op, instance, position, and operators: "
+                f"{', '.join(o.name for o in self.reader.operators if o.in_g)}.  e.g. "
+                f"len({op}.{field}) > 0   ·   row['id'] == 42   ·   {op}[0].{field}")
+
+    def _run_until_answer(self, text: str | None) -> None:
+        if text is None:
+            return
+        self._last_condition = text
+        self._start(f"run until {text}", lambda s, p, c: s.run_until(text, progress=p, cancel=c),
+                    select_after=_after_run_until, cancellable=True)
+
+    def action_last_change(self) -> None:
+        if not self._can_act():
+            return
+        default = getattr(self, "_last_field", "")
+        node = self.query_one(StateInspector).tree.cursor_node
+        if node is not None and node.data is not None and node.data.more_from < 0:
+            default = ".".join([node.data.instance, *map(str, node.data.path)]) if node.data.path else default
+        self.push_screen(PromptScreen("Back to the last change of", "OP:INSTANCE.FIELD[.KEY], e.g. "
+                                      f"{(self.frame.op if self.frame else 'FD')}:0.{'field'} (the state tree's cursor "
+                                      "fills it in)", default), self._last_change_answer)
+
+    def _last_change_answer(self, text: str | None) -> None:
+        if text is None:
+            return
+        instance, _, field = text.partition(".")
+        if not field:
+            self._say(f"write OP:INSTANCE.FIELD, e.g. FD:0.blacklist, not {text!r}", "error")
+            return
+        self._last_field = text
+        def select_after(session, result):
+            """Show the operator, with the tuple that will redo the change selected."""
+            nxt = next((p.ref for p in session.pending(instance, limit=1) if p.next), None) \
+                if result is not None and result.ok else None
+            return instance.rsplit(":", 1)[0], nxt
+        self._start(f"last change of {text}", lambda s, p, c: s.last_change(instance, field),
+                    select_after=select_after)
+
+    def action_cancel(self) -> None:
+        if self.busy and not self.cancellable:
+            self._say(f"{self.busy} cannot be cancelled; it stops by itself", "warning")
+        elif self.busy:
+            self.cancel_event.set()
+            self.query_one(ProgressLine).show_text(Text(f"cancelling {self.busy}…", style="bold yellow"))
+
+    def action_search(self) -> None:
+        logs = self.query_one(LogBrowser)
+        in_logs = self.view == "logs" or (self.focused is not None and logs in self.focused.ancestors_with_self)
+        if in_logs or self.view not in ("debug",):
+            self.action_view("logs")
+            logs.focus_search()
+            return
+        self.push_screen(PromptScreen("Search the state tree (keys and values)", "Enter again with the same text "
+                                      "finds the next match", getattr(self, "_last_search", "")),
+                         self._search_answer)
+
+    def _search_answer(self, text: str | None) -> None:
+        if not text:
+            return
+        self._last_search = text
+        if self.query_one(StateInspector).search(text):
+            self._say(f"found {text!r} in the state of {self.selected_op}")
+            self.query_one("#state-tree").focus()
+        else:
+            self._say(f"{text!r} is not in the state of {self.selected_op}", "warning")
+
+    def action_overlaps(self) -> None:
+        if not self._can_act():
+            return
+        self._start("computing overlaps", lambda s, p, c: (self.model.compute_overlaps(force=True), None)[1])
+
+    def action_interact(self) -> None:
+        if self.live is None:
+            return
+        self._say(self.live.interact())
+        self._poll()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def live_event(self) -> None:
+        """The recorder took an interaction: look now rather than at the next poll."""
+        self._poll()
+
+    def job_finished(self, outcome: str, error: str | None = None) -> None:
+        """Called by `tt record --tui` when the recorded job ends."""
+        if self.live is not None:
+            self.live.finished = True
+            self.live.outcome = outcome
+        level = "info" if outcome == "complete" else "error"
+        self._say(f"the job finished ({outcome}{': ' + error if error else ''}); keep debugging, q quits", level)
+        self._poll()
+        self.refresh_bindings()
+
+    # --- live follow ------------------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        """Every second while the run is being recorded: look for new interactions (off the UI thread)."""
+        if not self._facts_loaded:
+            if self._load_facts() and self.model is None:
+                self._open_session()
+            return
+        self._poll_worker()
+
+    @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
+    def _poll_worker(self) -> None:
+        try:
+            if self._poll_reader is None:
+                self._poll_reader = RunReader(self.path)
+            reader = self._poll_reader
+            reader.refresh()
+            status = reader.status
+            rows = facts.interactions(reader)
+            checkpointed = reader.checkpointed()
+        except TTError as e:
+            self.call_from_thread(self._say, f"cannot follow the run: {e}", "error")
+            return
+        self.call_from_thread(self._apply_poll, status, rows, checkpointed)
+
+    def _apply_poll(self, status: str, rows: list[dict], checkpointed: set[int]) -> None:
+        was = self.status
+        self.status = status
+        grew = self._set_interactions(rows, checkpointed)
+        if grew:
+            self.query_one(LogBrowser).refresh_live()
+            if self.model is not None:
+                self._refresh_session()
+        if self.status != was:
+            self.reader.refresh()
+            self._update_title()
+            if was == "recording":
+                self._say(f"the recording finished: {self.status}")
+        if self.status != "recording" and (self.live is None or self.live.finished) and self._poll_timer:
+            self._poll_timer.stop()
+            self._poll_timer = None
+
+    @work(thread=True, exclusive=True, group="refresh", exit_on_error=False)
+    def _refresh_session(self) -> None:
+        model = self.model
+        try:
+            with model.lock:
+                model.session.refresh()
+                model.overlaps = None
+            frame = model.select(self.selected_op, self.selected_ref)
+        except TTError as e:
+            self.call_from_thread(self._say, f"cannot follow the run: {e}", "error")
+            return
+        self.call_from_thread(self._apply_frame, frame)
+
+    # --- plots --------------------------------------------------------------------------------------
+
+    def _load_series(self) -> None:
+        if self._series_loaded or not self._facts_loaded:
+            return
+        self._series_loaded = True
+        self._series_worker()
+
+    @work(thread=True, exclusive=True, group="series", exit_on_error=False)
+    def _series_worker(self) -> None:
+        reader = RunReader(self.path)
+        try:
+            data = views.series(reader)
+        finally:
+            reader.close()
+        self.call_from_thread(self.query_one(RunPlots).show, data, self.frame.interaction if self.frame else None)
+
+    # --- command palette ----------------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        avail = self.frame.availability if self.frame else {}
+        target = self.frame.selected_label if self.frame else None
+
+        def why(key: str) -> str:
+            a = avail.get(key)
+            if self.model is None:
+                return "unavailable: the replay engine is still loading"
+            if a is None or a.ok:
+                return ""
+            return f"unavailable: {a.reason}"
+
+        steps = [
+            ("Step over", f"n · process {target or 'the selected tuple'} and its whole scope", "over",
+             self.action_step_over),
+            ("Step into", f"s · only {target or 'the selected tuple'}'s operator processes it", "into",
+             self.action_step_into),
+            ("Step out", "f · finish the scope stepped into last", "out", self.action_step_out),
+            ("Step back", "N, S or F · undo the last action", "back", self.action_step_back),
+        ]
+        for title, help_, key, cb in steps:
+            reason = why(key)
+            yield SystemCommand(title, f"{help_}  [{reason}]" if reason else help_,
+                                (lambda a=cb.__name__.removeprefix("action_"): self._explain(a)) if reason else cb)
+        yield SystemCommand("Run until…", "c · go forward until a condition holds", self.action_run_until)
+        yield SystemCommand("Last change…", "C · back to just before a field last changed", self.action_last_change)
+        yield SystemCommand("Jump to interaction…", "j · replay to an interaction", self.action_jump)
+        yield SystemCommand("Previous interaction", "[ · jump to the interaction before", self.action_prev_interaction)
+        yield SystemCommand("Next interaction", "] · jump to the interaction after", self.action_next_interaction)
+        yield SystemCommand("Search", "/ · the state tree or the logs", self.action_search)
+        yield SystemCommand("Compute scope overlaps", "o · list θ inputs without step-over", self.action_overlaps)
+        yield SystemCommand("Cancel", "Esc · stop the running jump or run-until", self.action_cancel)
+        for name in ("debug", "timeline", "scope", "logs", "plots"):
+            yield SystemCommand(f"View: {name}", f"show the {name} view", lambda n=name: self.action_view(n))
+        if self.live is not None:
+            yield SystemCommand("Take an interaction", "i · snapshot the running job now", self.action_interact)
+        yield SystemCommand("Help", "? · every key", self.action_help)
+
+
+def _after_step(session, result) -> tuple[str | None, TupleRef | None]:
+    """After a step, let the model pick the default tuple (θ's next, or the next one in the scope)."""
+    return None, None
+
+
+def _after_run_until(session, result) -> tuple[str | None, TupleRef | None]:
+    """Show the operator whose step made the condition hold."""
+    if result is not None and result.ok and result.note.startswith("stopped after "):
+        label = result.note.split()[2].rstrip(":")
+        return label.split(":")[0], None
+    return None, None

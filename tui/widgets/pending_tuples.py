@@ -1,0 +1,79 @@
+"""What waits on each channel of each instance of G(θ): the tuples the step keys act on.
+
+One row per waiting tuple, grouped by instance in consumption order. ▶ marks
+the tuple n and s act on when the user has not picked another (θ's next tuple
+in the original order, or the next tuple inside the scope stepped into); •
+marks each instance's next input; `free` tuples entered G(θ) elsewhere and are
+consumed as logged when in the way. Moving the cursor selects a tuple.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import DataTable
+
+from ...core.scopes import TupleRef
+
+
+class PendingTuples(DataTable):
+    """Waiting tuples; the highlighted row is the selected tuple."""
+
+    class TupleSelected(Message):
+        def __init__(self, ref: TupleRef | None) -> None:
+            super().__init__()
+            self.ref = ref
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(cursor_type="row", **kwargs)
+        self.refs: list[TupleRef] = []
+        self.labels: list[str] = []
+        self._current: TupleRef | None = None
+
+    def on_mount(self) -> None:
+        self.add_column("", key="mark", width=1)
+        self.add_column("tuple", key="tuple", width=14)
+        self.add_column("from", key="from", width=9)
+        self.add_column("row", key="row")
+
+    def show(self, pending: list, selected: TupleRef | None, default: TupleRef | None) -> None:
+        """`pending`: the session's `Pending` records."""
+        from ...core.values import render
+
+        self._current = selected
+        if True:
+            self.clear()
+            self.refs, self.labels = [], []
+            for p in pending:
+                if p.ref == default:
+                    mark = Text("▶", style="bold yellow")
+                elif p.next:
+                    mark = Text("•", style="cyan")
+                else:
+                    mark = Text("")
+                sender = "end" if p.end else ("free" if p.free and p.sender != "recorded" else p.sender)
+                row = "(end of input: finish())" if p.end else render(p.row, 300)
+                style = "" if p.next else "dim"
+                self.add_row(mark, Text(p.label, style=style), Text(sender, style=style),
+                             Text(row, style=style), key=p.label)
+                self.refs.append(p.ref)
+                self.labels.append(p.label)
+            if selected in self.refs:
+                self.move_cursor(row=self.refs.index(selected), animate=False)
+
+    @property
+    def selected_ref(self) -> TupleRef | None:
+        if not self.refs or not 0 <= self.cursor_row < len(self.refs):
+            return None
+        return self.refs[self.cursor_row]
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        ref = self.selected_ref
+        if ref is None or ref == self._current:
+            return  # the cursor was put there by `show`, not moved by the user
+        self._current = ref
+        self.post_message(self.TupleSelected(ref))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()

@@ -1,0 +1,60 @@
+"""How the run evolved: tuples processed and stored state size, interaction by interaction.
+
+A state that keeps growing, or a stretch where few tuples went through, shows
+where to jump first. Both series come from the run file alone
+(`tt.replay.views.series`); the session's current interaction is marked.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Grid
+from textual_plotext import PlotextPlot
+
+
+class RunPlots(Grid):
+    """Two plots over the interactions: tuples processed, state bytes."""
+
+    DEFAULT_CSS = """
+    RunPlots { grid-size: 1 2; }
+    RunPlots.-wide { grid-size: 2 1; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.series: list[dict] = []
+        self.current: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield PlotextPlot(id="plot-tuples")
+        yield PlotextPlot(id="plot-states")
+
+    def show(self, series: list[dict], current: int | None = None) -> None:
+        self.series = series
+        self.current = current
+        self._draw()
+
+    def mark(self, current: int | None) -> None:
+        if current != self.current:
+            self.current = current
+            self._draw()
+
+    def _draw(self) -> None:
+        ks = [r["k"] for r in self.series]
+        for pid, field, title, scale in (("#plot-tuples", "tuples", "tuples processed (all of G(θ))", 1),
+                                         ("#plot-states", "state_bytes", "stored state size (KB)", 1024)):
+            plot = self.query_one(pid, PlotextPlot)
+            plt = plot.plt
+            plt.clear_data()
+            plt.clear_figure()
+            plt.title(title)
+            plt.xlabel("interaction")
+            if ks:
+                ys = [r[field] / scale for r in self.series]
+                plt.plot(ks, ys, marker="braille")
+                plt.scatter(ks, ys, marker="dot")
+                if len(ks) <= 12:
+                    plt.xticks(ks, [str(k) for k in ks])
+                if self.current is not None:
+                    plt.vline(self.current, "yellow")
+            plot.refresh()

@@ -1,0 +1,344 @@
+"""The selected operator's state, per instance, as a tree; what the last action changed stands out.
+
+States can hold millions of entries, so the tree is filled lazily: a node gets
+its children when it is expanded, at most `CHILD_LIMIT` at a time (changed
+entries first), with a "more" node for the rest. Changed values are yellow and
+carry their old value; removed entries stay visible, struck through, until the
+next action. The line under the tree shows the full path and value (and the old
+value) of the node under the cursor. `search` finds a key or value and opens
+the tree down to it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static, Tree
+from textual.widgets.tree import TreeNode
+
+from ...replay import views
+
+CHILD_LIMIT = 200
+OPEN_UP_TO = 30      # fields with at most this many entries start expanded
+MISSING = views.MISSING
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What a tree node stands for: a path into one instance's state (or a 'more' marker)."""
+
+    instance: str
+    path: tuple
+    more_from: int = -1   # >= 0: a node that loads children from this index on
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """A one-line rendering that never walks a large container."""
+    if isinstance(value, dict) and not (len(value) == 1 and next(iter(value)).startswith("$")):
+        return f"{{{len(value):,} {'entry' if len(value) == 1 else 'entries'}}}"
+    if isinstance(value, list):
+        return f"[{len(value):,} {'item' if len(value) == 1 else 'items'}]"
+    if isinstance(value, dict):
+        (tag, inner), = value.items()
+        if isinstance(inner, list) and len(inner) > 50:
+            return f"{tag[1:]} of {len(inner):,}"
+    from ...core.values import render
+
+    return render(value, limit)
+
+
+def _container(value: Any) -> bool:
+    if isinstance(value, dict):
+        return not (len(value) == 1 and next(iter(value)).startswith("$"))
+    return isinstance(value, list)
+
+
+def _iter_items(value: Any):
+    return iter(value.items()) if isinstance(value, dict) else enumerate(value)
+
+
+def _has(value: Any, key: Any) -> bool:
+    if isinstance(value, dict):
+        return key in value
+    return isinstance(key, int) and 0 <= key < len(value)
+
+
+def _get(value: Any, key: Any) -> Any:
+    return value[key]
+
+
+def _was(old: Any) -> str:
+    return "  (new)" if old == MISSING else f"  (was {short(old, 40)})"
+
+
+class StateInspector(Vertical):
+    """A tree of the selected operator's instance states, with changes highlighted."""
+
+    DEFAULT_CSS = """
+    StateInspector > Tree { height: 1fr; }
+    StateInspector > #state-detail { height: auto; max-height: 3; color: $text-muted; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.op: str | None = None
+        self.states: dict[str, Any] = {}
+        self.changes: dict[str, dict[tuple, tuple]] = {}
+        self._prefixes: dict[str, set[tuple]] = {}
+        self._open_paths: set[tuple[str, tuple]] = set()
+        self._cursor: tuple[str, tuple] | None = None
+        self._note = ""
+
+    def compose(self) -> ComposeResult:
+        tree: Tree[Slot] = Tree("state", id="state-tree")
+        tree.show_root = False
+        tree.auto_expand = True
+        yield tree
+        yield Static("", id="state-detail")
+
+    @property
+    def tree(self) -> Tree[Slot]:
+        return self.query_one("#state-tree", Tree)
+
+    # --- data ---------------------------------------------------------------------------------
+
+    def show(self, op: str | None, states: dict[str, Any], changes: dict[str, dict[tuple, tuple]],
+             note: str = "") -> None:
+        """Show `op`'s instance states; `changes` are {instance: {path: (old, new)}}."""
+        tree = self.tree
+        if op != self.op:  # a new operator: open its instances, and its fields that are small
+            self._open_paths = {(inst, ()) for inst in states}
+            for inst, state in states.items():
+                if isinstance(state, dict):
+                    self._open_paths.update((inst, (k,)) for k, v in state.items()
+                                            if _container(v) and len(v) <= OPEN_UP_TO)
+            self._cursor = None
+        else:
+            self._remember()
+        self.op, self.states, self.changes, self._note = op, states, changes, note
+        self._prefixes = {inst: views.changed_prefixes(ch) for inst, ch in changes.items()}
+        for inst, ch in changes.items():  # open the way down to what changed
+            for path in list(ch)[:20]:
+                for n in range(len(path)):
+                    self._open_paths.add((inst, path[:n]))
+        tree.clear()
+        tree.root.data = None
+        if not states:
+            tree.root.add_leaf(Text(note or f"{op}: no state to show", style="dim"))
+            self._update_detail(None)
+            return
+        cursor_node = None
+        for inst, state in states.items():
+            node = tree.root.add(self._label(inst, (), inst, state), data=Slot(inst, ()),
+                                 allow_expand=_container(state))
+            found = self._fill_expanded(node, inst, (), state)
+            cursor_node = cursor_node or found
+            if self._cursor == (inst, ()):
+                cursor_node = node
+        if cursor_node is not None:
+            self.call_after_refresh(tree.move_cursor, cursor_node)
+        self.call_after_refresh(self._update_detail, cursor_node)
+
+    def _remember(self) -> None:
+        tree = self.tree
+        expanded = set()
+
+        def walk(node: TreeNode[Slot]) -> None:
+            for child in node.children:
+                if child.data is not None and child.is_expanded and child.data.more_from < 0:
+                    expanded.add((child.data.instance, child.data.path))
+                    walk(child)
+        walk(tree.root)
+        if expanded:
+            self._open_paths = expanded
+        cur = tree.cursor_node
+        if cur is not None and cur.data is not None:
+            self._cursor = (cur.data.instance, cur.data.path)
+
+    def _fill_expanded(self, node: TreeNode[Slot], inst: str, path: tuple, value: Any) -> TreeNode | None:
+        """Populate `node` if it was expanded before; return the node the cursor was on, if met."""
+        found = None
+        if (inst, path) in self._open_paths and _container(value):
+            self._populate(node, inst, path, value, 0)
+            node.expand()
+            for child in node.children:
+                if child.data is None:
+                    continue
+                if (child.data.instance, child.data.path) == self._cursor and child.data.more_from < 0:
+                    found = child
+                if child.data.more_from >= 0:
+                    continue
+                f = self._fill_expanded(child, inst, child.data.path, views.lookup(value, child.data.path[-1:]))
+                found = found or f
+        return found
+
+    def _populate(self, node: TreeNode[Slot], inst: str, path: tuple, value: Any, start: int) -> None:
+        """Add children [start, start + CHILD_LIMIT) of `value`: changed entries first, then the rest in order.
+
+        Never walks the whole container: a state of millions of entries costs what is shown."""
+        changes = self.changes.get(inst, {})
+        prefixes = self._prefixes.get(inst, set())
+        depth = len(path) + 1
+        changed = []
+        seen = set()
+        for p in prefixes:  # the keys under `path` that changed (or contain a change)
+            if len(p) == depth and p[:-1] == path and p[-1] not in seen:
+                seen.add(p[-1])
+                changed.append(p[-1])
+        changed.sort(key=lambda k: (not isinstance(k, int), k if isinstance(k, int) else str(k)))
+        present = [k for k in changed if _has(value, k)]
+        if start == 0:
+            for k in changed:
+                if not _has(value, k) and path + (k,) in changes:
+                    node.add_leaf(self._removed_label(k, changes[path + (k,)][0]), data=Slot(inst, path + (k,)))
+        first = set(present)
+        total = len(value)
+        shown_changed = present[start:start + CHILD_LIMIT]
+        rest_from = max(0, start - len(present))
+        room = CHILD_LIMIT - len(shown_changed)
+        rest = itertools.islice(((k, v) for k, v in _iter_items(value) if k not in first), rest_from, rest_from + room)
+        entries = [(k, _get(value, k)) for k in shown_changed] + list(rest)
+        for k, v in entries:
+            p = path + (k,)
+            if _container(v):
+                node.add(self._label(k, p, inst, v), data=Slot(inst, p))
+            else:
+                node.add_leaf(self._label(k, p, inst, v), data=Slot(inst, p))
+        end = start + len(entries)
+        if end < total:
+            node.add_leaf(Text(f"… {total - end:,} more (Enter shows {CHILD_LIMIT} more)", style="italic dim"),
+                          data=Slot(inst, path, end))
+
+    def _label(self, key: Any, path: tuple, inst: str, value: Any) -> Text:
+        changes = self.changes.get(inst, {})
+        prefixes = self._prefixes.get(inst, set())
+        name = str(key)
+        if path == ():
+            position = ""
+            t = Text(name, style="bold")
+            if _container(value):
+                t.append(f"  {short(value)}", style="dim")
+            else:
+                t.append(f" = {short(value)}")
+            if path in prefixes and changes:
+                t.append("  changed", style="yellow")
+            return t
+        t = Text()
+        if _container(value):
+            t.append(name, style="bold yellow" if path in prefixes else "bold")
+            t.append(f"  {short(value)}", style="dim")
+            if path in changes:
+                t.append(_was(changes[path][0]), style="dim")
+            return t
+        style = "bold yellow" if path in changes else ""
+        t.append(f"{name}: ", style="yellow" if path in changes else "")
+        t.append(short(value), style=style)
+        if path in changes:
+            t.append(_was(changes[path][0]), style="dim")
+        return t
+
+    def _removed_label(self, key: Any, old: Any) -> Text:
+        t = Text(f"{key}: {short(old)}", style="strike red")
+        t.append("  removed", style="red")
+        return t
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def on_tree_node_expanded(self, event: Tree.NodeExpanded[Slot]) -> None:
+        node = event.node
+        slot = node.data
+        if slot is None or slot.more_from >= 0 or node.children:
+            return
+        value = views.lookup(self.states.get(slot.instance), slot.path)
+        if _container(value):
+            self._populate(node, slot.instance, slot.path, value, 0)
+
+    def on_tree_node_selected(self, event: Tree.NodeSelected[Slot]) -> None:
+        node = event.node
+        slot = node.data
+        if slot is None or slot.more_from < 0:
+            return
+        parent = node.parent
+        value = views.lookup(self.states.get(slot.instance), slot.path)
+        node.remove()
+        if parent is not None and _container(value):
+            self._populate(parent, slot.instance, slot.path, value, slot.more_from)
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[Slot]) -> None:
+        self._update_detail(event.node)
+
+    def _update_detail(self, node: TreeNode[Slot] | None) -> None:
+        detail = self.query_one("#state-detail", Static)
+        if node is None or node.data is None or node.data.more_from >= 0:
+            detail.update(Text(self._note, style="italic") if self._note else "")
+            return
+        slot = node.data
+        value = views.lookup(self.states.get(slot.instance), slot.path)
+        where = " › ".join([slot.instance, *map(str, slot.path)])
+        t = Text(where, style="bold")
+        t.append(f" = {short(value, 200)}")
+        change = self.changes.get(slot.instance, {}).get(slot.path)
+        if change is not None:
+            t.append("   new since the last position" if change[0] == MISSING else f"   was {short(change[0], 120)}",
+                     style="yellow")
+        detail.update(t)
+
+    # --- search ---------------------------------------------------------------------------------
+
+    def search(self, text: str) -> bool:
+        """Move to the next key or value containing `text` (after the cursor, wrapping); False if none."""
+        order = []
+        for inst, state in self.states.items():
+            order.extend((inst, p) for p in views.find_paths(state, text))
+        if not order:
+            return False
+        cur = self.tree.cursor_node
+        here = (cur.data.instance, cur.data.path) if cur is not None and cur.data is not None else None
+        target = order[0]
+        if here in order:
+            target = order[(order.index(here) + 1) % len(order)]
+        elif here is not None:
+            insts = list(self.states)
+            after = [o for o in order if (insts.index(o[0]), o[1]) > (insts.index(here[0]), here[1])]
+            target = after[0] if after else order[0]
+        self.reveal(*target)
+        return True
+
+    def reveal(self, inst: str, path: tuple) -> None:
+        tree = self.tree
+        node = next((c for c in tree.root.children if c.data is not None and c.data.instance == inst), None)
+        if node is None:
+            return
+        for depth in range(len(path)):
+            if not node.is_expanded:
+                node.expand()
+            if not node.children:
+                value = views.lookup(self.states.get(inst), path[:depth])
+                self._populate(node, inst, path[:depth], value, 0)
+            nxt = next((c for c in node.children if c.data is not None and c.data.more_from < 0
+                        and c.data.path == path[:depth + 1]), None)
+            if nxt is None:  # beyond the first CHILD_LIMIT entries: add it explicitly
+                value = views.lookup(self.states.get(inst), path[:depth + 1])
+                nxt = (node.add if _container(value) else node.add_leaf)(
+                    self._label(path[depth], path[:depth + 1], inst, value), data=Slot(inst, path[:depth + 1]))
+            node = nxt
+        self._cursor = (inst, path)
+        self.call_after_refresh(tree.move_cursor, node)
+        self.call_after_refresh(self._update_detail, node)
+
+    def visible_text(self) -> str:
+        """Every label in the tree (expanded parts), as plain text (tests, the tmux smoke test)."""
+        out = []
+
+        def walk(node: TreeNode[Slot], depth: int) -> None:
+            for child in node.children:
+                out.append("  " * depth + child.label.plain)
+                if child.is_expanded:
+                    walk(child, depth + 1)
+        walk(self.tree.root, 0)
+        return "\n".join(out)
