@@ -62,8 +62,10 @@ def record(
     if tui:
         from ..tui.live import record_with_tui
 
+        from ..recorder.job import record_job as recorder
+
         return record_with_tui(job, list(ctx.args), out, watch=watch, every=every_s, when=when,
-                               master=master, force=force)
+                               master=master, force=force, recorder=recorder, checkpoint_tau=tau_s)
     status = _Status(enabled=not quiet and sys.stderr.isatty())
     sessions = []
     log = None if spark_log else Path(str(out) + ".log")

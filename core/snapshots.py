@@ -31,7 +31,11 @@ def _diffable(v: Any, whole: bool = True) -> bool:
     """A dict that is its own JSON, so key-level changes apply to the stored JSON as they are:
     str keys, scalar values, finite floats, 64-bit ints (all checked at C speed). With
     `whole=False`, `v` is only some entries of such a dict (its size does not matter)."""
-    if type(v) is not dict or not v or set(map(type, v)) != {str}:
+    if type(v) is not dict:
+        return False
+    if not v:
+        return True  # empty now; its keys will be str or it will stop being diffable
+    if set(map(type, v)) != {str}:
         return False
     if whole and len(v) == 1 and next(iter(v))[:1] == "$":
         return False  # a one-key dict like {"$x": 1} is stored escaped
@@ -63,53 +67,57 @@ class SnapshotEncoder:
         Bytes are empty when nothing changed since the instance's last snapshot."""
         memo = self.memo.get(key)
         if memo is not None and memo["chain"] < self.full_every and type(state) is dict:
-            delta, size, fields = self._delta(memo["fields"], state)
-            if delta is None:
+            change, size, fields = delta(memo["fields"], state)
+            if change is None:
                 return memo["hash"], b"", memo["size"]
             if size < memo["size"] // 2:
-                delta["base"] = memo["hash"]
+                change["base"] = memo["hash"]
                 # parts are encoded already; the wrapper must not be (encode would escape it)
-                data = orjson.dumps({"$delta": delta}, option=orjson.OPT_SORT_KEYS)
+                data = orjson.dumps({"$delta": change}, option=orjson.OPT_SORT_KEYS)
                 h = hashlib.blake2b(memo["hash"].encode() + data, digest_size=16).hexdigest()
                 memo.update(hash=h, chain=memo["chain"] + 1, size=memo["size"] + len(data), fields=fields)
                 return h, data, memo["size"]
         data = values.dumps(state)
         h = hashlib.blake2b(data, digest_size=16).hexdigest()
-        fields = ({k: (dict(v) if _diffable(v) else values.dumps(v)) for k, v in state.items()}
-                  if type(state) is dict else {})
+        fields = remember(state) if type(state) is dict else {}
         self.memo[key] = {"hash": h, "chain": 0, "size": len(data), "fields": fields}
         return h, data, len(data)
 
-    @staticmethod
-    def _delta(prev: dict, state: dict) -> tuple[dict | None, int, dict]:
-        """What changed since `prev`, its size, and what to remember for the next time.
 
-        `prev` holds, per field, a copy of a diffable dict (str keys, immutable JSON
-        values: compared key by key, checked only where they changed) or the field's
-        serialized JSON (anything else: it may change in place).
-        """
-        out_set, out_dict, size, fields = {}, {}, 0, {}
-        for k, v in state.items():
-            old = prev.get(k, _MISSING)
-            if type(old) is dict and type(v) is dict:
-                changed = {x: y for x, y in v.items() if x not in old or old[x] is not y and old[x] != y}
-                added = sum(1 for x in changed if x not in old)
-                deleted = [x for x in old if x not in v] if len(v) != len(old) + added else []
-                if (not changed or _diffable(changed, whole=False)) and not (len(v) == 1 and next(iter(v))[:1] == "$"):
-                    if changed or deleted:
-                        out_dict[k] = [changed, deleted]
-                        size += 24 * (len(changed) + len(deleted))
-                    fields[k] = dict(v)
-                    continue
-            data = values.dumps(v)
-            if data != old:
-                out_set[k] = orjson.loads(data)
-                size += len(data)
-            fields[k] = dict(v) if _diffable(v) else data
-        gone = [k for k in prev if k not in state]
-        if not (out_set or out_dict or gone):
-            return None, 0, prev
-        return {"set": out_set, "dict": out_dict, "del": gone}, size, fields
+def remember(state: dict) -> dict:
+    """What a later `delta` compares against: a copy of each diffable dict, the JSON of the rest."""
+    return {k: (dict(v) if _diffable(v) else values.dumps(v)) for k, v in state.items()}
+
+
+def delta(prev: dict, state: dict) -> tuple[dict | None, int, dict]:
+    """What changed since `prev`, its size, and what to remember for the next time.
+
+    `prev` holds, per field, a copy of a diffable dict (str keys, immutable JSON
+    values: compared key by key, checked only where they changed) or the field's
+    serialized JSON (anything else: it may change in place).
+    """
+    out_set, out_dict, size, fields = {}, {}, 0, {}
+    for k, v in state.items():
+        old = prev.get(k, _MISSING)
+        if type(old) is dict and type(v) is dict:
+            changed = {x: y for x, y in v.items() if x not in old or old[x] is not y and old[x] != y}
+            added = sum(1 for x in changed if x not in old)
+            deleted = [x for x in old if x not in v] if len(v) != len(old) + added else []
+            if (not changed or _diffable(changed, whole=False)) and not (len(v) == 1 and next(iter(v))[:1] == "$"):
+                if changed or deleted:
+                    out_dict[k] = [changed, deleted]
+                    size += 24 * (len(changed) + len(deleted))
+                fields[k] = dict(v)
+                continue
+        data = values.dumps(v)
+        if data != old:
+            out_set[k] = orjson.loads(data)
+            size += len(data)
+        fields[k] = dict(v) if _diffable(v) else data
+    gone = [k for k in prev if k not in state]
+    if not (out_set or out_dict or gone):
+        return None, 0, prev
+    return {"set": out_set, "dict": out_dict, "del": gone}, size, fields
 
 
 _MISSING = object()

@@ -271,8 +271,7 @@ def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = Fal
         if progress is not None:
             progress(n + 1, len(ks))
     reader.close()
-    db = schema.open_existing(path, write=True)
-    conn = db.conn
+    conn = schema.open_existing(path, write=True)
     try:
         conn.executescript(schema._TABLES)  # run files recorded before checkpoints existed
         conn.execute("BEGIN")
@@ -325,8 +324,7 @@ def measure(path, *, trust: bool = False, progress: Callable[[int, int], None] |
 
 
 def record_measurements(path, measured: dict[int, float]) -> None:
-    db = schema.open_existing(path, write=True)
-    conn = db.conn
+    conn = schema.open_existing(path, write=True)
     try:
         row = conn.execute("SELECT id, info FROM checkpoint_plans WHERE active=1 ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import time
 from array import array
 from typing import Any, Callable, Iterable
 
@@ -247,6 +248,24 @@ class Instance:
         return out
 
 
+class _Reporter:
+    """Calls `progress(steps)` at most every 50 ms (it may raise to cancel); returns the steps not yet reported."""
+
+    def __init__(self, progress: Callable[[int], None] | None):
+        self.progress = progress
+        self.last = time.monotonic()
+
+    def __call__(self, steps: int) -> int:
+        if self.progress is None:
+            return steps
+        now = time.monotonic()
+        if now - self.last < 0.05:
+            return steps
+        self.last = now
+        self.progress(steps)
+        return 0
+
+
 class EngineSnapshot:
     """A restore point of the whole engine (kept in memory by the debug session)."""
 
@@ -403,6 +422,7 @@ class Engine:
         dirty = self.dirty
         dirty.update(order)
         ptr, steps = 0, 0
+        report = _Reporter(progress)
         while True:
             while dirty:
                 x = dirty.pop()
@@ -410,14 +430,14 @@ class Engine:
                 while x.count < lim and x.available():
                     x.consume()
                     steps += 1
+                    if steps & 255 == 0:
+                        steps = report(steps)
             while ptr < len(order) and order[ptr].count >= limit(order[ptr]):
                 ptr += 1
             if ptr == len(order):
                 break
             self._pull(order[ptr], pull_limit)
-            if progress is not None and steps >= 20000:
-                progress(steps)
-                steps = 0
+            steps = report(steps + 1)
 
     def run_in_order(self, rank: Callable[[Instance], Any], sources: list[Instance],
                      progress: Callable[[int], None] | None = None) -> None:
@@ -429,6 +449,7 @@ class Engine:
         dirty = self.dirty
         dirty.update(others)
         steps = 0
+        report = _Reporter(progress)
         while True:
             while dirty:
                 x = dirty.pop()
@@ -437,6 +458,8 @@ class Engine:
                 while x.count < x.total and x.available():
                     x.consume()
                     steps += 1
+                    if steps & 255 == 0:
+                        steps = report(steps)
             live = [x for x in sources if x.count < x.total]
             if not live:
                 if any(x.count < x.total and x.available() for x in others):
@@ -445,10 +468,7 @@ class Engine:
                 return
             nxt = min(live, key=rank)
             nxt.consume()
-            steps += 1
-            if progress is not None and steps >= 20000:
-                progress(steps)
-                steps = 0
+            steps = report(steps + 1)
 
     def _pull(self, inst: Instance, limit: Callable[[Instance], int]) -> None:
         """Advance the producer `inst` waits on until a tuple for it arrives."""

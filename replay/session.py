@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core import values
+import orjson
+
+from ..core import snapshots, values
 from ..core.errors import ReplayDivergence, TTError, UsageError
 from ..core.logs import END
 from ..core.scopes import Overlap, Provenance, ScopeNode, TupleRef
@@ -78,9 +80,10 @@ class StepResult:
 
 @dataclass
 class _HistoryEntry:
-    snapshot: EngineSnapshot
+    position: dict[Key, int]            # where the session was before `action`
     frames: list[TupleRef]
     action: str
+    snapshot: EngineSnapshot | None     # an exact restore point there, when one was worth taking
 
 
 class DebugSession:
@@ -94,6 +97,11 @@ class DebugSession:
         self.history: list[_HistoryEntry] = []
         self._restore_points: list[EngineSnapshot] = []
         self._last_saved: EngineSnapshot | None = None
+        # costs that decide when a restore point is worth taking (seconds, measured as we go)
+        self._save_seconds = 0.0
+        self._seconds_per_input = 5e-6
+        # per instance: (position, snapshots.remember(state)) to diff the next step against
+        self._memos: dict[Key, tuple[int, dict]] = {}
         self._lock = threading.RLock()
         self.last_result: StepResult | None = None
 
@@ -131,7 +139,7 @@ class DebugSession:
             self.engine = Engine(self.reader, trust=trust)
             self.provenance = Provenance(self.graph, self._logs, self._barriers())
             self.restorer = Restorer(self.engine)
-            self._restore_points, self._last_saved, self.history = [], None, []
+            self._restore_points, self._last_saved, self.history, self._memos = [], None, [], {}
             self.engine.advance_to({k: v for k, v in position.items() if k in self.engine.instances})
             return True
 
@@ -383,14 +391,20 @@ class DebugSession:
         if not self.history:
             return self._refused("step_back", None, "nothing to step back from")
         t0 = time.perf_counter()
-        before = self.engine.save(self._last_saved)
+        before = dict(self.engine.position)
         entry = self.history.pop()
-        self.engine.restore(entry.snapshot)
-        self._last_saved = entry.snapshot
+        self._return_to(entry)
         self.frames = list(entry.frames)
         result = StepResult("step_back", entry.action, note=f"back to before {entry.action}")
         self._finish(result, before, t0)
         return result
+
+    def _return_to(self, entry: _HistoryEntry) -> None:
+        if entry.snapshot is not None:
+            self.engine.restore(entry.snapshot)
+            self._last_saved = entry.snapshot
+        else:
+            self._move_to(entry.position)
 
     def _refused(self, action: str, target: str | None, reason: str) -> StepResult:
         result = StepResult(action, target, ok=False, note=reason, position=self.position,
@@ -402,21 +416,19 @@ class DebugSession:
              progress=None, cancel=None, clear_frames=False) -> StepResult:
         with self._lock:
             t0 = time.perf_counter()
-            before = self._save_point()
-            self.history.append(_HistoryEntry(before, list(self.frames), f"{action} {target or ''}".strip()))
+            entry = self._begin(f"{action} {target or ''}".strip(), () if action == "jump" else targets)
             consumed: list[TupleRef] = []
             self.engine.on_consume = lambda inst, pos, ch: consumed.append(TupleRef(inst.node.id, inst.i, pos))
             try:
                 self._move_to(targets, progress, cancel)
-            except Cancelled:
-                self.engine.restore(before)
-                self.history.pop()
-                raise
-            except ReplayDivergence:
-                self.history.pop()
+            except (Cancelled, ReplayDivergence):
+                self._abandon(entry)
                 raise
             finally:
                 self.engine.on_consume = None
+            if consumed and action != "jump":
+                rate = (time.perf_counter() - t0) / len(consumed)
+                self._seconds_per_input = 0.7 * self._seconds_per_input + 0.3 * rate
             if clear_frames:
                 self.frames = []
             result = StepResult(action, target)
@@ -426,18 +438,46 @@ class DebugSession:
                 if result.free_consumed:
                     result.note = (f"consumed as logged: {len(result.free_consumed)} tuple(s) from outside "
                                    f"θ's scopes (e.g. {result.free_consumed[0]})")
-            self._finish(result, before, t0)
+            self._finish(result, entry.position, t0)
             return result
 
-    def _finish(self, result: StepResult, before: EngineSnapshot, t0: float) -> None:
-        now = self.engine.position
-        for key, count in now.items():
-            if before.position.get(key) != count and result.action != "jump":
-                old = _state_from_saved(before.parts[key])
-                new = self.engine.instances[key].state()
-                diff = _diff_fields(old, new)
-                if diff:
-                    result.changed[self.label(key)] = diff
+    def _begin(self, label: str, planned=()) -> _HistoryEntry:
+        """Remember where the session is before an action (and what to diff against)."""
+        entry = _HistoryEntry(dict(self.engine.position), list(self.frames), label, self._maybe_save())
+        self.history.append(entry)
+        for key in planned:
+            self._memo_fresh(key)
+        return entry
+
+    def _abandon(self, entry: _HistoryEntry) -> None:
+        """An action was cancelled or diverged: back to where it started, as if never taken."""
+        self.history.pop()
+        self._return_to(entry)
+
+    def _memo_fresh(self, key: Key) -> None:
+        inst = self.engine.instances[key]
+        memo = self._memos.get(key)
+        if memo is None or memo[0] != inst.count:
+            state = inst.runner.op.state()
+            self._memos[key] = (inst.count, snapshots.remember(state) if type(state) is dict else {})
+
+    def _finish(self, result: StepResult, before: dict[Key, int], t0: float) -> None:
+        """Fill in the result: what changed in the states (changed keys only), where we are."""
+        for key, count in self.engine.position.items():
+            if before.get(key) == count:
+                continue
+            memo = self._memos.pop(key, None)
+            if result.action == "jump":
+                continue
+            state = self.engine.instances[key].runner.op.state()
+            if memo is not None and memo[0] == before[key] and type(state) is dict:
+                change, _, fields = snapshots.delta(memo[1], state)
+                self._memos[key] = (count, fields)
+                diff = _display_diff(memo[1], change) if change else {}
+            else:
+                diff = {"…": ["(state changed; open it to see it)", None]}
+            if diff:
+                result.changed[self.label(key)] = diff
         result.position = self.position
         result.interaction = self.at_interaction()
         result.seconds = round(time.perf_counter() - t0, 4)
@@ -445,8 +485,18 @@ class DebugSession:
 
     # --- moving the engine ------------------------------------------------------------------
 
-    def _save_point(self) -> EngineSnapshot:
+    def _maybe_save(self) -> EngineSnapshot | None:
+        """A restore point here, unless replaying to here from the latest one is cheaper
+        than taking it (big states are costly to save; a few steps are cheap to redo)."""
+        here = self.engine.position
+        covering = [s for s in self._restore_points if s.covers(here)]
+        if covering:
+            redo = min(sum(here[k] - s.position[k] for k in here) for s in covering)
+            if redo * self._seconds_per_input < self._save_seconds:
+                return None
+        t = time.perf_counter()
         snap = self.engine.save(self._last_saved)
+        self._save_seconds = 0.5 * self._save_seconds + 0.5 * (time.perf_counter() - t)
         self._last_saved = snap
         self._restore_points.append(snap)
         while len(self._restore_points) > 2 and sum(s.nbytes() for s in self._restore_points) > SNAPSHOT_BUDGET:
@@ -472,15 +522,7 @@ class DebugSession:
         else:
             engine.reset()
         total = sum(max(0, t - engine.instances[k].count) for k, t in targets.items())
-        done = [0]
-
-        def tick(steps: int) -> None:
-            done[0] += steps
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("cancelled")
-            if progress is not None:
-                progress(done[0], total)
-        engine.advance_to(targets, tick if (progress or cancel) else None)
+        engine.advance_to(targets, _ticker(progress, cancel, total) if (progress or cancel) else None)
 
     def _best_base(self, target: dict[Key, int]) -> EngineSnapshot | None:
         usable = [s for s in self._restore_points if s.covers(target)]
@@ -516,24 +558,19 @@ class DebugSession:
         def rank(inst: Instance):
             return (self.provenance.epoch(inst.i, inst.count), inst.i, inst.count)
 
-        def tick(steps: int) -> None:
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("cancelled")
-            if progress is not None:
-                progress(steps, 0)
+        tick = _ticker(progress, cancel)
 
         with self._lock:
             t0 = time.perf_counter()
-            before = self._save_point()
-            self.history.append(_HistoryEntry(before, list(self.frames), f"run_until {condition}"))
+            entry = self._begin(f"run_until {condition}", engine.instances)
             engine.after_consume = after
             try:
                 engine.run_in_order(rank, sources, tick)
             except _Hit:
                 pass
-            except Cancelled:
-                engine.restore(before)
-                self.history.pop()
+            except (Cancelled, ReplayDivergence):
+                engine.after_consume = None
+                self._abandon(entry)
                 raise
             finally:
                 engine.after_consume = None
@@ -543,10 +580,11 @@ class DebugSession:
             else:
                 result.ok = False
                 result.note = "the condition never held before the end of the run"
-            self._finish(result, before, t0)
+            self._finish(result, entry.position, t0)
             return result
 
-    def last_change(self, instance: str, field_path: str, progress=None) -> StepResult:
+    def last_change(self, instance: str, field_path: str, progress=None,
+                    cancel: threading.Event | None = None) -> StepResult:
         """Go back to just before the last step that changed `instance`'s `field_path`.
 
         `field_path` is a dotted path into the state, e.g. "blacklist" or
@@ -560,38 +598,36 @@ class DebugSession:
         current = _lookup(engine.instances[key].state(), field_path)
         bases = sorted((s for s in self._restore_points if s.position[key] < here),
                        key=lambda s: s.position[key], reverse=True)
+        tick = _ticker(progress, cancel)
         with self._lock:
             t0 = time.perf_counter()
-            before = self._save_point()
-            self.history.append(_HistoryEntry(before, list(self.frames), f"last_change {instance}.{field_path}"))
+            entry = self._begin(f"last_change {instance}.{field_path}", engine.instances)
             found = None
             try:
                 for base in [*bases, None]:
                     self._restore_or_reset(base)
                     start = engine.instances[key].count
-                    changes = self._changes_in_order(key, field_path, here)
+                    changes = self._changes_in_order(key, field_path, here, tick)
                     if changes:
                         found = changes[-1]
                         self._restore_or_reset(base)
-                        self._run_canonical(stop_before=found[0])
+                        self._run_canonical(stop_before=found[0], tick=tick)
                         break
                     if start == 0:
                         break
             except BaseException:
-                engine.restore(before)
-                self.history.pop()
+                self._abandon(entry)
                 raise
             if found is None:
-                engine.restore(before)
-                self.history.pop()
-                return StepResult("last_change", f"{instance}.{field_path}", ok=False,
-                                  note=f"{instance}.{field_path} never changed before this point "
-                                       f"(it is {values.render(current)})")
+                self._abandon(entry)
+                return self._refused("last_change", f"{instance}.{field_path}",
+                                     f"{instance}.{field_path} never changed before this point "
+                                     f"(it is {values.render(current)})")
             self.frames = []
             result = StepResult("last_change", f"{instance}.{field_path}",
                                 note=f"{instance}.{field_path} last changed at "
                                      f"{self.label(TupleRef(*key, found[1]))}; you are just before it")
-            self._finish(result, before, t0)
+            self._finish(result, entry.position, t0)
             return result
 
     def _restore_or_reset(self, base: EngineSnapshot | None) -> None:
@@ -600,7 +636,7 @@ class DebugSession:
         else:
             self.engine.restore(base)
 
-    def _run_canonical(self, stop_before: int | None = None, after=None) -> None:
+    def _run_canonical(self, stop_before: int | None = None, after=None, tick=None) -> None:
         """Go forward in the original execution's order (θ's inputs by epoch, instance,
         position, each followed by what it makes possible), optionally stopping just
         before the `stop_before`-th consumed input (counting from 0)."""
@@ -619,14 +655,14 @@ class DebugSession:
         engine.on_consume = before
         engine.after_consume = after
         try:
-            engine.run_in_order(rank, sources)
+            engine.run_in_order(rank, sources, tick)
         except _Stop:
             pass
         finally:
             engine.on_consume = None
             engine.after_consume = None
 
-    def _changes_in_order(self, key: Key, field_path: str, until: int) -> list[tuple[int, int]]:
+    def _changes_in_order(self, key: Key, field_path: str, until: int, tick=None) -> list[tuple[int, int]]:
         """(global step index, position) of the steps at `key` that changed the field,
         going forward in the original order until `key` has consumed `until` inputs."""
         engine = self.engine
@@ -645,7 +681,7 @@ class DebugSession:
                 if i.count >= until:
                     raise _Stop
         if inst.count < until:
-            self._run_canonical(after=after)
+            self._run_canonical(after=after, tick=tick)
         return changes
 
     # --- scopes and lineage ------------------------------------------------------------------
@@ -708,35 +744,42 @@ class DebugSession:
 
 # --- helpers ---------------------------------------------------------------------------------
 
-def _state_from_saved(part: tuple) -> Any:
-    import cloudpickle
-    import orjson
+def _ticker(progress, cancel, total: int = 0):
+    """The engine's progress callback: reports progress and raises `Cancelled` when asked to."""
+    done = [0]
 
-    return orjson.loads(values.dumps(cloudpickle.loads(part[0]).state()))
+    def tick(steps: int) -> None:
+        done[0] += steps
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("cancelled")
+        if progress is not None:
+            progress(done[0], total)
+    return tick
 
 
-def _diff_fields(old: Any, new: Any, limit: int = 50) -> dict:
-    """Changed fields as {path: [old, new]}; inside dict fields, only the changed keys."""
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return {} if old == new else {"": [old, new]}
-    out = {}
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k, _MISSING), new.get(k, _MISSING)
-        if a == b:
-            continue
-        if isinstance(a, dict) and isinstance(b, dict) and not _tagged(a) and not _tagged(b):
-            keys = [x for x in sorted(set(a) | set(b)) if a.get(x, _MISSING) != b.get(x, _MISSING)]
-            for x in keys[:limit]:
-                out[f"{k}.{x}"] = [a.get(x, _MISSING), b.get(x, _MISSING)]
-            if len(keys) > limit:
-                out[f"{k}.…"] = [f"{len(keys) - limit} more keys changed", None]
-        else:
-            out[k] = [a, b]
+def _display_diff(prev: dict, change: dict, limit: int = 50) -> dict:
+    """A `snapshots.delta` as {field path: [old, new]} (JSON-encoded), changed keys only."""
+    out: dict = {}
+
+    def old_field(name: str) -> Any:
+        v = prev.get(name, _MISSING)
+        if v is _MISSING:
+            return _MISSING
+        return orjson.loads(v) if isinstance(v, bytes) else v
+
+    for name, new in change["set"].items():
+        out[name] = [old_field(name), new]
+    for name, (changed, deleted) in change["dict"].items():
+        before = prev.get(name) or {}
+        keys = list(changed) + list(deleted)
+        for x in keys[:limit]:
+            out[f"{name}.{x}"] = [values.encode(before[x]) if x in before else _MISSING,
+                                  values.encode(changed[x]) if x in changed else _MISSING]
+        if len(keys) > limit:
+            out[f"{name}.…"] = [f"{len(keys) - limit} more keys changed", None]
+    for name in change["del"]:
+        out[name] = [old_field(name), _MISSING]
     return out
-
-
-def _tagged(v: dict) -> bool:
-    return len(v) == 1 and next(iter(v)).startswith("$")
 
 
 def _lookup(state: Any, path: str) -> Any:

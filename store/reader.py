@@ -53,8 +53,7 @@ class OperatorInfo:
 class RunReader:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.db = schema.open_existing(self.path)
-        self.conn: sqlite3.Connection = self.db.conn
+        self.conn: sqlite3.Connection = schema.open_existing(self.path)
         self._snapshots: dict[int, dict | None] = {}
         self._states: dict[bytes, Any] = {}  # rebuilt states (deltas resolve through their bases)
 

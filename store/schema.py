@@ -16,8 +16,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import sqlite_utils
-
 from ..core.errors import RunFileError
 
 APP_ID = 0x74740001  # "tt" + format 1, in SQLite's application_id header field
@@ -103,8 +101,12 @@ CREATE VIEW IF NOT EXISTS visible_attempts AS
 MIGRATIONS: list[tuple[int, str]] = []
 
 
-def create(path: str | Path) -> sqlite_utils.Database:
-    """A new, empty run file (the caller has checked that it may be written)."""
+def create(path: str | Path):
+    """A new, empty run file (the caller has checked that it may be written), as a
+    sqlite_utils Database. Only writers import sqlite_utils: it imports pandas, which
+    would cost `tt debug` half a second of start-up."""
+    import sqlite_utils
+
     path = Path(path)
     for suffix in ("", "-wal", "-shm"):
         p = Path(str(path) + suffix)
@@ -119,12 +121,12 @@ def create(path: str | Path) -> sqlite_utils.Database:
     conn.executescript(_TABLES)
     conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
     conn.execute("INSERT INTO meta VALUES ('app', 'tt')")
-    conn.execute("PRAGMA journal_mode=WAL")
+    db.enable_wal()
     conn.execute("PRAGMA synchronous=NORMAL")
     return db
 
 
-def open_existing(path: str | Path, *, write: bool = False) -> sqlite_utils.Database:
+def open_existing(path: str | Path, *, write: bool = False) -> sqlite3.Connection:
     """Open a run file, or raise a one-line `RunFileError` saying why it cannot be."""
     path = Path(path)
     if not path.exists():
@@ -155,7 +157,7 @@ def open_existing(path: str | Path, *, write: bool = False) -> sqlite_utils.Data
             raise RunFileError(f"{path} uses an older format ({version}); run `tt migrate {path}`")
         migrate(conn, version)
     conn.execute("PRAGMA busy_timeout=5000")
-    return sqlite_utils.Database(conn)
+    return conn
 
 
 def settle(conn: sqlite3.Connection) -> None:

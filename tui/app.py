@@ -689,8 +689,8 @@ class DebuggerApp(App):
             nxt = next((p.ref for p in session.pending(instance, limit=1) if p.next), None) \
                 if result is not None and result.ok else None
             return instance.rsplit(":", 1)[0], nxt
-        self._start(f"last change of {text}", lambda s, p, c: s.last_change(instance, field),
-                    select_after=select_after)
+        self._start(f"last change of {text}", lambda s, p, c: s.last_change(instance, field, p, c),
+                    select_after=select_after, cancellable=True)
 
     def action_cancel(self) -> None:
         if self.busy and not self.cancellable:

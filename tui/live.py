@@ -10,7 +10,6 @@ the original stderr, because the recorder points file descriptor 2 at RUN.log.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import threading
@@ -21,19 +20,16 @@ from typing import Any, Callable
 WAIT_FOR_START = 120.0  # seconds the job may take before Spark's output is redirected
 
 
-def _recorder() -> Callable[..., Any]:
-    # The debugger layer does not depend on the recorder (it must run without Spark);
-    # this entry point is only reached from `tt record --tui`, which has loaded it already.
-    return importlib.import_module("tt.recorder.job").record_job
-
-
 def record_with_tui(job: str | Path, args: list[str], out: str | Path, *, watch: str | None = None,
                     every: float | None = None, when: str | None = None, master: str | None = None,
-                    force: bool = False, recorder: Callable[..., Any] | None = None, **options: Any) -> int:
-    """Record `job` into `out` with the debugger open on it; returns the exit code of `tt record`."""
+                    force: bool = False, recorder: Callable[..., Any], **options: Any) -> int:
+    """Record `job` into `out` with the debugger open on it; returns the exit code of `tt record`.
+
+    `recorder` is `tt.recorder.job.record_job`, handed in by the CLI: tui/ does not import
+    the recorder (it would pull in Spark's world for every `tt debug`)."""
     from .app import DebuggerApp, LiveJob
 
-    record_job = recorder or _recorder()
+    record_job = recorder
     out = Path(out)
     log = Path(str(out) + ".log")
     live = LiveJob()
