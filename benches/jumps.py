@@ -267,7 +267,7 @@ def _plots(ks, times, plans, measured, taus, prof, all_cost, red, full_b, inc_b,
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("\n(matplotlib is not installed: no plots; pip install matplotlib)")
+        print("\n(matplotlib is not installed: no plots; pip install -e ".[bench]")")
         return
     from tt.replay import planning
 

@@ -62,19 +62,24 @@ def checkpoint(
         from ..replay.engine import Engine
 
         engine = Engine(reader, trust=trust)
-    plan = ck.choose(prof, policy, seconds, engine)
+    attempts = 1
+    if dry_run:
+        plan = ck.choose(prof, policy, seconds, engine)
+    else:
+        plan, measured, attempts = ck.make(run, prof, policy, seconds, trust=trust, engine=engine,
+                                           bar=(lambda label: _bar(label)) if show else (lambda label: None))
     data = plan.as_dict()
     data["all_cost"] = sum(prof.cost(k) for k in prof.interactions[1:])
     if not dry_run:
-        ck.take(run, prof, plan, trust=trust, progress=_bar("checkpointing") if show else None)
-        measured = ck.measure(run, trust=trust, progress=_bar("measuring jumps") if show else None)
-        ck.record_measurements(run, measured)
         data["measured"] = {str(k): v for k, v in measured.items()}
+        data["attempts"] = attempts
     worst = max(data.get("measured", data["predicted"]).values(), default=0.0)
-    text = (f"{run}: {policy} plan for τ = {seconds:g}s — {len(plan.checkpoints) if plan.per_instance is None else sum(len(v) for v in plan.per_instance.values())} "
-            f"checkpoint(s), {human_bytes(plan.cost)} of state "
-            f"({100 * plan.cost / data['all_cost']:.0f}% of checkpointing every interaction); "
+    count = len(plan.checkpoints) if plan.per_instance is None else sum(len(v) for v in plan.per_instance.values())
+    text = (f"{run}: {policy} plan for τ = {seconds:g}s — {count} checkpoint(s), {human_bytes(plan.cost)} of state "
+            f"({100 * plan.cost / max(1, data['all_cost']):.0f}% of checkpointing every interaction); "
             f"slowest jump {'measured' if 'measured' in data else 'predicted'} {worst:.3f}s")
+    if attempts > 1:
+        text += f" (plan {attempts}: the first measured over τ, so τ was tightened for planning)"
     if worst > seconds:
         text += f" — over τ by {worst - seconds:.3f}s"
     emit(data, json=json, text=text)

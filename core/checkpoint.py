@@ -10,7 +10,10 @@ could change in place without the container noticing) is stored whole in every
 delta, so a delta is never wrong, only sometimes not small.
 
 `CheckpointWriter` keeps, per instance, what it needs to compute the next delta;
-`restore` applies a chain [full, delta, delta, ...] to get the object back.
+`restore` applies a chain [full, delta, delta, ...] to get the object back. A
+restore reads the whole chain, so once the deltas since the last full checkpoint
+would add up to more than that full one, the writer takes a full one instead: a
+restore never reads more than about twice the state.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import pickle
 from typing import Any
 
 import cloudpickle
+
+from .snapshots import changed_entries
 
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
 FULL, DELTA = "full", "delta"
@@ -43,13 +48,15 @@ def _immutable_items(values) -> bool:
 class _Memo:
     """What the previous checkpoint of an instance held, to diff against."""
 
-    __slots__ = ("dicts", "lists", "scalars", "chain")
+    __slots__ = ("dicts", "lists", "scalars", "chain", "full_bytes", "delta_bytes")
 
-    def __init__(self):
+    def __init__(self, full_bytes: int = 0):
         self.dicts: dict[str, dict] = {}
         self.lists: dict[str, list] = {}
         self.scalars: dict[str, Any] = {}
         self.chain = 0  # deltas since the last full checkpoint
+        self.full_bytes = full_bytes  # size of that full checkpoint
+        self.delta_bytes = 0  # and of the deltas since
 
 
 class CheckpointWriter:
@@ -63,9 +70,7 @@ class CheckpointWriter:
         """(kind, bytes) of a checkpoint of `op`, the instance known as `key`."""
         memo = self.memos.get(key)
         if memo is None or memo.chain >= self.full_every:
-            data = cloudpickle.dumps(op)
-            self.memos[key] = self._remember(op, _Memo())
-            return FULL, data
+            return self._full(key, op)
         delta: dict[str, tuple] = {}
         attrs = vars(op)
         for name in set(memo.dicts) | set(memo.lists) | set(memo.scalars) | set(attrs):
@@ -75,8 +80,7 @@ class CheckpointWriter:
             value = attrs[name]
             if name in memo.dicts and type(value) is dict and _immutable_items(value.values()):
                 prev = memo.dicts[name]
-                changed = {k: v for k, v in value.items() if k not in prev or prev[k] is not v and prev[k] != v}
-                deleted = [k for k in prev if k not in value]
+                changed, deleted = changed_entries(prev, value)
                 if not _same_order(prev, value, len(prev) - len(deleted)):
                     delta[name] = ("set", value)  # a key was re-inserted: its position moved
                 elif changed or deleted:
@@ -97,9 +101,17 @@ class CheckpointWriter:
             data = pickle.dumps(delta, protocol=5)
         except (pickle.PicklingError, TypeError, AttributeError):
             data = cloudpickle.dumps(delta)
+        if memo.delta_bytes + len(data) > memo.full_bytes:
+            return self._full(key, op)  # the chain would cost more to restore than a full one
         memo.chain += 1
+        memo.delta_bytes += len(data)
         self._remember(op, memo)
         return DELTA, data
+
+    def _full(self, key: Any, op: Any) -> tuple[str, bytes]:
+        data = cloudpickle.dumps(op)
+        self.memos[key] = self._remember(op, _Memo(len(data)))
+        return FULL, data
 
     @staticmethod
     def _remember(op: Any, memo: _Memo) -> _Memo:

@@ -299,6 +299,9 @@ class Engine:
         self.instances: dict[Key, Instance] = {}
         for op_id, i in reader.g_instances():
             self.instances[(op_id, i)] = Instance(self, self.graph.nodes[op_id], i)
+        if any(c[2] == blobs.ARROW for inst in self.instances.values() for r in inst.entry.values()
+               for c in r.chunks[:1]):
+            import pyarrow  # noqa: F401  (now, while the engine loads, not during the first jump)
         # consumers first: the scheduler drains downstream before pulling upstream
         self.order = sorted(self.instances.values(), key=lambda x: (-x.node.id, x.i))
         for inst in self.instances.values():

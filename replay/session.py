@@ -418,7 +418,8 @@ class DebugSession:
             t0 = time.perf_counter()
             entry = self._begin(f"{action} {target or ''}".strip(), () if action == "jump" else targets)
             consumed: list[TupleRef] = []
-            self.engine.on_consume = lambda inst, pos, ch: consumed.append(TupleRef(inst.node.id, inst.i, pos))
+            if action != "jump":  # (a jump reports no tuples: keep its replay loop free of the hook)
+                self.engine.on_consume = lambda inst, pos, ch: consumed.append(TupleRef(inst.node.id, inst.i, pos))
             try:
                 self._move_to(targets, progress, cancel)
             except (Cancelled, ReplayDivergence):
@@ -426,9 +427,11 @@ class DebugSession:
                 raise
             finally:
                 self.engine.on_consume = None
-            if consumed and action != "jump":
+            if consumed:
                 rate = (time.perf_counter() - t0) / len(consumed)
                 self._seconds_per_input = 0.7 * self._seconds_per_input + 0.3 * rate
+            if action == "jump":
+                self._maybe_save()  # now, while a long action is under way, not at the next step
             if clear_frames:
                 self.frames = []
             result = StepResult(action, target)
@@ -574,6 +577,7 @@ class DebugSession:
                 raise
             finally:
                 engine.after_consume = None
+            self._maybe_save()
             result = StepResult("run_until", condition)
             if hit:
                 result.note = f"stopped after {self.label(hit[0])}: the condition holds"
@@ -624,6 +628,7 @@ class DebugSession:
                                      f"{instance}.{field_path} never changed before this point "
                                      f"(it is {values.render(current)})")
             self.frames = []
+            self._maybe_save()
             result = StepResult("last_change", f"{instance}.{field_path}",
                                 note=f"{instance}.{field_path} last changed at "
                                      f"{self.label(TupleRef(*key, found[1]))}; you are just before it")

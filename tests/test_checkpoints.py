@@ -118,6 +118,25 @@ def test_a_delta_is_small_when_few_keys_change():
     assert kind == "delta" and len(delta) < len(full) / 500
 
 
+def test_a_restore_never_reads_more_than_about_twice_the_state():
+    """When most keys change between checkpoints, deltas are as big as the state: a
+    chain of them would make restores slow, so the writer starts a new full one."""
+    op = Box()
+    op.counts = {f"key{i}": i for i in range(20_000)}
+    writer = CheckpointWriter(full_every=16)
+    chain, kinds = [], []
+    for step in range(12):
+        for i in range(0, 20_000, 1 + step % 3):    # a third to all of the keys change
+            op.counts[f"key{i}"] += 1
+        kind, data = writer.take("i", op)
+        kinds.append(kind)
+        chain = [(kind, data)] if kind == "full" else chain + [(kind, data)]
+        full = len(chain[0][1])
+        assert sum(len(d) for _, d in chain[1:]) <= full
+        assert restore(chain).counts == op.counts
+    assert kinds.count("full") >= 4 and "delta" in kinds
+
+
 # --- recovery lines ---------------------------------------------------------------------------------
 
 def _points(timeline: dict, checkpoints: dict) -> tuple[dict, list]:
@@ -258,6 +277,25 @@ def test_offline_plan_jumps_within_the_predicted_bound(keyed_run, tmp_path, caps
     plans = json.loads(capsys.readouterr().out)
     assert plans[-1]["active"] and plans[-1]["stored_bytes"] > 0
     assert all("measured" in x for x in plans[-1]["interactions"])
+
+
+@pytest.mark.slow
+def test_a_plan_measured_over_tau_is_replaced_by_a_tighter_one(keyed_run, tmp_path):
+    """No plan can make a jump take a microsecond: every attempt is measured over τ,
+    tightens the planning τ, and the rejected plans leave the file."""
+    run = _copy(keyed_run, tmp_path / "tight.db")
+    prof = ck.profile(RunReader(run))
+    plan, measured, attempts = ck.make(run, prof, "offline", 1e-6, rounds=3)
+    assert attempts == 3 and plan.tau == 1e-6
+    assert max(measured.values()) > 1e-6
+    reader = RunReader(run)
+    plans = reader.plans()
+    assert len(plans) == 1 and plans[0]["active"]
+    assert plans[0]["info"]["planned_for_tau"] < 1e-6
+    assert {str(k) for k in measured} == set(plans[0]["info"]["measured"])
+    stored = {p for (p,) in reader.conn.execute("SELECT DISTINCT plan FROM checkpoints")}
+    assert stored == {plans[0]["id"]}
+    assert all(r["ok"] for r in verify(reader))
 
 
 @pytest.mark.slow

@@ -262,6 +262,29 @@ def test_snapshot_deltas_rebuild_every_state():
     assert kinds == {True, False}
 
 
+def test_changed_entries_match_a_plain_comparison():
+    from tt.core.snapshots import changed_entries
+
+    rng = random.Random(5)
+    new = {f"k{i}": i for i in range(500)}
+    for step in range(300):
+        old = dict(new)
+        for _ in range(rng.randrange(0, 6)):
+            k = f"k{rng.randrange(600)}"
+            r = rng.random()
+            if r < 0.15:
+                new.pop(k, None)
+            elif r < 0.25 and k in new:
+                new[k] = new.pop(k)                  # re-inserted: moves to the end
+            elif r < 0.35 and k in new:
+                new[k] = int(str(new[k]))            # an equal value in a new object: not a change
+            else:
+                new[k] = rng.randrange(1000)
+        changed, deleted = changed_entries(old, new)
+        assert changed == {k: v for k, v in new.items() if k not in old or old[k] != v}, step
+        assert sorted(deleted) == sorted(k for k in old if k not in new), step
+
+
 def test_snapshot_deltas_see_changes_made_in_place():
     import orjson
 
