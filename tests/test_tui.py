@@ -230,6 +230,55 @@ def test_steps_and_step_back(fraud_run):
     drive(app, script)
 
 
+def _tree_labels(inspector: StateInspector) -> dict:
+    out = {}
+
+    def walk(node):
+        for child in node.children:
+            if child.data is not None and not child.data.more:
+                out[(child.data.instance, child.data.path)] = child.label.plain
+                walk(child)
+    walk(inspector.tree.root)
+    return out
+
+
+def test_the_state_tree_patched_after_each_step_equals_a_rebuilt_one(fraud_run):
+    """Steps patch the tree in place; every line must read as a tree built from scratch would."""
+    k = condition_k(fraud_run)
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        inspector = app.query_one(StateInspector)
+        highlighted = 0
+        for op in ("FE", "FD"):
+            if app.frame.op != op:
+                app.query_one(DagView).focus()
+                await keys(pilot, "right")
+                await until(pilot, lambda: app.frame.op == op, what=f"{op}'s state")
+                await idle(pilot)
+            for _ in range(6):
+                before = inspector.tree.root.children[0]
+                await keys(pilot, "n")
+                assert inspector.tree.root.children[0] is before, "the tree was rebuilt, not patched"
+                patched = _tree_labels(inspector)
+                highlighted += sum("(was " in line or "(new)" in line for line in patched.values())
+                for inst, changes in inspector.changes.items():
+                    for path in list(changes)[:20]:
+                        assert (inst, path) in patched or (inst, path[:-1]) not in patched, (inst, path)
+                frame = app.frame
+                inspector.op = None                     # force a rebuild from the same frame
+                inspector.show(frame.op, frame.states, frame.changes)
+                await pilot.pause(0.05)
+                rebuilt = _tree_labels(inspector)
+                common = patched.keys() & rebuilt.keys()
+                assert len(common) >= len(rebuilt) // 2, (len(common), len(rebuilt))
+                assert {p: patched[p] for p in common} == {p: rebuilt[p] for p in common}
+        assert highlighted >= 6, "the steps changed values the tree shows"
+    drive(app, script)
+
+
 def test_run_until_then_last_change_show_the_bug(fraud_run):
     app = DebuggerApp(fraud_run)
 

@@ -54,6 +54,7 @@ from .widgets.view_bar import ViewBar
 WIDE = (140, 40)   # from this size up, the debug view shows its panes side by side
 
 STEP_ACTIONS = {"step_over": "over", "step_into": "into", "step_out": "out", "step_back": "back"}
+BUSY_AFTER = 0.15  # seconds an action runs before the progress line and the footer say "busy"
 SESSION_ACTIONS = {"run_until", "last_change", "jump", "prev_interaction", "next_interaction", "overlaps"}
 
 
@@ -111,6 +112,8 @@ class DebuggerApp(App):
         Binding("5", "view('plots')", "plots", show=False, id="view-plots"),
     ]
 
+    _footer_bindings = [b for b in BINDINGS if b.show]
+
     def __init__(self, path: str | Path, *, trust: bool = False, live: LiveJob | None = None,
                  poll_seconds: float = 1.0, timings: bool = True) -> None:
         """`timings=False` leaves out how long actions took (for reproducible screenshots)."""
@@ -140,6 +143,8 @@ class DebuggerApp(App):
         self._poll_reader: RunReader | None = None
         self._last_progress = 0.0
         self._jump_target: int | None = None
+        self._bindings_shown: tuple | None = None
+        self._busy_serial = 0
 
     # --- building the screen ----------------------------------------------------------------------
 
@@ -170,6 +175,7 @@ class DebuggerApp(App):
         self.query_one("#scope").border_title = "scope"
         self.query_one("#state").border_title = "state"
         self._apply_layout()
+        self.screen.bindings_updated_signal.subscribe(self, self._bindings_published, immediate=True)
         self._load_facts()
         if self.live is not None or self.status == "recording":
             self._poll_timer = self.set_interval(self.poll_seconds, self._poll)
@@ -384,7 +390,7 @@ class DebuggerApp(App):
         self.query_one(ScopeView).show(frame.selected_label, frame.scope, frame.scope_truncated, frame.availability,
                                        frame.overlaps, overlap_count)
         self.query_one(RunPlots).mark(frame.interaction)
-        self.refresh_bindings()
+        self._sync_bindings()
 
     def _last_interaction(self, tuples: int) -> int | None:
         best = None
@@ -420,9 +426,27 @@ class DebuggerApp(App):
         self.busy = label
         self.cancellable = cancellable
         self.cancel_event = threading.Event()
-        self.query_one(ProgressLine).busy(label, cancellable=cancellable)
-        self.refresh_bindings()
+        self._busy_serial += 1
+        serial = self._busy_serial
+        # A step takes tens of milliseconds: showing "busy" and greying the footer for it would only
+        # flicker (and re-laying the footer costs more than the step). Long actions show it after a beat.
+        self._last_progress = time.perf_counter() + BUSY_AFTER - 0.1
+        self.set_timer(BUSY_AFTER, lambda: self._show_busy(serial, label, cancellable))
         self._act_worker(label, fn, select_after, self.cancel_event)
+
+    def _show_busy(self, serial: int, label: str, cancellable: bool) -> None:
+        if self.busy and serial == self._busy_serial:
+            self.query_one(ProgressLine).busy(label, cancellable=cancellable)
+            self._sync_bindings()
+
+    def _sync_bindings(self) -> None:
+        """Ask the footer to redraw only when what it shows would change (a redraw re-mounts every key)."""
+        shown = tuple(self.check_action(b.action, ()) for b in self._footer_bindings)
+        if shown != self._bindings_shown:
+            self.refresh_bindings()
+
+    def _bindings_published(self, _screen) -> None:
+        self._bindings_shown = tuple(self.check_action(b.action, ()) for b in self._footer_bindings)
 
     @work(thread=True, group="session", exit_on_error=False)
     def _act_worker(self, label: str, fn: Callable, select_after, cancel: threading.Event) -> None:
@@ -469,7 +493,7 @@ class DebuggerApp(App):
                 self.query_one(MessageLine).result(frame.result, timings=self.timings, first=frame.op)
         if message is not None:
             self._say(message, level)
-        self.refresh_bindings()
+        self._sync_bindings()
 
     def _reselect(self) -> None:
         if self.model is not None:

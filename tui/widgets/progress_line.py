@@ -27,7 +27,8 @@ class ProgressLine(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="where")
-        yield ProgressBar(total=None, show_eta=False, id="work")
+        # Not indeterminate while idle: an indeterminate bar repaints 15 times a second even when hidden.
+        yield ProgressBar(total=100, show_eta=False, id="work")
 
     def show_position(self, interaction: int | None, last: int | None, tuples: int, total: int,
                       percent: float, note: str = "") -> None:
@@ -68,3 +69,4 @@ class ProgressLine(Horizontal):
 
     def idle(self) -> None:
         self.remove_class("-busy")
+        self.query_one("#work", ProgressBar).update(total=100, progress=0)

@@ -7,6 +7,11 @@ carry their old value; removed entries stay visible, struck through, until the
 next action. The line under the tree shows the full path and value (and the old
 value) of the node under the cursor. `search` finds a key or value and opens
 the tree down to it.
+
+After a step on the same operator the tree is patched, not rebuilt: only the
+nodes whose value or highlight changed are relabelled, and newly changed keys
+are inserted at the top of their (open) parent. A rebuild of a few hundred
+nodes costs more than the step itself on a large state.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ class Slot:
 
     instance: str
     path: tuple
-    more_from: int = -1   # >= 0: a node that loads children from this index on
+    more: bool = False    # the "… N more" node under `path`
 
 
 def short(value: Any, limit: int = 60) -> str:
@@ -70,6 +75,14 @@ def _has(value: Any, key: Any) -> bool:
 
 def _get(value: Any, key: Any) -> Any:
     return value[key]
+
+
+def _at(value: Any, key: Any) -> Any:
+    return value[key] if value != MISSING and _container(value) and _has(value, key) else MISSING
+
+
+class _Rebuild(Exception):
+    """The tree cannot be patched (a value changed kind): build it again."""
 
 
 def _was(old: Any) -> str:
@@ -111,6 +124,10 @@ class StateInspector(Vertical):
              note: str = "") -> None:
         """Show `op`'s instance states; `changes` are {instance: {path: (old, new)}}."""
         tree = self.tree
+        old_states, old_changes, old_prefixes = self.states, self.changes, self._prefixes
+        if (op == self.op and states and set(states) == set(old_states) and tree.root.children
+                and self._patch(states, changes, note, old_states, old_changes, old_prefixes)):
+            return
         if op != self.op:  # a new operator: open its instances, and its fields that are small
             self._open_paths = {(inst, ()) for inst in states}
             for inst, state in states.items():
@@ -120,8 +137,7 @@ class StateInspector(Vertical):
             self._cursor = None
         else:
             self._remember()
-        self.op, self.states, self.changes, self._note = op, states, changes, note
-        self._prefixes = {inst: views.changed_prefixes(ch) for inst, ch in changes.items()}
+        self._set(op, states, changes, note)
         for inst, ch in changes.items():  # open the way down to what changed
             for path in list(ch)[:20]:
                 for n in range(len(path)):
@@ -144,13 +160,123 @@ class StateInspector(Vertical):
             self.call_after_refresh(tree.move_cursor, cursor_node)
         self.call_after_refresh(self._update_detail, cursor_node)
 
+    def _set(self, op: str | None, states: dict, changes: dict, note: str) -> None:
+        self.op, self.states, self.changes, self._note = op, states, changes, note
+        self._prefixes = {inst: views.changed_prefixes(ch) for inst, ch in changes.items()}
+
+    def _patch(self, states: dict, changes: dict, note: str, old_states: dict, old_changes: dict,
+               old_prefixes: dict) -> bool:
+        """Bring the tree from the old states to the new ones in place; False if it must be rebuilt."""
+        self._set(self.op, states, changes, note)
+        tree = self.tree
+        try:
+            for node in list(tree.root.children):
+                slot = node.data
+                if slot is None:
+                    return False
+                touched = old_prefixes.get(slot.instance, set()) | self._prefixes.get(slot.instance, set())
+                self._reconcile(node, slot.instance, (), slot.instance, old_states[slot.instance],
+                                states[slot.instance], touched)
+            for inst, ch in changes.items():
+                for path in list(ch)[:20]:
+                    self._open_way(inst, path)
+        except _Rebuild:
+            return False
+        cur = tree.cursor_node
+        self.call_after_refresh(self._update_detail, cur if cur is not None and cur.tree is tree else None)
+        return True
+
+    def _reconcile(self, node: TreeNode[Slot], inst: str, path: tuple, key: Any, old: Any, new: Any,
+                   touched: set[tuple]) -> None:
+        same = old is new
+        if same and path not in touched:
+            return  # nothing under this node changed, not even its highlight
+        changes = self.changes.get(inst, {})
+        if new == MISSING:
+            if path in changes:
+                node.set_label(self._removed_label(key, changes[path][0]))
+                node.remove_children()
+                node.allow_expand = False
+            else:
+                node.remove()
+            return
+        if old != MISSING and _container(old) != _container(new):
+            raise _Rebuild
+        node.set_label(self._label(key, path, inst, new))
+        if not _container(new):
+            node.allow_expand = False
+            return
+        node.allow_expand = True
+        if not node.children:
+            return
+        if not node.is_expanded:  # stale children: filled again when opened
+            node.remove_children()
+            return
+        more = None
+        for child in list(node.children):
+            cs = child.data
+            if cs is None:
+                continue
+            if cs.more:
+                more = child
+                continue
+            k = cs.path[-1]
+            self._reconcile(child, inst, cs.path, k, _at(old, k), _at(new, k), touched)
+        shown = {c.data.path[-1] for c in node.children if c.data is not None and not c.data.more}
+        first = next(iter(node.children), None)
+        for p in changes:  # newly changed entries go on top, as a rebuild would put them
+            if len(p) == len(path) + 1 and p[:-1] == path and p[-1] not in shown:
+                k = p[-1]
+                v = _at(new, k)
+                if v == MISSING:
+                    label, leaf = self._removed_label(k, changes[p][0]), True
+                else:
+                    label, leaf = self._label(k, p, inst, v), not _container(v)
+                added = node.add(label, data=Slot(inst, p), before=first, allow_expand=not leaf)
+                shown.add(k)
+                first = first or added
+        self._more_line(node, inst, path, new, shown, more)
+
+    def _more_line(self, node: TreeNode[Slot], inst: str, path: tuple, value: Any, shown: set,
+                   more: TreeNode[Slot] | None) -> None:
+        left = len(value) - sum(1 for k in shown if _has(value, k))
+        if left <= 0:
+            if more is not None:
+                more.remove()
+            return
+        label = Text(f"… {left:,} more (Enter shows {CHILD_LIMIT} more)", style="italic dim")
+        if more is None:
+            node.add_leaf(label, data=Slot(inst, path, more=True))
+        else:
+            more.set_label(label)
+
+    def _open_way(self, inst: str, path: tuple) -> None:
+        """Expand the nodes down to `path` (they exist after `_reconcile`, or are added here)."""
+        node = next((c for c in self.tree.root.children if c.data is not None and c.data.instance == inst), None)
+        if node is None:
+            raise _Rebuild
+        state = self.states.get(inst)
+        for depth in range(len(path)):
+            value = views.lookup(state, path[:depth])
+            if not _container(value):
+                return
+            if not node.children:
+                self._populate(node, inst, path[:depth], value)
+            if not node.is_expanded:
+                node.expand()
+            nxt = next((c for c in node.children if c.data is not None and not c.data.more
+                        and c.data.path == path[:depth + 1]), None)
+            if nxt is None:
+                return  # removed, or a change without its own line: the parent shows it
+            node = nxt
+
     def _remember(self) -> None:
         tree = self.tree
         expanded = set()
 
         def walk(node: TreeNode[Slot]) -> None:
             for child in node.children:
-                if child.data is not None and child.is_expanded and child.data.more_from < 0:
+                if child.data is not None and child.is_expanded and not child.data.more:
                     expanded.add((child.data.instance, child.data.path))
                     walk(child)
         walk(tree.root)
@@ -164,23 +290,21 @@ class StateInspector(Vertical):
         """Populate `node` if it was expanded before; return the node the cursor was on, if met."""
         found = None
         if (inst, path) in self._open_paths and _container(value):
-            self._populate(node, inst, path, value, 0)
+            self._populate(node, inst, path, value)
             node.expand()
             for child in node.children:
-                if child.data is None:
+                if child.data is None or child.data.more:
                     continue
-                if (child.data.instance, child.data.path) == self._cursor and child.data.more_from < 0:
+                if (child.data.instance, child.data.path) == self._cursor:
                     found = child
-                if child.data.more_from >= 0:
-                    continue
                 f = self._fill_expanded(child, inst, child.data.path, views.lookup(value, child.data.path[-1:]))
                 found = found or f
         return found
 
-    def _populate(self, node: TreeNode[Slot], inst: str, path: tuple, value: Any, start: int) -> None:
-        """Add children [start, start + CHILD_LIMIT) of `value`: changed entries first, then the rest in order.
+    def _populate(self, node: TreeNode[Slot], inst: str, path: tuple, value: Any, shown: frozenset = frozenset()) -> None:
+        """Add up to CHILD_LIMIT children of `value` not `shown` yet: changed entries first, then the rest in order.
 
-        Never walks the whole container: a state of millions of entries costs what is shown."""
+        Never walks more of the container than it shows (and skips): millions of entries cost what is shown."""
         changes = self.changes.get(inst, {})
         prefixes = self._prefixes.get(inst, set())
         depth = len(path) + 1
@@ -192,16 +316,14 @@ class StateInspector(Vertical):
                 changed.append(p[-1])
         changed.sort(key=lambda k: (not isinstance(k, int), k if isinstance(k, int) else str(k)))
         present = [k for k in changed if _has(value, k)]
-        if start == 0:
+        if not shown:
             for k in changed:
                 if not _has(value, k) and path + (k,) in changes:
                     node.add_leaf(self._removed_label(k, changes[path + (k,)][0]), data=Slot(inst, path + (k,)))
         first = set(present)
-        total = len(value)
-        shown_changed = present[start:start + CHILD_LIMIT]
-        rest_from = max(0, start - len(present))
+        shown_changed = [k for k in present if k not in shown][:CHILD_LIMIT]
         room = CHILD_LIMIT - len(shown_changed)
-        rest = itertools.islice(((k, v) for k, v in _iter_items(value) if k not in first), rest_from, rest_from + room)
+        rest = itertools.islice(((k, v) for k, v in _iter_items(value) if k not in first and k not in shown), room)
         entries = [(k, _get(value, k)) for k in shown_changed] + list(rest)
         for k, v in entries:
             p = path + (k,)
@@ -209,10 +331,7 @@ class StateInspector(Vertical):
                 node.add(self._label(k, p, inst, v), data=Slot(inst, p))
             else:
                 node.add_leaf(self._label(k, p, inst, v), data=Slot(inst, p))
-        end = start + len(entries)
-        if end < total:
-            node.add_leaf(Text(f"… {total - end:,} more (Enter shows {CHILD_LIMIT} more)", style="italic dim"),
-                          data=Slot(inst, path, end))
+        self._more_line(node, inst, path, value, set(shown) | {k for k, _ in entries}, None)
 
     def _label(self, key: Any, path: tuple, inst: str, value: Any) -> Text:
         changes = self.changes.get(inst, {})
@@ -252,29 +371,30 @@ class StateInspector(Vertical):
     def on_tree_node_expanded(self, event: Tree.NodeExpanded[Slot]) -> None:
         node = event.node
         slot = node.data
-        if slot is None or slot.more_from >= 0 or node.children:
+        if slot is None or slot.more or node.children:
             return
         value = views.lookup(self.states.get(slot.instance), slot.path)
         if _container(value):
-            self._populate(node, slot.instance, slot.path, value, 0)
+            self._populate(node, slot.instance, slot.path, value)
 
     def on_tree_node_selected(self, event: Tree.NodeSelected[Slot]) -> None:
         node = event.node
         slot = node.data
-        if slot is None or slot.more_from < 0:
+        if slot is None or not slot.more:
             return
         parent = node.parent
         value = views.lookup(self.states.get(slot.instance), slot.path)
         node.remove()
         if parent is not None and _container(value):
-            self._populate(parent, slot.instance, slot.path, value, slot.more_from)
+            shown = frozenset(c.data.path[-1] for c in parent.children if c.data is not None and not c.data.more)
+            self._populate(parent, slot.instance, slot.path, value, shown)
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[Slot]) -> None:
         self._update_detail(event.node)
 
     def _update_detail(self, node: TreeNode[Slot] | None) -> None:
         detail = self.query_one("#state-detail", Static)
-        if node is None or node.data is None or node.data.more_from >= 0:
+        if node is None or node.data is None or node.data.more:
             detail.update(Text(self._note, style="italic") if self._note else "")
             return
         slot = node.data
@@ -319,8 +439,8 @@ class StateInspector(Vertical):
                 node.expand()
             if not node.children:
                 value = views.lookup(self.states.get(inst), path[:depth])
-                self._populate(node, inst, path[:depth], value, 0)
-            nxt = next((c for c in node.children if c.data is not None and c.data.more_from < 0
+                self._populate(node, inst, path[:depth], value)
+            nxt = next((c for c in node.children if c.data is not None and not c.data.more
                         and c.data.path == path[:depth + 1]), None)
             if nxt is None:  # beyond the first CHILD_LIMIT entries: add it explicitly
                 value = views.lookup(self.states.get(inst), path[:depth + 1])
