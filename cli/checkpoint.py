@@ -24,6 +24,8 @@ def checkpoint(
     policy: str = typer.Option("offline", "--policy",
                                help="offline (cheapest plan meeting τ) | online | per-instance | all | none."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan without taking it."),
+    attempts: int = typer.Option(4, "--attempts", min=1, help="Plans to try at most: when a measured jump is "
+                                 "over τ, the plan is chosen again for a tighter τ (1: take the first plan as is)."),
     trust: bool = typer.Option(False, "--trust", help="Allow replaying code from a run you did not record."),
     json: bool = JSON,
 ):
@@ -62,24 +64,24 @@ def checkpoint(
         from ..replay.engine import Engine
 
         engine = Engine(reader, trust=trust)
-    attempts = 1
+    tried = 1
     if dry_run:
         plan = ck.choose(prof, policy, seconds, engine)
     else:
-        plan, measured, attempts = ck.make(run, prof, policy, seconds, trust=trust, engine=engine,
-                                           bar=(lambda label: _bar(label)) if show else (lambda label: None))
+        plan, measured, tried = ck.make(run, prof, policy, seconds, trust=trust, engine=engine, rounds=attempts,
+                                        bar=(lambda label: _bar(label)) if show else (lambda label: None))
     data = plan.as_dict()
     data["all_cost"] = sum(prof.cost(k) for k in prof.interactions[1:])
     if not dry_run:
         data["measured"] = {str(k): v for k, v in measured.items()}
-        data["attempts"] = attempts
+        data["attempts"] = tried
     worst = max(data.get("measured", data["predicted"]).values(), default=0.0)
     count = len(plan.checkpoints) if plan.per_instance is None else sum(len(v) for v in plan.per_instance.values())
     text = (f"{run}: {policy} plan for τ = {seconds:g}s — {count} checkpoint(s), {human_bytes(plan.cost)} of state "
             f"({100 * plan.cost / max(1, data['all_cost']):.0f}% of checkpointing every interaction); "
             f"slowest jump {'measured' if 'measured' in data else 'predicted'} {worst:.3f}s")
-    if attempts > 1:
-        text += f" (plan {attempts}: the first measured over τ, so τ was tightened for planning)"
+    if tried > 1:
+        text += f" (plan {tried}: the first measured over τ, so τ was tightened for planning)"
     if worst > seconds:
         text += f" — over τ by {worst - seconds:.3f}s"
     emit(data, json=json, text=text)

@@ -12,7 +12,8 @@ rollback propagation (`tt.core.recovery`).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 import cloudpickle
 import orjson
@@ -206,18 +207,25 @@ def per_instance(engine: Engine, prof: planning.Profile, tau: float) -> planning
     chosen = {key: set(ks[1:]) if key in small else set(coordinated) for key in keys}
     restorer = Restorer(engine, plan={"id": -1, "info": {}})
 
-    def jumps(plan: dict) -> dict[int, float]:
-        out = {}
+    def jumps(plan: dict, base: dict[int, float] | None = None, affected=None,
+              limit: float = float("inf")) -> dict[int, float] | None:
+        """Predicted jump to each interaction (only those `affected` differ from `base`);
+        None as soon as one is over `limit`."""
+        restorer.index = {key: [(n, j, prof.positions[j][key], "full", prof.state_bytes[j].get(key, 0), None)
+                                for n, j in enumerate(sorted(plan.get(key, ())))] for key in keys}
+        restorer.stateless = set(prof.stateless)
+        out = dict(base or {})
         for k in ks:
-            restorer.index = {key: [(n, j, prof.positions[j][key], "full", prof.state_bytes[j].get(key, 0), None)
-                                    for n, j in enumerate(sorted(plan.get(key, ())))] for key in keys}
-            restorer.stateless = set(prof.stateless)
+            if base is not None and not affected(k):
+                continue
             line, _ = restorer.line_for(prof.positions[k])
             seconds = prof.restore_seconds
             for key, (pos, seq) in line.items():
                 seconds += (prof.positions[k][key] - pos) * prof.seconds_per_input.get(key[0], 0.0)
                 if seq is not None:
                     seconds += restorer.index[key][seq][4] / prof.load_bytes_per_second
+            if seconds > limit:
+                return None
             out[k] = seconds
         return out
 
@@ -228,8 +236,10 @@ def per_instance(engine: Engine, prof: planning.Profile, tau: float) -> planning
         if size == 0:
             continue
         chosen[key].discard(k)
-        trial = jumps(chosen)
-        if max(trial.values()) <= tau or max(trial.values()) <= max(current.values()):
+        # only jumps whose target lies at or after this checkpoint could have used it
+        at = prof.positions[k][key]
+        trial = jumps(chosen, current, lambda j: prof.positions[j][key] >= at, max(tau, max(current.values())))
+        if trial is not None:
             current = trial
         else:
             chosen[key].add(k)
@@ -273,24 +283,32 @@ def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = Fal
         if progress is not None:
             progress(n + 1, len(ks))
     reader.close()
-    conn = schema.open_existing(path, write=True)
-    try:
-        conn.executescript(schema._TABLES)  # run files recorded before checkpoints existed
-        conn.execute("BEGIN")
+    with _writing(path) as conn:
         conn.execute("UPDATE checkpoint_plans SET active=0")
         cur = conn.execute("INSERT INTO checkpoint_plans (policy, tau, created, active, info) VALUES (?,?,?,1,?)",
                            (plan.policy, plan.tau, time.time(), orjson.dumps(_info(prof, plan, planned_for)).decode()))
         plan_id = cur.lastrowid
         conn.executemany("INSERT INTO checkpoints (plan, op, instance, seq, k, attempt, position, kind, size, data)"
                          " VALUES (?,?,?,?,?,?,?,?,?,?)", [(plan_id, *r) for r in rows])
+    return plan_id
+
+
+@contextmanager
+def _writing(path) -> Iterator:
+    """One write transaction on the run file: all of it stays, or none of it."""
+    conn = schema.open_existing(path, write=True)
+    try:
+        conn.executescript(schema._TABLES)  # run files recorded before checkpoints existed
+        conn.execute("BEGIN")
+        yield conn
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
     finally:
         schema.settle(conn)
         conn.close()
-    return plan_id
 
 
 def make(path, prof: planning.Profile, policy: str, tau: float, *, trust: bool = False,
@@ -302,10 +320,13 @@ def make(path, prof: planning.Profile, policy: str, tau: float, *, trust: bool =
     one state); the measured jumps are the truth. When one is over τ (and stays
     over when measured again), the plan is chosen again for a τ tightened by the
     overshoot, and the rejected plan is dropped. Returns the plan (its `tau` is
-    the asked τ), the measured jump times, and how many plans were tried."""
+    the asked τ), the measured jump times, and how many plans were tried. It stops
+    early when a tighter τ gives the same plan: no plan does better (a jump's
+    fixed costs alone are over τ), and the measured one is kept."""
     target = tau
-    for attempt in range(1, rounds + 1):
-        plan = choose(prof, policy, target, engine)
+    plan = choose(prof, policy, target, engine)
+    attempt = 1
+    while True:
         plan.tau = tau
         plan_id = take(path, prof, plan, trust=trust, progress=bar("checkpointing"), planned_for=target)
         measured = measure(path, trust=trust, progress=bar("measuring jumps"))
@@ -316,28 +337,23 @@ def make(path, prof: planning.Profile, policy: str, tau: float, *, trust: bool =
         worst = max(measured.values(), default=0.0)
         if worst <= tau or policy in ("all", "none") or attempt == rounds:
             break
-        drop_plan(path, plan_id)
         target *= min(0.9, tau / worst)
+        tighter = choose(prof, policy, target, engine)
+        if (tighter.checkpoints, tighter.per_instance) == (plan.checkpoints, plan.per_instance):
+            break
+        drop_plan(path, plan_id)
+        plan, attempt = tighter, attempt + 1
     record_measurements(path, measured)
     return plan, measured, attempt
 
 
 def drop_plan(path, plan_id: int) -> None:
     """Delete a plan and its checkpoints (the newest remaining plan becomes the active one)."""
-    conn = schema.open_existing(path, write=True)
-    try:
-        conn.execute("BEGIN")
+    with _writing(path) as conn:
         conn.execute("DELETE FROM checkpoints WHERE plan=?", (plan_id,))
         conn.execute("DELETE FROM checkpoint_plans WHERE id=?", (plan_id,))
         conn.execute("UPDATE checkpoint_plans SET active=1 WHERE id=(SELECT MAX(id) FROM checkpoint_plans)"
                      " AND NOT EXISTS (SELECT 1 FROM checkpoint_plans WHERE active=1)")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    finally:
-        schema.settle(conn)
-        conn.close()
 
 
 def _info(prof: planning.Profile, plan: planning.Plan, planned_for: float | None = None) -> dict:
@@ -382,14 +398,10 @@ def measure(path, *, trust: bool = False, progress: Callable[[int, int], None] |
 
 
 def record_measurements(path, measured: dict[int, float]) -> None:
-    conn = schema.open_existing(path, write=True)
-    try:
+    with _writing(path) as conn:
         row = conn.execute("SELECT id, info FROM checkpoint_plans WHERE active=1 ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:
             raise RunFileError(f"{path} has no checkpoint plan")
         info = orjson.loads(row[1])
         info["measured"] = {str(k): v for k, v in measured.items()}
         conn.execute("UPDATE checkpoint_plans SET info=? WHERE id=?", (orjson.dumps(info).decode(), row[0]))
-    finally:
-        schema.settle(conn)
-        conn.close()

@@ -89,3 +89,14 @@ def test_debugger_modules_load_without_spark_or_textual_leaks():
             "assert not bad, bad;"
             "assert 'textual' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT.parent)
+
+
+def test_the_benchmarks_and_samples_parse_and_explain_themselves():
+    """Benchmarks run only by hand: at least they must compile and answer --help."""
+    scripts = sorted((ROOT / "benches").glob("*.py")) + sorted((ROOT / "sample_runs").rglob("*.py"))
+    assert len(scripts) >= 8
+    for f in scripts:
+        compile(f.read_text(), str(f), "exec")
+    for f in sorted((ROOT / "benches").glob("*.py")):
+        done = subprocess.run([sys.executable, str(f), "--help"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and "usage:" in done.stdout, (f.name, done.stderr[-500:])
