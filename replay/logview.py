@@ -159,11 +159,14 @@ class _ChunkedSource(Source):
     """A per-instance log stored as chunks that each cover inputs [start, start+n)."""
 
     kind = ""
+    label = ""
 
     def __init__(self, log: "LogView", op: int, instance: int):
         super().__init__(log)
         self.op, self.instance = op, instance
         self.name = f"{self.reader.operators[op].name}:{instance}"
+        self.key = f"{self.kind}:{self.name}"
+        self.title = f"{self.label} {self.name}"
         self._chunks = LRU(16)
 
     def _attempt(self) -> int | None:
@@ -223,14 +226,9 @@ class _ChunkedSource(Source):
 class InputSource(_ChunkedSource):
     """The Input log: which channel each input came from, one row per position."""
 
-    kind = "in"
+    kind, label = "in", "Input log"
     columns = ("position", "port", "from")
     widths = (11, 5)
-
-    def __init__(self, log, op, instance):
-        super().__init__(log, op, instance)
-        self.key = f"in:{self.name}"
-        self.title = f"Input log {self.name}"
 
     def _decode(self, data, start, n, attempt):
         runs = logs.unpack_runs(data)
@@ -261,14 +259,9 @@ class InputSource(_ChunkedSource):
 class OutputSource(_ChunkedSource):
     """The Output log: how many outputs each input produced, and where shuffled ones went."""
 
-    kind = "out"
+    kind, label = "out", "Output log"
     columns = ("position", "outputs", "to")
     widths = (11, 8)
-
-    def __init__(self, log, op, instance):
-        super().__init__(log, op, instance)
-        self.key = f"out:{self.name}"
-        self.title = f"Output log {self.name}"
 
     def _decode(self, data, start, n, attempt):
         counts = logs.unpack_u32(data)

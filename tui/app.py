@@ -144,7 +144,7 @@ class DebuggerApp(App):
         self._last_progress = 0.0
         self._jump_target: int | None = None
         self._bindings_shown: tuple | None = None
-        self._busy_serial = 0
+        self._busy_timer = None
 
     # --- building the screen ----------------------------------------------------------------------
 
@@ -426,18 +426,15 @@ class DebuggerApp(App):
         self.busy = label
         self.cancellable = cancellable
         self.cancel_event = threading.Event()
-        self._busy_serial += 1
-        serial = self._busy_serial
         # A step takes tens of milliseconds: showing "busy" and greying the footer for it would only
         # flicker (and re-laying the footer costs more than the step). Long actions show it after a beat.
         self._last_progress = time.perf_counter() + BUSY_AFTER - 0.1
-        self.set_timer(BUSY_AFTER, lambda: self._show_busy(serial, label, cancellable))
+        self._busy_timer = self.set_timer(BUSY_AFTER, lambda: self._show_busy(label, cancellable))
         self._act_worker(label, fn, select_after, self.cancel_event)
 
-    def _show_busy(self, serial: int, label: str, cancellable: bool) -> None:
-        if self.busy and serial == self._busy_serial:
-            self.query_one(ProgressLine).busy(label, cancellable=cancellable)
-            self._sync_bindings()
+    def _show_busy(self, label: str, cancellable: bool) -> None:
+        self.query_one(ProgressLine).busy(label, cancellable=cancellable)
+        self._sync_bindings()
 
     def _sync_bindings(self) -> None:
         """Ask the footer to redraw only when what it shows would change (a redraw re-mounts every key)."""
@@ -486,6 +483,7 @@ class DebuggerApp(App):
 
     def _act_done(self, frame: Frame | None, message: str | None, level: str) -> None:
         self.busy = None
+        self._busy_timer.stop()
         self.query_one(ProgressLine).idle()
         if frame is not None:
             self._apply_frame(frame)
