@@ -12,7 +12,7 @@ input: the Parquet file read, and the same rows in memory as Arrow.
 
     python benches/record_overhead.py [--reps 3] [--rows 200000 1000000]
 
-Targets (DESIGN.md): 10s ≤ 1.02 × off, 10/s ≤ 1.05 × off, control log ≤ 2 % of input.
+Targets (docs/ARCHITECTURE.md, "Bars"): 10s ≤ 1.02 × off, 10/s ≤ 1.05 × off, control log ≤ 2 % of input.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The layering of DESIGN.md, enforced: who may import what.
+"""The layering of docs/ARCHITECTURE.md, enforced: who may import what.
 
 Only `recorder/` imports pyspark; only `tui/` imports textual; the core imports
 only the standard library, orjson and cloudpickle; replay and the store never
