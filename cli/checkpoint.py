@@ -12,7 +12,7 @@ from ..core.errors import UsageError
 
 from ..recorder.triggers import parse_duration
 from .main import app
-from .output import JSON, emit, human_bytes
+from .output import JSON, emit, human_bytes, require_dataflow
 
 
 @app.command()
@@ -41,6 +41,7 @@ def checkpoint(
 
     show = sys.stderr.isatty() and not json
     reader = RunReader(run)
+    require_dataflow(reader, "checkpoint")
     if measure_only:
         plan = reader.active_plan()
         if plan is None:

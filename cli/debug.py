@@ -9,6 +9,7 @@ import typer
 
 from ..core.errors import RunFileError, UntrustedRunError, UsageError
 from .main import app
+from .output import require_dataflow
 
 
 @app.command()
@@ -29,13 +30,15 @@ def debug(
     reader = RunReader(run)
     try:
         status = reader.status
-        try:
+        if status == "recording":
+            try:
+                ops = reader.operators
+                reader.plan
+            except RunFileError:
+                ops = None  # a live run whose dataflow has not started: the debugger waits for it
+        else:
+            require_dataflow(reader, "debug")  # before the trust check: a run that never started has no code
             ops = reader.operators
-            reader.plan
-        except RunFileError:
-            if status != "recording":
-                raise
-            ops = None  # a live run whose dataflow has not started: the debugger waits for it
         if ops:
             code = [reader.code(o.id) for o in ops] + list(reader.edge_keys().values())
             try:
@@ -48,5 +51,11 @@ def debug(
         raise UsageError("tt debug needs a terminal; in scripts use `tt inspect` or `tt replay`")
     from ..tui.app import DebuggerApp
 
-    DebuggerApp(run, trust=trust).run()
+    tui = DebuggerApp(run, trust=trust)
+    tui.run()
+    # An exception the app did not handle ends it with its traceback printed and a non-zero return
+    # code: the command must fail too, never exit 0 after a crash.
+    if tui.return_code or getattr(tui, "_exception", None) is not None:
+        print("tt debug: the debugger crashed (traceback above)", file=sys.stderr)
+        return 1
     return 0

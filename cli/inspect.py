@@ -10,7 +10,7 @@ import typer
 
 from ..core.errors import UsageError
 from .main import app
-from .output import CSV, JSON, NL, emit, human_bytes, only_one, table
+from .output import CSV, JSON, NL, emit, human_bytes, only_one, require_intact, table
 
 _VIEWS = ("summary", "interactions", "state", "failures", "scope", "overlaps", "checkpoints")
 
@@ -41,8 +41,10 @@ def inspect(
         raise UsageError(f"unknown view {what!r}; choose one of {', '.join(_VIEWS)}")
     reader = RunReader(run)
     try:
+        require_intact(reader)
         if what == "summary":
             s = facts.summary(reader)
+            s["wal"] = {"bytes": reader.wal_bytes(), "note": reader.wal_note}
             emit(s, json=json, nl=nl, csv_=csv, text=_summary_text(s))
         elif what == "interactions":
             rows = facts.interactions(reader)
@@ -54,16 +56,24 @@ def inspect(
             states = facts.states_at(reader, at, op)
             emit(states, json=json, nl=nl, csv_=False, text=_states_text(states, at))
         elif what == "failures":
-            rows = reader.failures()
-            emit(rows, json=json, nl=nl, csv_=csv,
-                 text="\n".join(f"{f['op']}:{f['instance']} input #{f['position']}: {f['error']}\n  tuple: {f['row']}"
-                                for f in rows) or "no operator failed")
+            rows = reader.failures()  # one per failure, however many attempts Spark made
+            emit(rows, json=json, nl=nl, csv_=csv, text="\n".join(_failure_text(f, run) for f in rows)
+                 or "no operator failed")
         else:
             from . import inspect_replay
 
             inspect_replay.show(reader, what, target, at=at, trust=trust, json=json, nl=nl, csv=csv)
     finally:
         reader.close()
+
+
+def _failure_text(f: dict, run: Path) -> str:
+    n = f["attempts"]
+    line = (f"{f['op']}:{f['instance']} input #{f['position']} raised {f['error']} "
+            f"({n} attempt{'s' if n != 1 else ''})\n  tuple: {f['row']}")
+    if f["visible"] and f["in_g"]:
+        line += f"\n  debug it: tt replay {run} --step-into {f['op']}:{f['instance']}:{f['position']}"
+    return line
 
 
 def _summary_text(s: dict) -> str:
@@ -89,6 +99,10 @@ def _summary_text(s: dict) -> str:
                  + f"; recorded tuples {human_bytes(sz['recorded_tuples'])}; states {human_bytes(sz['states'])}")
     for f in s["failures"]:
         lines.append(f"failure  {f['op']}:{f['instance']} input #{f['position']}: {f['error']}")
+    wal = s.get("wal") or {}
+    if wal.get("bytes"):
+        lines.append(f"wal      {human_bytes(wal['bytes'])} in {Path(s['file']).name}-wal, not yet in the file: "
+                     + (wal["note"] or "a recorder is writing it (copy both files, or wait until it ends)"))
     return "\n".join(lines)
 
 

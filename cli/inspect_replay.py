@@ -10,7 +10,11 @@ from .output import emit, table
 def show(reader, what: str, target: str | None, *, at: int | None, trust: bool, json: bool, nl: bool,
          csv: bool) -> None:
     from ..replay.session import DebugSession
+    from .output import require_dataflow
 
+    if what == "checkpoints":
+        return show_checkpoints(reader, json=json, nl=nl)
+    require_dataflow(reader, "inspect")
     session = DebugSession(reader, trust=trust)
     if what == "scope":
         if not target:

@@ -38,7 +38,20 @@ def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks f
 
 
 def _register() -> None:
-    from . import checkpoint, debug, demo, inspect, record, replay, verify  # noqa: F401  (each module adds its command to `app`)
+    from . import checkpoint, debug, demo, inspect, migrate, record, replay, verify  # noqa: F401  (each adds a command)
+
+
+def _escape_help(command) -> None:
+    """Help texts are rendered as rich markup, where "[default: 0]" is a style tag and
+    vanishes: escape such brackets in every option's and argument's help (once)."""
+    from rich.markup import escape
+
+    for cmd in [command, *getattr(command, "commands", {}).values()]:
+        for param in cmd.params:
+            text = getattr(param, "help", None)
+            if text and "[" in text and not getattr(param, "_tt_escaped", False):
+                param.help = escape(text)
+                param._tt_escaped = True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--debug" in argv[:1]:
         _debug["on"] = True
     command = typer.main.get_command(app)
+    _escape_help(command)
     try:
         result = command.main(argv, prog_name="tt", standalone_mode=False)
         return result if isinstance(result, int) else 0
@@ -78,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as e:
+        if _debug["on"] or type(e).__name__ != "ZstdError":
+            raise
+        # only stored blobs are ever decompressed: their bytes are damaged
+        _say(f"the run file is damaged: stored data cannot be decompressed ({e})")
+        return 1
 
 
 def _say(message: str) -> None:

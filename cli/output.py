@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+from pathlib import Path
 from typing import Any, Iterable
 
 import orjson
@@ -61,6 +62,60 @@ def human_bytes(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"
+
+
+def require_dataflow(reader, doing: str) -> None:
+    """Refuse a run whose dataflow never started (the job was killed while Spark started,
+    called sys.exit, or raised before `run()`), saying so before anything else: such a run
+    holds no operators, so any later check (the code's signature, say) would mislead."""
+    from ..core.errors import RunFileError
+
+    try:
+        reader.plan
+        if reader.operators:
+            return
+    except RunFileError:
+        pass
+    status = reader.status
+    if status == "recording":
+        raise RunFileError(f"{reader.path} is still being recorded and its dataflow has not started yet; "
+                           f"wait for it (or follow it with `tt debug {reader.path}`)")
+    error = " ".join(str(reader.run.get("error") or "").split("\n")[0].split())
+    why = f"the run is {status}" + (f": {error[:200]}" if error else "")
+    raise RunFileError(f"{reader.path}: the dataflow never started ({why}); there is nothing to {doing}")
+
+
+def require_intact(reader) -> None:
+    """Refuse a damaged run file in one line: cut short (its header counts more pages than
+    it holds) or with broken pages (SQLite's quick_check). Reading a damaged file may
+    otherwise succeed for the pages a command happens to touch, and print half the truth."""
+    import sqlite3
+
+    from ..core.errors import RunFileError
+
+    path = reader.path
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+        size = path.stat().st_size
+        wal = Path(str(path) + "-wal")
+        wal_bytes = wal.stat().st_size if wal.exists() else 0
+    except OSError as e:
+        raise RunFileError(f"{path} cannot be read: {e.strerror or e}") from None
+    page = int.from_bytes(header[16:18], "big") if len(header) >= 18 else 0
+    page = 65536 if page == 1 else page
+    pages = int.from_bytes(header[28:32], "big") if len(header) >= 32 else 0
+    counted = len(header) >= 96 and header[24:28] == header[92:96]  # the page count is valid
+    if counted and page and pages and not wal_bytes and size < page * pages:
+        raise RunFileError(f"{path} is damaged: it is cut short ({size} bytes; its header says "
+                           f"{page * pages}); copy it again from where it was recorded")
+    try:
+        found = [r[0] for r in reader.conn.execute("PRAGMA quick_check(3)")]
+    except sqlite3.DatabaseError as e:
+        found = [str(e)]
+    if found != ["ok"]:
+        detail = " ".join(" ".join(found).replace("*** in database main ***", "").split())
+        raise RunFileError(f"{path} is damaged: {detail[:200]} (SQLite's integrity check)")
 
 
 def only_one(**flags: bool) -> None:

@@ -74,13 +74,54 @@ def record(
                          debug=debugging(), spark_log=log)
     status.stop()
     if outcome.status != "complete":
-        kept = f"{out} keeps what was recorded (status {outcome.status})" if out.exists() else "nothing recorded"
+        kept = f"{out} keeps what was recorded (status {_status(out, outcome.status)})" if out.exists() \
+            else "nothing recorded"
         where = f"; Spark's output is in {log}" if log is not None and log.exists() else ""
         print(f"tt: error: {outcome.error}; {kept}{where}", file=sys.stderr)
         return outcome.exit_code or 1
+    warning = incomplete_warning(out)
+    if warning:
+        print(f"tt: warning: {warning}", file=sys.stderr)
     if not quiet:
         _summary(out)
     return 0
+
+
+def incomplete_warning(out: Path) -> str | None:
+    """After a complete run: say so if some interactions never became complete (an
+    instance in G(θ) has no known state there), since they cannot be jumped to."""
+    from ..store.reader import RunReader
+
+    reader = RunReader(out)
+    try:
+        if reader.status != "complete":
+            return None
+        missing = [i.k for i in reader.interactions_all if reader.snapshot(i.k) is None]
+        total = len(reader.interactions_all)
+    finally:
+        reader.close()
+    if not missing:
+        return None
+    shown = ", ".join(map(str, missing[:10])) + (", …" if len(missing) > 10 else "")
+    return (f"{len(missing)} of {total} interactions stayed incomplete (k = {shown}): some instance in G(θ) "
+            f"has no state there, so they cannot be jumped to or verified; this is a bug in tt, please report it")
+
+
+def _status(out: Path, said: str) -> str:
+    """The status a reader of the run file will see (a run whose status could not be written says
+    `incomplete`)."""
+    from ..store.reader import RunReader
+
+    try:
+        reader = RunReader(out)
+    except Exception:
+        return said
+    try:
+        return reader.status
+    except Exception:
+        return said
+    finally:
+        reader.close()
 
 
 class _Status:

@@ -10,7 +10,7 @@ import typer
 
 from ..core.errors import UsageError
 from .main import app
-from .output import JSON, NL
+from .output import JSON, NL, require_dataflow
 
 ACTIONS = {  # option -> (session method, takes an argument)
     "--jump": ("jump", True),
@@ -27,8 +27,10 @@ ACTIONS = {  # option -> (session method, takes an argument)
 def replay(
     ctx: typer.Context,
     run: Path = typer.Argument(..., help="A run file written by `tt record`."),
-    to: Optional[int] = typer.Option(None, "--to", help="Jump to this interaction first [default: 0]."),
-    states: str = typer.Option("changed", "--states", help="States to print per step: changed | all | none."),
+    to: Optional[int] = typer.Option(None, "--to", help="Jump to this interaction first [default: 0; for a "
+                                     "failed run, just before the tuple it failed on]."),
+    states: str = typer.Option("changed", "--states", help="States to print per step: changed (the fields "
+                               "each step changed, old → new) | all | none."),
     trust: bool = typer.Option(False, "--trust", help="Allow replaying code from a run you did not record."),
     json: bool = JSON, nl: bool = NL,
 ):
@@ -46,14 +48,29 @@ def replay(
     Each step prints what it consumed, which states changed, and the tuples waiting
     next at every instance. Example:
       tt replay fraud.db --to 5 --step-into FE:1:48716 --step-out --json
+
+    A failed run (an operator raised while recording) starts just before the tuple
+    it failed on, which waits at its instance (`tt inspect RUN failures` names it):
+      tt replay failed.db --step-into FE:1:999
+    re-raises the operator's exception in the replay and reports it as the step's
+    result ("FE:1:999 raised ZeroDivisionError: division by zero (as in the
+    recording)", with the traceback under "raised" in --json); the state stays as it
+    was just before that tuple. Steps that reach the tuple stop just before it.
+
+    Exit status: 0 when every step was taken; 1 when a step was not possible or
+    re-raised the operator's exception; 2 for bad arguments.
     """
     from ..replay.session import DebugSession
+    from ..store.reader import RunReader
 
     steps = _parse_steps(list(ctx.args))
     if states not in ("changed", "all", "none"):
         raise UsageError("--states takes changed, all or none")
-    session = DebugSession(run, trust=trust)
-    results = [_report(session, session.jump(to or 0), states)]
+    reader = RunReader(run)
+    require_dataflow(reader, "replay")
+    session = DebugSession(reader, trust=trust)
+    failed = session.failure is not None and session.failure.steppable and to is None
+    results = [_report(session, session.goto_failure() if failed else session.jump(to or 0), states)]
     for method, arg in steps:
         fn = getattr(session, method)
         if method == "jump":
@@ -117,6 +134,8 @@ def _report(session, result, states: str) -> dict:
         out["states"] = session.states()
     elif states == "changed":
         out["states"] = {k: session.state(k) for k in out["changed"]}
+    else:  # none: no state at all, not even the fields a step changed
+        out.pop("changed", None)
     return out
 
 
@@ -130,7 +149,7 @@ def _text(r: dict) -> str:
     if r["consumed"]:
         more = f" … {len(r['consumed']) - 8} more" if len(r["consumed"]) > 8 else ""
         lines.append(f"  consumed: {', '.join(r['consumed'][:8])}{more}")
-    for inst, fields in r["changed"].items():
+    for inst, fields in r.get("changed", {}).items():
         for f, (old, new) in list(fields.items())[:10]:
             lines.append(f"  {inst}.{f}: {_short(old)} → {_short(new)}")
     nxt = [f"{k} ← {v['tuple']}" + (" (as logged)" if v["free"] else "") for k, v in r["pending"].items()]

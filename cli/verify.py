@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from .main import app
-from .output import JSON, emit
+from .output import JSON, emit, require_dataflow, require_intact
 
 
 @app.command()
@@ -20,32 +20,45 @@ def verify(
     """Replay every complete interaction locally and compare states with the recorded ones.
 
     Exits 0 when every replayed state equals the recorded one; otherwise names the
-    first operator, instance and state field that differ and exits 1. Needs no Spark.
+    first operator, instance, state field and input tuple that differ and exits 1.
+    Also exits 1 when an interaction is incomplete for any other reason than the run
+    having been cut off (only those after the last complete one may be). Needs no Spark.
     """
     from ..replay.engine import verify as run_verify
     from ..store.reader import RunReader
 
     reader = RunReader(run)
     try:
+        require_intact(reader)
+        require_dataflow(reader, "verify")
         progress = _progress(len(reader.interactions())) if sys.stderr.isatty() and not json else None
         try:
             results = run_verify(reader, trust=trust, progress=progress.update if progress else None)
         finally:
             if progress:
                 progress.close()
-        failed = [r for r in results if not r["ok"]]
+        failed = sorted((r for r in results if not r["ok"]), key=lambda r: (bool(r.get("checkpoint")), r["k"]))
         checked = sum(1 for r in results if r["ok"] and not r.get("checkpoint"))
         via_checkpoints = sum(1 for r in results if r["ok"] and r.get("checkpoint"))
+        recorded = len(reader.interactions_all)
         status = reader.status
-        data = {"file": str(run), "status": status, "checked": checked, "ok": not failed,
+        data = {"file": str(run), "status": status, "checked": checked, "recorded": recorded, "ok": not failed,
                 "divergence": failed[0] if failed else None, "results": results}
+        done = f"verified {checked} of {recorded} interactions"
         if failed:
-            text = f"{run}: replay diverges at interaction {failed[0]['k']}: {failed[0]['error']}"
+            bad = failed[0]
+            if bad.get("incomplete"):
+                text = f"{run}: {done}, but {bad['error']}"
+            else:
+                text = f"{run}: {done}, then replay diverges at interaction {bad['k']}: {bad['error']}"
         else:
-            note = "" if status == "complete" else f" (the run is {status}; its complete interactions were checked)"
+            cut = recorded - checked
+            note = "" if status == "complete" and not cut else (
+                f" (the run is {status}; " + (f"the {cut} interaction{'s' if cut != 1 else ''} after the last "
+                                              f"complete one {'were' if cut != 1 else 'was'} cut off)" if cut
+                                              else "every interaction was complete)"))
             via = f"; again from the checkpoints for {via_checkpoints}" if via_checkpoints else ""
-            text = (f"{run}: verified {checked} interactions{via} — every replayed state equals the recorded one"
-                    f"{note}")
+            text = f"{run}: {done}{via} — every replayed state equals the recorded one{note}"
         emit(data, json=json, text=text)
         return 1 if failed else 0
     finally:

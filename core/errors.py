@@ -52,3 +52,9 @@ class OperatorError(TTError):
         self.position = position
         self.error = error
         self.tb = tb
+
+
+class RunFileWriteError(RunFileError, RuntimeError):
+    """Recording could not write the run file (a full disk, an I/O error); the message names
+    the file and the cause. What was committed before stays readable. (A RuntimeError too,
+    as the writer's failures were before it had a type of its own.)"""

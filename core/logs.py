@@ -22,6 +22,10 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
+from .values import exact_json
+
 END = (-1, -1)  # the channel of the end-of-input step, which calls `finish()`
 
 
@@ -137,10 +141,15 @@ class LoggedResult:
 
 
 def pack_results(results: list[LoggedResult]) -> bytes:
-    return pickle.dumps([(r.position, r.call, r.name, r.value) for r in results], protocol=5)
+    """JSON when every value survives it exactly (nothing to unpickle on replay), else a pickle."""
+    rows = [[r.position, r.call, r.name, r.value] for r in results]
+    return exact_json(rows) or pickle.dumps([tuple(r) for r in rows], protocol=5)
 
 
 def unpack_results(data: bytes) -> list[LoggedResult]:
+    """Callers pass pickled data only once its seal checked out (`RunReader.open_blob`)."""
+    if data[:1] == b"[":
+        return [LoggedResult(*t) for t in orjson.loads(data)]
     return [LoggedResult(*t) for t in pickle.loads(data)]
 
 

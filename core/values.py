@@ -162,6 +162,36 @@ def loads(data: bytes) -> Any:
     return orjson.loads(data)
 
 
+def exact_json(value: Any) -> bytes | None:
+    """`value` as plain JSON when JSON gives back exactly the same value (same types,
+    down to every item: str, bool, None, 64-bit ints, finite floats, lists, dicts
+    with str keys), else None. Stored values that replay reads back this way can be
+    read without unpickling anything."""
+    if not _json_exact(value, 0):
+        return None
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+
+
+def _json_exact(v: Any, depth: int) -> bool:
+    t = type(v)
+    if t is str or t is bool or v is None:
+        return True
+    if t is int:
+        return -_INT64 <= v < _INT64
+    if t is float:
+        return math.isfinite(v)
+    if depth > 200:  # orjson's own limit is 255 levels
+        return False
+    if t is list:
+        return all(_json_exact(x, depth + 1) for x in v)
+    if t is dict:
+        return all(type(k) is str and _json_exact(x, depth + 1) for k, x in v.items())
+    return False
+
+
 def public_attrs(attrs: dict) -> dict:
     return {k: v for k, v in attrs.items() if not k.startswith(_HIDDEN_PREFIX)}
 

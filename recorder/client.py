@@ -22,9 +22,14 @@ class ControlClient:
     def __init__(self, address: tuple[str, int], secret: str, hello: dict, timeout: float = 60.0):
         self.sock = socket.create_connection(address, timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        challenge, _ = wire.recv(self.sock)
-        wire.send(self.sock, {**hello, "t": "hello", "proof": wire.proof(secret, challenge["nonce"])})
-        self.welcome, _ = wire.recv(self.sock)
+        try:
+            wire.answer(self.sock, secret)  # the fixed-size handshake comes before any frame
+            wire.send(self.sock, {**hello, "t": "hello"})
+            self.welcome, _ = wire.recv(self.sock)
+        except wire.ChannelClosed as e:
+            self.close()
+            raise ConnectionError(f"the coordinator at {address[0]}:{address[1]} closed the channel "
+                                  f"before welcoming the task (wrong secret?): {e}") from None
         if self.welcome.get("t") != "welcome":
             raise ConnectionError(f"coordinator refused the task: {self.welcome.get('error', self.welcome)}")
         self.sock.settimeout(None)

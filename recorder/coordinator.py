@@ -12,12 +12,18 @@ the coordinator
   takes them at the same positions (*sticky* barriers);
 * receives log frames and turns each into one atomic writer batch;
 * commits exactly one attempt per task: the first to end. Everything another
-  attempt wrote stays invisible (see `visible_attempts` in the schema).
+  attempt wrote stays invisible (see `visible_attempts` in the schema);
+* records operator failures. A failing task flushes its logs up to and including
+  the failing input, then the failure (waiting for `failure_stored`), so a task
+  that never commits has a *post-mortem* log: readers show the attempt that got
+  furthest, the last one on a tie, which for an exception that recurs on every
+  retry is the last failed attempt, stopped just before its failing tuple.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import socket
 import socketserver
@@ -29,8 +35,11 @@ from typing import Callable
 import orjson
 
 from ..core.graph import Graph
+from ..store.trust import sealer_for
 from ..store.writer import Writer
 from . import wire
+
+log = logging.getLogger("tt.coordinator")
 
 
 @dataclass
@@ -59,7 +68,7 @@ class Conn:
 
 class Coordinator:
     def __init__(self, writer: Writer, graph: Graph, run_id: str, *, host: str = "127.0.0.1",
-                 bind: str = "0.0.0.0", on_event: Callable[[str, dict], None] | None = None,
+                 bind: str = "127.0.0.1", on_event: Callable[[str, dict], None] | None = None,
                  online_tau: float | None = None, plan_id: int | None = None):
         self.writer = writer
         self.graph = graph
@@ -100,6 +109,7 @@ class Coordinator:
         class Server(socketserver.ThreadingTCPServer):
             daemon_threads = True
             allow_reuse_address = True
+            address_family = socket.getaddrinfo(bind, 0, 0, socket.SOCK_STREAM)[0][0]  # IPv4 or IPv6
 
         self.server = Server((bind, 0), Handler)
         self.address = (host, self.server.server_address[1])
@@ -175,19 +185,37 @@ class Coordinator:
 
     # --- channels ---------------------------------------------------------------
 
+    @staticmethod
+    def bind_address(master: str, conf) -> str:
+        """Where to listen: loopback for a local master, else the address Spark's driver binds."""
+        if master.startswith("local"):
+            return "127.0.0.1"
+        return conf.get("spark.driver.bindAddress", None) or conf.get("spark.driver.host", None) or "127.0.0.1"
+
     def _serve(self, sock: socket.socket) -> None:
+        """One task's channel. Nothing is allocated for a peer before it proves the secret,
+        and whatever it sends, a bad frame closes its connection with one log line."""
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        nonce = secrets.token_hex(16)
+        peer = _peer(sock)
         conn = None
+        authenticated = False
         try:
-            wire.send(sock, {"t": "challenge", "nonce": nonce})
-            hello, _ = wire.recv(sock)
-            if hello.get("t") != "hello" or not wire.check(self.secret, nonce, hello.get("proof", "")):
-                wire.send(sock, {"t": "refused", "error": "authentication failed"})
+            sock.settimeout(wire.HANDSHAKE_SECONDS)
+            nonce = wire.challenge(sock)
+            if not wire.authenticate(sock, self.secret, nonce):
+                log.warning("tt: coordinator: refused a connection from %s: it did not prove the run's secret", peer)
                 return
+            authenticated = True
+            hello, _ = wire.recv(sock)
+            if hello.get("t") != "hello":
+                raise wire.FrameError(f"expected a hello frame, got {str(hello.get('t'))[:40]!r}")
             if hello.get("run") != self.run_id:
                 wire.send(sock, {"t": "refused", "error": "this task belongs to another run"})
                 return
+            stage, part = hello.get("stage"), hello.get("partition")
+            if not (type(stage) is int and 0 <= stage < len(self.graph.stages) and type(part) is int and part >= 0):
+                raise wire.FrameError(f"a hello names no stage and partition of this run ({stage!r}, {part!r})")
+            sock.settimeout(None)
             conn = self._register(sock, hello)
             while True:
                 header, blobs = wire.recv(sock)
@@ -199,8 +227,18 @@ class Coordinator:
                 elif kind == "end":
                     self._end(conn, header, blobs)
                     return
+        except wire.FrameError as e:
+            log.warning("tt: coordinator: dropped the connection from %s: %s", peer, e)
+        except socket.timeout:
+            if not authenticated:
+                log.warning("tt: coordinator: refused a connection from %s: no proof of the run's secret "
+                            "within %g s", peer, wire.HANDSHAKE_SECONDS)
         except (wire.ChannelClosed, OSError):
             pass
+        except Exception as e:  # a frame with the wrong shape inside: never a traceback, never the server
+            log.warning("tt: coordinator: dropped the connection from %s: a malformed frame (%s: %s)",
+                        peer, type(e).__name__, str(e)[:200])
+            log.debug("the frame's error", exc_info=True)
         finally:
             if conn is not None:
                 self._disconnected(conn)
@@ -293,32 +331,38 @@ class Coordinator:
     # --- storing ----------------------------------------------------------------
 
     def _store(self, conn: Conn, header: dict, blobs: list[bytes]) -> None:
-        if conn.mode != "record":
-            return
-        self.writer.submit(self._statements(conn, header, blobs), sum(map(len, blobs)))
+        if conn.mode == "record":
+            self.writer.submit(self._statements(conn, header, blobs), sum(map(len, blobs)))
+        if header.get("failure") is not None:
+            conn.send({"t": "failure_stored"})  # the failing task waits for this before it dies
 
     def _statements(self, conn: Conn, header: dict, blobs: list[bytes]) -> list:
         a = conn.attempt
         theta = self.graph.theta
+        seal = sealer_for(self.run_id)  # blobs that replay unpickles are sealed (store/trust.py)
         chunks, entries, tuples = [], [], 0
         for rec in header.get("records", ()):
             if "entry_for" in rec:
                 for nid, port, src, start, n, codec, bi in rec["entry_for"]:
-                    entries.append((a, nid, conn.partition, port, src, start, n, codec, blobs[bi]))
+                    entries.append((a, nid, conn.partition, port, src, start, n, codec, seal.entry(codec, blobs[bi])))
                 continue
             op, i, start, end = rec["op"], rec["i"], rec["start"], rec["end"]
             tuples += end - start
             if op == theta:
+                # a failing θ logs its failing input too, but that one's condition never fired
+                failed = header.get("failure") or {}
+                fired = end - 1 if (failed.get("op"), failed.get("i")) == (op, i) and failed.get("logged") else end
                 with self.lock:
                     book = self.tasks[(conn.stage, conn.partition)]
-                    book.theta_flushed = max(book.theta_flushed, end)
+                    book.theta_flushed = max(book.theta_flushed, fired)
             for kind in ("out", "in", "res"):
                 if kind in rec:
-                    chunks.append((a, op, i, kind, -1, start, end - start, blobs[rec[kind]]))
+                    chunks.append((a, op, i, kind, -1, start, end - start,
+                                   seal("res", blobs[rec[kind]]) if kind == "res" else blobs[rec[kind]]))
             for edge, (bi, n) in rec.get("dest", {}).items():  # n counts outputs, not inputs
                 chunks.append((a, op, i, "dest", int(edge), start, n, blobs[bi]))
             for port, src, est, n, codec, bi in rec.get("entry", ()):
-                entries.append((a, op, i, port, src, est, n, codec, blobs[bi]))
+                entries.append((a, op, i, port, src, est, n, codec, seal.entry(codec, blobs[bi])))
         states = []
         for h, ref in header.get("states", {}).items():
             bi, raw = ref if isinstance(ref, list) else (ref, len(blobs[ref]))
@@ -336,7 +380,8 @@ class Coordinator:
                 if b["state"] in sizes:
                     self.state_bytes[(b["op"], b["i"])] = sizes[b["state"]]
         checkpoints = [(self.plan_id, c["op"], c["i"], c["seq"], c["k"], a, c["pos"], c["kind"],
-                        len(blobs[c["blob"]]), blobs[c["blob"]]) for c in header.get("checkpoints", ())]
+                        len(blobs[c["blob"]]), seal("checkpoint", blobs[c["blob"]]))
+                       for c in header.get("checkpoints", ())]
         barriers = []
         for b in header.get("barriers", ()):
             for k in b["k"]:
@@ -384,6 +429,14 @@ class Coordinator:
         self.close()
         self.server.shutdown()
         self.server.server_close()
+
+
+def _peer(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "an unknown peer"
 
 
 def state_hash(data: bytes) -> bytes:

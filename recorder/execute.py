@@ -74,10 +74,11 @@ def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording) -> dict[str
         consumers[graph.nodes[nid].stage] += 1
 
     token = secrets.token_hex(8)
+    numbering = task_numbering(graph, consumers)
     out: dict[int, DataFrame] = {}
     persisted = []
     for stage in graph.stages:
-        fn = StageFunction(graph.for_stage(stage.id), stage.id, recording, token)
+        fn = StageFunction(graph.for_stage(stage.id), stage.id, recording, token, *numbering.get(stage.id, (0, None)))
         if stage.source is not None:
             data = flow.sources[stage.source]
             if isinstance(data, DataFrame):
@@ -86,7 +87,7 @@ def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording) -> dict[str
                 df = spark.createDataFrame(data.mapPartitionsWithIndex(fn.rows), ENVELOPE_DDL)
         else:
             parts = [out[graph.nodes[graph.edges[e].src].stage].filter(F.col("route") == e)
-                     for e in stage.inputs]
+                     for e in union_order(graph, stage, consumers)]
             inp = parts[0]
             for p in parts[1:]:
                 inp = inp.unionByName(p)
@@ -109,6 +110,45 @@ def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording) -> dict[str
     for df in persisted:  # the sinks hold what they need now
         df.unpersist()
     return results
+
+
+def union_order(graph: Graph, stage: Any, consumers: dict[int, int]) -> list[int]:
+    """The edges into a shuffled stage, in the order their rows are unioned.
+
+    Sources computed inside the union come last: their partition count is the one
+    Spark planned for the source DataFrame, which adaptive execution may change,
+    while a shuffled stage's count is fixed. The order changes nothing else: the
+    stage reads its input sorted by (epoch, route, src, seq).
+    """
+    def inline_source(e: int) -> bool:
+        s = graph.nodes[graph.edges[e].src].stage
+        return graph.stages[s].source is not None and consumers[s] == 1
+    return sorted(stage.inputs, key=inline_source)
+
+
+def task_numbering(graph: Graph, consumers: dict[int, int]) -> dict[int, tuple[int, int | None]]:
+    """stage -> (offset, limit): its instance i runs in the Spark task on partition offset + i.
+
+    Spark computes a union's parts in the task set that writes the shuffle after it,
+    their partitions one after the other. A stage whose only consumer is such a union
+    runs there (a stage with several consumers is persisted and computed in a job of
+    its own), so its instances are numbered from the partitions of the parts before
+    it. `limit` is its planned partition count, checked by the task when a count
+    other than planned would shift the next part's numbering or when it is fixed.
+    """
+    numbering: dict[int, tuple[int, int | None]] = {}
+    for stage in graph.stages:
+        if stage.source is not None:
+            continue
+        parts = union_order(graph, stage, consumers)
+        offset = 0
+        for n, e in enumerate(parts):
+            s = graph.stages[graph.nodes[graph.edges[e].src].stage]
+            if consumers[s.id] == 1:
+                last_source = n == len(parts) - 1 and s.source is not None
+                numbering[s.id] = (offset, None if last_source else s.instances)
+            offset += s.instances
+    return numbering
 
 
 def _sink(spark: Any, rows: Any, spec: SinkSpec, token: str) -> Any:

@@ -9,16 +9,19 @@ says which.
 
 from __future__ import annotations
 
+import logging
 import os
 import runpy
 import signal
+import sqlite3
 import sys
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..core.errors import JobError, TTError, UsageError
+from ..core.errors import JobError, RunFileWriteError, TTError, UsageError
+from ..store.writer import describe_failure
 from .session import RecordingSession, ensure_python_for_workers
 from .triggers import check_condition
 
@@ -44,6 +47,7 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
         raise UsageError(f"job file {job} not found")
     if not job.is_file():
         raise UsageError(f"{job} is not a file")
+    _check_out(out)
     if out.exists() and not force:
         raise UsageError(f"{out} exists; pass --force to overwrite it or choose another file with -o")
     if out.resolve() == job.resolve():
@@ -62,8 +66,12 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
     if master:
         os.environ["TT_SPARK_MASTER"] = master
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--master {master} pyspark-shell"
-    session = RecordingSession(out, job, args, watch=watch, every=every, when=when,
-                               checkpoint_tau=checkpoint_tau, on_event=on_event)
+    try:
+        session = RecordingSession(out, job, args, watch=watch, every=every, when=when,
+                                   checkpoint_tau=checkpoint_tau, on_event=on_event)
+    except (sqlite3.Error, OSError) as e:
+        cause = describe_failure(e, str(out)) if _disk_full(e) else f"cannot create the run file {out} ({e})"
+        raise RunFileWriteError(str(cause)) from None
     if on_session is not None:
         on_session(session)
     outcome = RecordOutcome("complete")
@@ -72,6 +80,7 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
     sys.argv = [str(job), *args]
     sys.path.insert(0, str(job.resolve().parent))
     old_usr1 = _install_user_signal(session)
+    quiet_py4j = None if debug else _QuietPy4J()
     try:
         with session:
             runpy.run_path(str(job), run_name="__main__")
@@ -82,7 +91,7 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
         if code != 0:
             outcome = RecordOutcome("failed", f"the job exited with status {code}", code)
     except KeyboardInterrupt:
-        outcome = RecordOutcome("interrupted", "interrupted; the run file keeps everything recorded so far", 130)
+        outcome = RecordOutcome("interrupted", "interrupted", 130)
     except UsageError as e:
         outcome = RecordOutcome("failed", str(e), 2)
     except TTError as e:
@@ -97,12 +106,38 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
         sys.argv, sys.path[:] = old_argv, old_path
         if old_usr1 is not None:
             signal.signal(signal.SIGUSR1, old_usr1)
+        if quiet_py4j is not None:
+            quiet_py4j.remove()
         if not session.finished:
             session.end(ok=outcome.status == "complete" and session.graph is not None,
                         status=None if outcome.status == "complete" else outcome.status,
                         error=outcome.error)
-        session.close()
+        try:
+            session.close()
+        except RunFileWriteError:
+            pass  # reported below, in place of what the cancelled job raised
+    if session.writer.failed:
+        return RecordOutcome("failed", str(session.write_failure), 1)
+    if session.interrupted:  # Ctrl-C cancelled Spark's jobs: what the job then raised is not the story
+        return RecordOutcome("interrupted", "interrupted", 130)
     return outcome
+
+
+def _disk_full(e: BaseException) -> bool:
+    return "disk full" in str(describe_failure(e, ""))
+
+
+def _check_out(out: Path) -> None:
+    """Say what is wrong with `-o` before Spark starts: a directory, a missing directory."""
+    if out.is_dir():
+        raise UsageError(f"{out} is a directory; -o takes the run file to write, e.g. -o {out / 'run.db'}")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.exists():
+        raise UsageError(f"cannot write {out}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise UsageError(f"cannot write {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {out}: directory {parent} is not writable")
 
 
 class _StderrToFile:
@@ -131,6 +166,26 @@ class _StderrToFile:
         sys.stderr = self.old_stderr
         self.terminal.close()
         self.log.close()
+
+
+class _QuietPy4J(logging.Filter):
+    """py4j logs a traceback (on the root logger) for every call a Ctrl-C or a stopped
+    JVM breaks; tt reports the interruption itself, in one line."""
+
+    def __init__(self):
+        super().__init__()
+        self.root = logging.getLogger()
+        self.root.addFilter(self)
+        self.py4j = logging.getLogger("py4j")
+        self.level = self.py4j.level
+        self.py4j.setLevel(logging.CRITICAL)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "py4j" not in record.pathname.replace("\\", "/").split("/")
+
+    def remove(self) -> None:
+        self.root.removeFilter(self)
+        self.py4j.setLevel(self.level)
 
 
 def _install_user_signal(session: RecordingSession):

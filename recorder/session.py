@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import signal
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +24,7 @@ import cloudpickle
 import orjson
 
 from ..core import values
-from ..core.errors import UsageError
+from ..core.errors import RunFileWriteError, UsageError
 from ..core.graph import Graph
 from ..store import blobs, schema
 from ..store.trust import sign_run
@@ -47,10 +49,18 @@ class RecordingSession:
         self.every = every
         self.when = when
         self.checkpoint_tau = checkpoint_tau  # online checkpointing under this bound, if set
-        self.on_event = on_event or (lambda kind, info: None)
+        self._user_event = on_event or (lambda kind, info: None)
+        self.on_event = self._event
         self.run_id = secrets.token_hex(8)
         self.db = schema.create(self.out)
         self.writer = Writer(self.db.conn)
+        self.status_saved = True   # False when the run's final status could not be written
+        self._spark_context = None
+        self._cancelling = threading.Lock()
+        self._salvaged = False
+        self.interrupted = False   # Ctrl-C while the dataflow ran
+        self._old_sigint = None
+        self.writer.on_error(self._write_failed)
         self.coordinator: Coordinator | None = None
         self.graph: Graph | None = None
         self.finished = False
@@ -83,6 +93,10 @@ class RecordingSession:
             return None
         theta = graph.choose_theta(self.watch)
         self.graph = graph
+        self._spark_context = spark.sparkContext
+        if self.writer.failed:
+            raise self.write_failure
+        self._install_sigint()
         conf = spark.sparkContext.getConf()
         master = conf.get("spark.master", "")
         host = "127.0.0.1" if master.startswith("local") else conf.get("spark.driver.host", "127.0.0.1")
@@ -91,7 +105,8 @@ class RecordingSession:
             plan_id = self.writer.call(lambda conn: conn.execute(
                 "INSERT INTO checkpoint_plans (policy, tau, created, active, info) VALUES ('online',?,?,1,'{}')",
                 (self.checkpoint_tau, time.time())).lastrowid)
-        self.coordinator = Coordinator(self.writer, graph, self.run_id, host=host, on_event=self.on_event,
+        self.coordinator = Coordinator(self.writer, graph, self.run_id, host=host,
+                                       bind=Coordinator.bind_address(master, conf), on_event=self.on_event,
                                        online_tau=self.checkpoint_tau, plan_id=plan_id)
         self._write_plan(graph, master, spark.version, job_dir)
         if self.every:
@@ -131,9 +146,15 @@ class RecordingSession:
         if self.finished:
             return
         self.finished = True
+        if self.interrupted:
+            ok, status, error = False, "interrupted", "interrupted by the user"
         c = self.coordinator
         if c is not None:
             c.close()
+        if self.writer.failed:
+            self._salvage()
+            return
+        if c is not None:
             if ok:
                 with c.lock:
                     c.k += 1
@@ -147,7 +168,11 @@ class RecordingSession:
         status = status or ("complete" if ok else "failed")
         self.writer.submit([("UPDATE run SET status=?, finished=?, error=?, input_bytes=? WHERE id=1",
                              [(status, time.time(), error, input_bytes)])])
-        self.writer.flush()
+        try:
+            self.writer.flush()
+        except RunFileWriteError:
+            self._salvage()
+            return
         if c is not None and c.plan_id is not None:
             self._finish_online_plan(c)
 
@@ -197,11 +222,103 @@ class RecordingSession:
                 ("UPDATE run SET plan=? WHERE id=1", [(orjson.dumps(g.describe()).decode(),)])])
 
     def close(self) -> None:
+        """Stop the coordinator and the writer; raise `RunFileWriteError` if writing failed."""
+        self._restore_sigint()
         if self.coordinator is not None:
             self.coordinator.shutdown()
-        self.writer.close()
+        try:
+            self.writer.close()
+        except RunFileWriteError:
+            self._salvage()
         schema.settle(self.db.conn)
         self.db.conn.close()
+        if self.writer.failed:
+            raise self.write_failure
+
+    # --- when the run file cannot be written --------------------------------
+
+    @property
+    def write_failure(self) -> RunFileWriteError | None:
+        """Why writing the run file failed (one line naming the file and the cause), if it did."""
+        f = self.writer.failure
+        return None if f is None else RunFileWriteError(str(f))
+
+    def _write_failed(self, failure: RunFileWriteError) -> None:
+        """On the writer thread, the moment a commit fails: stop the job instead of running it on.
+        (Nothing here may wait: coordinator threads blocked on the writer's queue hold its lock.)"""
+        self._cancel_spark_jobs(close_coordinator=True)
+
+    def _cancel_spark_jobs(self, close_coordinator: bool = False) -> None:
+        if not self._cancelling.acquire(blocking=False):
+            return
+
+        def cancel():
+            try:
+                if close_coordinator and self.coordinator is not None:
+                    self.coordinator.close()  # no more interactions; what tasks still send is dropped
+                if self._spark_context is not None:
+                    self._spark_context.cancelAllJobs()
+            except Exception:  # Spark already stopped: nothing left to cancel
+                pass
+            finally:
+                self._cancelling.release()
+        threading.Thread(target=cancel, name="tt-cancel", daemon=True).start()
+
+    # --- Ctrl-C ----------------------------------------------------------------
+
+    def _install_sigint(self) -> None:
+        """Replace PySpark's SIGINT handler while the dataflow runs.
+
+        PySpark's handler calls into the JVM from inside the signal handler, on the
+        connection the interrupted main thread is reading, and py4j then logs a
+        traceback for each call it breaks. Here a Ctrl-C that lands inside a call to
+        Spark cancels Spark's jobs from another thread instead, and the cancelled
+        action returns to the job as an error; `end` records the run as interrupted.
+        Elsewhere (the job's own Python code), or pressed twice, it raises
+        KeyboardInterrupt as usual.
+        """
+        if self._old_sigint is not None or threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            self._old_sigint = signal.signal(signal.SIGINT, self._on_sigint)
+        except ValueError:  # not the main thread of the main interpreter
+            self._old_sigint = None
+
+    def _restore_sigint(self) -> None:
+        if self._old_sigint is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._old_sigint)
+            self._old_sigint = None
+
+    def _on_sigint(self, signum, frame) -> None:
+        again = self.interrupted
+        self.interrupted = True
+        if again or self._spark_context is None or not _inside_py4j(frame):
+            raise KeyboardInterrupt
+        self._cancel_spark_jobs(close_coordinator=True)
+
+    def _event(self, kind: str, info: dict) -> None:
+        if (self.writer.failed or self.interrupted) and kind == "task":
+            self._cancel_spark_jobs()  # a job the job started after the failure: stop it too
+        self._user_event(kind, info)
+
+    def _salvage(self) -> None:
+        """Mark the run failed, if the disk still takes one small update; else readers say incomplete."""
+        if self._salvaged or not self.writer.failed:
+            return
+        self._salvaged = True
+        self.status_saved = self.writer.salvage([(
+            "UPDATE run SET status='failed', finished=?, error=? WHERE id=1",
+            [(time.time(), str(self.writer.failure))])])
+
+
+def _inside_py4j(frame) -> bool:
+    """Whether the main thread was interrupted inside a call to the JVM."""
+    while frame is not None:
+        name = frame.f_code.co_filename.replace("\\", "/")
+        if "/py4j/" in name:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _job_files(job: Path, job_dir: Path | None) -> dict[str, str]:

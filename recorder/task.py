@@ -61,21 +61,38 @@ def envelope_schema():
 class StageFunction:
     """Picklable entry point: `df.mapInArrow(StageFunction(...), ENVELOPE_DDL)`."""
 
-    def __init__(self, graph: Graph, stage_id: int, recording: Recording | None, run_token: str):
+    def __init__(self, graph: Graph, stage_id: int, recording: Recording | None, run_token: str,
+                 offset: int = 0, limit: int | None = None):
         self.graph = graph
         self.stage_id = stage_id
         self.recording = recording
         # Spark matches cached plans by their pickled functions: without a token, a
         # second run of the same dataflow would silently reuse the first one's output.
         self.run_token = run_token
+        # Where this stage's partitions sit among the task set's (see execute.task_numbering):
+        # the instance is TaskContext.partitionId() - offset, below limit when one is set.
+        self.offset = offset
+        self.limit = limit
 
     def __call__(self, batches: Iterator) -> Iterator:
         from pyspark import TaskContext
 
         tc = TaskContext.get()
         attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
-        task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
+        task = StageTask(self.graph, self.stage_id, self.instance(tc.partitionId()), self.recording, attempt)
         yield from task.run_arrow(batches)
+
+    def instance(self, partition_id: int) -> int:
+        """This stage's instance run by the Spark task on partition `partition_id`."""
+        i = partition_id - self.offset
+        if i < 0 or (self.limit is not None and i >= self.limit):
+            # Spark ran a part of the union with other partitions than planned: numbering
+            # the instances anyway would mix two stages' instances up
+            planned = (f"{self.offset}..{self.offset + self.limit - 1}" if self.limit is not None
+                       else f"{self.offset} and up")
+            raise RuntimeError(f"tt: stage {self.stage_id} ran in task partition {partition_id}, outside "
+                               f"its planned partitions {planned}")
+        return i
 
     def rows(self, index: int, rows: Iterator) -> Iterator[tuple]:
         """For RDD sources: the same stage, fed Python rows, yielding envelope tuples."""
@@ -590,13 +607,46 @@ class StageTask:
         self.client.end(header, out_blobs)
 
     def _fail(self, f: OperatorFailure) -> None:
+        """An operator raised: flush the logs up to and including the failing input, then
+        the failure, and wait until the coordinator has them before the task dies.
+
+        The failing instance (if it is in G(θ)) logs input #position in its Input log
+        (its channel), and the tuple itself is in the recorded entry tuples when it
+        entered G(θ) there (they are captured before they are fed). It logs no output
+        count for it: replay knows where the run failed and re-raises there
+        (`replay/engine.py`, post-mortem)."""
         if self.mode != "record":
             return
+        from ..core.logs import END
+
+        r = f.runner
+        failing = r if isinstance(r, RecordingRunner) and r in self.recorders else None
         try:
-            header, out_blobs = self._header("log")
-            header["failure"] = {"op": f.runner.node_id, "i": f.runner.instance, "position": f.runner.count,
+            if failing is not None:
+                if f.row is None and f.port == END[0]:
+                    failing.log.inputs.add(*END)                  # finish() raised
+                elif failing.multi_port:
+                    failing.log.inputs.add(f.port, failing.instance)
+                # (an implicit channel is implied by the count; a shuffled head logged the batch)
+                failing.count += 1                                # the failing input is logged too
+            try:
+                header, out_blobs = self._header("log")
+            finally:
+                if failing is not None:
+                    failing.count -= 1
+            header["failure"] = {"op": r.node_id, "i": r.instance, "position": r.count,
                                  "error": f"{type(f.error).__name__}: {f.error}", "traceback": f.tb,
-                                 "row": values.render(values.encode(f.row), 500)}
+                                 "row": values.render(values.encode(f.row), 500),
+                                 "logged": failing is not None}
             self.client.send(header, out_blobs)
+            # Spark may abort the job as soon as this task dies: wait until the coordinator
+            # has queued the failure for the run file (it answers at once), not longer.
+            try:
+                self.client._replies.get(timeout=FAILURE_ACK_SECONDS)
+            except Exception:
+                pass
         except OSError:
             pass  # the coordinator is gone; Spark reports the failure anyway
+
+
+FAILURE_ACK_SECONDS = 30.0

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from ..core.errors import UsageError
 
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_LONGEST = 365 * 24 * 3600.0  # longer than any run; beyond it timers overflow (threading.TIMEOUT_MAX)
 
 
 def parse_duration(text: str) -> float:
@@ -19,6 +20,8 @@ def parse_duration(text: str) -> float:
     value = float(m.group(1)) * _UNITS.get(m.group(2) or "s")
     if value <= 0:
         raise UsageError(f"bad duration {text!r}; it must be more than zero")
+    if not value <= _LONGEST:
+        raise UsageError(f"bad duration {text.strip()[:40]!r}; it must be at most 365 days")
     return value
 
 

@@ -23,6 +23,7 @@ from ..core.errors import RunFileError, UsageError
 from ..core.recovery import RestorePoint, recovery_line
 from ..store import blobs, schema
 from ..store.reader import RunReader
+from ..store.trust import Sealer
 from . import planning
 from .engine import Engine, Key
 
@@ -259,6 +260,7 @@ def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = Fal
     was chosen for, when tighter than the plan's own (see `make`)."""
     reader = RunReader(path)
     engine = Engine(reader, trust=trust)
+    seal = Sealer(reader.run_id)  # checkpoints are unpickled by jumps: sealed (store/trust.py)
     writer = CheckpointWriter(full_every=full_every)
     rows = []
     seqs: dict[Key, int] = {}
@@ -279,7 +281,7 @@ def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = Fal
             packed = blobs.compress(data)
             seq = seqs.get(key, 0)
             seqs[key] = seq + 1
-            rows.append((key[0], key[1], seq, k, 0, inst.count, kind, len(packed), packed))
+            rows.append((key[0], key[1], seq, k, 0, inst.count, kind, len(packed), seal("checkpoint", packed)))
         if progress is not None:
             progress(n + 1, len(ks))
     reader.close()

@@ -25,7 +25,7 @@ import cloudpickle
 import orjson
 
 from ..core import values
-from ..core.errors import ReplayDivergence, RunFileError
+from ..core.errors import ReplayDivergence, RunFileError, TTError
 from ..core.graph import Graph
 from ..core.logs import END
 from ..core.runtime import OperatorFailure, ReplayRunner, ResultSource
@@ -34,6 +34,23 @@ from ..store.reader import RunReader
 from ..store.trust import require_trust
 
 Key = tuple[int, int]  # (node id, instance)
+
+
+class RecordedFailure(TTError):
+    """Replay reached the tuple on which an operator raised when the run was recorded,
+    and the operator raised again. The instance is left as it was before that tuple
+    (its state, its queues, its position), so the session stays usable."""
+
+    def __init__(self, label: str, position: int, error: BaseException, tb: str, recorded: str):
+        self.label = label            # FE:1:999
+        self.position = position
+        self.error = error
+        self.error_type = type(error).__name__
+        self.traceback = tb
+        self.recorded = recorded      # "ZeroDivisionError: division by zero", as stored
+        same = recorded.split(":", 1)[0].strip() == self.error_type
+        super().__init__(f"{label} raised {self.error_type}: {error} "
+                         + ("(as in the recording)" if same else f"(when recorded: {recorded})"))
 
 
 class EntryReader:
@@ -90,6 +107,10 @@ class Instance:
         self.internal_ports = {e.port for e in g.in_edges(node) if e.src in g.in_g}
         self._shuffle_edges = [e.id for e in g.out_edges(node) if e.shuffle]
         self._dests: dict[int, array] | None = None
+        # post-mortem: the input on which the operator raised when recorded (the last logged one)
+        self.failure: dict | None = engine.failures.get(self.key)
+        fp = self.failure["position"] if self.failure else None
+        self.failed_at: int | None = fp if fp is not None and fp < self.total else None
         self.reset()
 
     @property
@@ -162,8 +183,12 @@ class Instance:
             hook(self, self.runner.count, ch)
         position = self.runner.count
         row = None
+        saved = self.save() if position == self.failed_at else None  # post-mortem: undo a re-raise
         if ch == END:
-            self.runner.end()
+            if saved is not None:
+                self._feed_failing(None, END[0], saved)
+            else:
+                self.runner.end()
         else:
             port = ch[0]
             if port in self.internal_ports:
@@ -174,7 +199,10 @@ class Instance:
                     raise RunFileError(f"{self.label}: the recorded tuples of channel {ch} are missing")
                 row = entry.get(self.consumed[ch])
             self.consumed[ch] += 1
-            self.runner.feed(row, port)
+            if position == self.failed_at:
+                self._feed_failing(row, port, saved)
+            else:
+                self.runner.feed(row, port)
         self.run_off += 1
         if self.run_off >= self.runs[self.run_idx][2]:
             self.run_idx += 1
@@ -182,6 +210,30 @@ class Instance:
         after = self.engine.after_consume
         if after is not None:
             after(self, position, row)
+
+    def _feed_failing(self, row: Any, port: int, saved: tuple) -> None:
+        """Input #failed_at, on which the operator raised when recorded (the run's last logged
+        input here): it must raise again. Either way the instance goes back to before it."""
+        try:
+            if port == END[0] and row is None:
+                self.runner.end()
+            else:
+                self.runner.feed(row, port)
+        except OperatorFailure as f:
+            self._undo(saved)
+            raise RecordedFailure(f"{self.label}:{self.failed_at}", self.failed_at, f.error, f.tb,
+                                  self.failure["error"]) from None
+        except BaseException:
+            self._undo(saved)
+            raise
+        self._undo(saved)
+        raise ReplayDivergence(
+            f"{self.label}:{self.failed_at} raised {self.failure['error']} when recorded, but not in replay "
+            f"(the operator is not deterministic?)", op=self.node.name, instance=self.i, position=self.failed_at)
+
+    def _undo(self, saved: tuple) -> None:
+        self.restore(saved)
+        self.engine._wire(self)
 
     def state(self) -> Any:
         """The operator's state, JSON-encoded as stored in run files."""
@@ -289,6 +341,7 @@ class Engine:
         keys_code = reader.edge_keys()
         require_trust(reader.path, reader.run.get("signature"),
                       [self.code[o.id] for o in ops] + list(keys_code.values()), trust)
+        reader.vouch(trust)  # recorded tuples, log_result values and checkpoints: see RunReader.open_blob
         keys = {e: cloudpickle.loads(c) for e, c in keys_code.items()}
         self.graph = Graph.from_description(reader.plan, {}, keys)
         for o in ops:  # the plan may predate a fix of source instances; operators is authoritative
@@ -297,6 +350,10 @@ class Engine:
         self.on_consume: Callable[[Instance, int, tuple], None] | None = None   # before a consume
         self.after_consume: Callable[[Instance, int, Any], None] | None = None  # after, with the row
         self.instances: dict[Key, Instance] = {}
+        # where visible attempts failed (post-mortem): (op, instance) -> failure
+        self.failures: dict[Key, dict] = {}
+        for f in reader.failure_points():
+            self.failures.setdefault((f["op"], f["instance"]), f)
         for op_id, i in reader.g_instances():
             self.instances[(op_id, i)] = Instance(self, self.graph.nodes[op_id], i)
         if any(c[2] == blobs.ARROW for inst in self.instances.values() for r in inst.entry.values()
@@ -517,12 +574,18 @@ def verify(reader: RunReader, *, trust: bool = False,
     """Replay every complete interaction and compare states with the stored ones.
 
     Returns one result per interaction: `{"k", "ok", ...}`; a failed one names the
-    operator, instance and field that differ (or the divergence the replay hit).
-    Stops at the first divergence, since everything after it would differ too.
+    operator, instance and field that differ (or the divergence the replay hit) and,
+    for a state that differs, the input after which it first diverges (`_bisect`).
+    Stops at the first divergence, since everything after it would differ too. An
+    interaction that is incomplete although the run was not cut off there (the run
+    completed, or a later interaction is complete) is a failure too (`"incomplete"`).
     """
+    from .facts import stored_state
+
     engine = Engine(reader, trust=trust)
     results = []
     interactions = reader.interactions()
+    prev_k: int | None = None
     for n, interaction in enumerate(interactions):
         snap = reader.snapshot(interaction.k)
         try:
@@ -537,11 +600,17 @@ def verify(reader: RunReader, *, trust: bool = False,
                             "position": r.count, "error": f"{r.label} raised {type(f.error).__name__}: "
                             f"{f.error} on input #{r.count} in replay, but not when recorded"})
             break
+        except TTError:
+            raise
+        except _DAMAGE as e:  # stored logs or tuples whose bytes do not decode
+            detail = " ".join(str(e).split())[:120]
+            raise RunFileError(f"the run file is damaged: replaying to interaction {interaction.k} failed to "
+                               f"decode its recorded data ({type(e).__name__}: {detail})") from e
         bad = None
         for key, at in snap.items():
             if at.state is None:
                 continue
-            recorded = reader.state(at.state)
+            recorded = stored_state(reader, key, at.state, interaction.k)
             replayed = engine.instances[key].state()
             diff = values.first_difference(recorded, replayed)
             if diff is not None:
@@ -552,21 +621,184 @@ def verify(reader: RunReader, *, trust: bool = False,
                        "recorded": values.render(a, 120), "replayed": values.render(b, 120),
                        "error": f"{inst.label} differs at interaction {interaction.k} in {path}: recorded "
                                 f"{values.render(a, 60)}, replayed {values.render(b, 60)}"}
+                found = _bisect(reader, engine, key, prev_k, interaction.k, at.position, path, trust)
+                bad["error"] += found.pop("text")
+                bad.update(found)
                 break
         if bad:
             results.append(bad)
             break
         results.append({"k": interaction.k, "ok": True, "instances": len(snap)})
+        prev_k = interaction.k
         if progress is not None:
             progress(n + 1, len(interactions))
+    results.extend(_gaps(reader, interactions))
     if all(r["ok"] for r in results) and reader.active_plan() is not None:
         results.extend(_verify_checkpoints(reader, engine, interactions))
     return results
 
 
+# what decoding damaged bytes raises: zstandard.ZstdError, pickle.UnpicklingError or EOFError, orjson's
+# JSONDecodeError (a ValueError); pyarrow raises OSError or ArrowInvalid (a ValueError)
+_DAMAGE: tuple[type[BaseException], ...] = (ValueError, OSError, EOFError, cloudpickle.pickle.UnpicklingError,
+                                            blobs.zstandard.ZstdError)
+
+
+def _gaps(reader: RunReader, complete) -> list[dict]:
+    """Incomplete interactions that a cut-off run does not explain: any one, in a run that
+    completed; one before a complete one, in a run that stopped early (interrupted, failed,
+    killed, still recording: there, only those after the last complete one may be)."""
+    done = {i.k for i in complete}
+    last = max(done, default=-1)
+    status = reader.status
+    out = []
+    for inter in reader.interactions_all:
+        if inter.k in done:
+            continue
+        if status == "complete":
+            why = "although the run completed"
+        elif inter.k < last:
+            why = f"although interaction {last} after it is complete (a run cut off early loses only the last ones)"
+        else:
+            continue
+        missing = _missing_instances(reader, inter.k)
+        which = f" ({', '.join(missing[:6])}{' …' if len(missing) > 6 else ''} took no snapshot)" if missing else ""
+        out.append({"k": inter.k, "ok": False, "incomplete": True, "missing": missing,
+                    "error": f"interaction {inter.k} is incomplete{which}, {why}: the run file is damaged or "
+                             f"was written by a faulty recorder"})
+    return out
+
+
+def _missing_instances(reader: RunReader, k: int) -> list[str]:
+    """The G(θ) instances with no known state at interaction k (see `RunReader.snapshot`)."""
+    missing = []
+    for op, i in reader.g_instances():
+        name = f"{reader.operators[op].name}:{i}"
+        att = reader.attempt_of(op, i)
+        if att is None:
+            missing.append(name)
+            continue
+        if reader.conn.execute("SELECT 1 FROM barriers WHERE attempt=? AND op=? AND k=?",
+                               (att[0], op, k)).fetchone():
+            continue
+        fin = reader.conn.execute("SELECT last_k FROM finals WHERE attempt=? AND op=?", (att[0], op)).fetchone()
+        if att[1] != "committed" or fin is None or fin[0] >= k:
+            missing.append(name)
+    return missing
+
+
+def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: int, target: int, path: str,
+            trust: bool) -> dict:
+    """The input of instance `key` after which its replayed state first diverges, for a state
+    that differs from the recording at interaction k (and matched at prev_k).
+
+    No state is recorded per input, only at interactions; but a replay that cannot reproduce
+    a recording is not deterministic, and then two replays cannot reproduce each other either.
+    So the instance is replayed twice, by two engines started at the same position, one input
+    at a time up to its position at k: the first input after which the two states differ is
+    named. When they never differ (the difference with the recording comes from something that
+    is the same within one process: hash order, the environment), the first input that changed
+    the diverging field in the replay is named instead. Returns {"text": …} and, when an input
+    was found, "tuple", "input", "row" and "found_by"."""
+    label = engine.instances[key].label
+    other = Engine(reader, trust=trust)
+    start = "the start"
+
+    def begin(at_k: int | None) -> None:
+        for e in (engine, other):
+            e.reset()
+            if at_k is not None:
+                e.jump(at_k)
+    rows: dict[str, dict[int, Any]] = {"a": {}, "b": {}}
+
+    def catch(side: str):
+        def after(inst: Instance, pos: int, row: Any) -> None:
+            if inst.key == key:
+                rows[side][pos] = row
+        return after
+    saved_hooks = engine.after_consume
+    try:
+        begin(prev_k)
+        a, b = engine.instances[key], other.instances[key]
+        if prev_k is not None:
+            if a.state() == b.state():
+                start = f"interaction {prev_k}"
+            else:  # the two replays differ at prev_k already: go back to the initial state
+                begin(None)
+        engine.after_consume, other.after_consume = catch("a"), catch("b")
+        first_change = None
+        before = _value_at(a.state(), path)
+        for pos in range(a.count, target):
+            engine.advance_to({key: pos + 1}, pull=True)
+            other.advance_to({key: pos + 1}, pull=True)
+            sa, sb = a.state(), b.state()
+            ra, rb = rows["a"].pop(pos, None), rows["b"].pop(pos, None)
+            if sa != sb:
+                where = values.first_difference(sa, sb)[0]
+                upstream = ra != rb
+                how = (f"replaying {label} twice from {start}, one input at a time, the two replays' states "
+                       f"first differ (in {where}) after this input")
+                how += (", and they passed it different rows: what is not deterministic is upstream of "
+                        f"{label}" if upstream else ", so processing it is not deterministic (wrap the "
+                        f"non-deterministic call in tt.log_result)")
+                ref = f"{label}:{pos}"
+                return {"tuple": ref, "input": pos, "row": values.render(_encoded(ra), 200), "found_by": "replays",
+                        "text": f"; it first diverges at input {ref} {values.render(_encoded(ra), 120)}: {how}"}
+            now = _value_at(sa, path)
+            if first_change is None and now != before:
+                first_change = (pos, ra)
+        if first_change is None:
+            return {"text": f"; no input of {label} changed {path} in the replay from {start} to interaction {k}, "
+                            f"and two replays agree with each other"}
+        pos, row = first_change
+        ref = f"{label}:{pos}"
+        return {"tuple": ref, "input": pos, "row": values.render(_encoded(row), 200), "found_by": "first change",
+                "text": f"; the first input that changed {path} in the replay from {start} is {ref} "
+                        f"{values.render(_encoded(row), 120)} (two replays agree with each other, so what differs "
+                        f"from the recording is the same in every replay: hash order, a clock, the environment?)"}
+    except (TTError, OperatorFailure, *_DAMAGE) as e:
+        return {"text": f" (the input could not be found: {e})"}
+    finally:
+        engine.after_consume = saved_hooks
+        other.after_consume = None
+
+
+def _encoded(row: Any) -> Any:
+    try:
+        return orjson.loads(values.dumps(row))
+    except Exception:  # noqa: BLE001  (a row is only shown; any value renders somehow)
+        return repr(row)
+
+
+_ABSENT = object()
+
+
+def _value_at(state: Any, path: str, here: str = "") -> Any:
+    """The part of an encoded state at a `values.first_difference` path (`_ABSENT` if none)."""
+    if path in ("", "<root>") or here == path:
+        return state
+    if isinstance(state, dict):
+        for k, v in state.items():
+            sub = values._join(here, k) if isinstance(k, str) else f"{here}.{k}"
+            if sub == path or (path.startswith(sub) and path[len(sub):len(sub) + 1] in (".", "[")) \
+                    or (sub == here and v is not state):
+                found = _value_at(v, path, sub)
+                if found is not _ABSENT:
+                    return found
+        return _ABSENT
+    if isinstance(state, list):
+        for i, v in enumerate(state):
+            sub = f"{here}[{i}]"
+            if sub == path or path.startswith(sub + ".") or path.startswith(sub + "["):
+                return _value_at(v, path, sub)
+        return _ABSENT
+    return _ABSENT
+
+
 def _verify_checkpoints(reader: RunReader, engine: Engine, interactions) -> list[dict]:
     """Every interaction again, this time jumping from the active plan's checkpoints."""
     from .checkpoints import Restorer
+    from .facts import stored_state
 
     restorer = Restorer(engine)
     out = []
@@ -578,8 +810,8 @@ def _verify_checkpoints(reader: RunReader, engine: Engine, interactions) -> list
         restorer.load(line)
         engine.advance_to(targets)
         for key, at in snap.items():
-            diff = values.first_difference(reader.state(at.state), engine.instances[key].state()) \
-                if at.state is not None else None
+            diff = values.first_difference(stored_state(reader, key, at.state, interaction.k),
+                                           engine.instances[key].state()) if at.state is not None else None
             if diff is not None:
                 inst = engine.instances[key]
                 out.append({"k": interaction.k, "ok": False, "op": inst.node.name, "instance": inst.i,

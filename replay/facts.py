@@ -10,12 +10,25 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from ..core.errors import UsageError
+from ..core.errors import RunFileError, TTError, UsageError
 from ..store.reader import RunReader
 
 
 def label(reader: RunReader, op_id: int, instance: int) -> str:
     return f"{reader.operators[op_id].name}:{instance}"
+
+
+def stored_state(reader: RunReader, key: tuple[int, int], state_hash: bytes | None, k: int) -> Any:
+    """The state stored for instance `key` at interaction k, or a one-line RunFileError
+    when its blob (or a delta base it needs) cannot be decompressed or decoded."""
+    try:
+        return reader.state(state_hash)
+    except TTError:
+        raise
+    except Exception as e:  # noqa: BLE001  (zstd, JSON or delta errors: all mean the bytes are damaged)
+        detail = " ".join(str(e).split())[:120]
+        raise RunFileError(f"the run file is damaged: state of {label(reader, *key)} at interaction {k} "
+                           f"cannot be decoded ({type(e).__name__}{': ' + detail if detail else ''})") from None
 
 
 def summary(reader: RunReader) -> dict:
@@ -89,7 +102,7 @@ def states_at(reader: RunReader, k: int, op: str | None = None) -> dict:
     for (o, i), at in sorted(snap.items()):
         if op_id is not None and o != op_id:
             continue
-        out[label(reader, o, i)] = {"position": at.position, "state": reader.state(at.state)}
+        out[label(reader, o, i)] = {"position": at.position, "state": stored_state(reader, (o, i), at.state, k)}
     return out
 
 

@@ -30,7 +30,7 @@ from ..core.logs import END
 from ..core.scopes import Overlap, Provenance, ScopeNode, TupleRef
 from ..store.reader import RunReader
 from .checkpoints import Restorer
-from .engine import Engine, EngineSnapshot, Instance, Key
+from .engine import Engine, EngineSnapshot, Instance, Key, RecordedFailure
 
 SNAPSHOT_BUDGET = 256 << 20   # bytes of in-memory restore points
 
@@ -73,9 +73,25 @@ class StepResult:
     position: dict[str, int] = field(default_factory=dict)
     interaction: int | None = None
     seconds: float = 0.0
+    raised: dict | None = None  # post-mortem: the operator re-raised what it raised when recorded
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class Failure:
+    """Where a failed run failed (post-mortem): input #position of an instance raised."""
+
+    label: str             # FE:1:999
+    op: str
+    instance: int
+    position: int
+    error: str             # "ZeroDivisionError: division by zero", as recorded
+    traceback: str
+    row: str               # the tuple, rendered when recorded
+    steppable: bool        # the run file holds the failing tuple, in G(θ): replay can re-raise it
+    reason: str = ""       # why it is not steppable
 
 
 @dataclass
@@ -104,6 +120,7 @@ class DebugSession:
         self._memos: dict[Key, tuple[int, dict]] = {}
         self._lock = threading.RLock()
         self.last_result: StepResult | None = None
+        self.failure: Failure | None = self._failure()
 
     # --- set-up -------------------------------------------------------------------
 
@@ -122,6 +139,52 @@ class DebugSession:
                 if op == theta:
                     out.setdefault((op, i), []).append(at.position)
         return out
+
+    def _failure(self) -> Failure | None:
+        """The operator failure a failed run's log ends with, if any (the first one, when
+        several tasks failed; every failing instance re-raises when replay reaches it)."""
+        points = self.reader.failure_points()
+        if not points:
+            return None
+        in_g = [f for f in points if (f["op"], f["instance"]) in self.engine.instances]
+        f = (in_g or points)[0]
+        key = (f["op"], f["instance"])
+        name = self.graph.nodes[f["op"]].name
+        inst = self.engine.instances.get(key)
+        steppable = inst is not None and inst.failed_at == f["position"]
+        if inst is None:
+            reason = (f"{name} is not in G(θ) (θ = {self.reader.theta.name}): record with --watch {name} "
+                      f"to step the failing tuple")
+        elif not steppable:
+            reason = "the run file does not hold the failing tuple (it was recorded by an older tt)"
+        else:
+            reason = ""
+        return Failure(f"{name}:{f['instance']}:{f['position']}", name, f["instance"], f["position"],
+                       f["error"], f["traceback"] or "", f["row"] or "", steppable, reason)
+
+    def failure_targets(self) -> dict[Key, int]:
+        """Where the recorded run stopped: every instance as far as its log goes, and each
+        failed instance just before the input it raised on (which then waits there)."""
+        targets = {}
+        for key, inst in self.engine.instances.items():
+            targets[key] = inst.failed_at if inst.failed_at is not None else inst.total
+        return targets
+
+    def goto_failure(self, progress: Callable[[int, int], None] | None = None,
+                     cancel: threading.Event | None = None) -> StepResult:
+        """Post-mortem: go to just before the tuple on which the recorded run failed; that
+        tuple waits at the failed instance, and stepping into (or over) it re-raises."""
+        f = self.failure
+        if f is None:
+            return self._refused("goto_failure", None, "this run did not fail in an operator")
+        if not f.steppable:
+            return self._refused("goto_failure", f.label, f"the run failed at {f.label} ({f.error}), but {f.reason}")
+        result = self._act("jump", f.label, self.failure_targets(), None, progress=progress, cancel=cancel,
+                           clear_frames=True)
+        result.action = "goto_failure"
+        result.note = (f"the run failed here: {f.label} raised {f.error}; step into it to re-raise it "
+                       f"(the state shown is from just before it)")
+        return result
 
     def refresh(self) -> bool:
         """Pick up what a live recording wrote since; True if new interactions completed.
@@ -365,7 +428,8 @@ class DebugSession:
             return self._refused("step_into", self.label(ref), ok.reason)
         plan = self._plan({(ref.op, ref.instance): ref.position + 1}, {ref})
         result = self._act("step_into", self.label(ref), plan, {ref})
-        self.frames.append(ref)
+        if result.raised is None:
+            self.frames.append(ref)
         return result
 
     def step_over(self, ref: TupleRef | str) -> StepResult:
@@ -420,13 +484,20 @@ class DebugSession:
             consumed: list[TupleRef] = []
             if action != "jump":  # (a jump reports no tuples: keep its replay loop free of the hook)
                 self.engine.on_consume = lambda inst, pos, ch: consumed.append(TupleRef(inst.node.id, inst.i, pos))
+            raised: RecordedFailure | None = None
             try:
                 self._move_to(targets, progress, cancel)
+            except RecordedFailure as e:  # post-mortem: the failing tuple raised again; the engine
+                raised = e                # stands just before it, as recorded
+                if consumed and self.label(consumed[-1]) == e.label:
+                    consumed.pop()
             except (Cancelled, ReplayDivergence):
                 self._abandon(entry)
                 raise
             finally:
                 self.engine.on_consume = None
+            if raised is not None and self.engine.position == entry.position:
+                self.history.pop()  # nothing moved: nothing to step back from
             if consumed:
                 rate = (time.perf_counter() - t0) / len(consumed)
                 self._seconds_per_input = 0.7 * self._seconds_per_input + 0.3 * rate
@@ -435,6 +506,12 @@ class DebugSession:
             if clear_frames:
                 self.frames = []
             result = StepResult(action, target)
+            if raised is not None:
+                result.ok = False
+                result.note = str(raised) + ("; the state is as it was just before it" if not consumed else
+                                             "; stopped just before it")
+                result.raised = {"tuple": raised.label, "error": raised.error_type, "message": str(raised.error),
+                                 "recorded": raised.recorded, "traceback": raised.traceback}
             if action != "jump":
                 result.consumed = [self.label(r) for r in consumed]
                 result.free_consumed = [self.label(r) for r in consumed if allowed is not None and r not in allowed]
@@ -544,6 +621,7 @@ class DebugSession:
         is instance 1's. Example: "'Bob' in FD.blacklist".
         """
         check = _compile_condition(condition, {n.name for n in self.graph.nodes if n.id in self.graph.in_g})
+        self._check_fields(check)
         engine = self.engine
         hit: list[TupleRef] = []
 
@@ -567,10 +645,13 @@ class DebugSession:
             t0 = time.perf_counter()
             entry = self._begin(f"run_until {condition}", engine.instances)
             engine.after_consume = after
+            raised: RecordedFailure | None = None
             try:
                 engine.run_in_order(rank, sources, tick)
             except _Hit:
                 pass
+            except RecordedFailure as e:  # post-mortem: the run ends where it failed
+                raised = e
             except (Cancelled, ReplayDivergence):
                 engine.after_consume = None
                 self._abandon(entry)
@@ -580,12 +661,37 @@ class DebugSession:
             self._maybe_save()
             result = StepResult("run_until", condition)
             if hit:
-                result.note = f"stopped after {self.label(hit[0])}: the condition holds"
+                result.note = f"stopped after {self.label(hit[0])}: the condition holds" + check.errors(False)
+            elif raised is not None:
+                result.ok = False
+                result.note = f"the condition never held before {raised.label}, where the run failed: {raised}"
+                result.raised = {"tuple": raised.label, "error": raised.error_type, "message": str(raised.error),
+                                 "recorded": raised.recorded, "traceback": raised.traceback}
+            elif check.raised and check.raised == check.evaluated:
+                result.ok = False
+                result.note = check.errors(True)
             else:
                 result.ok = False
-                result.note = "the condition never held before the end of the run"
+                result.note = "the condition never held before the end of the run" + check.errors(False)
             self._finish(result, entry.position, t0)
             return result
+
+    def _check_fields(self, check) -> None:
+        """Every `OP.field` and `OP[i].field` of a condition must name a field of OP's state
+        where the run starts (else the condition could only ever be false, silently)."""
+        for name, index, attr in check.fields:
+            op = self.reader.operator(name)
+            if index is not None and not 0 <= index < op.instances:
+                raise UsageError(f"bad condition {check.source!r}: {name} has instances 0..{op.instances - 1}, "
+                                 f"not {index}")
+            insts = [inst for (o, i), inst in self.engine.instances.items()
+                     if o == op.id and (index is None or i == index)]
+            if attr is None or any(_has_field(inst.runner.op, attr) for inst in insts):
+                continue
+            fields = sorted({f for inst in insts for f in _fields(inst.runner.op)})
+            raise UsageError(f"bad condition {check.source!r}: unknown field {attr!r} of "
+                             f"{name if index is None else f'{name}[{index}]'} "
+                             f"(fields: {', '.join(fields) or 'none, its state is empty'})")
 
     def last_change(self, instance: str, field_path: str, progress=None,
                     cancel: threading.Event | None = None) -> StepResult:
@@ -661,7 +767,7 @@ class DebugSession:
         engine.after_consume = after
         try:
             engine.run_in_order(rank, sources, tick)
-        except _Stop:
+        except (_Stop, RecordedFailure):  # (a failed run's order ends where it failed)
             pass
         finally:
             engine.on_consume = None
@@ -720,9 +826,16 @@ class DebugSession:
                 found[ref] = None if row is None else values.encode(row)
         shadow.after_consume = after
         targets: dict[Key, int] = {}
-        for r in refs:
-            targets[(r.op, r.instance)] = max(targets.get((r.op, r.instance), 0), r.position + 1)
+        failing = {r for r in refs if shadow.instances[(r.op, r.instance)].failed_at == r.position}
+        for r in refs:  # (a failed run's failing tuple is read where it waits: consuming it raises)
+            targets[(r.op, r.instance)] = max(targets.get((r.op, r.instance), 0), r.position + (r not in failing))
         shadow.advance_to(targets, pull=True)
+        for r in failing:
+            inst = shadow.instances[(r.op, r.instance)]
+            if not inst.available():
+                shadow._pull(inst, lambda i: i.failed_at if i.failed_at is not None else i.total)
+            row = inst.peek()
+            found[r] = None if row is None else values.encode(row)
         return found
 
     def payload(self, ref: TupleRef | str) -> Any:
@@ -864,10 +977,68 @@ def _compile_condition(source: str, op_names: set[str]):
         for r in refs:
             env[r] = _OpView(session, r, inst if r == name else None)
         try:
-            return bool(eval(code, {"__builtins__": builtins}, env))
+            held = bool(eval(code, {"__builtins__": builtins}, env))
         except _NotThisStep:
             return False
-        except (KeyError, IndexError, TypeError, AttributeError):
+        except Exception as e:  # noqa: BLE001  (the user's expression: any error counts as false, reported once)
+            check.evaluated += 1
+            check.raised += 1
+            if check.first_error is None:
+                check.first_error = (f"{type(e).__name__}: {e}" if str(e) else type(e).__name__, pos, name, inst.i)
             return False
+        check.evaluated += 1
+        return held
 
+    def errors(every: bool) -> str:
+        """The first error the condition raised, once, as part of a one-line note."""
+        if check.first_error is None:
+            return ""
+        error, pos, name, i = check.first_error
+        if every:
+            return (f"the condition {source!r} raised {error} every time it was evaluated ({check.evaluated} "
+                    f"times, first after {name}:{i}:{pos}), so it never held")
+        return (f" (it raised {error} on {check.raised} of {check.evaluated} evaluations, first after "
+                f"{name}:{i}:{pos}; those count as false)")
+
+    check.source = source
+    check.evaluated = 0
+    check.raised = 0
+    check.first_error = None  # reported once, in the step's note
+    check.errors = errors
+    check.fields = _condition_fields(tree, refs)
     return check
+
+
+def _condition_fields(tree: ast.AST, refs: set[str]) -> list[tuple[str, int | None, str | None]]:
+    """(operator, instance or None, field or None) for each `OP.field`, `OP[i].field`, `OP[i]`."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in refs:
+            out.append((node.value.id, None, node.attr))
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in refs:
+            index = node.slice.value if isinstance(node.slice, ast.Constant) and type(node.slice.value) is int \
+                else None
+            attr = None
+            for parent in ast.walk(tree):
+                if isinstance(parent, ast.Attribute) and parent.value is node:
+                    attr = parent.attr
+            out.append((node.value.id, index, attr))
+    return out
+
+
+def _has_field(op: Any, attr: str) -> bool:
+    try:
+        getattr(op, attr)
+        return True
+    except AttributeError:
+        return attr in _fields(op)
+    except Exception:  # noqa: BLE001  (a property that raises: the field exists)
+        return True
+
+
+def _fields(op: Any) -> list[str]:
+    try:
+        state = op.state()
+    except Exception:  # noqa: BLE001
+        return []
+    return [str(k) for k in state] if isinstance(state, dict) else []

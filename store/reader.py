@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import sys
 from array import array
 from dataclasses import dataclass
 from functools import cached_property
@@ -21,7 +22,16 @@ import orjson
 
 from ..core import logs, snapshots
 from ..core.errors import RunFileError
-from . import blobs, schema
+from . import blobs, schema, trust
+
+
+_noted: set[str] = set()
+
+
+def _note_once(line: str) -> None:
+    if line not in _noted:
+        _noted.add(line)
+        print(line, file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -56,9 +66,53 @@ class RunReader:
         self.conn: sqlite3.Connection = schema.open_existing(self.path)
         self._snapshots: dict[int, dict | None] = {}
         self._states: dict[bytes, Any] = {}  # rebuilt states (deltas resolve through their bases)
+        # Whether the user trusts this run (--trust): None until a replay engine says (`vouch`).
+        self.trust: bool | None = None
+        self.wal_note: str | None = None  # why a write-ahead log could not be folded in, if it could not
+        self._fold_wal()
 
     def close(self) -> None:
         self.conn.close()
+
+    # --- the write-ahead log ----------------------------------------------------
+
+    def wal_bytes(self) -> int:
+        """Bytes in the run file's write-ahead log (data a copy of the .db alone would lack)."""
+        try:
+            return Path(str(self.path) + "-wal").stat().st_size
+        except OSError:
+            return 0
+
+    def _fold_wal(self) -> None:
+        """A run no recorder holds any more, whose data still sits in its -wal file (a
+        recorder killed with -9 never folds it in): fold it into the .db, so that the
+        .db alone, which is what users copy, is the whole run. A live recorder's run is
+        left alone (it folds its own at the end), and so is a file this user may not write."""
+        if self.wal_bytes() == 0:
+            return
+        try:
+            row = self.conn.execute("SELECT status FROM run").fetchone()
+            if row is not None and row[0] == "recording" and self._recorder_alive():
+                return
+        except sqlite3.Error:
+            return
+        wal = Path(str(self.path) + "-wal")
+        if not (os.access(self.path, os.W_OK) and os.access(wal, os.W_OK)
+                and os.access(self.path.parent, os.W_OK)):
+            self.wal_note = (f"{self.path.name} is read-only, so its -wal file cannot be folded into it; "
+                             f"copy both files together")
+            _note_once(f"tt: note: {self.path} is missing data that sits in {wal.name}: {self.wal_note}")
+            return
+        try:
+            rw = sqlite3.connect(str(self.path), isolation_level=None, timeout=0.5)
+            try:
+                busy = rw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            finally:
+                rw.close()
+        except sqlite3.Error as e:
+            busy = str(e)
+        if busy and self.wal_bytes():
+            self.wal_note = "it could not be folded in just now (the file is busy); copy both files together"
 
     def refresh(self) -> None:
         """Forget cached answers (a live run may have grown)."""
@@ -126,6 +180,38 @@ class RunReader:
 
     def g_instances(self) -> list[tuple[int, int]]:
         return [(o.id, i) for o in self.operators if o.in_g for i in range(o.instances)]
+
+    # --- trust ------------------------------------------------------------------
+
+    def vouch(self, trusted: bool) -> None:
+        """Record whether the user trusts this run (passed --trust). The first replay
+        engine on this reader decides; later ones (a session's private engines pass
+        trust=True because the check was made already) do not change it."""
+        if self.trust is None:
+            self.trust = bool(trusted)
+
+    @cached_property
+    def run_id(self) -> str:
+        return trust.run_id_of(self.run.get("signature"))
+
+    @cached_property
+    def signed_by_me(self) -> bool:
+        """Whether the run's code signature checks out with the local key."""
+        code = [self.code(o.id) for o in self.operators] + list(self.edge_keys().values())
+        return trust.is_trusted(self.run.get("signature"), code)
+
+    def open_blob(self, kind: str, data: bytes) -> bytes:
+        """A stored blob that is about to be unpickled (recorded tuples of the pickle codec,
+        log_result values, checkpoints): its seal is checked here, and only here.
+
+        A run signed with the local key must have every such blob sealed with it (else it
+        was altered), unless the user trusts the run. A run not signed with the local key
+        cannot reach this point without the user's trust: replay refuses its code first
+        (`require_trust`), and the log browser decodes its pickles only with --trust."""
+        trusted = trust.user_trusts(self.trust)
+        if not trusted and self.trust is None and not self.signed_by_me:
+            trusted = True
+        return trust.open_blob(self.path, self.run_id, kind, data, trusted)
 
     def code(self, op_id: int) -> bytes:
         return self.conn.execute("SELECT code FROM operators WHERE id=?", (op_id,)).fetchone()[0]
@@ -279,18 +365,29 @@ class RunReader:
 
     def results(self, op_id: int, instance: int) -> list[logs.LoggedResult]:
         out: list[logs.LoggedResult] = []
-        for data in self._chunks(op_id, instance, "res"):
-            out.extend(logs.unpack_results(data))
+        att = self.attempt_of(op_id, instance)
+        if att is None:
+            return out
+        rows = self.conn.execute(
+            "SELECT data FROM log_chunks WHERE op=? AND instance=? AND kind='res' AND attempt=? AND edge=-1 "
+            "ORDER BY start", (op_id, instance, att[0]))
+        for (data,) in rows:
+            out.extend(logs.unpack_results(blobs.decompress(self.open_blob("res", data))))
         return out
 
     def entry_chunks(self, op_id: int, instance: int) -> list[tuple[int, int, int, int, str, bytes]]:
-        """Recorded tuples entering this instance: (port, src, start, n, codec, data)."""
+        """Recorded tuples entering this instance: (port, src, start, n, codec, data); pickled
+        chunks are checked (`open_blob`)."""
         att = self.attempt_of(op_id, instance)
         if att is None:
             return []
-        return list(self.conn.execute(
-            "SELECT port, src, start, n, codec, data FROM entry_chunks WHERE op=? AND instance=? "
-            "AND attempt=? ORDER BY port, src, start", (op_id, instance, att[0])))
+        return [(port, src, start, n, codec, self._entry_blob(codec, data)) for port, src, start, n, codec, data in
+                self.conn.execute(
+                    "SELECT port, src, start, n, codec, data FROM entry_chunks WHERE op=? AND instance=? "
+                    "AND attempt=? ORDER BY port, src, start", (op_id, instance, att[0]))]
+
+    def _entry_blob(self, codec: str, data: bytes) -> bytes:
+        return data if codec == blobs.ARROW else self.open_blob("entry", data)
 
     def entry_index(self, op_id: int, instance: int) -> list[tuple[int, int, int, int, int, str]]:
         """Like `entry_chunks` without the data: (rowid, port, src, start, n, codec)."""
@@ -302,7 +399,9 @@ class RunReader:
             "AND attempt=? ORDER BY port, src, start", (op_id, instance, att[0])))
 
     def entry_data(self, rowid: int) -> bytes:
-        return self.conn.execute("SELECT data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()[0]
+        """One chunk's data for `blobs.unpack_tuples`; a pickled chunk is checked (`open_blob`)."""
+        codec, data = self.conn.execute("SELECT codec, data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()
+        return self._entry_blob(codec, data)
 
     def entry_channels(self, op_id: int, instance: int) -> list[tuple[int, int]]:
         att = self.attempt_of(op_id, instance)
@@ -343,8 +442,9 @@ class RunReader:
         return out
 
     def checkpoint_data(self, rowid: int) -> bytes:
-        return blobs.decompress(self.conn.execute("SELECT data FROM checkpoints WHERE rowid=?",
-                                                  (rowid,)).fetchone()[0])
+        """One checkpoint, checked (`open_blob`) and ready for `core.checkpoint.restore`."""
+        data = self.conn.execute("SELECT data FROM checkpoints WHERE rowid=?", (rowid,)).fetchone()[0]
+        return blobs.decompress(self.open_blob("checkpoint", data))
 
     def checkpointed(self) -> set[int]:
         """Interactions every instance of G(θ) has a checkpoint for, in the active plan."""
@@ -354,10 +454,37 @@ class RunReader:
         return set(plan["info"].get("checkpoints", []))
 
     def failures(self) -> list[dict]:
+        """Operator failures, one per distinct failure (operator, instance, input, error),
+        however many attempts Spark made: `attempts` counts them; `attempt`, `row`,
+        `traceback` and `time` are the first attempt's; `visible` says whether a visible
+        attempt ended with it (then the run's log ends with the failing tuple, which replay
+        can step when the operator is in G(θ): `in_g`)."""
         cur = self.conn.execute(
-            "SELECT f.attempt, o.name, f.instance, f.position, f.error, f.traceback, f.row, f.time "
-            "FROM failures f JOIN operators o ON o.id = f.op ORDER BY f.time")
-        cols = ["attempt", "op", "instance", "position", "error", "traceback", "row", "time"]
+            "SELECT f.attempt, o.name, f.instance, f.position, f.error, f.traceback, f.row, f.time, "
+            "f.attempt IN (SELECT id FROM visible_attempts), o.in_g "
+            "FROM failures f JOIN operators o ON o.id = f.op ORDER BY f.time, f.rowid")
+        cols = ["attempt", "op", "instance", "position", "error", "traceback", "row", "time", "visible", "in_g"]
+        out: dict[tuple, dict] = {}
+        for r in cur:
+            f = dict(zip(cols, r))
+            key = (f["op"], f["instance"], f["position"], f["error"])
+            seen = out.get(key)
+            if seen is None:
+                out[key] = {**f, "visible": bool(f["visible"]), "in_g": bool(f["in_g"]), "attempts": 1}
+            else:
+                seen["attempts"] += 1
+                seen["visible"] = seen["visible"] or bool(f["visible"])
+        return list(out.values())
+
+    def failure_points(self) -> list[dict]:
+        """Failures of visible attempts, first first: where each failed instance's log ends.
+
+        Each is {"op" (id), "instance", "position", "error", "traceback", "row", "attempt"};
+        `position` is the failing input's number (the tuple is input #position)."""
+        cur = self.conn.execute(
+            "SELECT f.attempt, f.op, f.instance, f.position, f.error, f.traceback, f.row FROM failures f "
+            "WHERE f.attempt IN (SELECT id FROM visible_attempts) ORDER BY f.time, f.rowid")
+        cols = ["attempt", "op", "instance", "position", "error", "traceback", "row"]
         return [dict(zip(cols, r)) for r in cur]
 
     # --- sizes --------------------------------------------------------------

@@ -8,7 +8,11 @@ numbers, names live in `operators`.
 Attempts: a Spark task (stage, partition) may run several times (failures,
 retries, recomputation). Log rows carry the attempt that wrote them; readers use
 one *visible* attempt per task (`visible_attempts` view): the committed one, or
-for a run that never finished, the attempt that got furthest.
+for a run that never finished, the attempt that got furthest (the last one on a
+tie). A task whose operator raised on every retry thus shows its last failed
+attempt: its logs end with the failing input, and its `failures` row says where
+(the post-mortem log). `failures` keeps one row per failed attempt; readers group
+them (`RunReader.failures`).
 """
 
 from __future__ import annotations

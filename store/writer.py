@@ -6,15 +6,28 @@ large commits however many executors are sending. The queue is bounded: if the
 disk falls behind, executors block on their sockets instead of the driver's
 memory growing. A batch is never split across transactions, which is what keeps
 a run killed at any moment consistent.
+
+If a commit fails (a full disk, an I/O error) the writer rolls the batch back,
+keeps what was committed before, and from then on drops what is submitted:
+`failure` says what went wrong in one line (a `RunFileWriteError` naming the file
+and the cause), listeners added with `on_error` hear it at once (the recorder
+cancels the job), and `flush`, `call` and `close` raise it. `salvage` may then
+still commit a tiny last batch (the run's status) in the space the rolled-back
+batch freed.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import queue
+import shutil
 import sqlite3
 import threading
 import time
 from typing import Callable, Iterable
+
+from ..core.errors import RunFileWriteError
 
 Statement = tuple[str, Iterable[tuple]]
 
@@ -32,11 +45,25 @@ class Writer:
         self._submitted = 0
         self._committed = 0
         self.bytes_written = 0
+        self.failure: RunFileWriteError | None = None
+        self._listeners: list[Callable[[RunFileWriteError], None]] = []
+        self._path = _main_file(conn)
         self._thread.start()
 
+    def on_error(self, listener: Callable[[RunFileWriteError], None]) -> None:
+        """Call `listener(failure)` (on the writer thread) when a commit fails."""
+        self._listeners.append(listener)
+        if self.failure is not None:
+            listener(self.failure)
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
     def submit(self, statements: list[Statement], nbytes: int = 0) -> None:
-        """Queue one atomic batch of statements."""
-        self._raise_if_failed()
+        """Queue one atomic batch of statements (dropped once writing has failed: see `failure`)."""
+        if self._error is not None:
+            return
         with self._done:
             self._submitted += 1
         self._queue.put((statements, nbytes))
@@ -54,8 +81,11 @@ class Writer:
             finally:
                 done.set()
 
+        self._raise_if_failed()
         self.submit([("__call__", job)])
-        done.wait()
+        while not done.wait(0.1):
+            if self._error is not None and not done.is_set():
+                self._raise_if_failed()  # the job was dropped with its batch
         if "error" in box:
             raise box["error"]
         return box.get("value")
@@ -76,7 +106,30 @@ class Writer:
 
     def _raise_if_failed(self) -> None:
         if self._error is not None:
-            raise RuntimeError(f"writing the run file failed: {self._error}") from self._error
+            raise RunFileWriteError(str(self.failure)) from self._error
+
+    def salvage(self, statements: list[Statement]) -> bool:
+        """After a failure: try once to commit `statements` (keep them tiny); True if committed.
+
+        The failed batch was rolled back, so the space its pages took in the
+        write-ahead log is free again and a one-row update usually still fits.
+        The writer thread no longer touches the connection once it has failed.
+        """
+        if self.failure is None:
+            raise RuntimeError("salvage is for a writer that has failed")
+        conn = self._conn
+        try:
+            conn.execute("BEGIN")
+            for sql, rows in statements:
+                conn.executemany(sql, rows)
+            conn.execute("COMMIT")
+            return True
+        except sqlite3.Error:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            return False
 
     def _run(self) -> None:
         conn = self._conn
@@ -110,11 +163,17 @@ class Writer:
                     self.bytes_written += nbytes
                 conn.execute("COMMIT")
             except BaseException as e:
-                self._error = e
                 try:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
+                self.failure = describe_failure(e, self._path)
+                self._error = e
+                for listener in list(self._listeners):
+                    try:
+                        listener(self.failure)
+                    except Exception:  # a listener must not stop the writer from draining
+                        pass
             with self._done:
                 self._committed += len(batch)
                 self._done.notify_all()
@@ -127,3 +186,36 @@ class Writer:
                     with self._done:
                         self._committed += 1
                         self._done.notify_all()
+
+
+def _main_file(conn: sqlite3.Connection) -> str:
+    try:
+        for _, name, file in conn.execute("PRAGMA database_list").fetchall():
+            if name == "main":
+                return file or ":memory:"
+    except sqlite3.Error:
+        pass
+    return "the run file"
+
+
+def describe_failure(e: BaseException, path: str) -> RunFileWriteError:
+    """One line: which file, and why writing it failed (a full disk said as such)."""
+    full = (isinstance(e, sqlite3.Error) and (getattr(e, "sqlite_errorcode", None) == getattr(sqlite3, "SQLITE_FULL", 13)
+                                             or "disk is full" in str(e))) \
+        or (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT))
+    if full:
+        where = os.path.dirname(os.path.abspath(path))
+        try:
+            free = f"; {_size(shutil.disk_usage(where).free)} free in {where}"
+        except OSError:
+            free = ""
+        return RunFileWriteError(f"{path}: disk full ({e}{free})")
+    return RunFileWriteError(f"{path}: writing the run file failed ({type(e).__name__}: {e})")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

@@ -19,7 +19,7 @@ from tt.replay import checkpoints as ck
 from tt.replay import planning
 from tt.replay.engine import verify
 from tt.replay.session import DebugSession
-from tt.store import blobs
+from tt.store import blobs, trust
 from tt.store.reader import RunReader
 
 
@@ -283,14 +283,15 @@ def test_offline_plan_jumps_within_the_predicted_bound(keyed_run, tmp_path, caps
 def test_a_plan_measured_over_tau_is_replaced_by_a_tighter_one(keyed_run, tmp_path, monkeypatch):
     """When the machine replays slower than the profile said, jumps measure over τ:
     the plan is chosen again for a tighter τ, and the rejected plans leave the file.
-    (The slower machine: every real measurement counted three times.)"""
+    (The slower machine: every real measurement counted three times, and at least 2τ, so
+    that the overshoot does not depend on how busy this machine was while profiling.)"""
     run = _copy(keyed_run, tmp_path / "tight.db")
     prof = ck.profile(RunReader(run))
     tau = sorted(planning.none(prof).predicted.values())[len(prof.interactions) // 2]
     first = ck.choose(prof, "offline", tau)
     assert 0 < len(first.checkpoints) < len(prof.interactions) - 1, "τ leaves room for a tighter plan"
     real = ck.measure
-    monkeypatch.setattr(ck, "measure", lambda *a, **kw: {k: 3 * s for k, s in real(*a, **kw).items()})
+    monkeypatch.setattr(ck, "measure", lambda *a, **kw: {k: max(3 * s, 2 * tau) for k, s in real(*a, **kw).items()})
     plan, measured, attempts = ck.make(run, prof, "offline", tau, rounds=3)
     assert attempts >= 2 and plan.tau == tau
     assert len(plan.checkpoints) > len(first.checkpoints)
@@ -363,9 +364,11 @@ def test_a_tampered_checkpoint_is_caught(keyed_run, tmp_path):
     conn = sqlite3.connect(run)
     rowid, data = conn.execute("SELECT rowid, data FROM checkpoints WHERE kind='full' AND op=2 "
                                "ORDER BY seq DESC LIMIT 1").fetchone()
-    op = cloudpickle.loads(blobs.decompress(data))
+    seal = trust.Sealer(RunReader(run).run_id)  # re-sealed with the user's key: a wrong checkpoint, not a forged one
+    op = cloudpickle.loads(blobs.decompress(data[len(trust.SEAL) + 32:]))
     op.scored += 1
-    conn.execute("UPDATE checkpoints SET data=? WHERE rowid=?", (blobs.compress(cloudpickle.dumps(op)), rowid))
+    conn.execute("UPDATE checkpoints SET data=? WHERE rowid=?",
+                 (seal("checkpoint", blobs.compress(cloudpickle.dumps(op))), rowid))
     conn.commit()
     conn.close()
     results = verify(RunReader(run))

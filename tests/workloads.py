@@ -255,3 +255,176 @@ def load_sample(name: str):
         for cp in (cloudpickle, spark_cloudpickle):
             cp.register_pickle_by_value(mod)
     return sys.modules[modname]
+
+
+# --- ledger: accounts joined with transactions (θ on either input of the join) ---------------
+
+LEDGER_ACCOUNTS = 30
+LEDGER_TRANSACTIONS = 3000
+
+
+def ledger_accounts() -> list[dict]:
+    return [{"n": i, "account": f"a{i:02d}", "branch": ["north", "south", "east"][i % 3]}
+            for i in range(LEDGER_ACCOUNTS)]
+
+
+def ledger_transactions(seed: int = 11) -> list[dict]:
+    """Integer cents, so that sums do not depend on the order they are taken in;
+    a few transactions name accounts that do not exist (the join drops them)."""
+    rng = random.Random(seed)
+    return [{"tx": i, "account": f"a{rng.randrange(LEDGER_ACCOUNTS + 4):02d}",
+             "cents": rng.randrange(-50_000, 100_000)} for i in range(LEDGER_TRANSACTIONS)]
+
+
+class Open(tt.Operator):
+    """Over the accounts: how many were opened per branch."""
+
+    def __init__(self):
+        self.opened = {}
+
+    def process(self, row, port=0):
+        self.opened[row["branch"]] = self.opened.get(row["branch"], 0) + 1
+        yield row
+
+
+class Validate(tt.Operator):
+    """Over the transactions: how many each account had, and their sum."""
+
+    def __init__(self):
+        self.per_account = {}
+        self.cents = 0
+
+    def process(self, row, port=0):
+        self.per_account[row["account"]] = self.per_account.get(row["account"], 0) + 1
+        self.cents += row["cents"]
+        yield row
+
+
+class Post(tt.Operator):
+    """After the join: every account's balance."""
+
+    def __init__(self):
+        self.balances = {}
+        self.posted = 0
+
+    def process(self, row, port=0):
+        self.balances[row["account"]] = self.balances.get(row["account"], 0) + row["cents"]
+        self.posted += 1
+        yield {"tx": row["tx"], "account": row["account"], "branch": row["branch"]}
+
+
+def build_ledger(spark, partitions: int = 4):
+    """`accounts.key_by(account).join(transactions.key_by(account))`, each a 4-partition DataFrame."""
+    flow = tt.Dataflow("ledger")
+    accounts = flow.source("ACCOUNTS", spark.createDataFrame(
+        ledger_accounts(), "n long, account string, branch string").repartition(partitions, "n"))
+    txs = flow.source("TXS", spark.createDataFrame(
+        ledger_transactions(), "tx long, account string, cents long").repartition(partitions, "tx"))
+    left = accounts.process(Open(), name="OPEN")
+    right = txs.process(Validate(), name="VAL")
+    joined = left.key_by(lambda r: r["account"], partitions=3).join(right.key_by(lambda r: r["account"]), name="J")
+    joined.process(Post(), name="POST").collect("S")
+    return flow
+
+
+def build_ledger_self_join(spark, partitions: int = 4):
+    """The same transactions DataFrame read by two sources, joined with itself on the transaction id."""
+    flow = tt.Dataflow("ledger-self")
+    df = spark.createDataFrame(ledger_transactions(), "tx long, account string, cents long").repartition(
+        partitions, "tx")
+    left = flow.source("T1", df).map(lambda r: {"tx": r["tx"], "branch": "self"}, name="TAG")
+    right = flow.source("T2", df).process(Validate(), name="VAL")
+    joined = left.key_by(lambda r: r["tx"], partitions=3).join(right.key_by(lambda r: r["tx"]), name="J")
+    joined.process(Post(), name="POST").collect("S")
+    return flow
+
+
+def expect_ledger(self_join: bool = False) -> dict:
+    """The ledger's end state, computed from the input data alone."""
+    txs = ledger_transactions()
+    known = ({r["account"] for r in txs} if self_join else {a["account"] for a in ledger_accounts()})
+    per_account, balances = {}, {}
+    for r in txs:
+        per_account[r["account"]] = per_account.get(r["account"], 0) + 1
+        if r["account"] in known:
+            balances[r["account"]] = balances.get(r["account"], 0) + r["cents"]
+    opened = {}
+    for a in ledger_accounts():
+        opened[a["branch"]] = opened.get(a["branch"], 0) + 1
+    return {"per_account": per_account, "cents": sum(r["cents"] for r in txs), "balances": balances,
+            "posted": sum(1 for r in txs if r["account"] in known), "opened": opened,
+            "tx_ids": sorted(r["tx"] for r in txs if r["account"] in known)}
+
+
+# --- an operator that raises on one row (post-mortem debugging) -------------------------------
+
+FAILING_ROWS = 2000      # two source partitions of 1000 rows each, in order
+FAILING_ID = 1999        # the last row of partition 1: FE:1 input #999
+
+
+def failing_rows() -> list[dict]:
+    return payments(FAILING_ROWS)
+
+
+def failing_df(spark):
+    """Two partitions, each a contiguous slice of `failing_rows()` in order."""
+    return spark.createDataFrame(spark.sparkContext.parallelize(failing_rows(), 2), PAYMENT_SCHEMA)
+
+
+class EnrichRaising(Enrich):
+    """Enrich that divides by zero on one row, after it has updated its state for it."""
+
+    def __init__(self, bad_id: int):
+        super().__init__()
+        self._bad_id = bad_id
+
+    def process(self, row, port=0):
+        self.seen += 1
+        c = row["customer"]
+        self.highest[c] = max(self.highest.get(c, 0.0), row["amount"])
+        if row["id"] == self._bad_id:
+            row = {**row, "share": 1 / 0}
+        yield {**row, "highest": self.highest[c]}
+
+
+def build_failing(spark, bad_id: int = FAILING_ID):
+    flow = tt.Dataflow("failing")
+    fe = flow.source("U", failing_df(spark)).process(EnrichRaising(bad_id), name="FE")
+    fe.key_by(lambda r: r["customer"], partitions=2).process(Detect(), name="FD").collect("S")
+    return flow
+
+
+class DetectRaising(Detect):
+    """Detect that raises KeyError on one row, after it has counted it."""
+
+    def __init__(self, bad_id: int):
+        super().__init__()
+        self._bad_id = bad_id
+
+    def process(self, row, port=0):
+        if row["id"] == self._bad_id:
+            self.scored += 1
+            raise KeyError(f"no score for {row['id']}")
+        yield from super().process(row, port)
+
+
+def build_failing_downstream(spark, bad_id: int = 777):
+    """The failure is in FD, the head of the stage after θ's shuffle."""
+    flow = tt.Dataflow("failing-downstream")
+    fe = flow.source("U", failing_df(spark)).process(Enrich(), name="FE")
+    fe.key_by(lambda r: r["customer"], partitions=2).process(DetectRaising(bad_id), name="FD").collect("S")
+    return flow
+
+
+def build_ledger_keyed(spark, partitions: int = 4):
+    """Both inputs of the join are keyed stages (2 and 3 instances), not sources."""
+    flow = tt.Dataflow("ledger-keyed")
+    accounts = flow.source("ACCOUNTS", spark.createDataFrame(
+        ledger_accounts(), "n long, account string, branch string").repartition(partitions, "n"))
+    txs = flow.source("TXS", spark.createDataFrame(
+        ledger_transactions(), "tx long, account string, cents long").repartition(partitions, "tx"))
+    left = accounts.key_by(lambda r: r["account"], partitions=2).process(Open(), name="OPEN")
+    right = txs.key_by(lambda r: r["account"], partitions=3).process(Validate(), name="VAL")
+    joined = left.key_by(lambda r: r["account"], partitions=3).join(right.key_by(lambda r: r["account"]), name="J")
+    joined.process(Post(), name="POST").collect("S")
+    return flow

@@ -1,0 +1,217 @@
+"""What the commands say: help defaults, conditions that raise or name unknown fields,
+damaged and never-started run files, `tt migrate`, `--states none`."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import workloads
+from tt.cli.main import main
+from tt.recorder.session import RecordingSession
+from tt.store import schema
+
+
+def _err(capsys) -> tuple[str, list[str]]:
+    captured = capsys.readouterr()
+    return captured.out, [line for line in captured.err.splitlines() if line.strip()]
+
+
+def _one_line(capsys, *needles: str) -> str:
+    _, lines = _err(capsys)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("tt: error: ") and "Traceback" not in lines[0], lines
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def chain_run(spark, tmp_path_factory):
+    """A deterministic run: A (θ: highest, seen) → B, four instances each."""
+    path = tmp_path_factory.mktemp("cli_messages") / "chain.db"
+    session = RecordingSession(path, Path(__file__), [], watch="A", every=None, when="row['amount'] > 400")
+    try:
+        with session:
+            workloads.build_chain(spark).run()
+    finally:
+        session.close()
+    return path
+
+
+@pytest.fixture
+def copy(chain_run, tmp_path):
+    def make(name: str) -> Path:
+        dst = tmp_path / name
+        shutil.copy(chain_run, dst)
+        return dst
+    return make
+
+
+# --- help ---------------------------------------------------------------------------------------
+
+def test_help_shows_the_defaults_written_in_brackets(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("TERMINAL_WIDTH", "200")
+    assert main(["replay", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "[default: 0; for a failed run, just before the tuple it failed on]" in out, out
+    assert "[default: changed]" in out and "first ." not in out
+    assert main(["record", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "[default: JOB name + .db]" in out and "[default: the first stateful one]" in out, out
+
+
+# --- conditions -------------------------------------------------------------------------------------
+
+def test_a_condition_that_always_raises_is_reported_once(chain_run, capsys):
+    assert main(["replay", str(chain_run), "--run-until", "1/0"]) == 1
+    out, err = _err(capsys)
+    assert not err, err
+    assert out.count("ZeroDivisionError") == 1, out
+    assert "run_until 1/0: not possible" in out
+    assert "the condition '1/0' raised ZeroDivisionError: division by zero every time it was evaluated" in out
+
+
+def test_a_condition_that_sometimes_raises_says_so_once(chain_run, capsys):
+    assert main(["replay", str(chain_run), "--run-until", "A.seen > 10 and row['nope'] > 0", "--json"]) == 1
+    out, err = _err(capsys)
+    assert not err, err
+    last = json.loads(out.splitlines()[-1])
+    assert not last["ok"] and last["note"].startswith("the condition never held before the end of the run")
+    assert "it raised KeyError: 'nope' on " in last["note"] and "those count as false" in last["note"]
+
+
+def test_unknown_fields_and_instances_are_refused_before_running(chain_run, capsys):
+    assert main(["replay", str(chain_run), "--run-until", "A.nope > 3"]) == 2
+    _one_line(capsys, "unknown field 'nope' of A (fields: highest, seen)")
+    assert main(["replay", str(chain_run), "--run-until", "A[1].seen > 3 and A[9].seen > 3"]) == 2
+    _one_line(capsys, "A has instances 0..3, not 9")
+    assert main(["replay", str(chain_run), "--run-until", "'x' in B.nope"]) == 2
+    _one_line(capsys, "unknown field 'nope' of B (fields: buckets)")
+    assert main(["replay", str(chain_run), "--run-until", "NOPE.x > 3"]) == 2
+    _one_line(capsys, "unknown name(s) NOPE")
+
+
+# --- --states none ----------------------------------------------------------------------------------------
+
+def test_states_none_prints_no_state(chain_run, capsys):
+    args = ["replay", str(chain_run), "--to", "1", "--run-until", "A.seen > 40"]
+    assert main(args) == 0
+    state_line = re.compile(r"^  [AB]:\d+\.\w+: .* → ")   # "  A:0.seen: 40 → 41"
+    changed = capsys.readouterr().out
+    assert any(state_line.match(line) and ".seen: " in line for line in changed.splitlines()), changed
+    assert main(args + ["--states", "none"]) == 0
+    out = capsys.readouterr().out
+    assert not any(state_line.match(line) for line in out.splitlines()), out
+    assert "stopped after A:" in out
+    assert main(args + ["--states", "none", "--json"]) == 0
+    for line in capsys.readouterr().out.splitlines():
+        step = json.loads(line)
+        assert "states" not in step and "changed" not in step, step
+
+
+# --- damaged files ------------------------------------------------------------------------------------------
+
+def _largest_blob(path: Path, table: str, key: str) -> tuple[object, bytes]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(f"SELECT {key}, data FROM {table} ORDER BY LENGTH(data) DESC LIMIT 1").fetchone()
+    finally:
+        conn.close()
+
+
+def test_a_damaged_state_blob_is_one_line(copy, capsys):
+    path = copy("state.db")
+    conn = sqlite3.connect(path)
+    h, data = conn.execute("SELECT s.hash, s.data FROM states s JOIN barriers b ON b.state = s.hash "
+                           "ORDER BY LENGTH(s.data) DESC LIMIT 1").fetchone()
+    k = conn.execute("SELECT MIN(k) FROM barriers WHERE state=?", (h,)).fetchone()[0]
+    garbled = bytearray(data)
+    mid = len(garbled) // 2
+    garbled[mid:mid + 32] = b"\x00" * 32
+    conn.execute("UPDATE states SET data=? WHERE hash=?", (bytes(garbled), h))
+    conn.commit()
+    conn.close()
+    assert main(["inspect", str(path), "state", "--at", str(k)]) == 1
+    _one_line(capsys, "the run file is damaged: state of ", f"at interaction {k} cannot be decoded")
+    assert main(["verify", str(path)]) == 1
+    _one_line(capsys, "the run file is damaged", "cannot be decoded")
+
+
+def _overwrite_a_page_of(path: Path, blob: bytes) -> None:
+    """Overwrite the page of the file that holds the middle of `blob` (one of its overflow pages)."""
+    data = bytearray(path.read_bytes())
+    page = int.from_bytes(data[16:18], "big")
+    for start in range(len(blob) // 2, len(blob) - 64, 97):
+        at = data.find(blob[start:start + 64])
+        if at > 0:
+            first = at - at % page
+            data[first:first + page] = b"\xa5" * page
+            path.write_bytes(bytes(data))
+            return
+    raise AssertionError("the blob is not stored in one piece anywhere in the file")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "overwritten"])
+def test_damaged_files_are_refused_by_inspect(copy, capsys, damage):
+    path = copy(f"{damage}.db")
+    if damage == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        _, blob = _largest_blob(path, "entry_chunks", "rowid")
+        _overwrite_a_page_of(path, blob)
+    for view in ([], ["interactions"], ["overlaps"]):
+        assert main(["inspect", str(path), *view]) == 1, view
+        _one_line(capsys, str(path), "damaged")
+
+
+# --- runs whose dataflow never started ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("job_text, said", [
+    ("import tt\nraise ValueError('no input configured')\n", "ValueError: no input configured"),
+    ("import sys\nimport tt\nsys.exit(3)\n", "exited with status 3"),
+])
+def test_a_dataflow_that_never_started_is_named_first(spark, tmp_path, capsys, job_text, said):
+    job = tmp_path / "job.py"
+    job.write_text(job_text)
+    out = tmp_path / "never.db"
+    assert main(["record", str(job), "-o", str(out)]) != 0
+    capsys.readouterr()
+    for command, doing in ((["verify"], "verify"), (["replay"], "replay"),
+                           (["checkpoint", "--tau", "1s"], "checkpoint"), (["inspect", "overlaps"], "inspect")):
+        argv = [command[0], str(out), *command[1:]]
+        assert main(argv) == 1, argv
+        line = _one_line(capsys, "the dataflow never started", said, f"there is nothing to {doing}")
+        assert "not recorded by you" not in line
+
+
+# --- tt migrate -----------------------------------------------------------------------------------------------
+
+def test_migrate(copy, capsys, monkeypatch):
+    path = copy("old.db")
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version=0")
+    conn.commit()
+    conn.close()
+    assert main(["inspect", str(path)]) == 1
+    _one_line(capsys, "older format (0)", f"tt migrate {path}")
+    assert main(["migrate", str(path)]) == 1  # this tt has no migration from format 0
+    _one_line(capsys, "no migration from it to format 1", "record the job again")
+
+    monkeypatch.setattr(schema, "MIGRATIONS", [(1, "CREATE TABLE IF NOT EXISTS migrated_to_1 (x);")])
+    assert main(["migrate", str(path)]) == 0
+    assert "migrated from format 0 to 1" in capsys.readouterr().out
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name='migrated_to_1'").fetchone()[0] == 1
+    conn.close()
+    assert main(["inspect", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["migrate", str(path)]) == 0
+    assert "already in the current format (1)" in capsys.readouterr().out
