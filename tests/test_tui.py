@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import re
 import shutil
 import sqlite3
 import threading
@@ -82,25 +83,28 @@ def drive(app: DebuggerApp, script, size=(80, 24)):
     async def run():
         async with app.run_test(size=size) as pilot:
             await until(pilot, lambda: app.model is not None or app.session_error is not None)
-            await pilot.pause(0.05)
+            await idle(pilot)
             return await script(pilot)
     return asyncio.run(run())
 
 
-async def until(pilot, cond, timeout: float = 60.0, what: str = "condition"):
+async def until(pilot, cond, timeout: float = 120.0, what: str = "condition"):
+    """Wait for `cond` on the app's state, letting the app run between looks (the timeout only bounds a failure)."""
     t0 = time.monotonic()
     while not cond():
         if time.monotonic() - t0 > timeout:
             raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.02)
+        await pilot.pause()
 
 
 async def idle(pilot):
+    """Wait until the app says nothing is under way (`DebuggerApp.is_idle`: no action, no pending
+    answer, no worker), then until what it scheduled on screen has been drawn."""
     app = pilot.app
-    await pilot.pause(0.05)
-    await until(pilot, lambda: not app.busy, what="the action to finish")
-    await app.workers.wait_for_complete()
-    await pilot.pause(0.05)
+    await pilot.pause()
+    await until(pilot, lambda: app.is_idle, what="the app to be idle")
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
 
 
 async def keys(pilot, *names: str):
@@ -218,7 +222,8 @@ def test_steps_and_step_back(fraud_run):
         after_out = dict(app.frame.position)
 
         await keys(pilot, "F")                      # back to before the step out
-        assert message(app).startswith("✓ step back step_out"), message(app)
+        assert message(app).startswith(f"✓ stepped back out of {stepped}"), message(app)
+        assert "step_out" not in message(app)
         assert app.frame.frames == [stepped]
         await keys(pilot, "S")                      # back to before the step into
         assert app.frame.position == after_over
@@ -270,7 +275,7 @@ def test_the_state_tree_patched_after_each_step_equals_a_rebuilt_one(fraud_run):
                 frame = app.frame
                 inspector.op = None                     # force a rebuild from the same frame
                 inspector.show(frame.op, frame.states, frame.changes)
-                await pilot.pause(0.05)
+                await pilot.wait_for_scheduled_animations()
                 rebuilt = _tree_labels(inspector)
                 common = patched.keys() & rebuilt.keys()
                 assert len(common) >= len(rebuilt) // 2, (len(common), len(rebuilt))
@@ -327,7 +332,6 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
 
     async def script(pilot):
         await until(pilot, lambda: app.frame is not None and app.frame.overlaps is not None, what="overlaps")
-        await pilot.pause(0.1)
         await idle(pilot)
         overlaps = app.frame.overlaps
         assert overlaps, "the keywords sample has overlapping scopes"
@@ -348,7 +352,7 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
         label = session.label(root)
         assert label in pending.labels, pending.labels
         pending.focus()
-        await pilot.pause(0.05)
+        await pilot.pause()
         while pending.selected_ref != root:
             await pilot.press("down" if pending.labels.index(label) > pending.cursor_row else "up")
         await until(pilot, lambda: app.frame.selected == root, what="the selection")
@@ -357,7 +361,7 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
         assert "overlaps" in avail_text(app)
         assert app.check_action("step_over", ()) is None
         await pilot.press("n")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: message(app).startswith("✗ step over"), what="the refusal")
         assert message(app).startswith(f"✗ step over {label}") and "overlaps" in message(app), message(app)
         await keys(pilot, "3")
         scope = app.query_one(ScopeView).text()
@@ -366,7 +370,8 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
         titles = {c.title: c.help for c in app.get_system_commands(app.screen)}
         assert "unavailable" in titles["Step over"] and "overlaps" in titles["Step over"]
         assert {"Step into", "Step out", "Step back", "Run until…", "Last change…", "Jump to interaction…",
-                "Previous interaction", "Next interaction", "Search", "Cancel", "Help"} <= set(titles)
+                "Previous interaction", "Next interaction", "Search", "Help"} <= set(titles)
+        assert "Cancel" not in titles, "nothing runs: nothing to cancel"
     drive(app, script)
 
 
@@ -468,8 +473,15 @@ def test_escape_cancels_a_long_run_until(fraud_run):
         inp.value = "len(str(row) * 50000) < 0"  # never true, and slow: would replay the whole run
         await pilot.press("enter")
         await until(pilot, lambda: app.busy is not None, what="the run to start")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: " tuples · " in position(app), what="the progress line")
+        # where the replay stands, in tuples of the run, never more than the run has
+        m = re.search(r"([\d,]+) of ([\d,]+) tuples · (\d+)%", position(app))
+        assert m, position(app)
+        done, total, pct = (int(g.replace(",", "")) for g in m.groups())
+        assert 0 <= done <= total and total == app.frame.progress["total"] and 0 <= pct <= 100, position(app)
         assert "Esc cancels" in position(app)
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert "Cancel" in titles, "a run-until runs: the palette offers to cancel it"
         await pilot.press("escape")
         await idle(pilot)
         assert "cancelled; the position is where it was" in message(app), message(app)
@@ -521,7 +533,7 @@ def test_live_follow_and_user_interaction(spark, tmp_path):
                         and app.model is not None, timeout=120, what="periodic interactions and the engine")
             seen = len(app.interactions)
             await pilot.press("i")
-            await pilot.pause(0.1)
+            await until(pilot, lambda: "interaction requested" in message(app), what="the answer to i")
             assert "interaction requested" in message(app)
             await until(pilot, lambda: any(r["trigger"] == "user" for r in app.interactions), timeout=60,
                         what="the user interaction in the timeline")
@@ -586,7 +598,7 @@ def test_an_untrusted_run_still_shows_its_facts(fraud_run, tmp_path, monkeypatch
         assert "[FE θ×2]" in app.query_one(DagView).render_text()
         assert len(app.query_one(InteractionTimeline).rows_data) >= 3
         await pilot.press("n")
-        await pilot.pause(0.05)
+        await until(pilot, lambda: "no replay" in message(app), what="the refusal")
         assert "no replay" in message(app)
     drive(app, script)
 
@@ -606,3 +618,277 @@ def test_timeline_marks_checkpointed_interactions(fraud_run, tmp_path):
         cells = {k: str(timeline.get_cell(str(k), "ckpt")) for k in timeline._keys}
         assert {k for k, c in cells.items() if c == "◆"} == marked, cells
     drive(app, script)
+
+
+# --- issue 11: the README's session, every time ------------------------------------------------------
+
+def screen_text(app) -> str:
+    """What the terminal shows, line by line (from the app's own screenshot)."""
+    import html
+
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for m in re.finditer(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>(.*?)</text>', app.export_screenshot()):
+        rows.setdefault(float(m.group(2)), []).append((float(m.group(1)), html.unescape(m.group(3))))
+    out = []
+    for y in sorted(rows):
+        line = ""
+        for x, t in sorted(rows[y]):
+            line = line.ljust(int(round(x / 12.2))) + t
+        out.append(line.rstrip())
+    return "\n".join(out)
+
+
+async def type_keys(pilot, text: str):
+    """Type `text` key by key, as a terminal sends it."""
+    names = {" ": "space", "'": "apostrophe", ".": "full_stop", "/": "slash"}
+    for ch in text:
+        await pilot.press(names.get(ch, ch))
+
+
+async def readme_sequence(pilot):
+    """`c` 'Bob' in FD.blacklist Enter, `/` Bob Enter, `C` Enter: exactly the README's keys."""
+    app = pilot.app
+    await keys(pilot, "c")
+    assert isinstance(app.screen, PromptScreen)
+    await type_keys(pilot, "'Bob' in FD.blacklist")
+    assert app.screen.query_one("Input").value == "'Bob' in FD.blacklist"
+    await keys(pilot, "enter")
+    assert "stopped after FD:" in message(app), message(app)
+    await keys(pilot, "slash")
+    await type_keys(pilot, "Bob")
+    await keys(pilot, "enter")
+    assert "found 'Bob'" in message(app), message(app)
+    node = app.query_one(StateInspector).tree.cursor_node
+    assert node.data.path == ("blacklist", "Bob"), node.data
+    await keys(pilot, "C")
+    assert isinstance(app.screen, PromptScreen)
+    assert app.screen.query_one("Input").value == f"{node.data.instance}.blacklist.Bob"   # from the cursor
+    await keys(pilot, "enter")
+    assert app.return_code is None, "the app crashed"
+    assert "you are just before it" in message(app), message(app)
+    return node.data.instance
+
+
+def test_readme_last_change_from_the_state_trees_cursor(fraud_run):
+    """Issue 11 item 1: `C` with the cursor on a node crashed (Slot has no `more_from`)."""
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        hit = await readme_sequence(pilot)
+        nxt = next(p for p in app.frame.pending if p.label.startswith(hit + ":") and p.next)
+        assert nxt.row["customer"] == "Bob" and nxt.row["amount"] == "¥5000"
+        assert app.frame.selected == nxt.ref, "the tuple that redoes the change is selected"
+        # `/ highest Enter C` on FE, cursor on a field node: the prompt is filled from it, no crash
+        await keys(pilot, "j")
+        await answer(pilot, str(condition_k(fraud_run)))
+        app.query_one(DagView).focus()
+        await keys(pilot, "left")
+        await until(pilot, lambda: app.frame.op == "FE", what="FE's state")
+        await idle(pilot)
+        await keys(pilot, "slash")
+        await answer(pilot, "highest")
+        node = app.query_one(StateInspector).tree.cursor_node
+        assert node.data.path == ("highest",), node.data
+        await keys(pilot, "C")
+        assert app.screen.query_one("Input").value == f"{node.data.instance}.highest"
+        await keys(pilot, "enter")
+        assert app.return_code is None and "last change" in message(app), message(app)
+    drive(app, script)
+
+
+def test_enter_shows_the_whole_tuple_at_80x24(fraud_run):
+    """Issue 11 item 2: the waiting row is cut off at 80 columns; Enter shows it whole, Esc returns."""
+    from tt.tui.tuple_screen import TupleScreen
+
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        hit = await readme_sequence(pilot)
+        pending = app.query_one(PendingTuples)
+        bob = app.frame.pending[[p.ref for p in app.frame.pending].index(app.frame.selected)].row
+        assert str(bob["ts"]) not in screen_text(app), "the row is cut off at 80×24 (else this test proves nothing)"
+        pending.focus()
+        await keys(pilot, "enter")
+        assert isinstance(app.screen, TupleScreen)
+        shown = screen_text(app)
+        assert "'¥5000'" in shown and "'Bob'" in shown and str(bob["ts"]) in shown, shown
+        assert re.search(r"amount\s+'¥5000'\s+'¥5000'", shown), shown       # FE's input beside its output
+        rows = app.screen.text.splitlines()
+        assert rows[0].startswith("usd: — | 5000.0"), rows                    # the field FE added, first
+        assert "amount: '¥5000' | '¥5000'" in rows
+        await keys(pilot, "escape")
+        assert not isinstance(app.screen, TupleScreen) and app.focused is pending
+
+        # after a step into Bob's tuple at FD, its output waits at FF: Enter shows FD's input beside it
+        await keys(pilot, "s")
+        assert app.frame.selected_label.startswith("FF:"), app.frame.selected_label
+        pending.focus()
+        await keys(pilot, "enter")
+        assert isinstance(app.screen, TupleScreen)
+        assert f"processing {hit}:" in app.screen.title_text
+        rows = app.screen.text.splitlines()
+        assert rows[0].startswith("label: — | 'Fraud'"), rows                 # FD added the label
+        assert "amount: '¥5000' | '¥5000'" in rows
+        await keys(pilot, "escape")
+
+        # a tuple of the scope (view 3): Enter on it shows it too
+        await keys(pilot, "3")
+        tree = app.query_one("#scope-tree")
+        assert app.focused is tree
+        tree.move_cursor(tree.root.children[0])
+        await keys(pilot, "enter")
+        assert isinstance(app.screen, TupleScreen) and "'¥5000'" in screen_text(app)
+        await keys(pilot, "escape")
+        assert not isinstance(app.screen, TupleScreen)
+    drive(app, script)
+
+
+def test_layout_follows_each_resize_at_once(fraud_run):
+    """Issue 11 item 6: the layout followed the size before the last resize."""
+    from tt.tui import layout
+
+    assert not layout.is_wide(80, 24) and not layout.is_wide(100, 30) and not layout.is_wide(139, 48)
+    assert layout.is_wide(140, 40) and layout.is_wide(160, 48)
+    assert layout.shown_view("timeline", True) == "debug" and layout.shown_view("timeline", False) == "timeline"
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        assert not app.wide and app.query_one("#main").has_class("-narrow")
+        await pilot.resize_terminal(160, 48)
+        await idle(pilot)
+        assert app.wide and app.query_one("#main").has_class("-wide")
+        assert app.query_one("#timeline").display and app.query_one("#scope").display
+        assert app.query_one(ViewBar).views == ["debug", "logs", "plots"]
+        # 2 and 3 focus the timeline and the scope panes of the wide debug view
+        await keys(pilot, "2")
+        assert app.focused is app.query_one(InteractionTimeline)
+        await keys(pilot, "3")
+        assert app.focused is app.query_one("#scope-tree")
+        await keys(pilot, "1")
+        assert app.focused is app.query_one(PendingTuples)
+        await pilot.resize_terminal(100, 30)
+        await idle(pilot)
+        assert not app.wide and app.query_one("#main").has_class("-narrow")
+        assert not app.query_one("#timeline").display
+        assert app.query_one(ViewBar).views == ["debug", "timeline", "scope", "logs", "plots"]
+        await pilot.resize_terminal(140, 40)
+        await idle(pilot)
+        assert app.wide
+    drive(app, script)
+
+
+def test_logs_escape_leaves_search_and_enter_shows_the_row(fraud_run):
+    """Issue 11 item 7."""
+    from tt.tui.tuple_screen import TupleScreen
+
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "4")
+        logs = app.query_one(LogBrowser)
+        await until(pilot, lambda: logs.base is not None and logs.lines.total > 0, what="the interactions log")
+        search = logs.query_one("#log-search")
+        await keys(pilot, "slash")
+        assert app.focused is search
+        await keys(pilot, "escape")
+        assert app.focused is logs.lines, app.focused
+        await keys(pilot, "5")                                  # a view key again, not typed into the box
+        assert search.value == "" and app.query_one(ViewBar).current == "plots"
+        await keys(pilot, "4")
+
+        # the filter box says whether it is on
+        box = logs.query_one("#log-filter")
+        assert box._button.plain == "[ ]"
+        box.value = True
+        assert box._button.plain == "[✓]"
+        box.value = False
+
+        logs.open_source("tuples:FE:0")
+        await until(pilot, lambda: logs.base is not None and logs.base.key == "tuples:FE:0", what="FE:0's tuples")
+        logs.search("Bob")
+        await until(pilot, lambda: "found 'Bob'" in logs.status_text, what="the search")
+        row = logs.lines.cursor
+        await until(pilot, lambda: logs.lines.row_cells(row) is not None, what="the found row")
+        cells = logs.lines.row_cells(row)
+        assert f"at row {row:,}" in logs.status_text and f"row {row:,} (0…" in logs.status_text, logs.status_text
+        assert cells[0] == str(row), "one numbering: the status's row is the first column's"
+        logs.lines.focus()
+        await keys(pilot, "enter")
+        assert isinstance(app.screen, TupleScreen)
+        assert f"tuple: {cells[2]}" in app.screen.text                       # the whole row, not cut off
+        await keys(pilot, "escape")
+        assert not isinstance(app.screen, TupleScreen)
+
+        logs.open_source("in:FD:0")                             # another log: the old search result goes
+        await until(pilot, lambda: logs.base.key == "in:FD:0", what="FD:0's Input log")
+        assert "found" not in logs.status_text, logs.status_text
+    drive(app, script)
+
+
+def test_small_things(fraud_run):
+    """Issue 11 item 10: i on a finished run, messages in words, the selection kept after a step back,
+    the legend, the '… more keys changed' note, whole-number plot ticks."""
+    from tt.tui.help_screen import SECTIONS
+    from tt.tui.widgets.plots import _int_ticks
+
+    k = condition_k(fraud_run)
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "i")
+        assert message(app) == "the run is finished; interactions can only be taken while recording"
+        assert "▶" in app.query_one("#pending").border_title and "•" in app.query_one("#pending").border_title
+        assert any("▶" in what and "•" in what for _, rows in SECTIONS for _, what in rows)
+
+        # from the start, run until the blacklisting; FE's state then lists many changed keys
+        await keys(pilot, "c")
+        await answer(pilot, "'Bob' in FD.blacklist")
+        assert app.frame.op == "FD"
+        app.query_one(DagView).focus()
+        await keys(pilot, "left")
+        await until(pilot, lambda: app.frame.op == "FE", what="FE's state")
+        await idle(pilot)
+        text = state_text(app)
+        assert re.search(r"… \d+ more keys changed \(not listed\)", text), text   # a dim note, not a key
+        assert not re.search(r"…: .*removed", text), text
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        pending = app.query_one(PendingTuples)
+        default = app.frame.default
+        pending.focus()
+        session = app.model.session
+        other = next(p.ref for p in app.frame.pending if p.next and p.ref != default and not p.end
+                     and session.can_step_into(p.ref).ok)
+        while pending.selected_ref != other:
+            await pilot.press("down")
+        await until(pilot, lambda: app.frame.selected == other, what="the selection")
+        await idle(pilot)
+        label = app.frame.selected_label
+        await keys(pilot, "s")
+        assert message(app).startswith(f"✓ step into {label}"), message(app)
+        await keys(pilot, "S")
+        assert message(app).startswith(f"✓ stepped back into {label}"), message(app)
+        assert "step_into" not in message(app)
+        assert app.frame.selected == other, "the selection is the one the step back undid"
+
+    drive(app, script)
+    assert _int_ticks(0, 799617) == [0, 200000, 400000, 600000, 800000]
+    assert all(isinstance(t, int) for t in _int_ticks(0.5, 12.3))
+
+
+def test_a_crash_in_the_debugger_exits_non_zero(fraud_run, monkeypatch, capsys):
+    """Issue 11 item 1: after an unhandled exception (its traceback printed) `tt debug` exited 0.
+
+    Textual ends an app whose handler raised with return code 1; `tt debug` must pass it on."""
+    import sys as _sys
+
+    def crashed_run(self) -> None:
+        self._return_code = 1          # what App._handle_exception leaves after printing the traceback
+
+    monkeypatch.setattr(DebuggerApp, "run", crashed_run)
+    monkeypatch.setattr(_sys.stdin, "isatty", lambda: True)
+    monkeypatch.setattr(_sys.stdout, "isatty", lambda: True)
+    assert main(["debug", str(fraud_run)]) == 1
+    assert "the debugger crashed" in capsys.readouterr().err
+    monkeypatch.setattr(DebuggerApp, "run", lambda self: None)   # a normal quit: return code None
+    assert main(["debug", str(fraud_run)]) == 0

@@ -16,6 +16,7 @@ import pytest
 from test_tui import idle, record_fraud, until
 
 from tt.tui.app import DebuggerApp, PromptScreen
+from tt.tui.widgets.progress_line import ProgressLine
 
 pytestmark = pytest.mark.slow
 
@@ -43,12 +44,13 @@ def _ready(*keys: str, answer: str | None = None):
         await idle(pilot)
         for k in keys:
             await pilot.press(k)
+            await idle(pilot)               # (a prompt on screen counts as idle: it waits for the user)
             if answer is not None and isinstance(app.screen, PromptScreen):
                 app.screen.query_one("Input").value = answer
                 await pilot.press("enter")
-            await idle(pilot)
-        await app.workers.wait_for_complete()
-        await pilot.pause(0.2)
+                await idle(pilot)           # not idle from Enter until the jump's frame is on screen
+        assert app.is_idle and not isinstance(app.screen, PromptScreen)
+        assert "…" not in app.query_one(ProgressLine).text, "a progress bar, not the position"
     return run_before
 
 

@@ -1,9 +1,10 @@
 """`tt debug` in a real terminal: tests/tui_tmux_smoke.sh drives it under tmux by keys alone.
 
-The fraud sample is recorded by `python -m tt record` in a subprocess (its own
-Spark), then the script opens `tt debug` in a detached 120x40 tmux session,
-runs until Bob is blacklisted, goes back to the change, and reads the ¥5000
-tuple off the screen.
+The fraud sample is recorded by `python -m tt demo` in a subprocess (its own
+Spark), as the README's Quickstart does; then the script opens `tt debug` in a
+detached 120x40 tmux session and types the README's debugging sequence key by
+key (`c` 'Bob' in FD.blacklist Enter, `/` Bob Enter, `C` Enter), reads the ¥5000
+tuple waiting at FD off the screen, and checks the exit status.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ JOB = ROOT / "sample_runs" / "fraud" / "job.py"
 def test_tt_debug_under_tmux_finds_bobs_blacklisting(tmp_path):
     env = dict(os.environ, LANG="C.UTF-8", LC_ALL="C.UTF-8")
     out = tmp_path / "fraud.db"
-    rec = subprocess.run(
-        [sys.executable, "-m", "tt", "record", str(JOB), "--watch", "FE", "--when", "row['amount'].startswith('¥')",
-         "-o", str(out), "--quiet", "--", "--rows", "20000", "--data", str(tmp_path / "payments.parquet")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    # recorded as the README's Quickstart does (`tt demo`: watch FE, every 1s, and right after the ¥ payment)
+    rec = subprocess.run([sys.executable, "-m", "tt", "demo", "--no-show", "-o", str(out)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert rec.returncode == 0, rec.stderr[-3000:]
+    # then `tt debug fraud.db` and the README's keys: c 'Bob' in FD.blacklist Enter / Bob Enter C Enter
     smoke = subprocess.run(["bash", str(SCRIPT), str(out), f"{sys.executable} -m tt"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=600)
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr

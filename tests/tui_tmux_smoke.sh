@@ -3,12 +3,13 @@
 #
 #   tests/tui_tmux_smoke.sh RUN.db [TT_COMMAND]
 #
-# RUN.db is a recording of sample_runs/fraud (watch FE). The script opens the
-# debugger in a detached 120x40 tmux session, waits for the replay engine, runs
-# until Bob is blacklisted ("'Bob' in FD.blacklist"), reads FD's state off the
-# screen, goes back to the last change of FD:<i>.blacklist.Bob and reads the
-# tuple that is about to blacklist him (Bob's ¥5000 payment, read as $5000),
-# then quits. Every check is on `tmux capture-pane` output. Exit 0 on success.
+# RUN.db is a recording of sample_runs/fraud (watch FE; `tt demo` records one).
+# The script opens the debugger in a detached 120x40 tmux session, waits for
+# the replay engine and types the README's sequence key by key: `c`
+# 'Bob' in FD.blacklist Enter, `/` Bob Enter, `C` Enter. It reads FD's state
+# and then the tuple about to blacklist Bob (his ¥5000 payment, read as $5000)
+# off the screen, quits, and checks that tt debug exited 0 (a crash exits 1).
+# Every check is on `tmux capture-pane` output. Exit 0 on success.
 set -euo pipefail
 
 RUN=${1:?usage: $0 RUN.db [TT_COMMAND]}
@@ -67,15 +68,25 @@ wait_for "state of FD" 10
 wait_for_re "Bob: [0-9]+ +\(new\)" 10 "FD's blacklist does not show Bob as new"
 echo "found: FD:$instance blacklisted Bob"
 
-# C: back to just before the last change of FD:<i>.blacklist.Bob
+# The README's keys, exactly: `/` `Bob` Enter puts the state tree's cursor on him; `C` Enter (the
+# field comes from the cursor) goes back to just before the change.
+keys /
+wait_for "Search the state tree" 10
+type_text "Bob"
+wait_for "Bob" 10
+keys Enter
+wait_for "found 'Bob' in the state of FD" 10
 keys C
 wait_for "Back to the last change of" 10
-sleep 0.5
-keys C-u
-type_text "FD:$instance.blacklist.Bob"
-wait_for "FD:$instance.blacklist.Bob" 10
+for ((i = 0; i < 50; i++)); do   # the prompt's field is filled in from the cursor
+    if screen | grep -A3 -F "Back to the last change of" | grep -qF "FD:$instance.blacklist.Bob"; then break; fi
+    sleep 0.2
+done
+screen | grep -A3 -F "Back to the last change of" | grep -qF "FD:$instance.blacklist.Bob" \
+    || { echo "C did not fill in FD:$instance.blacklist.Bob from the state tree's cursor" >&2; screen >&2; exit 1; }
 keys Enter
 wait_for "you are just before it" 120
+if screen | grep -qE "Traceback|AttributeError"; then echo "tt debug crashed" >&2; screen >&2; exit 1; fi
 wait_for_re "Bob: [0-9]+ +removed" 10 "Bob is still in the blacklist before the change"
 wait_for_re "FD:$instance:[0-9]+ .*customer: 'Bob', amount: '¥5000'" 10 \
     "the tuple about to blacklist Bob is not his ¥5000 payment"

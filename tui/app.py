@@ -36,9 +36,11 @@ from ..core.errors import RunFileError, TTError
 from ..core.scopes import TupleRef
 from ..replay import facts, views
 from ..store.reader import RunReader
+from . import layout
 from .model import Frame, Model
 from .help_screen import HelpScreen
 from .prompt_screen import PromptScreen
+from .tuple_screen import TupleScreen
 from .widgets.availability_line import AvailabilityLine
 from .widgets.dag_view import DagEdge, DagNode, DagView
 from .widgets.log_browser import LogBrowser
@@ -51,7 +53,7 @@ from .widgets.state_inspector import StateInspector
 from .widgets.timeline import InteractionTimeline
 from .widgets.view_bar import ViewBar
 
-WIDE = (140, 40)   # from this size up, the debug view shows its panes side by side
+WIDE = layout.WIDE   # from this size up, the debug view shows its panes side by side
 
 STEP_ACTIONS = {"step_over": "over", "step_into": "into", "step_out": "out", "step_back": "back"}
 BUSY_AFTER = 0.15  # seconds an action runs before the progress line and the footer say "busy"
@@ -145,6 +147,9 @@ class DebuggerApp(App):
         self._jump_target: int | None = None
         self._bindings_shown: tuple | None = None
         self._busy_timer = None
+        self._term_size: tuple[int, int] | None = None   # the size of the last resize event
+        self._asking = 0          # prompts opened by an action whose answer has not been handled yet
+        self._rows_seen: dict[TupleRef, Any] = {}        # rows of tuples seen waiting (the inputs of a step)
 
     # --- building the screen ----------------------------------------------------------------------
 
@@ -171,7 +176,7 @@ class DebuggerApp(App):
     def on_mount(self) -> None:
         self.query_one("#dag").border_title = "dataflow"
         self.query_one("#timeline").border_title = "interactions"
-        self.query_one("#pending").border_title = "waiting tuples"
+        self.query_one("#pending").border_title = f"waiting tuples · {PendingTuples.LEGEND}"
         self.query_one("#scope").border_title = "scope"
         self.query_one("#state").border_title = "state"
         self._apply_layout()
@@ -185,17 +190,16 @@ class DebuggerApp(App):
     # --- layout -----------------------------------------------------------------------------------
 
     def on_resize(self, event: Resize) -> None:
+        self._term_size = (event.size.width, event.size.height)   # self.size may still be the old one
         self._apply_layout()
 
     def _views(self) -> list[str]:
-        return ["debug", "logs", "plots"] if self.wide else ["debug", "timeline", "scope", "logs", "plots"]
+        return layout.views(self.wide)
 
     def _apply_layout(self) -> None:
-        w, h = self.size
-        self.wide = w >= WIDE[0] and h >= WIDE[1]
-        view = self.view
-        if self.wide and view in ("timeline", "scope"):
-            view = "debug"
+        w, h = self._term_size or tuple(self.size)
+        self.wide = layout.is_wide(w, h)
+        view = layout.shown_view(self.view, self.wide)
         main = self.query_one("#main")
         main.set_class(self.wide, "-wide")
         main.set_class(not self.wide, "-narrow")
@@ -226,7 +230,8 @@ class DebuggerApp(App):
             self._load_series()
 
     def action_view(self, name: str) -> None:
-        self.view = name
+        """Show a view; in the wide layout the timeline and the scope are panes of the debug view: focus them."""
+        self.view = layout.shown_view(name, self.wide)
         self._apply_layout()
         target = {"debug": "#pending", "timeline": "#timeline", "scope": "#scope-tree", "logs": "#log-lines"}.get(name)
         if target:
@@ -330,7 +335,11 @@ class DebuggerApp(App):
         try:
             session = DebugSession(self.path, trust=self.trust)
             model = Model(session)
-            frame = model.call(lambda s: model.build(self.selected_op, None))
+            op, want, failed = self.selected_op, None, session.failure
+            if failed is not None and failed.steppable:  # post-mortem: open just before the failing tuple
+                session.goto_failure()
+                op, want = failed.op, session.parse_ref(failed.label)
+            frame = model.call(lambda s: model.build(op, want))
         except TTError as e:
             self.call_from_thread(self._session_failed, str(e))
             return
@@ -346,7 +355,15 @@ class DebuggerApp(App):
     def _session_ready(self, model: Model, frame: Frame) -> None:
         self.model = model
         self._apply_frame(frame)
-        self.query_one(MessageLine).say("replay engine ready · n/s step · j jump · c run until · ? help")
+        failed = model.session.failure
+        if failed is not None and failed.steppable:
+            self.query_one(MessageLine).say(f"the run failed at {failed.label}: {failed.error} · you are just "
+                                            f"before it · s re-raises it", "warning")
+        elif failed is not None:
+            self.query_one(MessageLine).say(f"the run failed at {failed.label}: {failed.error} · {failed.reason}",
+                                            "warning")
+        else:
+            self.query_one(MessageLine).say("replay engine ready · n/s step · j jump · c run until · ? help")
 
     def _session_failed(self, message: str) -> None:
         self.session_error = message
@@ -355,6 +372,8 @@ class DebuggerApp(App):
         self.query_one(ProgressLine).show_text(Text("no replay engine (facts only)", style="italic"))
 
     def _overlaps_ready(self) -> None:
+        if self.busy:  # the running action's frame is built with them; a reselect now would apply a stale op
+            return
         self._reselect()
 
     def _shown_interaction(self, frame: Frame) -> int | None:
@@ -367,6 +386,9 @@ class DebuggerApp(App):
 
     def _apply_frame(self, frame: Frame) -> None:
         frame.interaction = self._shown_interaction(frame)
+        if len(self._rows_seen) > 2000:
+            self._rows_seen.clear()
+        self._rows_seen.update((p.ref, p.row) for p in frame.pending if not p.end)
         self.frame = frame
         self.selected_ref = frame.selected
         self.selected_op = frame.op
@@ -401,6 +423,34 @@ class DebuggerApp(App):
 
     # --- running actions ----------------------------------------------------------------------------
 
+    IDLE_EXEMPT = {"poll"}   # worker groups that run on their own (following a live run)
+
+    @property
+    def is_idle(self) -> bool:
+        """Nothing is under way: the engine is loaded (or failed), no action, answer or worker is pending.
+
+        Tests (and snapshots) wait on this rather than on time: it is False from the
+        moment a key starts an action (or opens its prompt) until its result is on screen."""
+        from textual.worker import WorkerState
+
+        if self.model is None and self.session_error is None:
+            return False
+        if self.busy or (self._asking and not isinstance(self.screen, PromptScreen)):
+            return False   # (a prompt on screen waits for the user; once answered, the action is under way)
+        return not any(w.state in (WorkerState.PENDING, WorkerState.RUNNING)
+                       for w in self.workers if w.group not in self.IDLE_EXEMPT)
+
+    def _ask(self, screen: PromptScreen, answered: Callable[[str | None], None]) -> None:
+        """Open a prompt; until its answer has been handled the app is not idle."""
+        self._asking += 1
+
+        def done(value: str | None) -> None:
+            try:
+                answered(value)
+            finally:
+                self._asking -= 1
+        self.push_screen(screen, done)
+
     def _say(self, text: str | Text, level: str = "info") -> None:
         self.query_one(MessageLine).say(text, level)
 
@@ -433,6 +483,8 @@ class DebuggerApp(App):
         self._act_worker(label, fn, select_after, self.cancel_event)
 
     def _show_busy(self, label: str, cancellable: bool) -> None:
+        if self.busy != label:  # the timer fired after the action had finished: never show a stale bar
+            return
         self.query_one(ProgressLine).busy(label, cancellable=cancellable)
         self._sync_bindings()
 
@@ -451,17 +503,20 @@ class DebuggerApp(App):
 
         model = self.model
         op, ref = self.selected_op, self.selected_ref
-        steps = [0]
         cancellable = self.cancellable
+        engine = model.session.engine
+        run_total = sum(inst.total for inst in engine.instances.values())
 
         def progress(done: int, total: int) -> None:
-            if not total:  # run until reports steps per tick, without a total: count them
-                steps[0] += done
-                done = steps[0]
+            # The session's ticker passes a running count of this action's steps (and, for a jump, how
+            # many it will take); a run-until or last-change may also restart from an earlier point. What
+            # the user wants is where the replay stands in the run: read it off the engine (this is the
+            # worker thread the engine runs in, so the read is consistent).
             now = time.perf_counter()
-            if now - self._last_progress >= 0.1:
+            if now - self._last_progress >= 0.1 and not cancel.is_set():
                 self._last_progress = now
-                self.call_from_thread(self.query_one(ProgressLine).busy, label, done, total, cancellable)
+                at = sum(engine.position.values())
+                self.call_from_thread(self.query_one(ProgressLine).busy, label, at, run_total, cancellable)
 
         frame, message, level = None, None, "info"
         try:
@@ -545,6 +600,60 @@ class DebuggerApp(App):
     def _timeline_jump(self, event: InteractionTimeline.JumpRequested) -> None:
         self._jump(event.k)
 
+    # --- a tuple in full ----------------------------------------------------------------------------
+
+    @on(PendingTuples.TupleChosen)
+    def _pending_chosen(self, event: PendingTuples.TupleChosen) -> None:
+        self._show_tuple(event.ref, None)
+
+    @on(ScopeView.TupleChosen)
+    def _scope_chosen(self, event: ScopeView.TupleChosen) -> None:
+        self._show_tuple(None, event.label)
+
+    def _show_tuple(self, ref: TupleRef | None, label: str | None) -> None:
+        if self.model is None:
+            self._can_act()
+            return
+        if self.busy:
+            self._say(f"busy: {self.busy} (Esc cancels)", "warning")
+            return
+        rows = dict(self._rows_seen)
+        for p in self.frame.pending if self.frame else []:
+            rows[p.ref] = p.row
+        self._tuple_worker(ref, label, rows)
+
+    @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
+    def _tuple_worker(self, ref: TupleRef | None, label: str | None, rows: dict) -> None:
+        """The tuple's row and, when another operator emitted it, the input that operator was processing."""
+        model = self.model
+
+        def fetch(s):
+            r = ref if ref is not None else s.parse_ref(label)
+            row = rows[r] if r in rows else s.payload(r)
+            origin = s.provenance.origin(r)
+            if origin is None:
+                return s.label(r), row, None, None
+            before = rows[origin] if origin in rows else s.payload(origin)
+            return s.label(r), row, s.label(origin), before
+        try:
+            name, row, origin, before = model.call(fetch)
+        except TTError as e:
+            self.call_from_thread(self._say, f"cannot show {label or ref}: {e}", "error")
+            return
+        except Exception as e:  # a bug in tt: say so, keep the session
+            traceback.print_exc()
+            self.call_from_thread(self._say, f"cannot show {label or ref}: internal error: "
+                                             f"{type(e).__name__}: {e}", "error")
+            return
+        if origin is None:
+            screen = TupleScreen(f"{name}", row)
+        else:
+            # side by side: what the emitting operator consumed, and this tuple (what it emitted)
+            screen = TupleScreen(f"{name} · emitted by {origin.rsplit(':', 2)[0]} processing {origin}", before,
+                                 outputs=[(name, row)],
+                                 note="fields the operator added first, changed values in yellow · Esc returns")
+        self.call_from_thread(self.push_screen, screen)
+
     # --- actions ----------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -563,7 +672,11 @@ class DebuggerApp(App):
         return True
 
     def on_key(self, event: Key) -> None:
-        """A disabled step key says why instead of doing nothing."""
+        """A disabled step key (or `i` without a recording beside the app) says why instead of doing nothing."""
+        if event.key == "i" and not self.check_action("interact", ()):
+            if not (isinstance(self.screen, (PromptScreen, HelpScreen, TupleScreen)) or isinstance(self.focused, Input)):
+                self._say(self._why_no_interaction(), "warning")
+            return
         action = {"n": "step_over", "s": "step_into", "f": "step_out", "N": "step_back", "S": "step_back",
                   "F": "step_back"}.get(event.key)
         if action is None or self.check_action(action, ()):
@@ -616,8 +729,8 @@ class DebuggerApp(App):
         complete = [r["k"] for r in self.interactions if r["complete"]]
         hint = f"complete interactions: {facts._ranges(complete) or 'none'}"
         default = timeline.highlighted_k
-        self.push_screen(PromptScreen("Jump to interaction", hint, "" if default is None else str(default)),
-                         self._jump_answer)
+        self._ask(PromptScreen("Jump to interaction", hint, "" if default is None else str(default)),
+                  self._jump_answer)
 
     def _jump_answer(self, text: str | None) -> None:
         if text is None:
@@ -667,9 +780,9 @@ class DebuggerApp(App):
     def action_run_until(self) -> None:
         if not self._can_act():
             return
-        self.push_screen(PromptScreen("Run until (a Python condition, checked after every tuple)",
-                                      self._condition_hint(), getattr(self, "_last_condition", "")),
-                         self._run_until_answer)
+        self._ask(PromptScreen("Run until (a Python condition, checked after every tuple)",
+                               self._condition_hint(), getattr(self, "_last_condition", "")),
+                  self._run_until_answer)
 
     def _condition_hint(self) -> str:
         names = [o.name for o in (self.reader.operators if self.reader else []) if o.in_g and not o.is_theta]
@@ -692,11 +805,12 @@ class DebuggerApp(App):
             return
         default = getattr(self, "_last_field", "")
         node = self.query_one(StateInspector).tree.cursor_node
-        if node is not None and node.data is not None and node.data.more_from < 0:
-            default = ".".join([node.data.instance, *map(str, node.data.path)]) if node.data.path else default
-        self.push_screen(PromptScreen("Back to the last change of", "OP:INSTANCE.FIELD[.KEY], e.g. "
-                                      f"{(self.frame.op if self.frame else 'FD')}:0.{'field'} (the state tree's cursor "
-                                      "fills it in)", default), self._last_change_answer)
+        if node is not None and node.data is not None and not node.data.more and node.data.path \
+                and node.data.path[-1] != "…":
+            default = ".".join([node.data.instance, *map(str, node.data.path)])
+        self._ask(PromptScreen("Back to the last change of", "OP:INSTANCE.FIELD[.KEY], e.g. "
+                               f"{(self.frame.op if self.frame else 'FD')}:0.{'field'} (the state tree's cursor "
+                               "fills it in)", default), self._last_change_answer)
 
     def _last_change_answer(self, text: str | None) -> None:
         if text is None:
@@ -728,9 +842,9 @@ class DebuggerApp(App):
             self.action_view("logs")
             logs.focus_search()
             return
-        self.push_screen(PromptScreen("Search the state tree (keys and values)", "Enter again with the same text "
-                                      "finds the next match", getattr(self, "_last_search", "")),
-                         self._search_answer)
+        self._ask(PromptScreen("Search the state tree (keys and values)", "Enter again with the same text "
+                               "finds the next match", getattr(self, "_last_search", "")),
+                  self._search_answer)
 
     def _search_answer(self, text: str | None) -> None:
         if not text:
@@ -747,8 +861,15 @@ class DebuggerApp(App):
             return
         self._start("computing overlaps", lambda s, p, c: (self.model.compute_overlaps(force=True), None)[1])
 
+    def _why_no_interaction(self) -> str:
+        if self.status == "recording" and self.live is None:
+            return ("this run is being recorded by another process; take interactions there "
+                    "(Enter in `tt record`, or kill -USR1 the recorder)")
+        return "the run is finished; interactions can only be taken while recording"
+
     def action_interact(self) -> None:
-        if self.live is None:
+        if self.live is None or self.live.finished:
+            self._say(self._why_no_interaction(), "warning")
             return
         self._say(self.live.interact())
         self._poll()
@@ -876,7 +997,8 @@ class DebuggerApp(App):
         yield SystemCommand("Next interaction", "] · jump to the interaction after", self.action_next_interaction)
         yield SystemCommand("Search", "/ · the state tree or the logs", self.action_search)
         yield SystemCommand("Compute scope overlaps", "o · list θ inputs without step-over", self.action_overlaps)
-        yield SystemCommand("Cancel", "Esc · stop the running jump or run-until", self.action_cancel)
+        if self.busy and self.cancellable:
+            yield SystemCommand("Cancel", f"Esc · stop {self.busy}", self.action_cancel)
         for name in ("debug", "timeline", "scope", "logs", "plots"):
             yield SystemCommand(f"View: {name}", f"show the {name} view", lambda n=name: self.action_view(n))
         if self.live is not None:

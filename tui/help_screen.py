@@ -21,6 +21,9 @@ SECTIONS = [
         ("s", "step into: only its operator processes it; its outputs wait downstream"),
         ("f", "step out: finish the scope stepped into last"),
         ("N  S  F", "step back: undo the last action (any of the three)"),
+        ("▶  •", "in the waiting tuples: ▶ is the tuple n and s act on unless you pick another (θ's next, "
+                 "or the next one inside the scope stepped into); • is each instance's next input"),
+        ("Enter", "on a waiting tuple, a scope's tuple or a logged row: show it whole (Esc returns)"),
     ]),
     ("Moving through time", [
         ("j", "jump to an interaction (the one highlighted in the timeline, or a number)"),
@@ -32,12 +35,12 @@ SECTIONS = [
     ("Looking around", [
         ("1 … 5", "views: debug, timeline, scope, logs, plots (at 80×24 one at a time)"),
         ("Tab", "next pane; arrows move inside it; Enter acts (jump, show state, open)"),
-        ("/", "search: the state tree in the debug view, the logs elsewhere"),
+        ("/", "search: the state tree in the debug view, the logs elsewhere (Esc leaves the search box)"),
         ("o", "compute scope overlaps now (large runs skip it at start)"),
         ("Ctrl+P", "command palette: every action, with why it is unavailable"),
     ]),
     ("Application", [
-        ("i", "take an interaction now (live recording with `tt record --tui`)"),
+        ("i", "take an interaction now (only while recording, with `tt record --tui`)"),
         ("?", "this help"),
         ("q", "quit"),
     ]),

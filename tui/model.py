@@ -64,6 +64,7 @@ class Model:
         self.frame: Frame | None = None
         self.overlaps: list[Overlap] | None = None
         self._theta = session.graph.theta
+        self._selections: list[tuple[str | None, TupleRef | None]] = []   # per history entry: the selection before it
 
     # --- session access -----------------------------------------------------------------------
 
@@ -112,13 +113,26 @@ class Model:
     def act(self, fn: Callable[[DebugSession], StepResult | None], op: str | None, want: TupleRef | None,
             select_after: Callable[[DebugSession, StepResult | None], tuple[str | None, TupleRef | None]] | None = None
             ) -> Frame:
-        """Run one action, then build the frame after it."""
+        """Run one action, then build the frame after it.
+
+        A step back restores the selection there was before the action it undoes, so the
+        next `s` or `n` acts on the tuple the user had picked, not on another one."""
         with self.lock:
+            history = self.session.history
+            before = len(history)
+            chosen = (op, want)
             result = fn(self.session)
             if select_after is not None:
                 new_op, new_ref = select_after(self.session, result)
                 op = new_op or op
                 want = new_ref
+            after = len(history)
+            if after > before:
+                del self._selections[before:]
+                self._selections.extend([chosen] * (after - before))
+            elif after < before and after < len(self._selections):
+                op, want = self._selections[after]
+                del self._selections[after:]
             return self.build(op, want, result)
 
     def select(self, op: str | None, want: TupleRef | None) -> Frame:

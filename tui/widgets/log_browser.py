@@ -5,6 +5,9 @@ position, its Output log with destinations, the tuples recorded where they
 entered G(θ)), scroll it, search it (Enter finds the next match) or filter it
 down to matching rows. Reading, searching and filtering happen in a
 `LogLoader` thread over paged SQL queries; the rows are drawn by `LogLines`.
+Esc leaves the search box (so 1…5 switch views again); Enter on a row shows it
+whole. Rows are numbered from 0 everywhere, as the first column (a position,
+a sequence number, an interaction) numbers them; a filter counts its matches.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import Any, Callable
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.content import Content
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Checkbox, Input, Select, Static
 
@@ -22,8 +27,19 @@ from ..log_loader import LogLoader
 from .log_lines import LogLines
 
 
+class FilterBox(Checkbox):
+    """The filter switch: ✓ when on, an empty box when off (the stock box shows X either way)."""
+
+    @property
+    def _button(self) -> Content:
+        inner = "✓" if self.value else " "
+        return Content.assemble("[", (inner, "bold green" if self.value else ""), "]")
+
+
 class LogBrowser(Vertical):
     """Source picker, search box and filter switch above a virtual list of rows."""
+
+    BINDINGS = [Binding("escape", "leave_search", "leave the search box", show=False)]
 
     DEFAULT_CSS = """
     LogBrowser > #log-bar { height: 1; }
@@ -50,7 +66,7 @@ class LogBrowser(Vertical):
             yield Select([("interactions", "interactions")], value="interactions", allow_blank=False,
                          id="log-source", compact=True)
             yield Input(placeholder="/ search: Enter finds the next match", id="log-search", compact=True)
-            yield Checkbox("filter", id="log-filter", compact=True)
+            yield FilterBox("filter", id="log-filter", compact=True)
         yield Static("", id="log-head")
         yield LogLines(self.loader, id="log-lines")
         yield Static("", id="log-status")
@@ -102,6 +118,7 @@ class LogBrowser(Vertical):
         self.key = key
         self.query_one("#log-filter", Checkbox).value = False
         self.loader.cancel_task()
+        self._search_note = ""  # the previous source's search result means nothing here
 
         def load(view: logview.LogView):
             s = view.source(key)
@@ -143,6 +160,13 @@ class LogBrowser(Vertical):
     def focus_search(self) -> None:
         self.start()
         self.query_one("#log-search", Input).focus()
+
+    def action_leave_search(self) -> None:
+        """Esc in the search box: back to the rows; elsewhere Esc cancels a running action."""
+        if isinstance(self.app.focused, Input):
+            self.lines.focus()
+        else:
+            self.app.action_cancel()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -220,12 +244,21 @@ class LogBrowser(Vertical):
 
     def on_log_lines_row_chosen(self, event: LogLines.RowChosen) -> None:
         event.stop()
-        self._status(" │ ".join(event.cells))
+        from ..tuple_screen import TupleScreen
+
+        title = self.source.title if self.source is not None else "log"
+        self.app.push_screen(TupleScreen.from_cells(f"{title} · row {event.cells[0] if event.cells else event.row}", self.source.columns
+                                                    if self.source is not None else (), event.cells))
 
     def _status(self, extra: str | None = None) -> None:
         lines = self.lines
         title = self.source.title if self.source is not None else "…"
-        where = f"{title} · row {lines.cursor + 1:,} of {lines.total:,}" if lines.total else f"{title} · no rows"
+        if not lines.total:
+            where = f"{title} · no rows"
+        elif self.source is not None and self.source is not self.base:
+            where = f"{title} · match {lines.cursor + 1:,} of {lines.total:,}"
+        else:
+            where = f"{title} · row {lines.cursor:,} (0…{lines.total - 1:,})"
         parts = [where]
         if self._search_note:
             parts.append(self._search_note)

@@ -11,6 +11,21 @@ from rich.text import Text
 from textual.widgets import Static
 
 
+_UNDONE = {"step_over": "over", "step_into": "into", "step_out": "out of", "jump": "from the jump to",
+           "run_until": "from run until", "last_change": "from the last change of", "goto_failure": "from the failure at"}
+
+
+def headline(action: str, target: str | None) -> str:
+    """What an action did, in words: "step over FE:1:48716"; a step back names what it undid,
+    "stepped back over FE:1:48716", never the session's internal action names."""
+    if action == "step_back":
+        if not target:
+            return "step back"
+        undone, _, what = target.partition(" ")
+        return f"stepped back {_UNDONE.get(undone, undone.replace('_', ' '))} {what}".strip()
+    return f"{action.replace('_', ' ')} {target or ''}".strip()
+
+
 class MessageLine(Static):
     """The last outcome; `say` replaces it."""
 
@@ -34,7 +49,7 @@ class MessageLine(Static):
         """A `StepResult`."""
         from ...core.values import render
 
-        head = f"{r.action.replace('_', ' ')} {r.target or ''}".strip()
+        head = headline(r.action, r.target)
         t = Text()
         if not r.ok:
             t.append(f"✗ {head}: ", style="bold red")
@@ -46,7 +61,7 @@ class MessageLine(Static):
             t.append(f" → at interaction {r.interaction}")
         if timings:
             t.append(f" [{r.seconds * 1000:.0f} ms]", style="dim")
-        if r.note:
+        if r.note and r.action != "step_back":  # ("back to before step_over …": the head says it in words)
             t.append(f" · {r.note}", style="italic")
         if r.consumed:
             t.append(f" · consumed {len(r.consumed)}: {', '.join(r.consumed[:3])}"
@@ -54,7 +69,8 @@ class MessageLine(Static):
         def show(v) -> str:
             return "∅" if v == "<missing>" else render(v, 24)
         ordered = sorted(r.changed.items(), key=lambda kv: kv[0].rsplit(":", 1)[0] != first)
-        changes = [f"{inst}.{f} {show(old)}→{show(new)}" for inst, fields in ordered for f, (old, new) in fields.items()]
+        changes = [f"{inst}.{f[:-2]}: {old}" if f.endswith(".…") else f"{inst}.{f} {show(old)}→{show(new)}"
+                   for inst, fields in ordered for f, (old, new) in fields.items()]
         if changes:
             t.append(" · ")
             t.append("; ".join(changes[:3]) + (" …" if len(changes) > 3 else ""), style="yellow")

@@ -4,7 +4,8 @@ One row per waiting tuple, grouped by instance in consumption order. ▶ marks
 the tuple n and s act on when the user has not picked another (θ's next tuple
 in the original order, or the next tuple inside the scope stepped into); •
 marks each instance's next input; `free` tuples entered G(θ) elsewhere and are
-consumed as logged when in the way. Moving the cursor selects a tuple.
+consumed as logged when in the way. Moving the cursor selects a tuple; Enter
+shows it whole (`TupleChosen`), since a row is cut off at 80 columns.
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ class PendingTuples(DataTable):
         def __init__(self, ref: TupleRef | None) -> None:
             super().__init__()
             self.ref = ref
+
+    class TupleChosen(Message):
+        """Enter on a row: show the tuple whole."""
+
+        def __init__(self, ref: TupleRef) -> None:
+            super().__init__()
+            self.ref = ref
+
+    LEGEND = "▶ n/s act on it · • next input · Enter: all of it"
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", **kwargs)
@@ -77,3 +87,5 @@ class PendingTuples(DataTable):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
+        if 0 <= event.cursor_row < len(self.refs):
+            self.post_message(self.TupleChosen(self.refs[event.cursor_row]))

@@ -12,6 +12,18 @@ from textual.containers import Grid
 from textual_plotext import PlotextPlot
 
 
+def _int_ticks(lo: float, hi: float, n: int = 5) -> list[int]:
+    """Up to `n` round whole-number ticks covering lo…hi."""
+    lo, hi = int(lo), int(-(-hi // 1))
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / (n - 1)
+    mag = 10 ** (len(str(int(raw))) - 1) if raw >= 1 else 1
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    start = lo - lo % step
+    return list(range(start, hi + step, step))
+
+
 class RunPlots(Grid):
     """Two plots over the interactions: tuples processed, state bytes."""
 
@@ -55,6 +67,8 @@ class RunPlots(Grid):
                 plt.scatter(ks, ys, marker="dot")
                 if len(ks) <= 12:
                     plt.xticks(ks, [str(k) for k in ks])
+                ticks = _int_ticks(min(ys), max(ys))
+                plt.yticks(ticks, [f"{t:,}" for t in ticks])   # whole numbers, not "799617.0"
                 if self.current is not None:
                     plt.vline(self.current, "yellow")
             plot.refresh()

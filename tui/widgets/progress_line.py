@@ -58,12 +58,13 @@ class ProgressLine(Horizontal):
     def busy(self, what: str, done: int | None = None, total: int | None = None, cancellable: bool = True) -> None:
         self.add_class("-busy")
         bar = self.query_one("#work", ProgressBar)
-        if total:
-            bar.update(total=total, progress=done or 0)
-            pct = f" {100 * (done or 0) / total:.0f}%"
+        if total:  # `done` of `total` tuples of the run: where the replay stands
+            done = min(done or 0, total)
+            bar.update(total=total, progress=done)
+            pct = f" {done:,} of {total:,} tuples · {100 * done / total:.0f}%"
         else:
             bar.update(total=None)
-            pct = f" {done:,} steps" if done else ""
+            pct = f" {done:,} tuples" if done else ""
         self.query_one("#where", Static).update(Text.assemble((f"{what}…{pct}", "bold"),
                                                               "  Esc cancels" if cancellable else ""))
 

@@ -12,11 +12,17 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import Static, Tree
 
 
 class ScopeView(Vertical):
-    """Header (target, sizes, overlaps) above a tree of the scope."""
+    """Header (target, sizes, overlaps) above a tree of the scope; Enter on a tuple shows it whole."""
+
+    class TupleChosen(Message):
+        def __init__(self, label: str) -> None:
+            super().__init__()
+            self.label = label
 
     DEFAULT_CSS = """
     ScopeView > #scope-head { height: auto; max-height: 4; }
@@ -65,6 +71,11 @@ class ScopeView(Vertical):
             stack.append(node)
         if truncated:
             tree.root.add_leaf(Text("… (scope truncated)", style="dim"))
+
+    def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
+        event.stop()
+        if isinstance(event.node.data, str):
+            self.post_message(self.TupleChosen(event.node.data))
 
     def text(self) -> str:
         head = self.query_one("#scope-head", Static).content

@@ -362,6 +362,8 @@ class StateInspector(Vertical):
         return t
 
     def _removed_label(self, key: Any, old: Any) -> Text:
+        if key == "…":  # the session lists at most 50 changed keys per field; this is the count of the rest
+            return Text(f"… {old if isinstance(old, str) else 'more keys changed'} (not listed)", style="dim italic")
         t = Text(f"{key}: {short(old)}", style="strike red")
         t.append("  removed", style="red")
         return t
@@ -394,7 +396,7 @@ class StateInspector(Vertical):
 
     def _update_detail(self, node: TreeNode[Slot] | None) -> None:
         detail = self.query_one("#state-detail", Static)
-        if node is None or node.data is None or node.data.more:
+        if node is None or node.data is None or node.data.more or node.data.path[-1:] == ("…",):
             detail.update(Text(self._note, style="italic") if self._note else "")
             return
         slot = node.data
