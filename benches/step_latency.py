@@ -4,8 +4,14 @@ The fraud sample with 1M payments is recorded once (interactions every second).
 Then, in one process, with no checkpoints and with an offline checkpoint plan
 (τ = --tau), a debug session jumps to random interactions and, at each, takes
 the steps a user takes: step-over of θ's next tuple, step-into of the next one,
-step-into of its output downstream, step-out, and step-back. Each step is timed
-on its own (jumps are not steps and are not counted). Target: p99 ≤ 100 ms.
+step-into of its output downstream, step-out, and step-back (undoing the last
+two steps, then, at the fresh position the jump left, stepping back over θ's
+previous input). Each step is timed on its own (jumps are not steps and are not
+counted). Target: p99 ≤ 100 ms.
+
+Then the README's session, a few times: from interaction 0, run until
+"'Bob' in FD.blacklist" (a long replay), then `C` on the field that step changed
+(`last_change`), which should cost about what `N` costs, not the run until again.
 
     python benches/step_latency.py [--rows 1000000] [--rounds 60] [--tau 1]
 """
@@ -31,7 +37,8 @@ import job as fraud  # noqa: E402
 
 import tt  # noqa: E402
 
-ACTIONS = ["step_over", "step_into", "step_into (downstream)", "step_out", "step_back"]
+ACTIONS = ["step_over", "step_into", "step_into (downstream)", "step_out", "step_back",
+           "step_back (after a jump)"]
 
 
 def record(out: Path, rows: int) -> None:
@@ -84,7 +91,35 @@ def measure(run: Path, rounds: int, seed: int) -> dict[str, list[float]]:
         timed("step_out", s.step_out)
         timed("step_back", s.step_back)
         timed("step_back", s.step_back)
+        timed("step_back (after a jump)", s.step_back)
     return times
+
+
+def measure_last_change(run: Path, reps: int, save_every: float) -> tuple[list[float], list[float]]:
+    """The README's session: from interaction 0, `c 'Bob' in FD.blacklist`, then `C` on the field
+    that step changed, then `N`. Returns the seconds of each C and each N. `save_every` is how
+    often a long action leaves a restore point (infinity: never, as before issue 11)."""
+    from tt.replay import session as session_module
+    from tt.replay.session import DebugSession
+
+    saved = session_module.SAVE_EVERY
+    session_module.SAVE_EVERY = save_every
+    try:
+        cs, ns = [], []
+        for _ in range(reps):
+            s = DebugSession(run)
+            s.jump(0)
+            r = s.run_until("'Bob' in FD.blacklist")
+            inst, fields = next((i, f) for i, f in r.changed.items() if any(x.startswith("blacklist") for x in f))
+            t = time.perf_counter()
+            assert s.last_change(inst, next(x for x in fields if x.startswith("blacklist"))).ok
+            cs.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            assert s.step_back().ok
+            ns.append(time.perf_counter() - t)
+        return cs, ns
+    finally:
+        session_module.SAVE_EVERY = saved
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -100,6 +135,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--tau", type=float, default=1.0)
+    ap.add_argument("--c-reps", type=int, default=3, help="repetitions of the c-then-C session")
     ap.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "tt-bench-steps"))
     args = ap.parse_args()
     work = Path(args.workdir)
@@ -134,6 +170,18 @@ def main() -> None:
                 cells += [f"{'-':>8}"] * 3
         print(f"{a:24} " + " ".join(cells))
     print(f"\nworst p99: {1e3 * worst:.1f} ms (target ≤ 100 ms)")
+
+    print("\nC after a long run until (from interaction 0, c 'Bob' in FD.blacklist, then C on that field):")
+    print(f"{'variant':44} {'C median ms':>12} {'C max ms':>10} {'N median ms':>12}")
+    from tt.replay.session import SAVE_EVERY
+    rows = {}
+    for name, every in ((f"restore points every {SAVE_EVERY:g} s of replay", SAVE_EVERY),
+                        ("no restore points along the way (before)", float("inf"))):
+        cs, ns = measure_last_change(plain, args.c_reps, every)
+        rows[name] = statistics.median(cs)
+        print(f"{name:44} {1e3 * statistics.median(cs):12.1f} {1e3 * max(cs):10.1f} {1e3 * statistics.median(ns):12.1f}")
+    new, old = rows.values()
+    print(f"C is {old / new:.0f}x faster with restore points along the way")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from ..core.errors import UsageError
 
 from ..recorder.triggers import parse_duration
 from .main import app
-from .output import JSON, emit, human_bytes, require_dataflow
+from .output import JSON, bar as _bar, emit, human_bytes, require_dataflow
 
 
 @app.command()
@@ -88,16 +88,3 @@ def checkpoint(
     emit(data, json=json, text=text)
     return 0
 
-
-def _bar(label: str):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), transient=True)
-    task = p.add_task(label, total=None)
-    p.start()
-
-    def update(done: int, total: int) -> None:
-        p.update(task, completed=done, total=total)
-        if done >= total:
-            p.stop()
-    return update

@@ -51,13 +51,15 @@ def _show(out: Path) -> int:
         return 0
     from ..replay import facts
     from ..store.reader import RunReader
-    from .inspect import _interactions_text, _summary_text
+    from .inspect import _count_tuples, _interactions_text, _summary_text, interaction_rows
 
     reader = RunReader(out)
     try:
-        print(_summary_text(facts.summary(reader)))
+        summary = facts.summary(reader)
+        _count_tuples(reader, summary)   # tuples, as `tt inspect` counts them (not the end-of-input step)
+        print(_summary_text(summary))
         print()
-        print(_interactions_text(facts.interactions(reader)))
+        print(_interactions_text(interaction_rows(reader)))
     finally:
         reader.close()
     print(f"\nnext: tt debug {out}   ·   tt inspect {out} state --at K --op FD   ·   tt verify {out}")

@@ -10,9 +10,10 @@ import typer
 
 from ..core.errors import UsageError
 from .main import app
-from .output import CSV, JSON, NL, emit, human_bytes, only_one, require_intact, table
+from .output import CSV, JSON, NL, cut_hint, emit, human_bytes, only_one, require_intact, table
 
 _VIEWS = ("summary", "interactions", "state", "failures", "scope", "overlaps", "checkpoints")
+_CSV_VIEWS = ("summary", "interactions", "failures", "overlaps")
 
 
 @app.command()
@@ -20,18 +21,26 @@ def inspect(
     run: Path = typer.Argument(..., help="A run file written by `tt record`."),
     what: str = typer.Argument("summary", help="summary | interactions | state | failures | scope | "
                                                "overlaps | checkpoints"),
-    target: Optional[str] = typer.Argument(None, help="For `scope`: the tuple, as OP:INSTANCE:SEQ."),
-    at: Optional[int] = typer.Option(None, "--at", help="Interaction index (for `state`, `scope`)."),
+    target: Optional[str] = typer.Argument(None, help="For `scope`: the tuple, as OP:INSTANCE:INPUT#."),
+    at: Optional[int] = typer.Option(None, "--at", help="Interaction index (for `state`)."),
     op: Optional[str] = typer.Option(None, "--op", help="Only this operator (for `state`)."),
-    trust: bool = typer.Option(False, "--trust", help="Allow replaying code from a run you did not record."),
+    trust: bool = typer.Option(False, "--trust", help="Allow replaying code (and decoding pickled tuples) "
+                               "from a run you did not record."),
     json: bool = JSON, nl: bool = NL, csv: bool = CSV,
 ):
-    """Show what a run file holds: the run and its DAG, interactions, states, failures.
+    """Show what a run file holds: the run and its DAG, interactions, states, failures,
+    a tuple's scope, the θ inputs without a step-over, the checkpoint plans.
+
+    Tuples are named OP:INSTANCE:INPUT# and counted as in every other view: an
+    instance's count is the tuples it consumed (its end-of-input step is not one).
+    --json prints one document (an object, or a list of rows); --nl one object per
+    line; --csv (summary, interactions, failures, overlaps) a header row, then rows.
 
     Examples:
       tt inspect fraud.db
       tt inspect fraud.db interactions --json
       tt inspect fraud.db state --at 3 --op FD
+      tt inspect fraud.db scope FE:1:48716
     """
     from ..replay import facts
     from ..store.reader import RunReader
@@ -39,22 +48,28 @@ def inspect(
     only_one(json=json, nl=nl, csv=csv)
     if what not in _VIEWS:
         raise UsageError(f"unknown view {what!r}; choose one of {', '.join(_VIEWS)}")
+    if csv and what not in _CSV_VIEWS:
+        raise UsageError(f"--csv is for the {', '.join(_CSV_VIEWS)} views; use --json or --nl for {what}")
     reader = RunReader(run)
     try:
         require_intact(reader)
         if what == "summary":
             s = facts.summary(reader)
             s["wal"] = {"bytes": reader.wal_bytes(), "note": reader.wal_note}
+            _count_tuples(reader, s)
             emit(s, json=json, nl=nl, csv_=csv, text=_summary_text(s))
         elif what == "interactions":
-            rows = facts.interactions(reader)
+            rows = interaction_rows(reader, tuples=json or nl or csv, trust=trust)
             emit(rows, json=json, nl=nl, csv_=csv, text=_interactions_text(rows),
-                 columns=["k", "time", "t", "trigger", "complete", "detail", "positions"])
+                 columns=["k", "time", "t", "trigger", "complete", "detail", "positions", "ended"])
         elif what == "state":
             if at is None:
                 raise UsageError("which interaction? pass --at K (see `tt inspect RUN interactions`)")
             states = facts.states_at(reader, at, op)
-            emit(states, json=json, nl=nl, csv_=False, text=_states_text(states, at))
+            _state_positions(reader, states, at)
+            text, cut = _states_text(states, at)
+            again = f"`tt inspect {run} state --at {at}{f' --op {op}' if op else ''} --json`"
+            emit(states, json=json, nl=nl, csv_=False, text=text + ("\n" + cut_hint(again) if cut else ""))
         elif what == "failures":
             rows = reader.failures()  # one per failure, however many attempts Spark made
             emit(rows, json=json, nl=nl, csv_=csv, text="\n".join(_failure_text(f, run) for f in rows)
@@ -65,6 +80,20 @@ def inspect(
             inspect_replay.show(reader, what, target, at=at, trust=trust, json=json, nl=nl, csv=csv)
     finally:
         reader.close()
+
+
+def interaction_rows(reader, *, tuples: bool = False, trust: bool = False) -> list[dict]:
+    """`facts.interactions`, with positions counted in tuples (see `_end_steps`) and, with
+    `tuples`, the tuple that met a condition as a JSON object (`_condition_detail`)."""
+    from ..replay import facts
+
+    rows = facts.interactions(reader)
+    ends = _end_steps(reader)
+    for r in rows:
+        _tuple_positions(reader, r, ends)
+        if tuples and r["trigger"] == "condition":
+            r["detail"] = _condition_detail(reader, r["detail"], trust)
+    return rows
 
 
 def _failure_text(f: dict, run: Path) -> str:
@@ -83,11 +112,13 @@ def _summary_text(s: dict) -> str:
                  f"{s['tasks']['committed']} tasks committed")
     if s["seconds"] is not None:
         lines.append(f"time     {s['started']} · {s['seconds']:.1f}s")
-    lines.append(f"θ        {s['theta']}   (G(θ) = {', '.join(o['name'] for o in s['operators'] if o['in_g'])})")
+    lines.append(f"θ        {s['theta']}   (G(θ) = {', '.join(o['name'] for o in s['operators'] if o['in_g'])})"
+                 + (f"; {s['theta_tuples']:,} tuples into θ" if s.get("theta_tuples") is not None else ""))
     lines.append("")
     lines.append(table([[o["name"], o["kind"], o["class"].rsplit(".", 1)[-1], o["stage"], o["instances"],
-                         ("θ" if o["theta"] else "G") if o["in_g"] else ""] for o in s["operators"]],
-                       ["operator", "kind", "class", "stage", "instances", "in G(θ)"]))
+                         ("θ" if o["theta"] else "G") if o["in_g"] else "",
+                         f"{o['tuples']:,}" if o.get("tuples") is not None else ""] for o in s["operators"]],
+                       ["operator", "kind", "class", "stage", "instances", "in G(θ)", "tuples in"]))
     lines.append("")
     lines.append("edges    " + ", ".join(f"{e['from']}→{e['to']}" + (" (shuffle)" if e["shuffle"] else "")
                                         for e in s["edges"]))
@@ -114,20 +145,140 @@ def _interactions_text(rows: list[dict]) -> str:
             if pos else "(incomplete)"
         detail = ""
         if r["trigger"] == "condition":
-            d = r["detail"]
-            detail = f" {d.get('op')}:{d.get('instance')} #{d.get('position')}"
+            detail = " " + _condition_tuple(r["detail"])
         out.append([r["k"], f"{r['t']:.2f}s", r["trigger"] + detail, brief])
     return table(out, ["k", "t", "trigger", "positions"])
 
 
-def _states_text(states: dict, k: int) -> str:
-    lines = [f"states at interaction {k}:"]
+def _states_text(states: dict, k: int) -> tuple[str, bool]:
+    lines, cut = [f"states at interaction {k}:"], False
     for name, entry in states.items():
-        lines.append(f"{name}  (after {entry['position']} inputs)")
+        lines.append(f"{name}  (after {entry['position']:,} tuples"
+                     + (", and its end of input)" if entry.get("ended") else ")"))
         state = entry["state"]
-        if isinstance(state, dict) and state:
-            for key, value in state.items():
-                lines.append(f"  {key} = {orjson.dumps(value).decode()[:2000]}")
-        else:
-            lines.append(f"  {orjson.dumps(state).decode()[:2000]}")
-    return "\n".join(lines)
+        items = state.items() if isinstance(state, dict) and state else [(None, state)]
+        for key, value in items:
+            text = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+            if len(text) > 2000:
+                text, cut = f"{text[:2000]}…[+{len(text) - 2000} chars]", True
+            lines.append(f"  {key} = {text}" if key is not None else f"  {text}")
+    return "\n".join(lines), cut
+
+
+# --- counting tuples: an instance's end-of-input step is logged as one more input ---------------
+
+def _end_steps(reader) -> dict[tuple[int, int], int]:
+    """Per instance of G(θ) that reached the end of its input: the position of its END step.
+
+    The Input log records the end of input (the step that calls `finish()`) as one more
+    input, so a position counts it; the tuples an instance consumed are those before it."""
+    from ..core.logs import END
+
+    ends = {}
+    for op, i in reader.g_instances():
+        runs = reader.input_runs(op, i)
+        if runs and (runs[-1][0], runs[-1][1]) == END:
+            ends[(op, i)] = sum(n for _, _, n in runs) - runs[-1][2]
+    return ends
+
+
+def _tuples(ends: dict, key: tuple[int, int], position: int) -> tuple[int, bool]:
+    """(tuples consumed, whether the END step was taken) at a logged position."""
+    end = ends.get(key)
+    return (end, True) if end is not None and position > end else (position, False)
+
+
+def _tuple_positions(reader, row: dict, ends: dict) -> None:
+    """An interaction's positions as tuples consumed; `ended`: the instances past their input."""
+    snap = reader.snapshot(row["k"])
+    if not snap:
+        row["ended"] = []
+        return
+    positions, ended = {}, []
+    for key, at in sorted(snap.items()):
+        name = facts_label(reader, key)
+        positions[name], done = _tuples(ends, key, at.position)
+        if done:
+            ended.append(name)
+    row["positions"], row["ended"] = positions, ended
+
+
+def _state_positions(reader, states: dict, k: int) -> None:
+    snap = reader.snapshot(k) or {}
+    ends = _end_steps(reader)
+    by_name = {facts_label(reader, key): (key, at) for key, at in snap.items()}
+    for name, entry in states.items():
+        key, at = by_name[name]
+        entry["position"], entry["ended"] = _tuples(ends, key, at.position)
+
+
+def _count_tuples(reader, s: dict) -> None:
+    """Per operator of G(θ): the tuples its instances consumed in the whole run."""
+    ends = _end_steps(reader)
+    for o, info in zip(s["operators"], reader.operators):
+        total = None
+        if info.in_g:
+            for i in range(info.instances):
+                final = reader.final(info.id, i)
+                if final is not None:
+                    total = (total or 0) + _tuples(ends, (info.id, i), final.position)[0]
+        o["tuples"] = total
+    s["theta_tuples"] = next((o["tuples"] for o in s["operators"] if o["theta"]), None)
+
+
+def facts_label(reader, key: tuple[int, int]) -> str:
+    return f"{reader.operators[key[0]].name}:{key[1]}"
+
+
+# --- the tuple that met a --when condition ------------------------------------------------------
+
+def _condition_tuple(detail: dict) -> str:
+    """The tuple that met the condition, as OP:INSTANCE:INPUT# (the interaction was taken just
+    after it, so the detail's position, a count, is one more than the tuple's number)."""
+    try:
+        return f"{detail['op']}:{int(detail['instance'])}:{int(detail['position']) - 1}"
+    except (KeyError, TypeError, ValueError):
+        return "?"
+
+
+def _condition_detail(reader, detail: dict, trust: bool) -> dict:
+    """The detail of a condition interaction as JSON: the tuple's name and the tuple itself
+    as an object (read from the recorded tuples into θ; recorded as text only, the recorder
+    kept its first 200 characters, given as {"$repr": text} when it cannot be read)."""
+    out = {k: detail.get(k) for k in ("op", "instance", "position")}
+    out["tuple"] = _condition_tuple(detail)
+    text = detail.get("row")
+    row = None
+    try:
+        op = reader.operator(detail["op"])
+        row = _recorded_tuple(reader, op.id, int(detail["instance"]), int(detail["position"]) - 1, trust)
+    except Exception:  # noqa: BLE001  (an unreadable tuple: fall back on the text the recorder kept)
+        row = None
+    out["row"] = row if row is not None else ({"$repr": text} if isinstance(text, str) else text)
+    out.update({k: v for k, v in detail.items() if k not in out})
+    return out
+
+
+def _recorded_tuple(reader, op_id: int, instance: int, position: int, trust: bool):
+    """Input #position of an instance where tuples enter G(θ) (θ), from the recorded tuples,
+    JSON-encoded; None when it is not there or is pickled and the run is not trusted."""
+    from array import array
+
+    from ..core import values
+    from ..core.logs import END
+    from ..core.scopes import InstanceIndex
+    from ..store import blobs
+
+    ch = InstanceIndex(reader.input_runs(op_id, instance), array("q"), {}, {}).channel_at(position)
+    if ch is None or (ch[0], ch[1]) == END:
+        return None
+    port, src, seq = ch
+    for rowid, p, s_, start, n, codec in reader.entry_index(op_id, instance):
+        if (p, s_) == (port, src) and start <= seq < start + n:
+            if codec != blobs.ARROW:
+                if not (trust or reader.signed_by_me):
+                    return None
+                reader.vouch(trust)
+            rows = blobs.unpack_tuples(codec, reader.entry_data(rowid))
+            return values.encode(rows[seq - start])
+    return None

@@ -39,6 +39,70 @@ def emit(data: Any, *, json: bool = False, nl: bool = False, csv_: bool = False,
         out.write((text if text is not None else str(data)) + "\n")
 
 
+# Text views print tuples whole up to this many characters; a longer one is cut and
+# says so (`…[+N chars]`), and the view then says how to see it whole.
+ROW_LIMIT = 400
+
+
+def row_text(value: Any, limit: int | None = None) -> tuple[str, bool]:
+    """An encoded value (a tuple, a state) on one line: (text, whether it was cut)."""
+    from ..core.values import render
+
+    limit = ROW_LIMIT if limit is None else limit
+    text = render(value, 1 << 62)
+    if len(text) <= limit:
+        return text, False
+    return f"{text[:limit]}…[+{len(text) - limit} chars]", True
+
+
+def cut_hint(how: str) -> str:
+    """The line that follows a text view in which `row_text` cut something."""
+    return f"(a value ending in …[+N chars] is cut; {how} prints it whole)"
+
+
+class Activity:
+    """A spinner with the elapsed time on stderr, only when stderr is a terminal, for a
+    long step whose own progress cannot be counted (`with Activity("replaying …"):`)."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self._progress = None
+
+    def __enter__(self) -> "Activity":
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(SpinnerColumn(), TextColumn(self.label), TimeElapsedColumn(),
+                                      console=Console(stderr=True), transient=True)
+            self._progress.add_task(self.label, total=None)
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def bar(label: str):
+    """A progress bar on stderr (callers create it only when stderr is a terminal):
+    returns `update(done, total)`, which removes the bar when done reaches total."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), console=Console(stderr=True),
+                 transient=True)
+    task = p.add_task(label, total=None)
+    p.start()
+
+    def update(done: int, total: int) -> None:
+        p.update(task, completed=done, total=total)
+        if done >= total:
+            p.stop()
+    return update
+
+
 def _flat(v: Any) -> Any:
     if isinstance(v, (dict, list)):
         return orjson.dumps(v).decode()

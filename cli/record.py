@@ -64,8 +64,15 @@ def record(
 
         from ..recorder.job import record_job as recorder
 
-        return record_with_tui(job, list(ctx.args), out, watch=watch, every=every_s, when=when,
-                               master=master, force=force, recorder=recorder, checkpoint_tau=tau_s)
+        rc = record_with_tui(job, list(ctx.args), out, watch=watch, every=every_s, when=when,
+                             master=master, force=force, recorder=recorder, checkpoint_tau=tau_s)
+        if rc == 0:
+            warning = incomplete_warning(out)
+            if warning:
+                print(f"tt: warning: {warning}", file=sys.stderr)
+            if not quiet:
+                _summary(out)
+        return rc
     status = _Status(enabled=not quiet and sys.stderr.isatty())
     sessions = []
     log = None if spark_log else Path(str(out) + ".log")

@@ -1,16 +1,17 @@
-"""`tt replay`: a scripted debug session (jump, then steps), one result per step."""
+"""`tt replay`: a scripted debug session (jump, then steps), one result per step: as text,
+one JSON document (--json) or one JSON object per line (--nl)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional
 
-import orjson
 import typer
 
 from ..core.errors import UsageError
 from .main import app
-from .output import JSON, NL, require_dataflow
+from .output import Activity, cut_hint, emit, only_one, require_dataflow, row_text
 
 ACTIONS = {  # option -> (session method, takes an argument)
     "--jump": ("jump", True),
@@ -29,10 +30,12 @@ def replay(
     run: Path = typer.Argument(..., help="A run file written by `tt record`."),
     to: Optional[int] = typer.Option(None, "--to", help="Jump to this interaction first [default: 0; for a "
                                      "failed run, just before the tuple it failed on]."),
-    states: str = typer.Option("changed", "--states", help="States to print per step: changed (the fields "
-                               "each step changed, old → new) | all | none."),
+    states: str = typer.Option("changed", "--states", help="States to print per step: changed (only the "
+                               "fields each step changed, old → new) | all (also every instance's whole "
+                               "state) | none."),
     trust: bool = typer.Option(False, "--trust", help="Allow replaying code from a run you did not record."),
-    json: bool = JSON, nl: bool = NL,
+    json: bool = typer.Option(False, "--json", help="Print one JSON document: a list with one object per step."),
+    nl: bool = typer.Option(False, "--nl", help="Print newline-delimited JSON, one object per step and line."),
 ):
     """Replay a run locally: jump to an interaction, then take steps in the order given.
 
@@ -45,9 +48,13 @@ def replay(
       --last-change OP:I.F   go back to just before the last change of field F
       --jump K               jump to interaction K
 
-    Each step prints what it consumed, which states changed, and the tuples waiting
-    next at every instance. Example:
-      tt replay fraud.db --to 5 --step-into FE:1:48716 --step-out --json
+    Each step prints the tuples it consumed and the one it stopped at, with their
+    values; the state fields it changed (old → new); and the tuple waiting next at
+    each instance, with its value. --json prints one document, a list with one
+    object per step ("changed": {instance: {field: {"old", "new"}}}, "rows": the
+    values of the tuples named, "pending": the next tuple at every instance);
+    --nl prints the same objects one per line. Example:
+      tt replay fraud.db --to 8 --last-change FD:0.blacklist.Bob --step-into FD:0:24997 --step-out
 
     A failed run (an operator raised while recording) starts just before the tuple
     it failed on, which waits at its instance (`tt inspect RUN failures` names it):
@@ -63,6 +70,7 @@ def replay(
     from ..replay.session import DebugSession
     from ..store.reader import RunReader
 
+    only_one(json=json, nl=nl)
     steps = _parse_steps(list(ctx.args))
     if states not in ("changed", "all", "none"):
         raise UsageError("--states takes changed, all or none")
@@ -70,27 +78,71 @@ def replay(
     require_dataflow(reader, "replay")
     session = DebugSession(reader, trust=trust)
     failed = session.failure is not None and session.failure.steppable and to is None
-    results = [_report(session, session.goto_failure() if failed else session.jump(to or 0), states)]
-    for method, arg in steps:
-        fn = getattr(session, method)
-        if method == "jump":
-            result = fn(_int(arg, "--jump"))
-        elif method == "last_change":
-            instance, _, field = arg.partition(".")
-            if not field:
-                raise UsageError(f"--last-change takes OP:INSTANCE.FIELD, e.g. FD:0.blacklist, not {arg!r}")
-            result = fn(instance, field)
-        elif arg is None:
-            result = fn()
-        else:
-            result = fn(arg)
-        results.append(_report(session, result, states))
-    for r in results:
-        if json or nl:
-            typer.echo(orjson.dumps(r, option=orjson.OPT_NON_STR_KEYS).decode())
-        else:
-            typer.echo(_text(r))
+    first = ("goto_failure", None) if failed else ("jump", str(to or 0))
+    results = [_take(session, method, arg, states) for method, arg in [first, *steps]]
+    if json or nl:
+        emit(results, json=json, nl=nl)
+    else:
+        texts = [_text(r) for r in results]
+        cut = any(c for _, c in texts)
+        typer.echo("\n".join(t for t, _ in texts) + ("\n" + cut_hint("--json") if cut else ""))
     return 0 if all(r["ok"] for r in results) else 1
+
+
+def _take(session, method: str, arg: str | None, states: str) -> dict:
+    """Take one step; its result as a dict (see `_report`)."""
+    engine = session.engine
+    rows: dict = {}
+    capture = method in ("step_into", "step_over", "step_out")
+    saved = engine.after_consume
+    if capture:  # the values of the tuples the step consumes, as they are consumed
+        from ..core import values
+
+        def after(inst, pos, row) -> None:
+            if row is not None and len(rows) < _ROWS_KEPT:
+                rows[session.label((inst.node.id, inst.i)) + f":{pos}"] = values.encode(row)
+        engine.after_consume = after
+    try:
+        if method in ("step_into", "step_over"):
+            _target_row(session, arg, rows)
+        with Activity(f"{method} {arg or ''}".strip()):
+            result = _call(session, method, arg)
+    finally:
+        if capture:
+            engine.after_consume = saved
+    return _report(session, result, states, rows, method, arg)
+
+
+def _target_row(session, label: str, rows: dict) -> None:
+    """The value of the tuple a step is about, before the step: from where it waits, or
+    for a θ input from the recorded tuples (the step reports any error in its name)."""
+    from ..core.errors import TTError
+
+    try:
+        ref = session.parse_ref(label)
+        for p in session.pending(session.label((ref.op, ref.instance)), limit=20):
+            if p.ref == ref and not p.end:
+                rows[p.label] = p.row
+                return
+        if session.provenance.is_theta_root(ref):
+            rows[session.label(ref)] = session.payload(ref)
+    except TTError:
+        pass
+
+
+_ROWS_KEPT = 1000  # values kept per step (a step-over's scope); the names of all consumed tuples are kept
+
+
+def _call(session, method: str, arg: str | None):
+    fn = getattr(session, method)
+    if method == "jump":
+        return fn(_int(arg, "--jump"))
+    if method == "last_change":
+        instance, _, field = arg.partition(".")
+        if not field:
+            raise UsageError(f"--last-change takes OP:INSTANCE.FIELD, e.g. FD:0.blacklist, not {arg!r}")
+        return fn(instance, field)
+    return fn() if arg is None else fn(arg)
 
 
 def _parse_steps(args: list[str]) -> list[tuple[str, str | None]]:
@@ -122,43 +174,170 @@ def _int(text: str, opt: str) -> int:
         raise UsageError(f"{opt} takes an interaction number, not {text!r}") from None
 
 
-def _report(session, result, states: str) -> dict:
+def _report(session, result, states: str, rows: dict, method: str, arg: str | None) -> dict:
+    """A step's result: what `StepResult` says, with "changed" as {instance: {field: {"old":
+    …, "new": …}}} ("old" absent for a field that appeared, "new" for one that went; a
+    "note" where the session summarised), "stopped_at" for a run-until or last-change,
+    "rows" (the values of the tuples consumed and stopped at), "pending" (the next tuple
+    at every instance, with its value) and, for --states all, "states"."""
     out = result.as_dict()
     pending = {}
     for p in session.pending(limit=1):
         if p.next:
             pending[p.label.rsplit(":", 1)[0]] = {"tuple": p.label, "from": p.sender, "free": p.free,
-                                                  "row": p.row}
+                                                  "row": p.row, "end": p.end}
+    named = set(out["consumed"]) | ({out["target"]} if method in ("step_into", "step_over") else set())
+    out["rows"] = {k: v for k, v in rows.items() if k in named}
+    stop = _stopped_at(session, out, method, arg, pending)
+    if stop is not None:
+        out["stopped_at"] = stop
     out["pending"] = pending
+    changed = out.pop("changed", {})
+    if states != "none":  # none: no state at all, not even the fields a step changed
+        out["changed"] = {inst: {f: _change(f, pair) for f, pair in fields.items()}
+                          for inst, fields in changed.items()}
     if states == "all":
         out["states"] = session.states()
-    elif states == "changed":
-        out["states"] = {k: session.state(k) for k in out["changed"]}
-    else:  # none: no state at all, not even the fields a step changed
-        out.pop("changed", None)
+    order = ("action", "target", "ok", "note", "consumed", "free_consumed", "stopped_at", "rows", "changed",
+             "states", "position", "interaction", "seconds", "raised", "pending")
+    return {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else len(order))}
+
+
+def _missing():
+    from ..replay import session as s
+
+    return getattr(s, "_MISSING", "<missing>")
+
+
+def _note_field(field: str) -> bool:
+    return field == "…" or field.endswith(".…")
+
+
+def _change(field: str, pair) -> dict:
+    old, new = pair
+    if _note_field(field):  # e.g. "highest.…": ["4953 more keys changed", None]
+        return {"note": old}
+    missing = _missing()
+    out = {}
+    if old != missing:
+        out["old"] = old
+    if new != missing:
+        out["new"] = new
     return out
 
 
-def _text(r: dict) -> str:
+def _stopped_at(session, out: dict, method: str, arg: str | None, pending: dict) -> dict | None:
+    """Where a run-until stopped (after a tuple) or a last-change (before one), with the θ
+    input that tuple came from; their values go into out["rows"] (no replay: a θ input's
+    value is read from the recorded tuples, a waiting tuple's from the queue it waits in)."""
+    if not out["ok"]:
+        return None
+    if method == "last_change":
+        waiting = pending.get(arg.partition(".")[0].strip())
+        if not waiting or waiting.get("end"):
+            return None
+        label, where = waiting["tuple"], "before"
+        out["rows"][label] = waiting["row"]
+    elif method == "run_until":
+        m = re.match(r"stopped after (\S+?): ", out["note"] or "")
+        if not m:
+            return None
+        label, where = m.group(1), "after"
+    else:
+        return None
+    stop = {"tuple": label, "where": where}
+    try:
+        ref = session.parse_ref(label)
+        root = session.provenance.root(ref)
+        if session.provenance.is_theta_root(root):
+            stop["from"] = session.label(root)
+            if stop["from"] not in out["rows"]:
+                out["rows"][stop["from"]] = session.payload(root)
+    except Exception:  # noqa: BLE001  (the stop is told by the note anyway; its lineage is a bonus)
+        pass
+    return stop
+
+
+def _text(r: dict) -> tuple[str, bool]:
+    """A step in plain text, and whether a value in it was cut."""
+    cut = False
+
+    def val(v, limit=None) -> str:
+        nonlocal cut
+        text, c = row_text(v, limit)
+        cut |= c
+        return text
+
     head = f"{r['action']} {r['target'] or ''}".strip()
     lines = [f"{head}: {'ok' if r['ok'] else 'not possible'}"
              + (f" (interaction {r['interaction']})" if r["interaction"] is not None else "")
              + f"  [{r['seconds'] * 1000:.0f} ms]"]
     if r["note"]:
         lines.append(f"  {r['note']}")
-    if r["consumed"]:
-        more = f" … {len(r['consumed']) - 8} more" if len(r["consumed"]) > 8 else ""
-        lines.append(f"  consumed: {', '.join(r['consumed'][:8])}{more}")
+    rows = r.get("rows", {})
+    target = r["target"] if r["action"] in ("step_into", "step_over") else None
+    if target in rows:  # the tuple stepped into or over, with its value
+        lines.append(f"  {target} {val(rows[target])}")
+    shown = [c for c in r["consumed"] if c != target][:_CONSUMED_SHOWN]
+    for label in shown:
+        lines.append(f"  consumed {label}" + (f" {val(rows[label])}" if label in rows else ""))
+    more = len([c for c in r["consumed"] if c != target]) - len(shown)
+    if more > 0:
+        lines.append(f"  … and {more} more consumed (--json lists them)")
+    stop = r.get("stopped_at")
+    if stop and stop.get("from") and stop["from"] != stop["tuple"]:
+        origin = stop["from"]
+        lines.append(f"  {stop['tuple']} came from {origin}" + (f" {val(rows[origin])}" if origin in rows else ""))
+    elif stop and stop["tuple"] in rows and stop["where"] == "after":
+        lines.append(f"  {stop['tuple']} {val(rows[stop['tuple']])}")
     for inst, fields in r.get("changed", {}).items():
-        for f, (old, new) in list(fields.items())[:10]:
-            lines.append(f"  {inst}.{f}: {_short(old)} → {_short(new)}")
-    nxt = [f"{k} ← {v['tuple']}" + (" (as logged)" if v["free"] else "") for k, v in r["pending"].items()]
-    if nxt:
-        lines.append(f"  next: {', '.join(nxt[:6])}" + (" …" if len(nxt) > 6 else ""))
-    return "\n".join(lines)
+        items = list(fields.items())
+        for f, ch in items[:_FIELDS_SHOWN]:
+            if "note" in ch:
+                lines.append(f"  {inst}.{f.rstrip('.…') or '…'}: … {ch['note']}")
+            else:
+                old = val(ch["old"], 60) if "old" in ch else "(absent)"
+                new = val(ch["new"], 60) if "new" in ch else "(absent)"
+                lines.append(f"  {inst}.{f}: {old} → {new}")
+        if len(items) > _FIELDS_SHOWN:
+            lines.append(f"  {inst}: … and {len(items) - _FIELDS_SHOWN} more changed (--json lists them)")
+    for inst, state in (r.get("states") or {}).items():
+        lines.append(f"  state {inst} = {val(state)}")
+    pending = r["pending"]
+    touched = _touched(r)
+    order = sorted(pending, key=lambda inst: (inst not in touched, touched.get(inst, 0)))
+    for inst in order[:_NEXT_SHOWN]:
+        p = pending[inst]
+        if p.get("end"):
+            lines.append(f"  next at {inst}: its end of input")
+        else:
+            lines.append(f"  next {p['tuple']} {val(p['row'])}" + (" (as logged)" if p["free"] else ""))
+    if len(order) > _NEXT_SHOWN:
+        lines.append(f"  … and a tuple waiting at {len(order) - _NEXT_SHOWN} more instances (--json lists them)")
+    return "\n".join(lines), cut
 
 
-def _short(v) -> str:
-    from ..core.values import render
+_CONSUMED_SHOWN, _FIELDS_SHOWN, _NEXT_SHOWN = 8, 10, 6
 
-    return render(v, 60)
+
+def _touched(r: dict) -> dict[str, int]:
+    """The instances a step is about, first the one it stopped at or aimed at: their next
+    tuples are listed first."""
+    order: dict[str, int] = {}
+
+    def add(label: str | None) -> None:
+        if label:
+            inst = label if label.count(":") == 1 else label.rsplit(":", 1)[0]
+            order.setdefault(inst, len(order))
+    stop = r.get("stopped_at") or {}
+    add(stop.get("tuple"))
+    target = r["target"] or ""
+    if r["action"] in ("step_into", "step_over", "goto_failure") and target.count(":") == 2:
+        add(target)
+    if r["action"] == "last_change":
+        add(target.partition(".")[0])
+    for label in r["consumed"]:
+        add(label)
+    for inst in r.get("changed", {}):
+        add(inst)
+    return order

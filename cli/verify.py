@@ -24,7 +24,7 @@ def verify(
     Also exits 1 when an interaction is incomplete for any other reason than the run
     having been cut off (only those after the last complete one may be). Needs no Spark.
     """
-    from ..replay.engine import verify as run_verify
+    from ..replay.verify import verify as run_verify
     from ..store.reader import RunReader
 
     reader = RunReader(run)

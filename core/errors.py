@@ -19,6 +19,10 @@ class UsageError(TTError):
     exit_code = 2
 
 
+class Cancelled(TTError):
+    """The user cancelled a long action (a jump, a run until); the position is what it was before."""
+
+
 class JobError(TTError):
     """The job itself failed (missing file, exception in the job or an operator)."""
 

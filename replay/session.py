@@ -25,7 +25,7 @@ from typing import Any, Callable
 import orjson
 
 from ..core import snapshots, values
-from ..core.errors import ReplayDivergence, TTError, UsageError
+from ..core.errors import Cancelled, ReplayDivergence, UsageError
 from ..core.logs import END
 from ..core.scopes import Overlap, Provenance, ScopeNode, TupleRef
 from ..store.reader import RunReader
@@ -33,10 +33,8 @@ from .checkpoints import Restorer
 from .engine import Engine, EngineSnapshot, Instance, Key, RecordedFailure
 
 SNAPSHOT_BUDGET = 256 << 20   # bytes of in-memory restore points
-
-
-class Cancelled(TTError):
-    """The user cancelled a long action; the position is what it was before."""
+SAVE_EVERY = 0.25             # seconds of replay between the restore points a long action leaves behind
+FRESH = ("jump", "reverse_step")   # actions after which `step_back` steps back over θ's previous input
 
 
 @dataclass
@@ -120,6 +118,7 @@ class DebugSession:
         self._memos: dict[Key, tuple[int, dict]] = {}
         self._lock = threading.RLock()
         self.last_result: StepResult | None = None
+        self._jumped: int | None = None            # the interaction last jumped to (see `at_interaction`)
         self.failure: Failure | None = self._failure()
 
     # --- set-up -------------------------------------------------------------------
@@ -254,12 +253,15 @@ class DebugSession:
         return self.reader.interactions()
 
     def at_interaction(self) -> int | None:
+        """The interaction the session is at, if any. Several can share one position (periodic
+        ones before the first tuple arrives, or after the last): then the one jumped to, if it
+        is one of them, else the first, so that every view and `tt replay` name it alike."""
         pos = self.engine.position
-        for inter in reversed(self.reader.interactions()):
-            snap = self.reader.snapshot(inter.k)
-            if all(pos[key] == at.position for key, at in snap.items()):
-                return inter.k
-        return None
+        at = [inter.k for inter in self.reader.interactions()
+              if all(pos[key] == p.position for key, p in self.reader.snapshot(inter.k).items())]
+        if not at:
+            return None
+        return self._jumped if self._jumped in at else at[0]
 
     def states(self) -> dict[str, Any]:
         return {self.label(k): inst.state() for k, inst in self.engine.instances.items()}
@@ -268,9 +270,9 @@ class DebugSession:
         return self.engine.instances[self.parse_instance(instance)].state()
 
     def progress(self) -> dict:
-        """How far into the run the session stands (for progress lines)."""
-        done = sum(self.engine.position.values())
-        total = sum(inst.total for inst in self.engine.instances.values())
+        """How far into the run the session stands (for progress lines), in tuples consumed."""
+        done = sum(inst.tuples for inst in self.engine.instances.values())
+        total = sum(inst.tuple_total for inst in self.engine.instances.values())
         return {"interaction": self.at_interaction(), "tuples": done, "total": total,
                 "percent": 100.0 * done / total if total else 100.0}
 
@@ -394,7 +396,23 @@ class DebugSession:
         return plan if isinstance(plan, Availability) else Availability(True)
 
     def can_step_back(self) -> Availability:
-        return Availability(True) if self.history else Availability(False, "nothing to step back from")
+        if self._undoable() is not None or self._previous_theta_input() is not None:
+            return Availability(True)
+        return Availability(False, "at the start of the run: nothing to step back over")
+
+    def _undoable(self) -> _HistoryEntry | None:
+        """The last action, which a step back undoes, unless it put the session at a fresh
+        position (a jump, or a step back over θ's previous input) or there is none."""
+        if self.history and self.history[-1].action.split(" ", 1)[0] not in FRESH:
+            return self.history[-1]
+        return None
+
+    def _previous_theta_input(self) -> TupleRef | None:
+        """θ's input consumed last in the original order (the highest rank θ has consumed)."""
+        theta = self.graph.theta
+        consumed = [TupleRef(theta, i, inst.count - 1) for (op, i), inst in self.engine.instances.items()
+                    if op == theta and inst.count > 0]
+        return max(consumed, key=self.provenance.rank, default=None)
 
     def _ref(self, ref: TupleRef | str) -> TupleRef:
         return self.parse_ref(ref) if isinstance(ref, str) else ref
@@ -419,6 +437,7 @@ class DebugSession:
             raise UsageError(f"interaction {k} is not complete; choose one of {complete[0]}..{complete[-1]}"
                              if complete else "this run has no complete interaction")
         targets = {key: at.position for key, at in snap.items()}
+        self._jumped = k
         return self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_frames=True)
 
     def step_into(self, ref: TupleRef | str) -> StepResult:
@@ -451,9 +470,12 @@ class DebugSession:
             self.frames.pop()
         return result
 
-    def step_back(self) -> StepResult:
-        if not self.history:
-            return self._refused("step_back", None, "nothing to step back from")
+    def step_back(self, progress=None, cancel: threading.Event | None = None) -> StepResult:
+        """Undo the last action (a step, a run until, a last change); at a fresh position (after
+        a jump, or after stepping back that way) step back over θ's previous input instead, as
+        rr's reverse-next does from any point."""
+        if self._undoable() is None:
+            return self._reverse_step(progress, cancel)
         t0 = time.perf_counter()
         before = dict(self.engine.position)
         entry = self.history.pop()
@@ -462,6 +484,44 @@ class DebugSession:
         result = StepResult("step_back", entry.action, note=f"back to before {entry.action}")
         self._finish(result, before, t0)
         return result
+
+    def _reverse_step(self, progress=None, cancel=None) -> StepResult:
+        """Go to just before θ's previous input (in the original order), everything before
+        it processed: replay from the nearest restore point (in memory, a checkpoint, or the
+        start) and stop there."""
+        ref = self._previous_theta_input()
+        if ref is None:
+            return self._refused("step_back", None, "at the start of the run: nothing to step back over")
+        label = self.label(ref)
+        engine = self.engine
+        with self._lock:
+            t0 = time.perf_counter()
+            entry = self._begin(f"reverse_step {label}", engine.instances)
+            bound = dict(entry.position)
+            bound[(ref.op, ref.instance)] = ref.position
+            try:
+                self._restore_nearest(bound)
+                self._run_canonical(stop_at=ref, tick=self._tick(progress, cancel))
+            except BaseException:
+                self._abandon(entry)
+                raise
+            self.frames = []
+            self._maybe_save()
+            result = StepResult("step_back", f"step_over {label}",
+                                note=f"back to just before {label}: replayed from the nearest restore point")
+            self._finish(result, entry.position, t0)
+            return result
+
+    def _restore_nearest(self, bound: dict[Key, int]) -> None:
+        """Restore the latest point at or before `bound` on every instance: a restore point in
+        memory, a checkpoint line, or the start."""
+        base = self._best_base(bound)
+        base_done = sum(base.position.values()) if base is not None else 0
+        line, line_done = self.restorer.line_for(bound) if self.restorer else (None, 0)
+        if line is not None and line_done > base_done:
+            self.restorer.load(line)
+        else:
+            self._restore_or_reset(base)
 
     def _return_to(self, entry: _HistoryEntry) -> None:
         if entry.snapshot is not None:
@@ -486,7 +546,7 @@ class DebugSession:
                 self.engine.on_consume = lambda inst, pos, ch: consumed.append(TupleRef(inst.node.id, inst.i, pos))
             raised: RecordedFailure | None = None
             try:
-                self._move_to(targets, progress, cancel)
+                self._move_to(targets, progress, cancel, from_here=action != "jump")
             except RecordedFailure as e:  # post-mortem: the failing tuple raised again; the engine
                 raised = e                # stands just before it, as recorded
                 if consumed and self.label(consumed[-1]) == e.label:
@@ -583,8 +643,11 @@ class DebugSession:
             self._restore_points.pop(1)  # keep the oldest (cheap base) and the newest
         return snap
 
-    def _move_to(self, targets: dict[Key, int], progress=None, cancel=None) -> None:
-        """Restore the closest starting point (in memory or a checkpoint), then replay forward."""
+    def _move_to(self, targets: dict[Key, int], progress=None, cancel=None, from_here: bool = False) -> None:
+        """Restore the closest starting point (in memory or a checkpoint), then replay forward.
+
+        `from_here`: when the targets lie ahead, replay forward from the current position, not
+        from a restore point between it and them (a step reports every tuple it consumed)."""
         engine = self.engine
         full = {k: targets.get(k, engine.instances[k].count) for k in engine.instances}
         here = sum(engine.instances[k].count for k in engine.instances)
@@ -592,6 +655,8 @@ class DebugSession:
         base = self._best_base(full)
         base_done = sum(base.position.values()) if base is not None else 0
         line, line_done = self.restorer.line_for(full) if self.restorer else (None, 0)
+        if from_here and not behind:
+            line, line_done, base, base_done = None, -1, None, -1
         best = max(line_done, base_done, -1 if behind else here)
         if best == here and not behind:
             pass  # replaying forward from here is cheapest
@@ -602,7 +667,22 @@ class DebugSession:
         else:
             engine.reset()
         total = sum(max(0, t - engine.instances[k].count) for k, t in targets.items())
-        engine.advance_to(targets, _ticker(progress, cancel, total) if (progress or cancel) else None)
+        engine.advance_to(targets, self._tick(progress, cancel, total))
+
+    def _tick(self, progress=None, cancel=None, total: int = 0) -> Callable[[int], None]:
+        """The engine's progress callback for an action: reports progress, raises `Cancelled`
+        when asked to, and leaves a restore point every `SAVE_EVERY` seconds of replay (at least
+        ten times what a save costs), so that stepping back or searching back after a long
+        action replays a short stretch, not the whole action."""
+        report = _ticker(progress, cancel, total)
+        due = [time.perf_counter() + max(SAVE_EVERY, 10 * self._save_seconds)]
+
+        def tick(steps: int) -> None:
+            report(steps)
+            if time.perf_counter() >= due[0]:
+                self._maybe_save()
+                due[0] = time.perf_counter() + max(SAVE_EVERY, 10 * self._save_seconds)
+        return tick
 
     def _best_base(self, target: dict[Key, int]) -> EngineSnapshot | None:
         usable = [s for s in self._restore_points if s.covers(target)]
@@ -639,7 +719,7 @@ class DebugSession:
         def rank(inst: Instance):
             return (self.provenance.epoch(inst.i, inst.count), inst.i, inst.count)
 
-        tick = _ticker(progress, cancel)
+        tick = self._tick(progress, cancel)
 
         with self._lock:
             t0 = time.perf_counter()
@@ -676,20 +756,20 @@ class DebugSession:
             self._finish(result, entry.position, t0)
             return result
 
-    def _check_fields(self, check) -> None:
+    def _check_fields(self, check, what: str = "condition") -> None:
         """Every `OP.field` and `OP[i].field` of a condition must name a field of OP's state
         where the run starts (else the condition could only ever be false, silently)."""
         for name, index, attr in check.fields:
             op = self.reader.operator(name)
             if index is not None and not 0 <= index < op.instances:
-                raise UsageError(f"bad condition {check.source!r}: {name} has instances 0..{op.instances - 1}, "
+                raise UsageError(f"bad {what} {check.source!r}: {name} has instances 0..{op.instances - 1}, "
                                  f"not {index}")
             insts = [inst for (o, i), inst in self.engine.instances.items()
                      if o == op.id and (index is None or i == index)]
             if attr is None or any(_has_field(inst.runner.op, attr) for inst in insts):
                 continue
             fields = sorted({f for inst in insts for f in _fields(inst.runner.op)})
-            raise UsageError(f"bad condition {check.source!r}: unknown field {attr!r} of "
+            raise UsageError(f"bad {what} {check.source!r}: unknown field {attr!r} of "
                              f"{name if index is None else f'{name}[{index}]'} "
                              f"(fields: {', '.join(fields) or 'none, its state is empty'})")
 
@@ -706,18 +786,25 @@ class DebugSession:
         engine = self.engine
         here = engine.instances[key].count
         current = _lookup(engine.instances[key].state(), field_path)
-        bases = sorted((s for s in self._restore_points if s.position[key] < here),
+        # search back from the nearest restore point at or before here (the long actions that
+        # brought us here left them along the way), then from earlier ones, then from the start
+        at = engine.position
+        bases = sorted((s for s in self._restore_points if s.position[key] < here and s.covers(at)),
                        key=lambda s: s.position[key], reverse=True)
-        tick = _ticker(progress, cancel)
+        tick = self._tick(progress, cancel)
         with self._lock:
             t0 = time.perf_counter()
             entry = self._begin(f"last_change {instance}.{field_path}", engine.instances)
             found = None
             try:
+                until = here   # each base scans only up to where the newer one began: every input once
                 for base in [*bases, None]:
+                    start = base.position[key] if base is not None else 0
+                    if start >= until:
+                        continue
                     self._restore_or_reset(base)
-                    start = engine.instances[key].count
-                    changes = self._changes_in_order(key, field_path, here, tick)
+                    changes = self._changes_in_order(key, field_path, until, tick)
+                    until = start
                     if changes:
                         found = changes[-1]
                         self._restore_or_reset(base)
@@ -747,10 +834,12 @@ class DebugSession:
         else:
             self.engine.restore(base)
 
-    def _run_canonical(self, stop_before: int | None = None, after=None, tick=None) -> None:
+    def _run_canonical(self, stop_before: int | None = None, after=None, tick=None,
+                       stop_at: TupleRef | None = None) -> None:
         """Go forward in the original execution's order (θ's inputs by epoch, instance,
         position, each followed by what it makes possible), optionally stopping just
-        before the `stop_before`-th consumed input (counting from 0)."""
+        before the `stop_before`-th consumed input (counting from 0), or just before
+        the tuple `stop_at` would be consumed."""
         engine = self.engine
         theta = self.graph.theta
         sources = [inst for (op, _), inst in engine.instances.items() if op == theta]
@@ -761,6 +850,8 @@ class DebugSession:
 
         def before(inst: Instance, pos: int, ch) -> None:
             if stop_before is not None and steps[0] == stop_before:
+                raise _Stop
+            if stop_at is not None and pos == stop_at.position and inst.key == (stop_at.op, stop_at.instance):
                 raise _Stop
             steps[0] += 1
         engine.on_consume = before
@@ -794,6 +885,41 @@ class DebugSession:
         if inst.count < until:
             self._run_canonical(after=after, tick=tick)
         return changes
+
+    # --- evaluating expressions ------------------------------------------------------------
+
+    def evaluate(self, expression: str, row: Any = None) -> list[tuple[str, Any]]:
+        """The value of `expression` over the operators' states here: `(who, value)` pairs.
+
+        `OP.field` is each instance of OP in turn (one value per instance, `who` is the
+        instance), `OP[i].field` is instance i's, and `row` is the tuple passed in (the
+        selected one, in the debugger). An expression that raises gives an `EvalError` as
+        its value. Examples: "len(FD.blacklist)", "FE[1].highest.get('Bob')".
+        """
+        ops = {n.name for n in self.graph.nodes if n.id in self.graph.in_g}
+        tree, names, refs, code, builtins = _parse(expression, ops, "expression", ("row",))
+        fields = _condition_fields(tree, refs)
+        self._check_fields(_Checked(expression, fields), "expression")
+        each = sorted({name for name, index, _ in fields if index is None})   # OP.field: each instance
+        if len(each) > 1:
+            raise UsageError(f"bad expression {expression!r}: {' and '.join(each)} each have several instances; "
+                             f"name all but one with OP[i], e.g. {each[1]}[0]")
+        with self._lock:
+            if each:
+                op = self.reader.operator(each[0])
+                insts = [self.engine.instances[(op.id, i)] for i in range(op.instances)]
+            else:
+                insts = [None]
+            out = []
+            for inst in insts:
+                env = {r: _OpView(self, r, inst if inst is not None and r == inst.node.name else None) for r in refs}
+                env["row"] = row
+                try:
+                    value = eval(code, {"__builtins__": builtins}, env)
+                except Exception as e:  # noqa: BLE001  (the user's expression)
+                    value = EvalError(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+                out.append((inst.label if inst is not None else expression, value))
+            return out
 
     # --- scopes and lineage ------------------------------------------------------------------
 
@@ -829,7 +955,9 @@ class DebugSession:
         failing = {r for r in refs if shadow.instances[(r.op, r.instance)].failed_at == r.position}
         for r in refs:  # (a failed run's failing tuple is read where it waits: consuming it raises)
             targets[(r.op, r.instance)] = max(targets.get((r.op, r.instance), 0), r.position + (r not in failing))
-        shadow.advance_to(targets, pull=True)
+        for key in sorted(targets, reverse=True):   # consumers first: a producer capped at its own tuple
+            if shadow.instances[key].count < targets[key]:   # could not feed a later consumer's
+                shadow.advance_to({key: targets[key]}, pull=True)
         for r in failing:
             inst = shadow.instances[(r.op, r.instance)]
             if not inst.available():
@@ -852,7 +980,7 @@ class DebugSession:
             if p.ref == ref:
                 return p.row
         shadow = Engine(self.reader, trust=True)
-        shadow.advance_to({key: ref.position})
+        shadow.advance_to({key: ref.position}, pull=True)
         q = shadow.instances[key].queues.get((ch[0], ch[1]))
         if not q:
             shadow._pull(shadow.instances[key], lambda i: i.total)
@@ -947,27 +1075,52 @@ class _NotThisStep(Exception):
     pass
 
 
+@dataclass
+class EvalError:
+    """What an evaluated expression raised (shown in place of its value)."""
+    message: str
+
+    def __str__(self) -> str:
+        return f"raised {self.message}"
+
+
+@dataclass
+class _Checked:
+    """What `_check_fields` needs of a compiled condition or expression."""
+    source: str
+    fields: list
+
+
 class _Stop(Exception):
     """Ends a forward run at a chosen step."""
 
 
-def _compile_condition(source: str, op_names: set[str]):
+_BUILTINS = ("len", "any", "all", "sum", "min", "max", "abs", "str", "int", "float", "isinstance",
+             "dict", "list", "set", "tuple", "sorted", "round", "bool")
+
+
+def _parse(source: str, op_names: set[str], what: str, names_allowed: tuple[str, ...]):
+    """(tree, names, operator names used, code, builtins) of a condition or an expression; one
+    line naming what is wrong when it does not parse or uses a name it cannot see."""
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
-        raise UsageError(f"bad condition {source!r}: {e.msg}") from None
+        raise UsageError(f"bad {what} {source!r}: {e.msg}") from None
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     refs = names & op_names
-    allowed = {"row", "op", "instance", "position", "True", "False", "None", "len", "any", "all", "sum",
-               "min", "max", "abs", "str", "int", "float", "isinstance", "dict", "list", "set", "tuple"}
-    unknown = names - refs - allowed
+    unknown = names - refs - {*names_allowed, "True", "False", "None", *_BUILTINS}
     if unknown:
-        raise UsageError(f"bad condition {source!r}: unknown name(s) {', '.join(sorted(unknown))}; use row, op, "
-                         f"instance, position or an operator of G(θ) ({', '.join(sorted(op_names))})")
-    code = compile(tree, "<condition>", "eval")
+        raise UsageError(f"bad {what} {source!r}: unknown name(s) {', '.join(sorted(unknown))}; use "
+                         f"{', '.join(names_allowed)} or an operator of G(θ) ({', '.join(sorted(op_names))})")
+    code = compile(tree, f"<{what}>", "eval")
     builtins = {k: __builtins__[k] if isinstance(__builtins__, dict) else getattr(__builtins__, k)
-                for k in ("len", "any", "all", "sum", "min", "max", "abs", "str", "int", "float", "isinstance",
-                          "dict", "list", "set", "tuple")}
+                for k in _BUILTINS}
+    return tree, names, refs, code, builtins
+
+
+def _compile_condition(source: str, op_names: set[str]):
+    tree, names, refs, code, builtins = _parse(source, op_names, "condition",
+                                               ("row", "op", "instance", "position"))
 
     def check(session: DebugSession, inst: Instance, pos: int, row: Any) -> bool:
         name = inst.node.name

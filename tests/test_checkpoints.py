@@ -17,7 +17,7 @@ from tt.core.checkpoint import CheckpointWriter, restore
 from tt.core.recovery import RestorePoint, recovery_line, violations
 from tt.replay import checkpoints as ck
 from tt.replay import planning
-from tt.replay.engine import verify
+from tt.replay.verify import verify
 from tt.replay.session import DebugSession
 from tt.store import blobs, trust
 from tt.store.reader import RunReader

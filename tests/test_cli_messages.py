@@ -82,7 +82,7 @@ def test_a_condition_that_sometimes_raises_says_so_once(chain_run, capsys):
     assert main(["replay", str(chain_run), "--run-until", "A.seen > 10 and row['nope'] > 0", "--json"]) == 1
     out, err = _err(capsys)
     assert not err, err
-    last = json.loads(out.splitlines()[-1])
+    last = json.loads(out)[-1]
     assert not last["ok"] and last["note"].startswith("the condition never held before the end of the run")
     assert "it raised KeyError: 'nope' on " in last["note"] and "those count as false" in last["note"]
 
@@ -111,8 +111,7 @@ def test_states_none_prints_no_state(chain_run, capsys):
     assert not any(state_line.match(line) for line in out.splitlines()), out
     assert "stopped after A:" in out
     assert main(args + ["--states", "none", "--json"]) == 0
-    for line in capsys.readouterr().out.splitlines():
-        step = json.loads(line)
+    for step in json.loads(capsys.readouterr().out):
         assert "states" not in step and "changed" not in step, step
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import pyspark
-from tt.replay.engine import verify
+from tt.replay.verify import verify
 from tt.store.reader import RunReader
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

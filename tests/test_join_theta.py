@@ -13,7 +13,7 @@ import pytest
 import workloads
 
 from tt.cli.main import main as tt_main
-from tt.replay.engine import verify
+from tt.replay.verify import verify
 from tt.store.reader import RunReader
 
 pytestmark = pytest.mark.slow

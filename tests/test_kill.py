@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tt.replay.engine import verify
+from tt.replay.verify import verify
 from tt.store.reader import RunReader
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import workloads
 
-from tt.replay.engine import verify
+from tt.replay.verify import verify
 from tt.store import blobs
 from tt.store.reader import RunReader
 

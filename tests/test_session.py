@@ -16,7 +16,7 @@ from oracle import Oracle
 from tt.cli.main import main
 from tt.core.errors import ReplayDivergence
 from tt.core.scopes import TupleRef
-from tt.replay.engine import verify
+from tt.replay.verify import verify
 from tt.replay.session import DebugSession
 from tt.store.reader import RunReader
 
@@ -255,13 +255,13 @@ def test_replay_and_inspect_cli(keyed_run, capsys):
     code = main(["replay", str(keyed_run), "--to", str(k), "--step-into", nxt, "--step-out", "--step-back",
                  "--step-back", "--step-over", nxt, "--json"])
     assert code == 0
-    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    lines = json.loads(capsys.readouterr().out)
     assert [x["action"] for x in lines] == ["jump", "step_into", "step_out", "step_back", "step_back", "step_over"]
-    assert lines[1]["consumed"] == [nxt] and nxt.rsplit(":", 1)[0] in lines[1]["states"] and lines[-1]["pending"]
+    assert lines[1]["consumed"] == [nxt] and nxt.rsplit(":", 1)[0] in lines[1]["changed"] and lines[-1]["pending"]
     assert lines[3]["position"] == lines[1]["position"] and lines[4]["position"] == lines[0]["position"]
     assert lines[5]["position"] == lines[2]["position"], "step-over = step-into + step-out here"
     code = main(["replay", str(keyed_run), "--to", str(k), "--step-out", "--json"])
-    refused = json.loads(capsys.readouterr().out.splitlines()[-1])
+    refused = json.loads(capsys.readouterr().out)[-1]
     assert code == 1 and not refused["ok"] and "step into a tuple first" in refused["note"]
     assert refused["position"] == lines[0]["position"]
 
@@ -273,3 +273,69 @@ def test_replay_and_inspect_cli(keyed_run, capsys):
     assert data["overlaps"] == 0 and data["step_over"] == data["theta_inputs"] == workloads.PAYMENTS
     assert main(["replay", str(keyed_run), "--step-over", "FE:0:999999"]) == 2
     assert "inputs #0.." in capsys.readouterr().err
+
+
+def test_step_back_at_a_fresh_position_reverses_over_theta_previous_input(keyed_run):
+    """rr's reverse-next (issue 11): after a jump, N goes to just before θ's previous input in
+    the original order; every state there is the oracle's, and stepping over those inputs
+    again gives back the interaction's position and states."""
+    s, oracle = DebugSession(keyed_run), Oracle(RunReader(keyed_run))
+    s.jump(_mid_stream(s))
+    at_k, pos_k = s.states(), s.position
+    undone = []
+    for _ in range(3):
+        theta = s.reader.theta.id
+        expected = max((TupleRef(theta, i, inst.count - 1) for (op, i), inst in s.engine.instances.items()
+                        if op == theta and inst.count > 0), key=s.provenance.rank)
+        assert s.can_step_back()
+        r = s.step_back()
+        assert r.ok and r.target == f"step_over {s.label(expected)}", (r.target, r.note)
+        assert s.engine.instances[(expected.op, expected.instance)].count == expected.position
+        _check(s, oracle)
+        nxt = _next_theta(s)
+        assert nxt.ref == expected, "θ's next tuple is the one stepped back over"
+        undone.append(expected)
+    for ref in reversed(undone):
+        r = s.step_over(ref)
+        assert r.ok, r.note
+        _check(s, oracle)
+    assert s.position == pos_k and s.states() == at_k
+    # after a forward step a step back still undoes it
+    r = s.step_over(_next_theta(s).ref)
+    assert s.step_back().ok and s.position == pos_k
+
+
+def test_step_back_at_the_start_says_why(keyed_run):
+    s = DebugSession(keyed_run)
+    s.jump(0)
+    if all(inst.count == 0 for (op, _), inst in s.engine.instances.items() if op == s.reader.theta.id):
+        r = s.step_back()
+        assert not r.ok and "nothing to step back over" in r.note
+        assert not s.can_step_back()
+    s.step_over(_next_theta(s).ref)
+    assert s.can_step_back() and s.step_back().ok
+
+
+def test_last_change_after_run_until_searches_back_from_restore_points(keyed_run, monkeypatch):
+    """Issue 11 item 8: a long run until leaves restore points behind (here at every tick), and
+    `last_change` searches back from the nearest one; where it lands is the oracle's."""
+    from tt.replay import session as session_module
+
+    monkeypatch.setattr(session_module, "SAVE_EVERY", 0.0)
+    s, oracle = DebugSession(keyed_run), Oracle(RunReader(keyed_run))
+    s.jump(0)
+    r = s.run_until("'FD' == op and len(FD.blacklist) > 0")
+    assert r.ok, r.note
+    inst = next(i for i, fields in r.changed.items() if any(f.startswith("blacklist") for f in fields))
+    here = s.position[inst]
+    r = s.last_change(inst, "blacklist")
+    assert r.ok, r.note
+    assert s.position[inst] == here - 1, "the change was made by the run until's last step"
+    _check(s, oracle)
+    # a step from here reports what it consumed, though restore points lie between here and its target
+    nxt = next(p for p in s.pending(inst) if p.next)
+    r = s.step_into(nxt.ref)
+    assert r.ok and r.consumed == [nxt.label], (r.consumed, nxt.label)
+    _check(s, oracle)
+    assert s.step_back().ok and s.position[inst] == here - 1
+    assert s.step_back().ok and s.position[inst] == here, "N undoes the last change"

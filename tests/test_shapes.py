@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import workloads
 
-from tt.replay.engine import verify
+from tt.replay.verify import verify
 from tt.store.reader import RunReader
 
 pytestmark = pytest.mark.slow

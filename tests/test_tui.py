@@ -339,7 +339,7 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
         await keys(pilot, "f")
         assert message(app).startswith("✗ step out") and "not inside a tuple's scope" in message(app)
         await keys(pilot, "N")
-        assert "nothing to step back from" in message(app)
+        assert "nothing to step back over" in message(app), message(app)
 
         # step over θ's next tuples (n, on the default ▶ tuple) until an overlap's root is next
         session = app.model.session
@@ -831,7 +831,6 @@ def test_small_things(fraud_run):
     from tt.tui.help_screen import SECTIONS
     from tt.tui.widgets.plots import _int_ticks
 
-    k = condition_k(fraud_run)
     app = DebuggerApp(fraud_run)
 
     async def script(pilot):
@@ -851,14 +850,19 @@ def test_small_things(fraud_run):
         text = state_text(app)
         assert re.search(r"… \d+ more keys changed \(not listed\)", text), text   # a dim note, not a key
         assert not re.search(r"…: .*removed", text), text
+        # at the start every θ instance's first tuple waits and can be stepped into (at a later
+        # interaction some instances may have finished: how far depends on the recording's timing)
         await keys(pilot, "j")
-        await answer(pilot, str(k))
+        await answer(pilot, "0")
         pending = app.query_one(PendingTuples)
         default = app.frame.default
         pending.focus()
         session = app.model.session
-        other = next(p.ref for p in app.frame.pending if p.next and p.ref != default and not p.end
-                     and session.can_step_into(p.ref).ok)
+        others = [p.ref for p in app.frame.pending if p.next and p.ref != default and not p.end
+                  and session.can_step_into(p.ref).ok]
+        assert others, (app.frame.op, app.frame.interaction, default,
+                        [(p.ref, p.next, p.end, session.can_step_into(p.ref)) for p in app.frame.pending])
+        other = others[0]
         while pending.selected_ref != other:
             await pilot.press("down")
         await until(pilot, lambda: app.frame.selected == other, what="the selection")
@@ -892,3 +896,51 @@ def test_a_crash_in_the_debugger_exits_non_zero(fraud_run, monkeypatch, capsys):
     assert "the debugger crashed" in capsys.readouterr().err
     monkeypatch.setattr(DebuggerApp, "run", lambda self: None)   # a normal quit: return code None
     assert main(["debug", str(fraud_run)]) == 0
+
+
+def test_evaluate_watch_and_step_back_after_a_jump(fraud_run):
+    """Issue 11 (Also): `e` evaluates an expression once, `w` watches it after every action, `W`
+    removes it; `N` at a fresh position (after a jump) steps back over θ's previous input."""
+    from tt.replay.session import DebugSession
+    from tt.core.scopes import TupleRef
+    from tt.tui.widgets.watch_list import WatchList
+
+    k = condition_k(fraud_run)
+    oracle = DebugSession(fraud_run)   # a second session: what the app shows must be what it computes
+    oracle.jump(k)
+    expected = {label: v for label, v in oracle.evaluate("len(FD.blacklist)")}
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        await keys(pilot, "e")
+        await answer(pilot, "len(FD.blacklist)")
+        assert message(app) == "len(FD.blacklist) = " + " · ".join(f"{w}: {v}" for w, v in expected.items())
+        await keys(pilot, "e")
+        await answer(pilot, "FD.nosuch")
+        assert "unknown field 'nosuch' of FD" in message(app), message(app)
+
+        await keys(pilot, "w")
+        await answer(pilot, "FE[1].highest.get('Bob')")
+        watch = app.query_one(WatchList)
+        assert message(app) == "watching FE[1].highest.get('Bob')"
+        assert watch.display and watch.lines == ["FE[1].highest.get('Bob') = 5000.0"], watch.lines
+        await keys(pilot, "w")
+        await answer(pilot, "FD.nosuch")                 # refused, not added
+        assert "unknown field" in message(app) and len(watch.lines) == 1
+
+        # N after the jump: back over θ's previous input, the ¥ payment that set Bob's highest
+        theta = oracle.reader.theta.id
+        prev = max((TupleRef(theta, i, inst.count - 1) for (op, i), inst in oracle.engine.instances.items()
+                    if op == theta and inst.count > 0), key=oracle.provenance.rank)
+        await keys(pilot, "N")
+        assert message(app).startswith(f"✓ stepped back over {oracle.label(prev)}"), message(app)
+        oracle.step_back()
+        assert app.frame.position == oracle.position
+        bob = oracle.evaluate("FE[1].highest.get('Bob')")[0][1]
+        assert watch.lines == [f"FE[1].highest.get('Bob') = {bob}"], watch.lines
+        await keys(pilot, "W")
+        assert message(app) == "no longer watching FE[1].highest.get('Bob')"
+        assert not watch.display and watch.lines == []
+    drive(app, script)

@@ -77,7 +77,8 @@ def test_tt_record_tui_follows_the_run_and_takes_an_interaction_on_i(tmp_path):
         wait_for("the job finished (complete)", 300)
         subprocess.run([*tmux, "send-keys", "-t", "rec", "q"], check=True)
         shot = wait_for("EXIT=", 60)
-        assert "EXIT=0" in shot and f"recorded {out}" in shot, shot
+        assert "EXIT=0" in shot and f"recorded {out}:" in shot, shot     # the record summary, as `tt record`
+        assert "approved " in shot and "Bob has" in shot, shot            # the job's own print, kept
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
     r = RunReader(out)

@@ -52,6 +52,7 @@ from .widgets.scope_view import ScopeView
 from .widgets.state_inspector import StateInspector
 from .widgets.timeline import InteractionTimeline
 from .widgets.view_bar import ViewBar
+from .widgets.watch_list import WatchList, format_values
 
 WIDE = layout.WIDE   # from this size up, the debug view shows its panes side by side
 
@@ -69,6 +70,7 @@ class LiveJob:
     def __init__(self) -> None:
         self.finished = False
         self.outcome: str | None = None
+        self.output: list[str] = []   # what the job printed while the app was open
         self.coordinator: Callable[[], Any] = lambda: None
 
     def interact(self) -> str:
@@ -91,7 +93,8 @@ class DebuggerApp(App):
         Binding("n", "step_over", "over", id="step-over", tooltip="Step over the selected tuple (its whole scope)"),
         Binding("s", "step_into", "into", id="step-into", tooltip="Step into the selected tuple (its operator only)"),
         Binding("f", "step_out", "out", id="step-out", tooltip="Finish the scope stepped into last"),
-        Binding("N", "step_back", "back", id="step-back", tooltip="Undo the last action"),
+        Binding("N", "step_back", "back", id="step-back",
+                tooltip="Undo the last action; after a jump, step back over θ's previous input"),
         Binding("S", "step_back", "back", id="step-back-into", show=False),
         Binding("F", "step_back", "back", id="step-back-out", show=False),
         Binding("c", "run_until", "run", id="run-until", tooltip="Run until a condition holds"),
@@ -102,6 +105,11 @@ class DebuggerApp(App):
         Binding("right_square_bracket", "next_interaction", "next", key_display="]", id="next-interaction",
                 tooltip="Jump to the next interaction", group=_NEIGHBOURS),
         Binding("slash", "search", "find", key_display="/", id="search", tooltip="Search the state or the logs"),
+        Binding("e", "evaluate", "eval", id="evaluate", show=False,
+                tooltip="Evaluate an expression over the states here, e.g. len(FD.blacklist)"),
+        Binding("w", "watch", "watch", id="watch", show=False,
+                tooltip="Watch an expression: re-evaluated after every action"),
+        Binding("W", "unwatch", "unwatch", id="unwatch", show=False, tooltip="Remove the last watched expression"),
         Binding("i", "interact", "interact", id="interact", tooltip="Take an interaction now (live recording)"),
         Binding("question_mark", "help", "help", key_display="?", id="help", tooltip="All keys"),
         Binding("q", "quit", "quit", id="quit", tooltip="Quit"),
@@ -129,6 +137,7 @@ class DebuggerApp(App):
         self.model: Model | None = None
         self.frame: Frame | None = None
         self.view = "debug"
+        self.watches: list[str] = []   # expressions re-evaluated after every action (w, W)
         self.wide = False
         self.status = "?"
         self.busy: str | None = None
@@ -144,7 +153,6 @@ class DebuggerApp(App):
         self._poll_timer = None
         self._poll_reader: RunReader | None = None
         self._last_progress = 0.0
-        self._jump_target: int | None = None
         self._bindings_shown: tuple | None = None
         self._busy_timer = None
         self._term_size: tuple[int, int] | None = None   # the size of the last resize event
@@ -167,6 +175,7 @@ class DebuggerApp(App):
                     yield AvailabilityLine(id="avail")
                     yield ScopeView(id="scope", classes="pane")
                 with Vertical(id="col-state", classes="column"):
+                    yield WatchList(id="watch", classes="pane")
                     yield StateInspector(id="state", classes="pane")
             yield LogBrowser(self.path, trust=self.trust, id="logs")
             yield RunPlots(id="plots")
@@ -184,6 +193,8 @@ class DebuggerApp(App):
         self._load_facts()
         if self.live is not None or self.status == "recording":
             self._poll_timer = self.set_interval(self.poll_seconds, self._poll)
+        if self.live is not None:  # the job's own prints: kept, and shown when the app closes
+            self.begin_capture_print(self, stdout=True, stderr=False)
         if self._facts_loaded:
             self._open_session()
 
@@ -376,16 +387,7 @@ class DebuggerApp(App):
             return
         self._reselect()
 
-    def _shown_interaction(self, frame: Frame) -> int | None:
-        """The interaction to show: the one just jumped to when several share the same positions."""
-        k, target = frame.interaction, self._jump_target
-        if k is None or target is None or target == k:
-            return k
-        pos = {r["k"]: r["positions"] for r in self.interactions if r["complete"]}
-        return target if target in pos and pos.get(target) == pos.get(k) else k
-
     def _apply_frame(self, frame: Frame) -> None:
-        frame.interaction = self._shown_interaction(frame)
         if len(self._rows_seen) > 2000:
             self._rows_seen.clear()
         self._rows_seen.update((p.ref, p.row) for p in frame.pending if not p.end)
@@ -398,7 +400,7 @@ class DebuggerApp(App):
             dag.select_name(frame.op)
         self.query_one(InteractionTimeline).set_current(frame.interaction)
         p = frame.progress
-        last = self._last_interaction(p["tuples"]) if frame.interaction is None else None
+        last = self._last_interaction(sum(frame.position.values())) if frame.interaction is None else None
         note = f"inside {' › '.join(frame.frames)}" if frame.frames else ""
         self.query_one(ProgressLine).show_position(frame.interaction, last, p["tuples"], p["total"], p["percent"], note)
         self.query_one(PendingTuples).show(frame.pending, frame.selected, frame.default)
@@ -414,10 +416,11 @@ class DebuggerApp(App):
         self.query_one(RunPlots).mark(frame.interaction)
         self._sync_bindings()
 
-    def _last_interaction(self, tuples: int) -> int | None:
+    def _last_interaction(self, steps: int) -> int | None:
+        """The last interaction at or before `steps` (positions summed over every instance)."""
         best = None
         for r in self.interactions:
-            if r["complete"] and sum(r["positions"].values()) <= tuples:
+            if r["complete"] and sum(r["positions"].values()) <= steps:
                 best = r["k"]
         return best
 
@@ -471,8 +474,6 @@ class DebuggerApp(App):
         `cancellable`: the session action takes the cancel event (jump, run until)."""
         if not self._can_act():
             return
-        if not label.startswith("jump"):
-            self._jump_target = None
         self.busy = label
         self.cancellable = cancellable
         self.cancel_event = threading.Event()
@@ -499,13 +500,13 @@ class DebuggerApp(App):
 
     @work(thread=True, group="session", exit_on_error=False)
     def _act_worker(self, label: str, fn: Callable, select_after, cancel: threading.Event) -> None:
-        from ..replay.session import Cancelled
+        from ..core.errors import Cancelled
 
         model = self.model
         op, ref = self.selected_op, self.selected_ref
         cancellable = self.cancellable
         engine = model.session.engine
-        run_total = sum(inst.total for inst in engine.instances.values())
+        run_total = sum(inst.tuple_total for inst in engine.instances.values())
 
         def progress(done: int, total: int) -> None:
             # The session's ticker passes a running count of this action's steps (and, for a jump, how
@@ -515,7 +516,7 @@ class DebuggerApp(App):
             now = time.perf_counter()
             if now - self._last_progress >= 0.1 and not cancel.is_set():
                 self._last_progress = now
-                at = sum(engine.position.values())
+                at = sum(inst.tuples for inst in engine.instances.values())
                 self.call_from_thread(self.query_one(ProgressLine).busy, label, at, run_total, cancellable)
 
         frame, message, level = None, None, "info"
@@ -547,6 +548,8 @@ class DebuggerApp(App):
         if message is not None:
             self._say(message, level)
         self._sync_bindings()
+        if self.watches:
+            self._watch_worker(list(self.watches))
 
     def _reselect(self) -> None:
         if self.model is not None:
@@ -717,15 +720,14 @@ class DebuggerApp(App):
         self._start("step out", lambda s, p, c: s.step_out(), select_after=_after_step)
 
     def action_step_back(self) -> None:
-        self._start("step back", lambda s, p, c: s.step_back(), select_after=_after_step)
+        self._start("step back", lambda s, p, c: s.step_back(p, c), select_after=_after_step, cancellable=True)
 
     def action_jump(self) -> None:
         if not self._can_act():
             return
+        # Always ask, even on the timeline: `j 0 Enter` must land on interaction 0 wherever the cursor
+        # is. The highlighted row's k is filled in (typing replaces it), so `j Enter` jumps there.
         timeline = self.query_one(InteractionTimeline)
-        if self.focused is timeline and timeline.highlighted_k is not None:
-            self._jump(timeline.highlighted_k)
-            return
         complete = [r["k"] for r in self.interactions if r["complete"]]
         hint = f"complete interactions: {facts._ranges(complete) or 'none'}"
         default = timeline.highlighted_k
@@ -744,8 +746,6 @@ class DebuggerApp(App):
 
     def _jump(self, k: int) -> None:
         self.query_one(InteractionTimeline).highlight(k)
-        if self.model is not None and not self.busy:
-            self._jump_target = k
         self._start(f"jump to {k}", lambda s, p, c: s.jump(k, progress=p, cancel=c), cancellable=True)
 
     def _neighbour(self, direction: int) -> int | None:
@@ -753,7 +753,7 @@ class DebuggerApp(App):
         if not complete:
             return None
         at = self.frame.interaction if self.frame else None
-        tuples = self.frame.progress["tuples"] if self.frame else 0
+        tuples = sum(self.frame.position.values()) if self.frame else 0   # (positions, as the rows count)
         ks = [r["k"] for r in complete]
         if at is not None and at in ks:
             i = ks.index(at) + direction
@@ -774,6 +774,11 @@ class DebuggerApp(App):
     def action_next_interaction(self) -> None:
         k = self._neighbour(1)
         if k is None:
+            at = self.frame.interaction if self.frame else None
+            coming = [r["k"] for r in self.interactions if not r["complete"] and (at is None or r["k"] > at)]
+            if coming and self.status == "recording":
+                return self._say(f"interaction {coming[0]} is still being taken (not every instance has reported "
+                                 f"its state yet); try again in a moment", "warning")
             return self._say("no later interaction", "warning")
         self._jump(k)
 
@@ -828,6 +833,87 @@ class DebuggerApp(App):
         self._start(f"last change of {text}", lambda s, p, c: s.last_change(instance, field, p, c),
                     select_after=select_after, cancellable=True)
 
+    # --- evaluating and watching expressions ---------------------------------------------------------
+
+    def _expression_hint(self) -> str:
+        names = ", ".join(o.name for o in self.reader.operators if o.in_g) if self.reader else ""
+        return (f"over the states here: {names}; OP.field is each instance, OP[i].field one; row is the selected "
+                f"tuple.  e.g. len(FD.blacklist)   ·   FE[1].highest.get('Bob')")
+
+    def _selected_row(self) -> Any:
+        from ..core.values import decode
+
+        frame = self.frame
+        row = next((p.row for p in frame.pending if p.ref == frame.selected), None) if frame else None
+        return None if row is None else decode(row)
+
+    def action_evaluate(self) -> None:
+        if not self._can_act():
+            return
+        self._ask(PromptScreen("Evaluate (shown once; w watches it after every action)", self._expression_hint(),
+                               getattr(self, "_last_expression", "")), self._evaluate_answer)
+
+    def _evaluate_answer(self, text: str | None) -> None:
+        if text:
+            self._last_expression = text
+            self._evaluate_worker(text, self._selected_row())
+
+    @work(thread=True, group="evaluate", exit_on_error=False)
+    def _evaluate_worker(self, text: str, row: Any) -> None:
+        model = self.model
+        try:
+            with model.lock:
+                values = model.session.evaluate(text, row)
+        except TTError as e:
+            self.call_from_thread(self._say, str(e), "error")
+            return
+        self.call_from_thread(self._say, f"{text} = {format_values(text, values)}")
+
+    def action_watch(self) -> None:
+        if not self._can_act():
+            return
+        self._ask(PromptScreen("Watch (re-evaluated after every action; W removes the last one)",
+                               self._expression_hint(), getattr(self, "_last_expression", "")), self._watch_answer)
+
+    def _watch_answer(self, text: str | None) -> None:
+        if not text:
+            return
+        if text in self.watches:
+            self._say(f"already watching {text}", "warning")
+            return
+        self._last_expression = text
+        self._watch_worker([*self.watches, text], adding=text)
+
+    def action_unwatch(self) -> None:
+        if not self.watches:
+            self._say("nothing is watched; w adds an expression", "warning")
+            return
+        gone = self.watches.pop()
+        self._say(f"no longer watching {gone}")
+        self._watch_worker(list(self.watches))
+
+    @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
+    def _watch_worker(self, expressions: list[str], adding: str | None = None) -> None:
+        """Evaluate the watched expressions here; a new one that cannot be evaluated is not added."""
+        model = self.model
+        results: list = []
+        with model.lock:
+            for text in expressions:
+                try:
+                    results.append((text, model.session.evaluate(text)))
+                except TTError as e:
+                    if text == adding:
+                        self.call_from_thread(self._say, str(e), "error")
+                        return
+                    results.append((text, str(e)))
+
+        def show() -> None:
+            if adding is not None:
+                self.watches.append(adding)
+                self._say(f"watching {adding}")
+            self.query_one(WatchList).show(results)
+        self.call_from_thread(show)
+
     def action_cancel(self) -> None:
         if self.busy and not self.cancellable:
             self._say(f"{self.busy} cannot be cancelled; it stops by itself", "warning")
@@ -866,6 +952,11 @@ class DebuggerApp(App):
             return ("this run is being recorded by another process; take interactions there "
                     "(Enter in `tt record`, or kill -USR1 the recorder)")
         return "the run is finished; interactions can only be taken while recording"
+
+    def on_print(self, event) -> None:
+        """What the live job printed (its stdout): `tt record --tui` prints it when the app closes."""
+        if self.live is not None:
+            self.live.output.append(event.text)
 
     def action_interact(self) -> None:
         if self.live is None or self.live.finished:
@@ -984,7 +1075,7 @@ class DebuggerApp(App):
             ("Step into", f"s · only {target or 'the selected tuple'}'s operator processes it", "into",
              self.action_step_into),
             ("Step out", "f · finish the scope stepped into last", "out", self.action_step_out),
-            ("Step back", "N, S or F · undo the last action", "back", self.action_step_back),
+            ("Step back", "N, S or F · undo the last action; after a jump, back over θ's previous input", "back", self.action_step_back),
         ]
         for title, help_, key, cb in steps:
             reason = why(key)
@@ -996,6 +1087,10 @@ class DebuggerApp(App):
         yield SystemCommand("Previous interaction", "[ · jump to the interaction before", self.action_prev_interaction)
         yield SystemCommand("Next interaction", "] · jump to the interaction after", self.action_next_interaction)
         yield SystemCommand("Search", "/ · the state tree or the logs", self.action_search)
+        yield SystemCommand("Evaluate…", "e · an expression over the states here, shown once", self.action_evaluate)
+        yield SystemCommand("Watch…", "w · an expression re-evaluated after every action", self.action_watch)
+        if self.watches:
+            yield SystemCommand("Remove watch", f"W · stop watching {self.watches[-1]}", self.action_unwatch)
         yield SystemCommand("Compute scope overlaps", "o · list θ inputs without step-over", self.action_overlaps)
         if self.busy and self.cancellable:
             yield SystemCommand("Cancel", f"Esc · stop {self.busy}", self.action_cancel)

@@ -20,13 +20,14 @@ SECTIONS = [
         ("n", "step over: process the tuple and its whole scope"),
         ("s", "step into: only its operator processes it; its outputs wait downstream"),
         ("f", "step out: finish the scope stepped into last"),
-        ("N  S  F", "step back: undo the last action (any of the three)"),
+        ("N  S  F", "step back: undo the last action; after a jump, back over θ's previous input"),
         ("▶  •", "in the waiting tuples: ▶ is the tuple n and s act on unless you pick another (θ's next, "
                  "or the next one inside the scope stepped into); • is each instance's next input"),
         ("Enter", "on a waiting tuple, a scope's tuple or a logged row: show it whole (Esc returns)"),
     ]),
     ("Moving through time", [
-        ("j", "jump to an interaction (the one highlighted in the timeline, or a number)"),
+        ("j", "jump to an interaction: asks for its number (the timeline's highlighted row filled in); "
+              "Enter on a timeline row jumps there"),
         ("[  ]", "previous / next interaction"),
         ("c", "run until a condition holds, e.g. 'Bob' in FD.blacklist"),
         ("C", "go back to the last change of a field, e.g. FD:0.blacklist.Bob"),
@@ -37,6 +38,8 @@ SECTIONS = [
         ("Tab", "next pane; arrows move inside it; Enter acts (jump, show state, open)"),
         ("/", "search: the state tree in the debug view, the logs elsewhere (Esc leaves the search box)"),
         ("o", "compute scope overlaps now (large runs skip it at start)"),
+        ("e", "evaluate an expression over the states here, e.g. len(FD.blacklist); row is the selected tuple"),
+        ("w  W", "watch an expression (re-evaluated after every action, shown above the state); remove the last"),
         ("Ctrl+P", "command palette: every action, with why it is unavailable"),
     ]),
     ("Application", [

@@ -6,6 +6,8 @@ run file as it grows: new interactions appear in the timeline, `i` takes one
 through the recording's coordinator, and when the job ends the app says so and
 stays open for debugging. Textual draws on the terminal through a duplicate of
 the original stderr, because the recorder points file descriptor 2 at RUN.log.
+What the job prints while the app is open is kept and printed when it closes,
+followed by the same summary `tt record` prints.
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ def record_with_tui(job: str | Path, args: list[str], out: str | Path, *, watch:
         app.run()
     finally:
         sys.__stderr__ = saved
+        if live.output:  # the job's own prints, captured while the app had the screen
+            sys.stdout.write("".join(live.output))
+            sys.stdout.flush()
     if not done.is_set():
         print("tt: the debugger closed; the job is still recording (Ctrl-C stops waiting; the run file keeps "
               "what was recorded)", file=terminal)
@@ -114,5 +119,4 @@ def record_with_tui(job: str | Path, args: list[str], out: str | Path, *, watch:
         why = outcome.error if outcome is not None else "the recording failed"
         print(f"tt: error: {why}; {out} keeps what was recorded; Spark's output is in {log}", file=sys.stderr)
         return (outcome.exit_code if outcome is not None else 1) or 1
-    print(f"recorded {out}; debug it again with: tt debug {out}", file=sys.stderr)
-    return 0
+    return 0   # (the CLI prints the record summary, as `tt record` does)

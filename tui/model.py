@@ -38,10 +38,10 @@ class ScopeLine:
 class Frame:
     """One position of the session, as the widgets show it."""
 
-    position: dict[str, int]                    # instance label -> inputs consumed
-    counts: dict[str, int]                      # operator name -> inputs consumed (all instances)
+    position: dict[str, int]                    # instance label -> inputs consumed (the END step included)
+    counts: dict[str, int]                      # operator name -> tuples consumed (all instances, no END step)
     progress: dict
-    interaction: int | None
+    interaction: int | None                     # the interaction the session is at (`DebugSession.at_interaction`)
     pending: list[Pending]
     selected: TupleRef | None
     selected_label: str | None
@@ -78,10 +78,7 @@ class Model:
         s = self.session
         prev = self.frame
         position = s.position
-        counts: dict[str, int] = {}
-        for label, n in position.items():
-            name = label.rsplit(":", 1)[0]
-            counts[name] = counts.get(name, 0) + n
+        counts = self._tuples()
         progress = s.progress()
         pending = s.pending(limit=PENDING_PER_INSTANCE)
         default = self._default(pending)
@@ -154,6 +151,17 @@ class Model:
             return self.overlaps
 
     # --- pieces ---------------------------------------------------------------------------------
+
+    def _tuples(self) -> dict[str, int]:
+        """Per operator of G(θ), the tuples its instances have consumed.
+
+        An instance's position also counts its END step (the end of its input, which
+        calls `finish()`); the DAG shows tuples, so that step is left out: FE shows the
+        tuples into θ, not that number plus one per instance."""
+        counts: dict[str, int] = {}
+        for inst in self.session.engine.instances.values():
+            counts[inst.node.name] = counts.get(inst.node.name, 0) + inst.tuples
+        return counts
 
     def _default(self, pending: list[Pending]) -> TupleRef | None:
         """Inside a stepped-into scope, its next tuple; otherwise θ's next tuple in the original order."""

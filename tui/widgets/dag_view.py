@@ -2,9 +2,11 @@
 
 Operators are laid out in layers (longest path from a source), edges are drawn
 with box characters (dashed where Spark shuffles), G(θ) is highlighted and θ
-marked, and under every operator of G(θ) stands how many inputs it has consumed
-at the session's position. Selecting an operator (arrows, Enter or a click)
-shows its state in the state inspector.
+marked, and under every operator of G(θ) stands how many tuples its instances
+have consumed at the session's position (the model leaves out the end-of-input
+step each instance takes last, so θ's count ends at the job's tuples into θ).
+Selecting an operator (arrows, Enter or a click) shows its state in the state
+inspector.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class DagView(Widget, can_focus=True):
         self._draw()
 
     def set_counts(self, counts: dict[str, int]) -> None:
+        """Per operator name, the tuples its instances have consumed."""
         if counts != self.counts:
             self.counts = dict(counts)
             self._draw()

@@ -1,18 +1,33 @@
 """The interaction history: every snapshot the recording took, and where the session stands.
 
-One row per interaction with its time, trigger (start, periodic, condition,
-user, end) and, for a condition, the tuple that met it; a ◆ marks interactions
-with a stored checkpoint and ▶ the one the session is at. Enter jumps there.
-Rows are the run file's facts: they appear before the replay engine is loaded
-and grow while a live recording goes on.
+One row per interaction with its number k (the number `j` takes and every
+view shows), time, trigger (start, periodic, condition, user, end) and, for a
+condition, the tuple that met it, named `OP:INSTANCE:INPUT#` as the waiting
+tuples, `tt inspect scope` and `tt replay` name it; a ◆ marks interactions with
+a stored checkpoint and ▶ the one the session is at. Enter jumps to the
+highlighted row's k. Rows are the run file's facts: they appear before the
+replay engine is loaded and grow while a live recording goes on.
 """
 
 from __future__ import annotations
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
+
+
+def condition_tuple(detail: dict) -> str | None:
+    """The tuple that met a `--when` condition, as `OP:INSTANCE:INPUT#`.
+
+    The recorder takes the interaction right after θ consumed that tuple and stores
+    its position then: a count of the tuples consumed (1-based), one more than the
+    tuple's input number (0-based), which is what every view names tuples by."""
+    try:
+        return f"{detail['op']}:{int(detail['instance'])}:{int(detail['position']) - 1}"
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 class InteractionTimeline(DataTable):
@@ -70,14 +85,17 @@ class InteractionTimeline(DataTable):
                 self.update_cell(str(kk), "at", Text("▶", style="bold yellow") if kk == k else Text(""))
 
     def highlight(self, k: int) -> None:
-        if k in self._keys:
-            self.move_cursor(row=self._keys.index(k), animate=False)
+        """Put the cursor on interaction k's row (rows are keyed by k, not by their index)."""
+        if str(k) in self.rows:
+            self.move_cursor(row=self.get_row_index(str(k)), animate=False)
 
     @property
     def highlighted_k(self) -> int | None:
-        if not self._keys or self.cursor_row < 0 or self.cursor_row >= len(self._keys):
+        """The interaction number of the highlighted row: its row key, never its index."""
+        if not self.row_count or not self.is_valid_row_index(self.cursor_row):
             return None
-        return self._keys[self.cursor_row]
+        row_key, _ = self.coordinate_to_cell_key(Coordinate(self.cursor_row, 0))
+        return int(row_key.value)
 
     def _cells(self, r: dict) -> list:
         k = r["k"]
@@ -85,7 +103,7 @@ class InteractionTimeline(DataTable):
         trig = r["trigger"]
         detail = r.get("detail") or {}
         if trig == "condition":
-            text = f"{detail.get('op')}:{detail.get('instance')} #{detail.get('position')} {detail.get('row', '')}"
+            text = f"{condition_tuple(detail) or '?'} {detail.get('row', '')}".rstrip()
         elif trig == "user":
             text = f"via {detail.get('via', 'user')}"
         elif not r["complete"]:
