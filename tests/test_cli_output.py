@@ -40,15 +40,7 @@ def fraud_run(spark, tmp_path_factory):
 @pytest.fixture(scope="module")
 def keywords_run(spark, tmp_path_factory):
     """Keywords: scopes that overlap (two paths from θ meet again at a union)."""
-    from tt.recorder.session import RecordingSession
-
-    keywords = workloads.load_sample("keywords")
-    out = tmp_path_factory.mktemp("cli_output_kw") / "keywords.db"
-    s = RecordingSession(out, Path(keywords.__file__), [], watch="Clean", every=0.3)
-    with s:
-        keywords.build(spark, 3000, 2).run()
-    s.close()
-    return out
+    return workloads.record_keywords(spark, tmp_path_factory.mktemp("cli_output_kw") / "keywords.db", 3000)
 
 
 def _run(capsys, *args: str, rc: int = 0) -> str:

@@ -39,15 +39,7 @@ def keyed_run(spark, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def keywords_run(spark, tmp_path_factory):
-    from tt.recorder.session import RecordingSession
-
-    keywords = workloads.load_sample("keywords")
-    out = tmp_path_factory.mktemp("keywords") / "keywords.db"
-    s = RecordingSession(out, Path(keywords.__file__), [], watch="Clean", every=0.3)
-    with s:
-        keywords.build(spark, 6000, 2).run()
-    s.close()
-    return out
+    return workloads.record_keywords(spark, tmp_path_factory.mktemp("keywords") / "keywords.db", 6000)
 
 
 def _check(session: DebugSession, oracle: Oracle) -> None:
@@ -308,10 +300,11 @@ def test_step_back_at_a_fresh_position_reverses_over_theta_previous_input(keyed_
 def test_step_back_at_the_start_says_why(keyed_run):
     s = DebugSession(keyed_run)
     s.jump(0)
-    if all(inst.count == 0 for (op, _), inst in s.engine.instances.items() if op == s.reader.theta.id):
-        r = s.step_back()
-        assert not r.ok and "nothing to step back over" in r.note
-        assert not s.can_step_back()
+    assert all(inst.count == 0 for (op, _), inst in s.engine.instances.items() if op == s.reader.theta.id), \
+        "interaction 0 is the start of the run"
+    r = s.step_back()
+    assert not r.ok and "nothing to step back over" in r.note
+    assert not s.can_step_back()
     s.step_over(_next_theta(s).ref)
     assert s.can_step_back() and s.step_back().ok
 

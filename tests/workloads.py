@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 
 import tt
 
@@ -236,11 +237,23 @@ def build_retry(spark, failing: bool):
     return flow
 
 
+def record_keywords(spark, out, rows: int, partitions: int = 2):
+    """The keywords sample recorded with θ = Clean every 0.3 s: scopes that overlap (two paths
+    from θ meet again at a union)."""
+    from tt.recorder.session import RecordingSession
+
+    keywords = load_sample("keywords")
+    s = RecordingSession(out, Path(keywords.__file__), [], watch="Clean", every=0.3)
+    with s:
+        keywords.build(spark, rows, partitions).run()
+    s.close()
+    return out
+
+
 def load_sample(name: str):
     """A sample job module (sample_runs/NAME/job.py) under a unique name, its code shipped by value."""
     import importlib.util
     import sys
-    from pathlib import Path
 
     import cloudpickle
     from pyspark import cloudpickle as spark_cloudpickle

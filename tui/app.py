@@ -614,11 +614,7 @@ class DebuggerApp(App):
         self._show_tuple(None, event.label)
 
     def _show_tuple(self, ref: TupleRef | None, label: str | None) -> None:
-        if self.model is None:
-            self._can_act()
-            return
-        if self.busy:
-            self._say(f"busy: {self.busy} (Esc cancels)", "warning")
+        if not self._can_act():
             return
         rows = dict(self._rows_seen)
         for p in self.frame.pending if self.frame else []:
@@ -689,11 +685,7 @@ class DebuggerApp(App):
         self._explain(action)
 
     def _explain(self, action: str) -> None:
-        if self.model is None:
-            self._can_act()
-            return
-        if self.busy:
-            self._say(f"busy: {self.busy} (Esc cancels)", "warning")
+        if not self._can_act():
             return
         a = self.frame.availability[STEP_ACTIONS[action]] if self.frame else None
         if a is not None and not a.ok:
