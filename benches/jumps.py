@@ -216,7 +216,7 @@ def _measure_plain(run: Path) -> dict[int, float]:
     engine = Engine(reader)
     out = {}
     for inter in reader.interactions():
-        targets = {key: at.position for key, at in reader.snapshot(inter.k).items()}
+        targets = {key: at.position for key, at in reader.instances_at(inter.k).items()}
         engine.reset()
         t = time.perf_counter()
         engine.advance_to(targets)

@@ -129,20 +129,20 @@ async def measure(path: Path, size: tuple[int, int], timeout: float) -> dict:
             await pilot.press(ch)
         t1 = time.perf_counter()
         app.simulate_key("enter")  # (pilot.press would also wait for the app to go idle)
-        while app.busy or app.frame is None or app.frame.interaction != k:
+        while app.busy or app.shown is None or app.shown.interaction != k:
             if time.perf_counter() - t1 > timeout:
                 raise TimeoutError(f"the jump to {k} did not finish in {timeout} s")
             await pilot.pause(0.02)
         out["jump"] = time.perf_counter() - t1
-        out["jump_reported"] = app.frame.result.seconds if app.frame.result else None
+        out["jump_reported"] = app.shown.result.seconds if app.shown.result else None
         await pilot.pause(0.5)
-        steps, last = [], app.frame.result
+        steps, last = [], app.shown.result
         for _ in range(STEPS):
             t2 = time.perf_counter()
             app.simulate_key("n")
-            while app.busy or app.frame.result is None or app.frame.result is last:
+            while app.busy or app.shown.result is None or app.shown.result is last:
                 await pilot.pause(0.002)
-            last = app.frame.result
+            last = app.shown.result
             steps.append((time.perf_counter() - t2, last.seconds))
             await pilot.pause(0.1)
         out["steps"] = steps

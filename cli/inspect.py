@@ -190,7 +190,7 @@ def _tuples(ends: dict, key: tuple[int, int], position: int) -> tuple[int, bool]
 
 def _tuple_positions(reader, row: dict, ends: dict) -> None:
     """An interaction's positions as tuples consumed; `ended`: the instances past their input."""
-    snap = reader.snapshot(row["k"])
+    snap = reader.instances_at(row["k"])
     if not snap:
         row["ended"] = []
         return
@@ -204,7 +204,7 @@ def _tuple_positions(reader, row: dict, ends: dict) -> None:
 
 
 def _state_positions(reader, states: dict, k: int) -> None:
-    snap = reader.snapshot(k) or {}
+    snap = reader.instances_at(k) or {}
     ends = _end_steps(reader)
     by_name = {facts_label(reader, key): (key, at) for key, at in snap.items()}
     for name, entry in states.items():

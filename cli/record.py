@@ -103,7 +103,7 @@ def incomplete_warning(out: Path) -> str | None:
     try:
         if reader.status != "complete":
             return None
-        missing = [i.k for i in reader.interactions_all if reader.snapshot(i.k) is None]
+        missing = [i.k for i in reader.interactions_all if reader.instances_at(i.k) is None]
         total = len(reader.interactions_all)
     finally:
         reader.close()

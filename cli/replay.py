@@ -3,13 +3,13 @@ one JSON document (--json) or one JSON object per line (--nl)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..core.errors import UsageError
+from ..core.scopes import instance_of
 from .main import app
 from .output import Activity, cut_hint, emit, only_one, require_dataflow, row_text
 
@@ -91,25 +91,20 @@ def replay(
 
 def _take(session, method: str, arg: str | None, states: str) -> dict:
     """Take one step; its result as a dict (see `_report`)."""
+    from ..core import values
+
     engine = session.engine
     rows: dict = {}
     capture = method in ("step_into", "step_over", "step_out")
-    saved = engine.after_consume
-    if capture:  # the values of the tuples the step consumes, as they are consumed
-        from ..core import values
 
-        def after(inst, pos, row) -> None:
-            if row is not None and len(rows) < _ROWS_KEPT:
-                rows[session.label((inst.node.id, inst.i)) + f":{pos}"] = values.encode(row)
-        engine.after_consume = after
-    try:
+    def after(inst, pos, row) -> None:   # the values of the tuples a step consumes, as they are consumed
+        if row is not None and len(rows) < _ROWS_KEPT:
+            rows[session.label((inst.node.id, inst.i)) + f":{pos}"] = values.encode(row)
+    with engine.hooks(after_consume=after if capture else None):
         if method in ("step_into", "step_over"):
             _target_row(session, arg, rows)
         with Activity(f"{method} {arg or ''}".strip()):
             result = _call(session, method, arg)
-    finally:
-        if capture:
-            engine.after_consume = saved
     return _report(session, result, states, rows, method, arg)
 
 
@@ -184,11 +179,11 @@ def _report(session, result, states: str, rows: dict, method: str, arg: str | No
     pending = {}
     for p in session.pending(limit=1):
         if p.next:
-            pending[p.label.rsplit(":", 1)[0]] = {"tuple": p.label, "from": p.sender, "free": p.free,
+            pending[session.label((p.ref.op, p.ref.instance))] = {"tuple": p.label, "from": p.sender, "free": p.free,
                                                   "row": p.row, "end": p.end}
     named = set(out["consumed"]) | ({out["target"]} if method in ("step_into", "step_over") else set())
     out["rows"] = {k: v for k, v in rows.items() if k in named}
-    stop = _stopped_at(session, out, method, arg, pending)
+    stop = _stopped_at(session, result, out, method, pending)
     if stop is not None:
         out["stopped_at"] = stop
     out["pending"] = pending
@@ -203,12 +198,6 @@ def _report(session, result, states: str, rows: dict, method: str, arg: str | No
     return {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else len(order))}
 
 
-def _missing():
-    from ..replay import session as s
-
-    return getattr(s, "_MISSING", "<missing>")
-
-
 def _note_field(field: str) -> bool:
     return field == "…" or field.endswith(".…")
 
@@ -217,37 +206,31 @@ def _change(field: str, pair) -> dict:
     old, new = pair
     if _note_field(field):  # e.g. "highest.…": ["4953 more keys changed", None]
         return {"note": old}
-    missing = _missing()
+    from ..replay.state_paths import MISSING
+
     out = {}
-    if old != missing:
+    if old != MISSING:
         out["old"] = old
-    if new != missing:
+    if new != MISSING:
         out["new"] = new
     return out
 
 
-def _stopped_at(session, out: dict, method: str, arg: str | None, pending: dict) -> dict | None:
+def _stopped_at(session, result, out: dict, method: str, pending: dict) -> dict | None:
     """Where a run-until stopped (after a tuple) or a last-change (before one), with the θ
     input that tuple came from; their values go into out["rows"] (no replay: a θ input's
     value is read from the recorded tuples, a waiting tuple's from the queue it waits in)."""
-    if not out["ok"]:
+    ref = result.stopped_at
+    if not result.ok or ref is None or method not in ("last_change", "run_until"):
         return None
-    if method == "last_change":
-        waiting = pending.get(arg.partition(".")[0].strip())
+    label, where = session.label(ref), "before" if method == "last_change" else "after"
+    if where == "before":
+        waiting = pending.get(session.label((ref.op, ref.instance)))
         if not waiting or waiting.get("end"):
             return None
-        label, where = waiting["tuple"], "before"
         out["rows"][label] = waiting["row"]
-    elif method == "run_until":
-        m = re.match(r"stopped after (\S+?): ", out["note"] or "")
-        if not m:
-            return None
-        label, where = m.group(1), "after"
-    else:
-        return None
     stop = {"tuple": label, "where": where}
     try:
-        ref = session.parse_ref(label)
         root = session.provenance.root(ref)
         if session.provenance.is_theta_root(root):
             stop["from"] = session.label(root)
@@ -327,7 +310,7 @@ def _touched(r: dict) -> dict[str, int]:
 
     def add(label: str | None) -> None:
         if label:
-            inst = label if label.count(":") == 1 else label.rsplit(":", 1)[0]
+            inst = instance_of(label)
             order.setdefault(inst, len(order))
     stop = r.get("stopped_at") or {}
     add(stop.get("tuple"))

@@ -23,7 +23,7 @@ from typing import Any
 
 import cloudpickle
 
-from .snapshots import changed_entries
+from .state_deltas import changed_entries
 
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
 FULL, DELTA = "full", "delta"

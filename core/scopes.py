@@ -42,6 +42,16 @@ class TupleRef:
         return f"{graph.nodes[self.op].name}:{self.instance}:{self.position}"
 
 
+def operator_of(label: str) -> str:
+    """The operator of an instance or tuple label: 'FE:1' or 'FE:1:42' -> 'FE' (names hold no ':')."""
+    return label.split(":", 1)[0]
+
+
+def instance_of(label: str) -> str:
+    """The instance of a tuple label: 'FE:1:42' -> 'FE:1' (an instance label is returned as it is)."""
+    return ":".join(label.split(":", 2)[:2])
+
+
 @dataclass
 class ScopeNode:
     ref: TupleRef

@@ -24,7 +24,7 @@ import cloudpickle
 import orjson
 
 from ..core import values
-from ..core.errors import RunFileWriteError, UsageError
+from ..core.errors import RunFileWriteError
 from ..core.graph import Graph
 from ..store import blobs, schema
 from ..store.trust import sign_run
@@ -159,7 +159,7 @@ class RecordingSession:
                 with c.lock:
                     c.k += 1
                     k = c.k
-                    end_ckpt = c._decide_checkpoint(k)
+                    c._decide_checkpoint(k)
                 self.writer.submit([("INSERT INTO interactions VALUES (?,?,'end','{}')", [(k, time.time())])])
                 self._fix_source_instances(c)
         if c is not None:
@@ -183,10 +183,10 @@ class RecordingSession:
         reader = RunReader(self.out)
         try:
             index = reader.checkpoint_index(c.plan_id)
-            chosen = [k for k in c.checkpoint_ks if reader.snapshot(k) is not None]
+            chosen = [k for k in c.checkpoint_ks if reader.instances_at(k) is not None]
             keep, drop, costs = set(), [], {}
             for k in chosen:
-                snap = reader.snapshot(k)
+                snap = reader.instances_at(k)
                 costs[str(k)] = sum(int(reader.conn.execute("SELECT size FROM states WHERE hash=?", (at.state,))
                                         .fetchone()[0]) for at in snap.values() if at.state is not None)
                 for key, at in snap.items():

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..core import values
-from ..core.snapshots import SnapshotEncoder
+from ..core.state_deltas import StateEncoder
 from ..core.graph import SINK, Graph, stable_hash
 from ..core.logs import pack_dests, pack_results, pack_runs
 from ..core.runtime import (INF, InstanceLog, OperatorFailure, RecordingRunner, Runner,
@@ -207,7 +207,7 @@ class StageTask:
         self.when_from = 0
         self.k_now = 0
         self.new_checkpoints: list[tuple[dict, bytes]] = []
-        self.snapshots = SnapshotEncoder()  # interaction states: deltas against the previous one
+        self.state_encoder = StateEncoder()  # interaction states: deltas against the previous one
         self.checkpointer = None   # a CheckpointWriter when the recording checkpoints online
         self.checkpoint_seq: dict[int, int] = {}
         self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)
@@ -473,7 +473,7 @@ class StageTask:
         last = self.last_state.get(r.node_id)
         if last is not None and last[0] == r.count:
             return last[1]  # state changes only by consuming an input: nothing to encode
-        h, data, size = self.snapshots.encode(r.node_id, r.op.state())
+        h, data, size = self.state_encoder.encode(r.node_id, r.op.state())
         if data and h not in self.sent_states and h not in self.new_states:
             self.new_states[h] = (blobs.compress(data), size)
         self.last_state[r.node_id] = (r.count, h)

@@ -41,7 +41,7 @@ class Restorer:
         info = self.plan["info"] if self.plan else {}
         self.stateless = {tuple(map(int, k.split(":"))) for k in info.get("stateless", [])}
         self.interaction_positions: list[dict[Key, int]] = [
-            {key: at.position for key, at in reader.snapshot(i.k).items()} for i in reader.interactions()]
+            {key: at.position for key, at in reader.instances_at(i.k).items()} for i in reader.interactions()]
         self.channels = self._channels()
         self._counts: dict[tuple[Key, int], tuple[dict, dict]] = {}
 
@@ -132,14 +132,13 @@ def profile(reader: RunReader, *, trust: bool = False,
         busy[op] = busy.get(op, 0.0) + clock() - started[0]
         inputs[op] = inputs.get(op, 0) + 1
     initial = {key: cloudpickle.dumps(inst.runner.op) for key, inst in engine.instances.items()}
-    engine.on_consume, engine.after_consume = before, after
     interactions = reader.interactions()
     positions, state_bytes = {}, {}
     sizes = dict(reader.conn.execute("SELECT hash, size FROM states"))
     wall = 0.0
-    try:
+    with engine.hooks(on_consume=before, after_consume=after):
         for n, inter in enumerate(interactions):
-            snap = reader.snapshot(inter.k)
+            snap = reader.instances_at(inter.k)
             targets = {key: at.position for key, at in snap.items()}
             t0 = clock()
             engine.advance_to(targets)
@@ -148,8 +147,6 @@ def profile(reader: RunReader, *, trust: bool = False,
             state_bytes[inter.k] = {key: int(sizes.get(at.state, 0) or 0) for key, at in snap.items()}
             if progress is not None:
                 progress(n + 1, len(interactions))
-    finally:
-        engine.on_consume = engine.after_consume = None
     stateless = {key for key, inst in engine.instances.items()
                  if cloudpickle.dumps(inst.runner.op) == initial[key]}
     # per-operator time inside consume, scaled so that it adds up to the pass's wall time
@@ -384,7 +381,7 @@ def measure(path, *, trust: bool = False, progress: Callable[[int, int], None] |
         wanted = set(only)
         interactions = [i for i in interactions if i.k in wanted]
     for n, inter in enumerate(interactions):
-        targets = {key: at.position for key, at in reader.snapshot(inter.k).items()}
+        targets = {key: at.position for key, at in reader.instances_at(inter.k).items()}
         engine.reset()
         t = time.perf_counter()
         if restorer:

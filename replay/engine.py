@@ -19,7 +19,8 @@ import bisect
 import collections
 import time
 from array import array
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import cloudpickle
 import orjson
@@ -327,7 +328,7 @@ class _Reporter:
         return 0
 
 
-class EngineSnapshot:
+class SavedPosition:
     """A restore point of the whole engine (kept in memory by the debug session)."""
 
     def __init__(self, position: dict[Key, int], parts: dict[Key, tuple]):
@@ -431,7 +432,7 @@ class Engine:
             self._wire(inst)
         self.dirty.clear()
 
-    def save(self, previous: "EngineSnapshot | None" = None) -> "EngineSnapshot":
+    def save(self, previous: "SavedPosition | None" = None) -> "SavedPosition":
         """A restore point at the current position (instances that did not move since
         `previous` share its saved bytes, so saving after a small step is cheap)."""
         parts = {}
@@ -441,9 +442,9 @@ class Engine:
                 parts[key] = old
             else:
                 parts[key] = inst.save()
-        return EngineSnapshot(self.position, parts)
+        return SavedPosition(self.position, parts)
 
-    def restore(self, snap: "EngineSnapshot") -> None:
+    def restore(self, snap: "SavedPosition") -> None:
         for key, inst in self.instances.items():
             inst.restore(snap.parts[key])
         for inst in self.instances.values():
@@ -460,6 +461,19 @@ class Engine:
         self.dirty.clear()
 
     # --- moving -----------------------------------------------------------------
+
+    @contextmanager
+    def hooks(self, on_consume: Callable[[Instance, int, tuple], None] | None = None,
+              after_consume: Callable[[Instance, int, Any], None] | None = None) -> Iterator["Engine"]:
+        """Inside the block, `on_consume(instance, position, channel)` runs before every consume
+        and `after_consume(instance, position, row)` after it (after the hooks of an enclosing
+        block, which keep running)."""
+        saved = self.on_consume, self.after_consume
+        self.on_consume, self.after_consume = _chain(saved[0], on_consume), _chain(saved[1], after_consume)
+        try:
+            yield self
+        finally:
+            self.on_consume, self.after_consume = saved
 
     @property
     def position(self) -> dict[Key, int]:
@@ -566,7 +580,7 @@ class Engine:
     # --- interactions -------------------------------------------------------------
 
     def jump(self, k: int, progress: Callable[[int], None] | None = None) -> None:
-        snap = self.reader.snapshot(k)
+        snap = self.reader.instances_at(k)
         if snap is None:
             raise RunFileError(f"interaction {k} is not complete in this run file")
         targets = {key: at.position for key, at in snap.items()}
@@ -576,3 +590,14 @@ class Engine:
 
     def states(self) -> dict[Key, Any]:
         return {k: inst.state() for k, inst in self.instances.items()}
+
+
+def _chain(first: Callable | None, second: Callable | None) -> Callable | None:
+    """One hook that calls `first`, then `second` (either may be None)."""
+    if first is None or second is None:
+        return first or second
+
+    def both(*args) -> None:
+        first(*args)
+        second(*args)
+    return both

@@ -1,14 +1,16 @@
 """Facts about a run that the run file states outright (no replay, no unpickling).
 
 Shared by `tt inspect` and the debugger: the run summary, the DAG, the
-interaction history with per-instance positions, and stored states. Everything
+interaction history with per-instance positions, stored states, and the
+per-interaction series the plots draw (positions from the barriers, sizes
+from the `states` table, never from a replay). Everything
 is plain JSON-able data.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Callable
 
 from ..core.errors import RunFileError, TTError, UsageError
 from ..store.reader import RunReader
@@ -75,7 +77,7 @@ def interactions(reader: RunReader) -> list[dict]:
     out = []
     start = reader.run["started"] or 0
     for i in reader.interactions_all:
-        snap = reader.snapshot(i.k)
+        snap = reader.instances_at(i.k)
         out.append({
             "k": i.k,
             "time": _iso(i.time),
@@ -90,7 +92,7 @@ def interactions(reader: RunReader) -> list[dict]:
 
 
 def states_at(reader: RunReader, k: int, op: str | None = None) -> dict:
-    snap = reader.snapshot(k)
+    snap = reader.instances_at(k)
     if snap is None:
         known = [i.k for i in reader.interactions()]
         raise UsageError(f"interaction {k} is not complete in {reader.path}; complete ones: "
@@ -141,3 +143,38 @@ def render_value(v: Any) -> str:
     from ..core.values import render
 
     return render(v, 10_000)
+
+
+# --- series for the plots ------------------------------------------------------------------
+
+def series(reader: RunReader, cancel: Callable[[], bool] | None = None) -> list[dict]:
+    """Per complete interaction: k, t (seconds since start), trigger, tuples processed, state bytes."""
+    start = reader.run["started"] or 0
+    sizes: dict[bytes, int] = {}
+    out = []
+    for inter in reader.interactions_all:
+        if cancel is not None and cancel():
+            break
+        snap = reader.instances_at(inter.k)
+        if snap is None:
+            continue
+        hashes = {at.state for at in snap.values() if at.state is not None and at.state not in sizes}
+        if hashes:
+            sizes.update(_sizes(reader, list(hashes)))
+        out.append({
+            "k": inter.k,
+            "t": round(inter.time - start, 3),
+            "trigger": inter.trigger,
+            "tuples": sum(at.position for at in snap.values()),
+            "state_bytes": sum(sizes.get(at.state, 0) for at in snap.values() if at.state is not None),
+        })
+    return out
+
+
+def _sizes(reader: RunReader, hashes: list[bytes]) -> dict[bytes, int]:
+    found = {}
+    for i in range(0, len(hashes), 500):
+        part = hashes[i:i + 500]
+        marks = ",".join("?" * len(part))
+        found.update(reader.conn.execute(f"SELECT hash, size FROM states WHERE hash IN ({marks})", part))
+    return found

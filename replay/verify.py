@@ -6,7 +6,6 @@ that `engine.py` is only the replay machinery and nothing imports in a circle.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import cloudpickle
@@ -39,7 +38,7 @@ def verify(reader: RunReader, *, trust: bool = False,
     interactions = reader.interactions()
     prev_k: int | None = None
     for n, interaction in enumerate(interactions):
-        snap = reader.snapshot(interaction.k)
+        snap = reader.instances_at(interaction.k)
         try:
             engine.jump(interaction.k)
         except ReplayDivergence as e:
@@ -122,7 +121,7 @@ def _gaps(reader: RunReader, complete) -> list[dict]:
 
 
 def _missing_instances(reader: RunReader, k: int) -> list[str]:
-    """The G(θ) instances with no known state at interaction k (see `RunReader.snapshot`)."""
+    """The G(θ) instances with no known state at interaction k (see `RunReader.instances_at`)."""
     missing = []
     for op, i in reader.g_instances():
         name = f"{reader.operators[op].name}:{i}"
@@ -168,7 +167,6 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
             if inst.key == key:
                 rows[side][pos] = row
         return after
-    saved_hooks = engine.after_consume
     try:
         begin(prev_k)
         a, b = engine.instances[key], other.instances[key]
@@ -177,42 +175,39 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                 start = f"interaction {prev_k}"
             else:  # the two replays differ at prev_k already: go back to the initial state
                 begin(None)
-        engine.after_consume, other.after_consume = catch("a"), catch("b")
-        first_change = None
-        before = _value_at(a.state(), path)
-        for pos in range(a.count, target):
-            engine.advance_to({key: pos + 1}, pull=True)
-            other.advance_to({key: pos + 1}, pull=True)
-            sa, sb = a.state(), b.state()
-            ra, rb = rows["a"].pop(pos, None), rows["b"].pop(pos, None)
-            if sa != sb:
-                where = values.first_difference(sa, sb)[0]
-                upstream = ra != rb
-                how = (f"replaying {label} twice from {start}, one input at a time, the two replays' states "
-                       f"first differ (in {where}) after this input")
-                how += (", and they passed it different rows: what is not deterministic is upstream of "
-                        f"{label}" if upstream else ", so processing it is not deterministic (wrap the "
-                        f"non-deterministic call in tt.log_result)")
-                ref = f"{label}:{pos}"
-                return {"tuple": ref, "input": pos, "row": values.render(_encoded(ra), 200), "found_by": "replays",
-                        "text": f"; it first diverges at input {ref} {values.render(_encoded(ra), 120)}: {how}"}
-            now = _value_at(sa, path)
-            if first_change is None and now != before:
-                first_change = (pos, ra)
-        if first_change is None:
-            return {"text": f"; no input of {label} changed {path} in the replay from {start} to interaction {k}, "
-                            f"and two replays agree with each other"}
-        pos, row = first_change
-        ref = f"{label}:{pos}"
-        return {"tuple": ref, "input": pos, "row": values.render(_encoded(row), 200), "found_by": "first change",
-                "text": f"; the first input that changed {path} in the replay from {start} is {ref} "
-                        f"{values.render(_encoded(row), 120)} (two replays agree with each other, so what differs "
-                        f"from the recording is the same in every replay: hash order, a clock, the environment?)"}
+        with engine.hooks(after_consume=catch("a")), other.hooks(after_consume=catch("b")):
+            first_change = None
+            before = _value_at(a.state(), path)
+            for pos in range(a.count, target):
+                engine.advance_to({key: pos + 1}, pull=True)
+                other.advance_to({key: pos + 1}, pull=True)
+                sa, sb = a.state(), b.state()
+                ra, rb = rows["a"].pop(pos, None), rows["b"].pop(pos, None)
+                if sa != sb:
+                    where = values.first_difference(sa, sb)[0]
+                    upstream = ra != rb
+                    how = (f"replaying {label} twice from {start}, one input at a time, the two replays' states "
+                           f"first differ (in {where}) after this input")
+                    how += (", and they passed it different rows: what is not deterministic is upstream of "
+                            f"{label}" if upstream else ", so processing it is not deterministic (wrap the "
+                            "non-deterministic call in tt.log_result)")
+                    ref = f"{label}:{pos}"
+                    return {"tuple": ref, "input": pos, "row": values.render(_encoded(ra), 200), "found_by": "replays",
+                            "text": f"; it first diverges at input {ref} {values.render(_encoded(ra), 120)}: {how}"}
+                now = _value_at(sa, path)
+                if first_change is None and now != before:
+                    first_change = (pos, ra)
+            if first_change is None:
+                return {"text": f"; no input of {label} changed {path} in the replay from {start} to interaction {k}, "
+                                f"and two replays agree with each other"}
+            pos, row = first_change
+            ref = f"{label}:{pos}"
+            return {"tuple": ref, "input": pos, "row": values.render(_encoded(row), 200), "found_by": "first change",
+                    "text": f"; the first input that changed {path} in the replay from {start} is {ref} "
+                            f"{values.render(_encoded(row), 120)} (two replays agree with each other, so what differs "
+                            f"from the recording is the same in every replay: hash order, a clock, the environment?)"}
     except (TTError, OperatorFailure, *_DAMAGE) as e:
         return {"text": f" (the input could not be found: {e})"}
-    finally:
-        engine.after_consume = saved_hooks
-        other.after_consume = None
 
 
 def _encoded(row: Any) -> Any:
@@ -253,7 +248,7 @@ def _verify_checkpoints(reader: RunReader, engine: Engine, interactions) -> list
     restorer = Restorer(engine)
     out = []
     for interaction in interactions:
-        snap = reader.snapshot(interaction.k)
+        snap = reader.instances_at(interaction.k)
         targets = {key: at.position for key, at in snap.items()}
         engine.reset()
         line, _ = restorer.line_for(targets)

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import orjson
 
-from ..core import logs, snapshots
+from ..core import logs, state_deltas
 from ..core.errors import RunFileError
 from . import blobs, schema, trust
 
@@ -243,9 +243,9 @@ class RunReader:
 
     def interactions(self) -> list[Interaction]:
         """The complete interactions, in order (I_0 is the initial state)."""
-        return [i for i in self.interactions_all if self.snapshot(i.k) is not None]
+        return [i for i in self.interactions_all if self.instances_at(i.k) is not None]
 
-    def snapshot(self, k: int) -> dict[tuple[int, int], InstanceAt] | None:
+    def instances_at(self, k: int) -> dict[tuple[int, int], InstanceAt] | None:
         """Per G(θ) instance, its position and state at interaction k; None if incomplete."""
         if k in self._snapshots:
             return self._snapshots[k]
@@ -300,7 +300,7 @@ class RunReader:
                 raise RunFileError(f"{self.path} is missing a state blob (damaged file?)")
             stored = orjson.loads(blobs.decompress(row[0]))
             chain.append((h, stored))
-            if not snapshots.is_delta(stored):
+            if not state_deltas.is_delta(stored):
                 break
             h = bytes.fromhex(stored["$delta"]["base"])
             if h in self._states:
@@ -308,7 +308,7 @@ class RunReader:
                 break
         value = chain[-1][1]
         for h, stored in reversed(chain[:-1]):
-            value = snapshots.apply(value, stored)
+            value = state_deltas.apply(value, stored)
             self._remember_state(h, value)
         self._remember_state(state_hash, value)
         return value

@@ -52,7 +52,7 @@ class Oracle:
         theta = self.graph.theta
         for inter in reader.interactions():
             if inter.k and inter.trigger != "end":
-                for (op, i), at in reader.snapshot(inter.k).items():
+                for (op, i), at in reader.instances_at(inter.k).items():
                     if op == theta:
                         self.epochs.setdefault(i, []).append(at.position)
 

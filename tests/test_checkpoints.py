@@ -333,7 +333,7 @@ def test_per_instance_plan_restores_consistent_lines(keyed_run, tmp_path, capsys
     from tt.replay.engine import Engine
     restorer = ck.Restorer(Engine(reader))
     for inter in reader.interactions():
-        targets = {key: at.position for key, at in reader.snapshot(inter.k).items()}
+        targets = {key: at.position for key, at in reader.instances_at(inter.k).items()}
         line, _ = restorer.line_for(targets)
         pts = {key: RestorePoint(key, lab, *restorer.counts(key, lab[0])) for key, lab in line.items()}
         assert not violations(pts, restorer.channels, "replay")

@@ -37,7 +37,7 @@ def test_the_recording_has_stages_partitions_and_the_bug(fraud_run):
     assert fe.is_theta and {o.name for o in reader.operators if o.in_g} == {"FE", "FD", "FF", "S"}
 
     end = reader.interactions()[-1]
-    snap = reader.snapshot(end.k)
+    snap = reader.instances_at(end.k)
     blacklist = {}
     for i in range(fd.instances):
         blacklist.update(reader.state(snap[(fd.id, i)].state)["blacklist"])

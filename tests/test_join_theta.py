@@ -50,7 +50,7 @@ def _check(path, theta, *, self_join=False, instances=P):
         assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
         assert len(results) == len(ints)
 
-        end = reader.snapshot(ints[-1].k)
+        end = reader.instances_at(ints[-1].k)
         assert ints[-1].trigger == "end"
         post = _merged(reader, end, "POST")
         assert _add(s["balances"] for s in post) == expected["balances"]

@@ -99,7 +99,7 @@ def at_interaction(app, k: int) -> None:
     """Every view of the position names interaction k."""
     timeline = app.query_one(InteractionTimeline)
     assert position(app).startswith(f"at interaction {k} ·"), position(app)
-    assert app.frame.interaction == k
+    assert app.shown.interaction == k
     assert timeline.current == k, timeline.current
     marked = [r for r in range(timeline.row_count) if timeline.get_row_at(r)[0].plain == "▶"]
     assert [row_k(timeline, r) for r in marked] == [k], "exactly one ▶, on k's row"
@@ -158,14 +158,14 @@ def test_the_tuple_that_met_the_condition_has_one_name_everywhere(fraud_run):
         await answer(pilot, f"{instance}.highest.Bob")
         pending = app.query_one(PendingTuples)
         assert name in pending.labels, (name, pending.labels)
-        assert app.frame.selected_label == name
-        row = next(p.row for p in app.frame.pending if p.label == name)
+        assert app.shown.selected_label == name
+        row = next(p.row for p in app.shown.pending if p.label == name)
         assert row["customer"] == "Bob" and row["amount"] == "¥5000", row
         assert f"last changed at {name}" in message(app), message(app)
 
         await keys(pilot, "s")                                # step into it: the same name again
         assert message(app).startswith(f"✓ step into {name}"), message(app)
-        assert app.frame.result.consumed == [name]
+        assert app.shown.result.consumed == [name]
         return name
 
     name = drive(app, script)
@@ -233,7 +233,7 @@ def test_interactions_sharing_a_position_keep_their_own_numbers(shared_run):
     ks = [i.k for i in inters]
     r = RunReader(shared_run)
     try:
-        at = {k: {key: a.position for key, a in r.snapshot(k).items()} for k in ks}
+        at = {k: {key: a.position for key, a in r.instances_at(k).items()} for k in ks}
     finally:
         r.close()
     shared = [k for k in ks if at[k] == at[ks[0]]]

@@ -43,13 +43,13 @@ def test_snapshots_equal_sequential_oracle(record):
     assert sorted(r["id"] for rows in inputs.values() for r in rows) == list(range(workloads.PAYMENTS))
 
     interactions = [i.k for i in reader.interactions() if i.k > 0]
-    barrier = {i: {k: reader.snapshot(k)[(fe.id, i)].position for k in interactions} for i in inputs}
+    barrier = {i: {k: reader.instances_at(k)[(fe.id, i)].position for k in interactions} for i in inputs}
     mid = [k for k in interactions if 0 < sum(min(barrier[i][k], len(inputs[i])) for i in inputs)
            < workloads.PAYMENTS]
     assert len(mid) >= 3, "the test needs interactions taken while FE was running"
 
     for k in mid[:: max(1, len(mid) // 6)] + [interactions[-1]]:
-        snap = reader.snapshot(k)
+        snap = reader.instances_at(k)
         # FE: each instance over its prefix before barrier k
         fe_out = {}  # FE instance -> [(epoch, output)]
         for i, rows in inputs.items():

@@ -108,7 +108,7 @@ def test_step_into_the_failing_tuple_re_raises_and_keeps_the_state(failed_run):
         assert s.position == before_position and s.states() == before_states
         waiting = [p.label for p in s.pending("FE:1", limit=1) if p.next]
         assert waiting == ["FE:1:999"], "the failing tuple still waits"
-    assert not s.frames and len(s.history) == history, "a step that re-raised is not one to step back from"
+    assert not s.scope_stack and len(s.history) == history, "a step that re-raised is not one to step back from"
     # the engine is intact: it still replays the recorded prefix exactly (interaction 0, then back)
     assert s.jump(0).ok and s.position["FE:1"] == 0
     assert s.goto_failure().ok and s.states() == before_states
@@ -168,14 +168,14 @@ def test_tt_debug_opens_before_the_failing_tuple_and_s_re_raises(failed_run):
             text = app.query_one(MessageLine).plain
             assert "the run failed at FE:1:999: ZeroDivisionError: division by zero" in text and "s re-raises" in text
             session = app.model.session
-            assert session.position["FE:1"] == 999 and app.frame.selected_label == "FE:1:999"
+            assert session.position["FE:1"] == 999 and app.shown.selected_label == "FE:1:999"
             before = session.states()
             await pilot.press("s")
             await until(pilot, lambda: "(as in the recording)" in app.query_one(MessageLine).plain, "the step")
             await app.workers.wait_for_complete()
             assert "FE:1:999 raised ZeroDivisionError: division by zero" in app.query_one(MessageLine).plain
             assert session.position["FE:1"] == 999 and session.states() == before
-            assert app.frame.selected_label == "FE:1:999", "the failing tuple still waits, selected"
+            assert app.shown.selected_label == "FE:1:999", "the failing tuple still waits, selected"
 
     asyncio.run(script())
 

@@ -25,7 +25,7 @@ def _log(reader: RunReader) -> dict:
     out = {"interactions": [(i.trigger, i.detail.get("position")) for i in reader.interactions()]}
     for i in reader.interactions():
         out[f"snap{i.k}"] = {key: (at.position, reader.state(at.state))
-                             for key, at in sorted(reader.snapshot(i.k).items())}
+                             for key, at in sorted(reader.instances_at(i.k).items())}
     for op, inst in reader.g_instances():
         out[(op, inst, "in")] = reader.input_runs(op, inst)
         out[(op, inst, "out")] = list(reader.output_counts(op, inst))

@@ -14,7 +14,6 @@ import workloads
 from oracle import Oracle
 
 from tt.cli.main import main
-from tt.core.errors import ReplayDivergence
 from tt.core.scopes import TupleRef
 from tt.replay.verify import verify
 from tt.replay.session import DebugSession
@@ -50,7 +49,7 @@ def _mid_stream(s: DebugSession) -> int:
     """An interaction at which some θ instance is between its first and last input."""
     theta = s.reader.theta
     for inter in s.interactions():
-        snap = s.reader.snapshot(inter.k)
+        snap = s.reader.instances_at(inter.k)
         running = [i for i in range(theta.instances)
                    if 0 < snap[(theta.id, i)].position < s.engine.instances[(theta.id, i)].total - 1]
         if running:
@@ -81,7 +80,7 @@ def test_every_step_matches_the_oracle(keyed_run):
     assert r.ok and r.consumed
     _check(s, oracle)
     # the FD tuple was all that remained of the FE tuple's scope: both frames are done
-    assert not s.can_step_out() and s.frames == []
+    assert not s.can_step_out() and s.scope_stack == []
     r = s.step_into(_next_theta(s).ref)
     r = s.step_out()
     assert r.ok and r.consumed
@@ -109,7 +108,7 @@ def test_step_back_then_the_same_step_gives_identical_states(keyed_run):
     mid = s.states()
     s.step_out()
     s.step_back()
-    assert s.states() == mid and s.frames, "step_back restores the step-into frame too"
+    assert s.states() == mid and s.scope_stack, "step_back restores the step-into frame too"
 
 
 def test_run_until_and_last_change_land_on_the_right_step(keyed_run):
@@ -312,9 +311,9 @@ def test_step_back_at_the_start_says_why(keyed_run):
 def test_last_change_after_run_until_searches_back_from_restore_points(keyed_run, monkeypatch):
     """Issue 11 item 8: a long run until leaves restore points behind (here at every tick), and
     `last_change` searches back from the nearest one; where it lands is the oracle's."""
-    from tt.replay import session as session_module
+    from tt.replay import restore_points
 
-    monkeypatch.setattr(session_module, "SAVE_EVERY", 0.0)
+    monkeypatch.setattr(restore_points, "SAVE_EVERY", 0.0)
     s, oracle = DebugSession(keyed_run), Oracle(RunReader(keyed_run))
     s.jump(0)
     r = s.run_until("'FD' == op and len(FD.blacklist) > 0")

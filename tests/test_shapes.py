@@ -33,7 +33,7 @@ def test_chain(record):
     path = record(workloads.build_chain, watch="A", when="row['amount'] > 200")
     assert sorted(r["id"] for r in record.result["S"]) == workloads.expect_chain()
     reader = _check(path)
-    theta_positions = [s[(1, i)].position for s in map(reader.snapshot, [i.k for i in reader.interactions()])
+    theta_positions = [s[(1, i)].position for s in map(reader.instances_at, [i.k for i in reader.interactions()])
                        for i in range(4) if s is not None]
     assert any(0 < p < 1500 for p in theta_positions), "some interaction fell mid-stream"
 
@@ -54,7 +54,7 @@ def test_keyed_shuffle(record):
     # tuple consistency across the shuffle: FD processed exactly what FE's prefixes produced
     mid_stream = 0
     for i in reader.interactions():
-        snap = reader.snapshot(i.k)
+        snap = reader.instances_at(i.k)
         fe_in = sum(consumed(snap, fe, p) for p in range(fe.instances))
         fd_in = sum(consumed(snap, fd, p) for p in range(fd.instances))
         assert fd_in == fe_in, (i.k, fe_in, fd_in)

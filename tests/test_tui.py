@@ -182,7 +182,7 @@ def test_first_screen_shows_the_run_then_jump_finds_bobs_blacklisting(fraud_run)
         # select FD in the DAG: its state shows the blacklisting (tuple consistency across the shuffle)
         app.query_one(DagView).focus()
         await keys(pilot, "right")
-        await until(pilot, lambda: app.frame.op == "FD", what="FD's state")
+        await until(pilot, lambda: app.shown.op == "FD", what="FD's state")
         await idle(pilot)
         text = state_text(app)
         assert "blacklist" in text and "Bob" in text, text
@@ -197,41 +197,41 @@ def test_steps_and_step_back(fraud_run):
     async def script(pilot):
         await keys(pilot, "j")
         await answer(pilot, str(k))
-        start = dict(app.frame.position)
-        first = app.frame.selected_label
+        start = dict(app.shown.position)
+        first = app.shown.selected_label
         assert first.startswith("FE:")
 
         await keys(pilot, "n")                      # step over: the tuple and its whole scope
         assert message(app).startswith(f"✓ step over {first}"), message(app)
-        assert sum(app.frame.position.values()) > sum(start.values())
+        assert sum(app.shown.position.values()) > sum(start.values())
         assert position(app).startswith(f"after interaction {k}")
-        after_over = dict(app.frame.position)
+        after_over = dict(app.shown.position)
 
         await keys(pilot, "s")                      # step into θ's next tuple
-        stepped = app.frame.result.target
+        stepped = app.shown.result.target
         assert message(app).startswith(f"✓ step into {stepped}")
-        assert app.frame.frames == [stepped] and f"inside {stepped}" in position(app)
-        assert app.frame.selected_label.startswith("FD:"), "the next tuple inside the scope is selected"
+        assert app.shown.scope_stack == [stepped] and f"inside {stepped}" in position(app)
+        assert app.shown.selected_label.startswith("FD:"), "the next tuple inside the scope is selected"
         assert "f out ✓" in avail_text(app)
         pending = app.query_one(PendingTuples)
-        assert app.frame.selected_label in pending.labels
+        assert app.shown.selected_label in pending.labels
 
         await keys(pilot, "f")                      # step out: finish that scope
         assert message(app).startswith(f"✓ step out {stepped}"), message(app)
-        assert app.frame.frames == []
-        after_out = dict(app.frame.position)
+        assert app.shown.scope_stack == []
+        after_out = dict(app.shown.position)
 
         await keys(pilot, "F")                      # back to before the step out
         assert message(app).startswith(f"✓ stepped back out of {stepped}"), message(app)
         assert "step_out" not in message(app)
-        assert app.frame.frames == [stepped]
+        assert app.shown.scope_stack == [stepped]
         await keys(pilot, "S")                      # back to before the step into
-        assert app.frame.position == after_over
+        assert app.shown.position == after_over
         await keys(pilot, "N")                      # back to before the step over
-        assert app.frame.position == start
+        assert app.shown.position == start
         assert position(app).startswith(f"at interaction {k}")
         await keys(pilot, "n", "s", "f")
-        assert app.frame.position == after_out
+        assert app.shown.position == after_out
     drive(app, script)
 
 
@@ -258,10 +258,10 @@ def test_the_state_tree_patched_after_each_step_equals_a_rebuilt_one(fraud_run):
         inspector = app.query_one(StateInspector)
         highlighted = 0
         for op in ("FE", "FD"):
-            if app.frame.op != op:
+            if app.shown.op != op:
                 app.query_one(DagView).focus()
                 await keys(pilot, "right")
-                await until(pilot, lambda: app.frame.op == op, what=f"{op}'s state")
+                await until(pilot, lambda: app.shown.op == op, what=f"{op}'s state")
                 await idle(pilot)
             for _ in range(6):
                 before = inspector.tree.root.children[0]
@@ -272,9 +272,9 @@ def test_the_state_tree_patched_after_each_step_equals_a_rebuilt_one(fraud_run):
                 for inst, changes in inspector.changes.items():
                     for path in list(changes)[:20]:
                         assert (inst, path) in patched or (inst, path[:-1]) not in patched, (inst, path)
-                frame = app.frame
-                inspector.op = None                     # force a rebuild from the same frame
-                inspector.show(frame.op, frame.states, frame.changes)
+                shown = app.shown
+                inspector.op = None                     # force a rebuild from the same Shown
+                inspector.show(shown.op, shown.states, shown.changes)
                 await pilot.wait_for_scheduled_animations()
                 rebuilt = _tree_labels(inspector)
                 common = patched.keys() & rebuilt.keys()
@@ -291,17 +291,17 @@ def test_run_until_then_last_change_show_the_bug(fraud_run):
         await keys(pilot, "c")
         await answer(pilot, "'Bob' in FD.blacklist")
         assert "stopped after FD:" in message(app), message(app)
-        assert app.frame.op == "FD", "the inspector shows the operator that met the condition"
+        assert app.shown.op == "FD", "the inspector shows the operator that met the condition"
         text = state_text(app)
         assert "Bob: " in text and "(new)" in text, text
-        hit = next(inst for inst, paths in app.frame.changes.items() if ("blacklist", "Bob") in paths)
+        hit = next(inst for inst, paths in app.shown.changes.items() if ("blacklist", "Bob") in paths)
         # the FE row that caused it: Bob's ¥5000, read as $5000
         await keys(pilot, "C")
         await answer(pilot, f"{hit}.blacklist.Bob")
         assert "last changed at" in message(app) and "you are just before it" in message(app), message(app)
         text = state_text(app)
         assert "removed" in text, text                       # Bob is not blacklisted yet here
-        pending = app.frame.pending
+        pending = app.shown.pending
         nxt = next(p for p in pending if p.label.startswith(hit + ":") and p.next)
         assert nxt.row["customer"] == "Bob" and nxt.row["amount"] == "¥5000" and nxt.row["usd"] == 5000.0
         await keys(pilot, "N")
@@ -331,9 +331,9 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
     app = DebuggerApp(keywords_run)
 
     async def script(pilot):
-        await until(pilot, lambda: app.frame is not None and app.frame.overlaps is not None, what="overlaps")
+        await until(pilot, lambda: app.shown is not None and app.shown.overlaps is not None, what="overlaps")
         await idle(pilot)
-        overlaps = app.frame.overlaps
+        overlaps = app.shown.overlaps
         assert overlaps, "the keywords sample has overlapping scopes"
         assert app.check_action("step_out", ()) is None and app.check_action("step_back", ()) is None
         await keys(pilot, "f")
@@ -345,7 +345,7 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
         session = app.model.session
         root = overlaps[0].root
         name = session.graph.nodes[root.op].name
-        while app.frame.position[f"{name}:{root.instance}"] < root.position:
+        while app.shown.position[f"{name}:{root.instance}"] < root.position:
             await keys(pilot, "n")
             assert message(app).startswith("✓ step over"), message(app)
         pending = app.query_one(PendingTuples)
@@ -355,7 +355,7 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
         await pilot.pause()
         while pending.selected_ref != root:
             await pilot.press("down" if pending.labels.index(label) > pending.cursor_row else "up")
-        await until(pilot, lambda: app.frame.selected == root, what="the selection")
+        await until(pilot, lambda: app.shown.selected == root, what="the selection")
         await idle(pilot)
         assert "n over ✗" in avail_text(app), avail_text(app)
         assert "overlaps" in avail_text(app)
@@ -466,7 +466,7 @@ def test_escape_cancels_a_long_run_until(fraud_run):
     app = DebuggerApp(fraud_run)
 
     async def script(pilot):
-        before = dict(app.frame.position)
+        before = dict(app.shown.position)
         await keys(pilot, "c")
         await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the prompt")
         inp = app.screen.query_one("Input")
@@ -478,14 +478,14 @@ def test_escape_cancels_a_long_run_until(fraud_run):
         m = re.search(r"([\d,]+) of ([\d,]+) tuples · (\d+)%", position(app))
         assert m, position(app)
         done, total, pct = (int(g.replace(",", "")) for g in m.groups())
-        assert 0 <= done <= total and total == app.frame.progress["total"] and 0 <= pct <= 100, position(app)
+        assert 0 <= done <= total and total == app.shown.progress["total"] and 0 <= pct <= 100, position(app)
         assert "Esc cancels" in position(app)
         titles = {c.title for c in app.get_system_commands(app.screen)}
         assert "Cancel" in titles, "a run-until runs: the palette offers to cancel it"
         await pilot.press("escape")
         await idle(pilot)
         assert "cancelled; the position is where it was" in message(app), message(app)
-        assert app.frame.position == before
+        assert app.shown.position == before
     drive(app, script)
 
 
@@ -675,15 +675,15 @@ def test_readme_last_change_from_the_state_trees_cursor(fraud_run):
 
     async def script(pilot):
         hit = await readme_sequence(pilot)
-        nxt = next(p for p in app.frame.pending if p.label.startswith(hit + ":") and p.next)
+        nxt = next(p for p in app.shown.pending if p.label.startswith(hit + ":") and p.next)
         assert nxt.row["customer"] == "Bob" and nxt.row["amount"] == "¥5000"
-        assert app.frame.selected == nxt.ref, "the tuple that redoes the change is selected"
+        assert app.shown.selected == nxt.ref, "the tuple that redoes the change is selected"
         # `/ highest Enter C` on FE, cursor on a field node: the prompt is filled from it, no crash
         await keys(pilot, "j")
         await answer(pilot, str(condition_k(fraud_run)))
         app.query_one(DagView).focus()
         await keys(pilot, "left")
-        await until(pilot, lambda: app.frame.op == "FE", what="FE's state")
+        await until(pilot, lambda: app.shown.op == "FE", what="FE's state")
         await idle(pilot)
         await keys(pilot, "slash")
         await answer(pilot, "highest")
@@ -705,7 +705,7 @@ def test_enter_shows_the_whole_tuple_at_80x24(fraud_run):
     async def script(pilot):
         hit = await readme_sequence(pilot)
         pending = app.query_one(PendingTuples)
-        bob = app.frame.pending[[p.ref for p in app.frame.pending].index(app.frame.selected)].row
+        bob = app.shown.pending[[p.ref for p in app.shown.pending].index(app.shown.selected)].row
         assert str(bob["ts"]) not in screen_text(app), "the row is cut off at 80×24 (else this test proves nothing)"
         pending.focus()
         await keys(pilot, "enter")
@@ -721,7 +721,7 @@ def test_enter_shows_the_whole_tuple_at_80x24(fraud_run):
 
         # after a step into Bob's tuple at FD, its output waits at FF: Enter shows FD's input beside it
         await keys(pilot, "s")
-        assert app.frame.selected_label.startswith("FF:"), app.frame.selected_label
+        assert app.shown.selected_label.startswith("FF:"), app.shown.selected_label
         pending.focus()
         await keys(pilot, "enter")
         assert isinstance(app.screen, TupleScreen)
@@ -842,10 +842,10 @@ def test_small_things(fraud_run):
         # from the start, run until the blacklisting; FE's state then lists many changed keys
         await keys(pilot, "c")
         await answer(pilot, "'Bob' in FD.blacklist")
-        assert app.frame.op == "FD"
+        assert app.shown.op == "FD"
         app.query_one(DagView).focus()
         await keys(pilot, "left")
-        await until(pilot, lambda: app.frame.op == "FE", what="FE's state")
+        await until(pilot, lambda: app.shown.op == "FE", what="FE's state")
         await idle(pilot)
         text = state_text(app)
         assert re.search(r"… \d+ more keys changed \(not listed\)", text), text   # a dim note, not a key
@@ -855,25 +855,25 @@ def test_small_things(fraud_run):
         await keys(pilot, "j")
         await answer(pilot, "0")
         pending = app.query_one(PendingTuples)
-        default = app.frame.default
+        default = app.shown.default
         pending.focus()
         session = app.model.session
-        others = [p.ref for p in app.frame.pending if p.next and p.ref != default and not p.end
+        others = [p.ref for p in app.shown.pending if p.next and p.ref != default and not p.end
                   and session.can_step_into(p.ref).ok]
-        assert others, (app.frame.op, app.frame.interaction, default,
-                        [(p.ref, p.next, p.end, session.can_step_into(p.ref)) for p in app.frame.pending])
+        assert others, (app.shown.op, app.shown.interaction, default,
+                        [(p.ref, p.next, p.end, session.can_step_into(p.ref)) for p in app.shown.pending])
         other = others[0]
         while pending.selected_ref != other:
             await pilot.press("down")
-        await until(pilot, lambda: app.frame.selected == other, what="the selection")
+        await until(pilot, lambda: app.shown.selected == other, what="the selection")
         await idle(pilot)
-        label = app.frame.selected_label
+        label = app.shown.selected_label
         await keys(pilot, "s")
         assert message(app).startswith(f"✓ step into {label}"), message(app)
         await keys(pilot, "S")
         assert message(app).startswith(f"✓ stepped back into {label}"), message(app)
         assert "step_into" not in message(app)
-        assert app.frame.selected == other, "the selection is the one the step back undid"
+        assert app.shown.selected == other, "the selection is the one the step back undid"
 
     drive(app, script)
     assert _int_ticks(0, 799617) == [0, 200000, 400000, 600000, 800000]
@@ -937,7 +937,7 @@ def test_evaluate_watch_and_step_back_after_a_jump(fraud_run):
         await keys(pilot, "N")
         assert message(app).startswith(f"✓ stepped back over {oracle.label(prev)}"), message(app)
         oracle.step_back()
-        assert app.frame.position == oracle.position
+        assert app.shown.position == oracle.position
         bob = oracle.evaluate("FE[1].highest.get('Bob')")[0][1]
         assert watch.lines == [f"FE[1].highest.get('Bob') = {bob}"], watch.lines
         await keys(pilot, "W")

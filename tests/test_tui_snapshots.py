@@ -39,8 +39,8 @@ def fixed_run(spark, tmp_path_factory) -> Path:
 def _ready(*keys: str, answer: str | None = None):
     async def run_before(pilot) -> None:
         app = pilot.app
-        await until(pilot, lambda: app.model is not None and app.frame is not None
-                    and app.frame.overlaps is not None, what="the engine and the overlaps")
+        await until(pilot, lambda: app.model is not None and app.shown is not None
+                    and app.shown.overlaps is not None, what="the engine and the overlaps")
         await idle(pilot)
         for k in keys:
             await pilot.press(k)

@@ -228,10 +228,10 @@ def test_fast_path_encodes_like_the_tagged_walk(container, monkeypatch):
 def test_snapshot_deltas_rebuild_every_state():
     import orjson
 
-    from tt.core import snapshots
+    from tt.core import state_deltas
 
     rng = random.Random(9)
-    enc = snapshots.SnapshotEncoder(full_every=5)
+    enc = state_deltas.StateEncoder(full_every=5)
     stored, state = {}, {"highest": {f"c{i}": float(i) for i in range(300)}, "seen": 0, "tags": ["a"],
                          "weird": {"$x": 1}, "nan": {"k": float("nan")}}
     kinds = set()
@@ -250,20 +250,20 @@ def test_snapshot_deltas_rebuild_every_state():
         h, data, size = enc.encode("i", {k: (dict(v) if isinstance(v, dict) else v) for k, v in state.items()})
         if data:
             stored[h] = orjson.loads(data)
-            kinds.add(snapshots.is_delta(stored[h]))
+            kinds.add(state_deltas.is_delta(stored[h]))
         # rebuild as the reader does
         chain, x = [], stored[h]
-        while snapshots.is_delta(x):
+        while state_deltas.is_delta(x):
             chain.append(x)
             x = stored[x["$delta"]["base"]]
         for d in reversed(chain):
-            x = snapshots.apply(x, d)
+            x = state_deltas.apply(x, d)
         assert x == values.loads(values.dumps(state)), step
     assert kinds == {True, False}
 
 
 def test_changed_entries_match_a_plain_comparison():
-    from tt.core.snapshots import changed_entries
+    from tt.core.state_deltas import changed_entries
 
     rng = random.Random(5)
     new = {f"k{i}": i for i in range(500)}
@@ -288,15 +288,15 @@ def test_changed_entries_match_a_plain_comparison():
 def test_snapshot_deltas_see_changes_made_in_place():
     import orjson
 
-    from tt.core import snapshots
+    from tt.core import state_deltas
 
-    enc = snapshots.SnapshotEncoder()
+    enc = state_deltas.StateEncoder()
     state = {"left": {"c1": [{"id": 1}]}, "n": 1, "big": {f"k{i}": i for i in range(2000)}}
     stored = {}
     h0, d0, _ = enc.encode("j", state)
     stored[h0] = orjson.loads(d0)
     state["left"]["c1"].append({"id": 2})  # the same list, grown in place
     h1, d1, _ = enc.encode("j", state)
-    assert d1 and h1 != h0 and snapshots.is_delta(orjson.loads(d1))
-    rebuilt = snapshots.apply(stored[h0], orjson.loads(d1))
+    assert d1 and h1 != h0 and state_deltas.is_delta(orjson.loads(d1))
+    rebuilt = state_deltas.apply(stored[h0], orjson.loads(d1))
     assert rebuilt == values.loads(values.dumps(state))

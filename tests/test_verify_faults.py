@@ -91,8 +91,8 @@ def test_unlogged_random_is_named_down_to_the_tuple(recorded, capsys):
     reader = RunReader(path)
     matched = [r["k"] for r in data["results"] if r["ok"]]
     r_op = reader.operator("R").id
-    before = reader.snapshot(matched[-1])[(r_op, 0)].position
-    after = reader.snapshot(bad["k"])[(r_op, 0)].position
+    before = reader.instances_at(matched[-1])[(r_op, 0)].position
+    after = reader.instances_at(bad["k"])[(r_op, 0)].position
     draws = [i for i in range(before, after) if i >= FIRST_DRAW and i % 50 == 1]
     assert draws and bad["input"] == draws[0]
     assert data["checked"] == len(matched) and data["recorded"] == len(reader.interactions_all) == 6

@@ -19,13 +19,13 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
 from textual.containers import Container, Horizontal, Vertical
 from textual.events import Key, Resize
 from textual.screen import Screen
@@ -33,12 +33,15 @@ from textual.widgets import Footer, Header, Input
 from textual.worker import get_current_worker
 
 from ..core.errors import RunFileError, TTError
-from ..core.scopes import TupleRef
-from ..replay import facts, views
+from ..core.scopes import TupleRef, operator_of
+from ..replay import facts
 from ..store.reader import RunReader
-from . import layout
-from .model import Frame, Model
+from . import actions, layout
+from .actions import When
 from .help_screen import HelpScreen
+from .messages import (ActionDone, ActionProgress, OverlapsReady, Report, RunPolled, Say, SelectionShown,
+                       SeriesLoaded, SessionFailed, SessionReady, TupleFetched, WatchesEvaluated)
+from .model import Shown, Model
 from .prompt_screen import PromptScreen
 from .tuple_screen import TupleScreen
 from .widgets.availability_line import AvailabilityLine
@@ -55,13 +58,8 @@ from .widgets.view_bar import ViewBar
 from .widgets.watch_list import WatchList, format_values
 
 WIDE = layout.WIDE   # from this size up, the debug view shows its panes side by side
-
-STEP_ACTIONS = {"step_over": "over", "step_into": "into", "step_out": "out", "step_back": "back"}
 BUSY_AFTER = 0.15  # seconds an action runs before the progress line and the footer say "busy"
-SESSION_ACTIONS = {"run_until", "last_change", "jump", "prev_interaction", "next_interaction", "overlaps"}
-
-
-_NEIGHBOURS = Binding.Group("prev/next", compact=True)
+FOOTER = [action.name for action in actions.ACTIONS if action.footer]
 
 
 class LiveJob:
@@ -89,40 +87,7 @@ class DebuggerApp(App):
     CSS_PATH = "debugger.tcss"
     TITLE = "tt debug"
 
-    BINDINGS = [
-        Binding("n", "step_over", "over", id="step-over", tooltip="Step over the selected tuple (its whole scope)"),
-        Binding("s", "step_into", "into", id="step-into", tooltip="Step into the selected tuple (its operator only)"),
-        Binding("f", "step_out", "out", id="step-out", tooltip="Finish the scope stepped into last"),
-        Binding("N", "step_back", "back", id="step-back",
-                tooltip="Undo the last action; after a jump, step back over θ's previous input"),
-        Binding("S", "step_back", "back", id="step-back-into", show=False),
-        Binding("F", "step_back", "back", id="step-back-out", show=False),
-        Binding("c", "run_until", "run", id="run-until", tooltip="Run until a condition holds"),
-        Binding("C", "last_change", "last", id="last-change", tooltip="Back to the last change of a field"),
-        Binding("j", "jump", "jump", id="jump", tooltip="Jump to an interaction"),
-        Binding("left_square_bracket", "prev_interaction", "prev", key_display="[", id="prev-interaction",
-                tooltip="Jump to the previous interaction", group=_NEIGHBOURS),
-        Binding("right_square_bracket", "next_interaction", "next", key_display="]", id="next-interaction",
-                tooltip="Jump to the next interaction", group=_NEIGHBOURS),
-        Binding("slash", "search", "find", key_display="/", id="search", tooltip="Search the state or the logs"),
-        Binding("e", "evaluate", "eval", id="evaluate", show=False,
-                tooltip="Evaluate an expression over the states here, e.g. len(FD.blacklist)"),
-        Binding("w", "watch", "watch", id="watch", show=False,
-                tooltip="Watch an expression: re-evaluated after every action"),
-        Binding("W", "unwatch", "unwatch", id="unwatch", show=False, tooltip="Remove the last watched expression"),
-        Binding("i", "interact", "interact", id="interact", tooltip="Take an interaction now (live recording)"),
-        Binding("question_mark", "help", "help", key_display="?", id="help", tooltip="All keys"),
-        Binding("q", "quit", "quit", id="quit", tooltip="Quit"),
-        Binding("escape", "cancel", "cancel", id="cancel", tooltip="Cancel the running jump or run-until"),
-        Binding("o", "overlaps", "overlaps", id="overlaps", show=False),
-        Binding("1", "view('debug')", "debug", show=False, id="view-debug"),
-        Binding("2", "view('timeline')", "timeline", show=False, id="view-timeline"),
-        Binding("3", "view('scope')", "scope", show=False, id="view-scope"),
-        Binding("4", "view('logs')", "logs", show=False, id="view-logs"),
-        Binding("5", "view('plots')", "plots", show=False, id="view-plots"),
-    ]
-
-    _footer_bindings = [b for b in BINDINGS if b.show]
+    BINDINGS = actions.bindings()
 
     def __init__(self, path: str | Path, *, trust: bool = False, live: LiveJob | None = None,
                  poll_seconds: float = 1.0, timings: bool = True) -> None:
@@ -135,7 +100,7 @@ class DebuggerApp(App):
         self.poll_seconds = poll_seconds
         self.reader: RunReader | None = None
         self.model: Model | None = None
-        self.frame: Frame | None = None
+        self.shown: Shown | None = None
         self.view = "debug"
         self.watches: list[str] = []   # expressions re-evaluated after every action (w, W)
         self.wide = False
@@ -158,6 +123,7 @@ class DebuggerApp(App):
         self._term_size: tuple[int, int] | None = None   # the size of the last resize event
         self._asking = 0          # prompts opened by an action whose answer has not been handled yet
         self._rows_seen: dict[TupleRef, Any] = {}        # rows of tuples seen waiting (the inputs of a step)
+        self._unhandled: set[Report] = set()              # reports posted by workers, not yet handled
 
     # --- building the screen ----------------------------------------------------------------------
 
@@ -204,40 +170,22 @@ class DebuggerApp(App):
         self._term_size = (event.size.width, event.size.height)   # self.size may still be the old one
         self._apply_layout()
 
-    def _views(self) -> list[str]:
-        return layout.views(self.wide)
-
     def _apply_layout(self) -> None:
-        w, h = self._term_size or tuple(self.size)
-        self.wide = layout.is_wide(w, h)
-        view = layout.shown_view(self.view, self.wide)
-        main = self.query_one("#main")
-        main.set_class(self.wide, "-wide")
-        main.set_class(not self.wide, "-narrow")
-        for name in ("debug", "timeline", "scope", "logs", "plots"):
-            main.set_class(view == name, f"-view-{name}")
-        self.query_one("#plots").set_class(self.wide, "-wide")
-        debugish = view in ("debug", "timeline", "scope")
-        show = {
-            "#debug-area": debugish, "#logs": view == "logs", "#plots": view == "plots",
-            "#col-run": self.wide or view in ("debug", "timeline"),
-            "#dag": True,
-            "#timeline": self.wide or view == "timeline",
-            "#col-tuples": self.wide or view in ("debug", "scope"),
-            "#pending": self.wide or view == "debug",
-            "#avail": True,
-            "#scope": self.wide or view == "scope",
-            "#col-state": self.wide or view == "debug",
-        }
-        for sel, on_ in show.items():
-            self.query_one(sel).display = on_
+        arrangement = layout.arrange(*(self._term_size or self.size), self.view)
+        self.wide = arrangement.wide
+        for selector, classes in arrangement.classes.items():
+            widget = self.query_one(selector)
+            for name, on_ in classes.items():
+                widget.set_class(on_, name)
+        for selector, on_ in arrangement.display.items():
+            self.query_one(selector).display = on_
         live = ""
         if self.status == "recording":
             live = "[bold green]● live[/]"
-        self.query_one(ViewBar).show(self._views(), view, live)
-        if view == "logs":
+        self.query_one(ViewBar).show(arrangement.views, arrangement.view, live)
+        if arrangement.view == "logs":
             self.query_one(LogBrowser).start()
-        if view == "plots":
+        if arrangement.view == "plots":
             self._load_series()
 
     def action_view(self, name: str) -> None:
@@ -320,7 +268,7 @@ class DebuggerApp(App):
         counts: dict[str, int] = {}
         if first is not None:
             for label, n in first["positions"].items():
-                name = label.rsplit(":", 1)[0]
+                name = operator_of(label)
                 counts[name] = counts.get(name, 0) + n
         self.query_one(DagView).set_counts(counts)
         self.query_one(InteractionTimeline).set_current(first["k"] if first else None)
@@ -350,22 +298,23 @@ class DebuggerApp(App):
             if failed is not None and failed.steppable:  # post-mortem: open just before the failing tuple
                 session.goto_failure()
                 op, want = failed.op, session.parse_ref(failed.label)
-            frame = model.call(lambda s: model.build(op, want))
+            shown = model.call(lambda s: model.build(op, want))
         except TTError as e:
-            self.call_from_thread(self._session_failed, str(e))
+            self._report(SessionFailed(str(e)))
             return
         except Exception as e:  # a bug in tt: keep the UI, say what happened
             traceback.print_exc()
-            self.call_from_thread(self._session_failed, f"internal error: {type(e).__name__}: {e}")
+            self._report(SessionFailed(f"internal error: {type(e).__name__}: {e}"))
             return
-        self.call_from_thread(self._session_ready, model, frame)
+        self._report(SessionReady(model, shown))
         overlaps = model.compute_overlaps()
         if overlaps is not None:
-            self.call_from_thread(self._overlaps_ready)
+            self._report(OverlapsReady())
 
-    def _session_ready(self, model: Model, frame: Frame) -> None:
-        self.model = model
-        self._apply_frame(frame)
+    @on(SessionReady)
+    def _session_ready(self, report: SessionReady) -> None:
+        model = self.model = report.model
+        self._show_position(report.shown)
         failed = model.session.failure
         if failed is not None and failed.steppable:
             self.query_one(MessageLine).say(f"the run failed at {failed.label}: {failed.error} · you are just "
@@ -376,44 +325,46 @@ class DebuggerApp(App):
         else:
             self.query_one(MessageLine).say("replay engine ready · n/s step · j jump · c run until · ? help")
 
-    def _session_failed(self, message: str) -> None:
-        self.session_error = message
+    @on(SessionFailed)
+    def _session_failed(self, report: SessionFailed) -> None:
+        message = self.session_error = report.message
         self.query_one(MessageLine).say(f"cannot replay: {message}; browsing the recorded facts only", "error")
         self.query_one(AvailabilityLine).waiting("no replay: " + message)
         self.query_one(ProgressLine).show_text(Text("no replay engine (facts only)", style="italic"))
 
+    @on(OverlapsReady)
     def _overlaps_ready(self) -> None:
-        if self.busy:  # the running action's frame is built with them; a reselect now would apply a stale op
+        if self.busy:  # what the running action shows is built with them; a reselect now would apply a stale op
             return
         self._reselect()
 
-    def _apply_frame(self, frame: Frame) -> None:
+    def _show_position(self, shown: Shown) -> None:
         if len(self._rows_seen) > 2000:
             self._rows_seen.clear()
-        self._rows_seen.update((p.ref, p.row) for p in frame.pending if not p.end)
-        self.frame = frame
-        self.selected_ref = frame.selected
-        self.selected_op = frame.op
+        self._rows_seen.update((p.ref, p.row) for p in shown.pending if not p.end)
+        self.shown = shown
+        self.selected_ref = shown.selected
+        self.selected_op = shown.op
         dag = self.query_one(DagView)
-        dag.set_counts(frame.counts)
+        dag.set_counts(shown.counts)
         with self.prevent(DagView.OperatorSelected):
-            dag.select_name(frame.op)
-        self.query_one(InteractionTimeline).set_current(frame.interaction)
-        p = frame.progress
-        last = self._last_interaction(sum(frame.position.values())) if frame.interaction is None else None
-        note = f"inside {' › '.join(frame.frames)}" if frame.frames else ""
-        self.query_one(ProgressLine).show_position(frame.interaction, last, p["tuples"], p["total"], p["percent"], note)
-        self.query_one(PendingTuples).show(frame.pending, frame.selected, frame.default)
-        self.query_one(AvailabilityLine).show(frame.selected_label, frame.availability)
+            dag.select_name(shown.op)
+        self.query_one(InteractionTimeline).set_current(shown.interaction)
+        p = shown.progress
+        last = self._last_interaction(sum(shown.position.values())) if shown.interaction is None else None
+        note = f"inside {' › '.join(shown.scope_stack)}" if shown.scope_stack else ""
+        self.query_one(ProgressLine).show_position(shown.interaction, last, p["tuples"], p["total"], p["percent"], note)
+        self.query_one(PendingTuples).show(shown.pending, shown.selected, shown.default)
+        self.query_one(AvailabilityLine).show(shown.selected_label, shown.availability)
         ops = self.reader.operators if self.reader else []
-        in_g = next((o.in_g for o in ops if o.name == frame.op), True)
-        note = "" if in_g else f"{frame.op} is not in G(θ) (θ = {self.theta}): its state is not recorded"
-        self.query_one(StateInspector).show(frame.op, frame.states, frame.changes, note=note)
-        self.query_one("#state").border_title = f"state of {frame.op}" + (" · changes highlighted" if frame.changes else "")
-        overlap_count = None if frame.overlaps is None else len(frame.overlaps)
-        self.query_one(ScopeView).show(frame.selected_label, frame.scope, frame.scope_truncated, frame.availability,
-                                       frame.overlaps, overlap_count)
-        self.query_one(RunPlots).mark(frame.interaction)
+        in_g = next((o.in_g for o in ops if o.name == shown.op), True)
+        note = "" if in_g else f"{shown.op} is not in G(θ) (θ = {self.theta}): its state is not recorded"
+        self.query_one(StateInspector).show(shown.op, shown.states, shown.changes, note=note)
+        self.query_one("#state").border_title = f"state of {shown.op}" + (" · changes highlighted" if shown.changes else "")
+        overlap_count = None if shown.overlaps is None else len(shown.overlaps)
+        self.query_one(ScopeView).show(shown.selected_label, shown.scope, shown.scope_truncated, shown.availability,
+                                       shown.overlaps, overlap_count)
+        self.query_one(RunPlots).mark(shown.interaction)
         self._sync_bindings()
 
     def _last_interaction(self, steps: int) -> int | None:
@@ -430,7 +381,7 @@ class DebuggerApp(App):
 
     @property
     def is_idle(self) -> bool:
-        """Nothing is under way: the engine is loaded (or failed), no action, answer or worker is pending.
+        """Nothing is under way: the engine is loaded (or failed), no action, answer, worker or report is pending.
 
         Tests (and snapshots) wait on this rather than on time: it is False from the
         moment a key starts an action (or opens its prompt) until its result is on screen."""
@@ -438,7 +389,7 @@ class DebuggerApp(App):
 
         if self.model is None and self.session_error is None:
             return False
-        if self.busy or (self._asking and not isinstance(self.screen, PromptScreen)):
+        if self.busy or self._unhandled or (self._asking and not isinstance(self.screen, PromptScreen)):
             return False   # (a prompt on screen waits for the user; once answered, the action is under way)
         return not any(w.state in (WorkerState.PENDING, WorkerState.RUNNING)
                        for w in self.workers if w.group not in self.IDLE_EXEMPT)
@@ -453,6 +404,21 @@ class DebuggerApp(App):
             finally:
                 self._asking -= 1
         self.push_screen(screen, done)
+
+    def _report(self, report: Report) -> None:
+        """From a worker: hand `report` to the UI thread; the app is not idle until it has been handled."""
+        self._unhandled.add(report)
+        if not self.post_message(report):   # the app is closing
+            self._unhandled.discard(report)
+
+    @on(Report)
+    def _report_handled(self, report: Report) -> None:
+        """After the report's own handler (Textual calls the handlers of a message's class before its base's)."""
+        self._unhandled.discard(report)
+
+    @on(Say)
+    def _said(self, report: Say) -> None:
+        self._say(report.text, report.level)
 
     def _say(self, text: str | Text, level: str = "info") -> None:
         self.query_one(MessageLine).say(text, level)
@@ -469,7 +435,7 @@ class DebuggerApp(App):
 
     def _start(self, label: str, fn: Callable, select_after=None,
                cancellable: bool = False) -> None:
-        """Run `fn(session, progress, cancel)` in a worker; the frame after it replaces the screen.
+        """Run `fn(session, progress, cancel)` in a worker; what it leaves replaces the screen.
 
         `cancellable`: the session action takes the cancel event (jump, run until)."""
         if not self._can_act():
@@ -491,12 +457,12 @@ class DebuggerApp(App):
 
     def _sync_bindings(self) -> None:
         """Ask the footer to redraw only when what it shows would change (a redraw re-mounts every key)."""
-        shown = tuple(self.check_action(b.action, ()) for b in self._footer_bindings)
+        shown = tuple(self.check_action(name, ()) for name in FOOTER)
         if shown != self._bindings_shown:
             self.refresh_bindings()
 
     def _bindings_published(self, _screen) -> None:
-        self._bindings_shown = tuple(self.check_action(b.action, ()) for b in self._footer_bindings)
+        self._bindings_shown = tuple(self.check_action(name, ()) for name in FOOTER)
 
     @work(thread=True, group="session", exit_on_error=False)
     def _act_worker(self, label: str, fn: Callable, select_after, cancel: threading.Event) -> None:
@@ -517,36 +483,43 @@ class DebuggerApp(App):
             if now - self._last_progress >= 0.1 and not cancel.is_set():
                 self._last_progress = now
                 at = sum(inst.tuples for inst in engine.instances.values())
-                self.call_from_thread(self.query_one(ProgressLine).busy, label, at, run_total, cancellable)
+                self._report(ActionProgress(label, at, run_total, cancellable))
 
-        frame, message, level = None, None, "info"
+        shown, message, level = None, None, "info"
         try:
-            frame = model.act(lambda s: fn(s, progress, cancel), op, ref, select_after)
+            shown = model.act(lambda s: fn(s, progress, cancel), op, ref, select_after)
         except Cancelled:
             message, level = f"{label}: cancelled; the position is where it was", "warning"
-            frame = model.select(op, ref)
+            shown = model.select(op, ref)
         except TTError as e:
             message, level = f"{label}: {e}", "error"
-            frame = model.select(op, ref)
+            shown = model.select(op, ref)
         except Exception as e:  # a bug in tt: keep the session usable
             traceback.print_exc()
             message, level = f"{label}: internal error: {type(e).__name__}: {e}", "error"
             try:
-                frame = model.select(op, ref)
+                shown = model.select(op, ref)
             except Exception:
-                frame = None
-        self.call_from_thread(self._act_done, frame, message, level)
+                shown = None
+        self._report(ActionDone(shown, message, level))
 
-    def _act_done(self, frame: Frame | None, message: str | None, level: str) -> None:
+    @on(ActionProgress)
+    def _action_progress(self, report: ActionProgress) -> None:
+        if not self.cancel_event.is_set():   # (the progress line says "cancelling…" by then)
+            self.query_one(ProgressLine).busy(report.label, report.done, report.total, report.cancellable)
+
+    @on(ActionDone)
+    def _action_done(self, report: ActionDone) -> None:
+        shown, message = report.shown, report.message
         self.busy = None
         self._busy_timer.stop()
         self.query_one(ProgressLine).idle()
-        if frame is not None:
-            self._apply_frame(frame)
-            if message is None and frame.result is not None:
-                self.query_one(MessageLine).result(frame.result, timings=self.timings, first=frame.op)
+        if shown is not None:
+            self._show_position(shown)
+            if message is None and shown.result is not None:
+                self.query_one(MessageLine).result(shown.result, timings=self.timings, first=shown.op)
         if message is not None:
-            self._say(message, level)
+            self._say(message, report.level)
         self._sync_bindings()
         if self.watches:
             self._watch_worker(list(self.watches))
@@ -562,12 +535,16 @@ class DebuggerApp(App):
             if get_current_worker().is_cancelled:
                 return
         try:
-            frame = model.select(op, ref)
+            shown = model.select(op, ref)
         except TTError as e:
-            self.call_from_thread(self._say, str(e), "error")
+            self._report(Say(str(e), "error"))
             return
         if not get_current_worker().is_cancelled:
-            self.call_from_thread(self._apply_frame, frame)
+            self._report(SelectionShown(shown))
+
+    @on(SelectionShown)
+    def _selection_shown(self, report: SelectionShown) -> None:
+        self._show_position(report.shown)
 
     # --- selections ---------------------------------------------------------------------------------
 
@@ -617,7 +594,7 @@ class DebuggerApp(App):
         if not self._can_act():
             return
         rows = dict(self._rows_seen)
-        for p in self.frame.pending if self.frame else []:
+        for p in self.shown.pending if self.shown else []:
             rows[p.ref] = p.row
         self._tuple_worker(ref, label, rows)
 
@@ -637,64 +614,74 @@ class DebuggerApp(App):
         try:
             name, row, origin, before = model.call(fetch)
         except TTError as e:
-            self.call_from_thread(self._say, f"cannot show {label or ref}: {e}", "error")
+            self._report(Say(f"cannot show {label or ref}: {e}", "error"))
             return
         except Exception as e:  # a bug in tt: say so, keep the session
             traceback.print_exc()
-            self.call_from_thread(self._say, f"cannot show {label or ref}: internal error: "
-                                             f"{type(e).__name__}: {e}", "error")
+            self._report(Say(f"cannot show {label or ref}: internal error: {type(e).__name__}: {e}", "error"))
             return
+        self._report(TupleFetched(name, row, origin, before))
+
+    @on(TupleFetched)
+    def _tuple_fetched(self, report: TupleFetched) -> None:
+        name, origin = report.label, report.origin
         if origin is None:
-            screen = TupleScreen(f"{name}", row)
+            screen = TupleScreen(f"{name}", report.row)
         else:
             # side by side: what the emitting operator consumed, and this tuple (what it emitted)
-            screen = TupleScreen(f"{name} · emitted by {origin.rsplit(':', 2)[0]} processing {origin}", before,
-                                 outputs=[(name, row)],
+            screen = TupleScreen(f"{name} · emitted by {operator_of(origin)} processing {origin}", report.before,
+                                 outputs=[(name, report.row)],
                                  note="fields the operator added first, changed values in yellow · Esc returns")
-        self.call_from_thread(self.push_screen, screen)
+        self.push_screen(screen)
 
     # --- actions ----------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in STEP_ACTIONS:
-            if self.model is None or self.frame is None or self.busy:
+        return self._available(actions.WHEN.get(action, When.ALWAYS))
+
+    def _available(self, when: When) -> bool | None:
+        """True: the action can be taken; None: not now (the footer greys its key); False: hidden."""
+        if when.step is not None:
+            if self.model is None or self.shown is None or self.busy:
                 return None
-            return True if self.frame.availability[STEP_ACTIONS[action]].ok else None
-        if action in SESSION_ACTIONS:
+            return True if self.shown.availability[when.step].ok else None
+        if when is When.ENGINE:
             return None if (self.model is None or self.busy) else True
-        if action == "interact":
+        if when is When.LIVE:
             if self.live is None:
                 return False
             return None if self.live.finished else True
-        if action == "cancel":
-            return True if self.busy else False
+        if when is When.RUNNING:
+            return bool(self.busy)
+        if when is When.CANCELLABLE:
+            return bool(self.busy and self.cancellable)
+        if when is When.WATCHING:
+            return bool(self.watches)
         return True
 
     def on_key(self, event: Key) -> None:
         """A disabled step key (or `i` without a recording beside the app) says why instead of doing nothing."""
-        if event.key == "i" and not self.check_action("interact", ()):
-            if not (isinstance(self.screen, (PromptScreen, HelpScreen, TupleScreen)) or isinstance(self.focused, Input)):
-                self._say(self._why_no_interaction(), "warning")
-            return
-        action = {"n": "step_over", "s": "step_into", "f": "step_out", "N": "step_back", "S": "step_back",
-                  "F": "step_back"}.get(event.key)
-        if action is None or self.check_action(action, ()):
+        action = actions.BY_KEY.get(event.key)
+        if action is None or self.check_action(action.name, ()):
             return
         if isinstance(self.screen, (PromptScreen, HelpScreen)) or isinstance(self.focused, Input):
             return
-        self._explain(action)
+        if action.when.step is not None:
+            self._explain(action.name)
+        elif action.when is When.LIVE and not isinstance(self.screen, TupleScreen):
+            self._say(self._why_no_interaction(), "warning")
 
     def _explain(self, action: str) -> None:
         if not self._can_act():
             return
-        a = self.frame.availability[STEP_ACTIONS[action]] if self.frame else None
+        a = self.shown.availability[actions.WHEN[action].step] if self.shown else None
         if a is not None and not a.ok:
             word = action.replace("_", " ")
-            self._say(Text.assemble((f"✗ {word} {self.frame.selected_label or ''}: ".replace("  ", " "), "bold red"),
+            self._say(Text.assemble((f"✗ {word} {self.shown.selected_label or ''}: ".replace("  ", " "), "bold red"),
                                     a.reason), "warning")
 
     def _ref_for_step(self) -> TupleRef | None:
-        return self.selected_ref or (self.frame.default if self.frame else None)
+        return self.selected_ref or (self.shown.default if self.shown else None)
 
     def action_step_over(self) -> None:
         ref = self._ref_for_step()
@@ -744,8 +731,8 @@ class DebuggerApp(App):
         complete = [r for r in self.interactions if r["complete"]]
         if not complete:
             return None
-        at = self.frame.interaction if self.frame else None
-        tuples = sum(self.frame.position.values()) if self.frame else 0   # (positions, as the rows count)
+        at = self.shown.interaction if self.shown else None
+        tuples = sum(self.shown.position.values()) if self.shown else 0   # (positions, as the rows count)
         ks = [r["k"] for r in complete]
         if at is not None and at in ks:
             i = ks.index(at) + direction
@@ -766,7 +753,7 @@ class DebuggerApp(App):
     def action_next_interaction(self) -> None:
         k = self._neighbour(1)
         if k is None:
-            at = self.frame.interaction if self.frame else None
+            at = self.shown.interaction if self.shown else None
             coming = [r["k"] for r in self.interactions if not r["complete"] and (at is None or r["k"] > at)]
             if coming and self.status == "recording":
                 return self._say(f"interaction {coming[0]} is still being taken (not every instance has reported "
@@ -784,8 +771,8 @@ class DebuggerApp(App):
     def _condition_hint(self) -> str:
         names = [o.name for o in (self.reader.operators if self.reader else []) if o.in_g and not o.is_theta]
         op = self.selected_op if self.selected_op in names else (names[0] if names else self.theta)
-        field = next(iter(self.frame.states.get(next(iter(self.frame.states), ""), {}) or {}), "field") \
-            if self.frame and self.frame.op == op else "field"
+        field = next(iter(self.shown.states.get(next(iter(self.shown.states), ""), {}) or {}), "field") \
+            if self.shown and self.shown.op == op else "field"
         return (f"names: row (the tuple just consumed), op, instance, position, and operators: "
                 f"{', '.join(o.name for o in self.reader.operators if o.in_g)}.  e.g. "
                 f"len({op}.{field}) > 0   ·   row['id'] == 42   ·   {op}[0].{field}")
@@ -806,7 +793,7 @@ class DebuggerApp(App):
                 and node.data.path[-1] != "…":
             default = ".".join([node.data.instance, *map(str, node.data.path)])
         self._ask(PromptScreen("Back to the last change of", "OP:INSTANCE.FIELD[.KEY], e.g. "
-                               f"{(self.frame.op if self.frame else 'FD')}:0.{'field'} (the state tree's cursor "
+                               f"{(self.shown.op if self.shown else 'FD')}:0.{'field'} (the state tree's cursor "
                                "fills it in)", default), self._last_change_answer)
 
     def _last_change_answer(self, text: str | None) -> None:
@@ -821,7 +808,7 @@ class DebuggerApp(App):
             """Show the operator, with the tuple that will redo the change selected."""
             nxt = next((p.ref for p in session.pending(instance, limit=1) if p.next), None) \
                 if result is not None and result.ok else None
-            return instance.rsplit(":", 1)[0], nxt
+            return operator_of(instance), nxt
         self._start(f"last change of {text}", lambda s, p, c: s.last_change(instance, field, p, c),
                     select_after=select_after, cancellable=True)
 
@@ -835,8 +822,8 @@ class DebuggerApp(App):
     def _selected_row(self) -> Any:
         from ..core.values import decode
 
-        frame = self.frame
-        row = next((p.row for p in frame.pending if p.ref == frame.selected), None) if frame else None
+        shown = self.shown
+        row = next((p.row for p in shown.pending if p.ref == shown.selected), None) if shown else None
         return None if row is None else decode(row)
 
     def action_evaluate(self) -> None:
@@ -857,9 +844,9 @@ class DebuggerApp(App):
             with model.lock:
                 values = model.session.evaluate(text, row)
         except TTError as e:
-            self.call_from_thread(self._say, str(e), "error")
+            self._report(Say(str(e), "error"))
             return
-        self.call_from_thread(self._say, f"{text} = {format_values(text, values)}")
+        self._report(Say(f"{text} = {format_values(text, values)}"))
 
     def action_watch(self) -> None:
         if not self._can_act():
@@ -895,16 +882,17 @@ class DebuggerApp(App):
                     results.append((text, model.session.evaluate(text)))
                 except TTError as e:
                     if text == adding:
-                        self.call_from_thread(self._say, str(e), "error")
+                        self._report(Say(str(e), "error"))
                         return
                     results.append((text, str(e)))
+        self._report(WatchesEvaluated(results, adding))
 
-        def show() -> None:
-            if adding is not None:
-                self.watches.append(adding)
-                self._say(f"watching {adding}")
-            self.query_one(WatchList).show(results)
-        self.call_from_thread(show)
+    @on(WatchesEvaluated)
+    def _watches_evaluated(self, report: WatchesEvaluated) -> None:
+        if report.adding is not None:
+            self.watches.append(report.adding)
+            self._say(f"watching {report.adding}")
+        self.query_one(WatchList).show(report.results)
 
     def action_cancel(self) -> None:
         if self.busy and not self.cancellable:
@@ -986,6 +974,7 @@ class DebuggerApp(App):
 
     @work(thread=True, exclusive=True, group="poll", exit_on_error=False)
     def _poll_worker(self) -> None:
+        """Its messages are posted, not reported: the poll runs on its own and never keeps the app busy."""
         try:
             if self._poll_reader is None:
                 self._poll_reader = RunReader(self.path)
@@ -995,14 +984,15 @@ class DebuggerApp(App):
             rows = facts.interactions(reader)
             checkpointed = reader.checkpointed()
         except TTError as e:
-            self.call_from_thread(self._say, f"cannot follow the run: {e}", "error")
+            self.post_message(Say(f"cannot follow the run: {e}", "error"))
             return
-        self.call_from_thread(self._apply_poll, status, rows, checkpointed)
+        self.post_message(RunPolled(status, rows, checkpointed))
 
-    def _apply_poll(self, status: str, rows: list[dict], checkpointed: set[int]) -> None:
+    @on(RunPolled)
+    def _run_polled(self, polled: RunPolled) -> None:
         was = self.status
-        self.status = status
-        grew = self._set_interactions(rows, checkpointed)
+        self.status = polled.status
+        grew = self._set_interactions(polled.interactions, polled.checkpointed)
         if grew:
             self.query_one(LogBrowser).refresh_live()
             if self.model is not None:
@@ -1023,11 +1013,11 @@ class DebuggerApp(App):
             with model.lock:
                 model.session.refresh()
                 model.overlaps = None
-            frame = model.select(self.selected_op, self.selected_ref)
+            shown = model.select(self.selected_op, self.selected_ref)
         except TTError as e:
-            self.call_from_thread(self._say, f"cannot follow the run: {e}", "error")
+            self._report(Say(f"cannot follow the run: {e}", "error"))
             return
-        self.call_from_thread(self._apply_frame, frame)
+        self._report(SelectionShown(shown))
 
     # --- plots --------------------------------------------------------------------------------------
 
@@ -1041,56 +1031,43 @@ class DebuggerApp(App):
     def _series_worker(self) -> None:
         reader = RunReader(self.path)
         try:
-            data = views.series(reader)
+            data = facts.series(reader)
         finally:
             reader.close()
-        self.call_from_thread(self.query_one(RunPlots).show, data, self.frame.interaction if self.frame else None)
+        self._report(SeriesLoaded(data))
+
+    @on(SeriesLoaded)
+    def _series_loaded(self, report: SeriesLoaded) -> None:
+        self.query_one(RunPlots).show(report.data, self.shown.interaction if self.shown else None)
 
     # --- command palette ----------------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Textual's commands, then every action of the table the app offers now; a step it cannot take
+        says why (choosing it explains)."""
         yield from super().get_system_commands(screen)
-        avail = self.frame.availability if self.frame else {}
-        target = self.frame.selected_label if self.frame else None
+        target = (self.shown.selected_label if self.shown else None) or "the selected tuple"
+        for action in actions.ACTIONS:
+            if action.palette is None or self._available(action.palette_when or action.when) is False:
+                continue
+            help_ = action.palette_help.format(target=target, watch=self.watches[-1] if self.watches else "",
+                                               busy=self.busy)
+            reason = self._why_not(action.when.step) if action.when.step else ""
+            if reason:
+                yield SystemCommand(action.palette, f"{help_}  [{reason}]", partial(self._explain, action.name))
+            else:
+                run = getattr(self, f"action_{action.name}")
+                arguments = () if action.argument is None else (action.argument,)
+                yield SystemCommand(action.palette, help_, partial(run, *arguments))
 
-        def why(key: str) -> str:
-            a = avail.get(key)
-            if self.model is None:
-                return "unavailable: the replay engine is still loading"
-            if a is None or a.ok:
-                return ""
-            return f"unavailable: {a.reason}"
-
-        steps = [
-            ("Step over", f"n · process {target or 'the selected tuple'} and its whole scope", "over",
-             self.action_step_over),
-            ("Step into", f"s · only {target or 'the selected tuple'}'s operator processes it", "into",
-             self.action_step_into),
-            ("Step out", "f · finish the scope stepped into last", "out", self.action_step_out),
-            ("Step back", "N, S or F · undo the last action; after a jump, back over θ's previous input", "back", self.action_step_back),
-        ]
-        for title, help_, key, cb in steps:
-            reason = why(key)
-            yield SystemCommand(title, f"{help_}  [{reason}]" if reason else help_,
-                                (lambda a=cb.__name__.removeprefix("action_"): self._explain(a)) if reason else cb)
-        yield SystemCommand("Run until…", "c · go forward until a condition holds", self.action_run_until)
-        yield SystemCommand("Last change…", "C · back to just before a field last changed", self.action_last_change)
-        yield SystemCommand("Jump to interaction…", "j · replay to an interaction", self.action_jump)
-        yield SystemCommand("Previous interaction", "[ · jump to the interaction before", self.action_prev_interaction)
-        yield SystemCommand("Next interaction", "] · jump to the interaction after", self.action_next_interaction)
-        yield SystemCommand("Search", "/ · the state tree or the logs", self.action_search)
-        yield SystemCommand("Evaluate…", "e · an expression over the states here, shown once", self.action_evaluate)
-        yield SystemCommand("Watch…", "w · an expression re-evaluated after every action", self.action_watch)
-        if self.watches:
-            yield SystemCommand("Remove watch", f"W · stop watching {self.watches[-1]}", self.action_unwatch)
-        yield SystemCommand("Compute scope overlaps", "o · list θ inputs without step-over", self.action_overlaps)
-        if self.busy and self.cancellable:
-            yield SystemCommand("Cancel", f"Esc · stop {self.busy}", self.action_cancel)
-        for name in ("debug", "timeline", "scope", "logs", "plots"):
-            yield SystemCommand(f"View: {name}", f"show the {name} view", lambda n=name: self.action_view(n))
-        if self.live is not None:
-            yield SystemCommand("Take an interaction", "i · snapshot the running job now", self.action_interact)
-        yield SystemCommand("Help", "? · every key", self.action_help)
+    def _why_not(self, step: str) -> str:
+        """Why the palette cannot take this step now ("" if it can)."""
+        if self.model is None:
+            return "unavailable: the replay engine is still loading"
+        a = self.shown.availability.get(step) if self.shown else None
+        if a is None or a.ok:
+            return ""
+        return f"unavailable: {a.reason}"
 
 
 def _after_step(session, result) -> tuple[str | None, TupleRef | None]:
@@ -1100,7 +1077,6 @@ def _after_step(session, result) -> tuple[str | None, TupleRef | None]:
 
 def _after_run_until(session, result) -> tuple[str | None, TupleRef | None]:
     """Show the operator whose step made the condition hold."""
-    if result is not None and result.ok and result.note.startswith("stopped after "):
-        label = result.note.split()[2].rstrip(":")
-        return label.split(":")[0], None
+    if result is not None and result.ok and result.stopped_at is not None:
+        return session.graph.nodes[result.stopped_at.op].name, None
     return None, None

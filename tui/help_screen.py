@@ -2,7 +2,9 @@
 
 The footer can only show a few bindings at 80 columns; this screen lists all
 of them with what they do, grouped like pudb's help: moving through time,
-stepping, looking around, and the application itself.
+stepping, looking around, and the application itself. The keys and their
+lines come from the table of actions (`actions.py`); the rows in between are
+about what is not an action of the app (the markers, Enter, Tab, Ctrl+P).
 """
 
 from __future__ import annotations
@@ -15,37 +17,45 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from .actions import named
+
+
+def _row(*names: str) -> tuple[str, str]:
+    """One line of the help for these actions (of `actions.ACTIONS`): their keys, and the first one's text."""
+    listed = named(*names)
+    return "  ".join(dict.fromkeys(a.keys_on_help for a in listed)), listed[0].help
+
+
 SECTIONS = [
     ("Stepping (on the selected tuple, ▶ by default)", [
-        ("n", "step over: process the tuple and its whole scope"),
-        ("s", "step into: only its operator processes it; its outputs wait downstream"),
-        ("f", "step out: finish the scope stepped into last"),
-        ("N  S  F", "step back: undo the last action; after a jump, back over θ's previous input"),
+        _row("step_over"),
+        _row("step_into"),
+        _row("step_out"),
+        _row("step_back"),
         ("▶  •", "in the waiting tuples: ▶ is the tuple n and s act on unless you pick another (θ's next, "
                  "or the next one inside the scope stepped into); • is each instance's next input"),
         ("Enter", "on a waiting tuple, a scope's tuple or a logged row: show it whole (Esc returns)"),
     ]),
     ("Moving through time", [
-        ("j", "jump to an interaction: asks for its number (the timeline's highlighted row filled in); "
-              "Enter on a timeline row jumps there"),
-        ("[  ]", "previous / next interaction"),
-        ("c", "run until a condition holds, e.g. 'Bob' in FD.blacklist"),
-        ("C", "go back to the last change of a field, e.g. FD:0.blacklist.Bob"),
-        ("Esc", "cancel a running jump or run-until (the position stays where it was)"),
+        _row("jump"),
+        _row("prev_interaction", "next_interaction"),
+        _row("run_until"),
+        _row("last_change"),
+        _row("cancel"),
     ]),
     ("Looking around", [
-        ("1 … 5", "views: debug, timeline, scope, logs, plots (at 80×24 one at a time)"),
+        _row("view"),
         ("Tab", "next pane; arrows move inside it; Enter acts (jump, show state, open)"),
-        ("/", "search: the state tree in the debug view, the logs elsewhere (Esc leaves the search box)"),
-        ("o", "compute scope overlaps now (large runs skip it at start)"),
-        ("e", "evaluate an expression over the states here, e.g. len(FD.blacklist); row is the selected tuple"),
-        ("w  W", "watch an expression (re-evaluated after every action, shown above the state); remove the last"),
+        _row("search"),
+        _row("overlaps"),
+        _row("evaluate"),
+        _row("watch", "unwatch"),
         ("Ctrl+P", "command palette: every action, with why it is unavailable"),
     ]),
     ("Application", [
-        ("i", "take an interaction now (only while recording, with `tt record --tui`)"),
-        ("?", "this help"),
-        ("q", "quit"),
+        _row("interact"),
+        _row("help"),
+        _row("quit"),
     ]),
 ]
 

@@ -3,19 +3,18 @@
 The TUI is a thin view on `DebugSession`: every call into the session goes
 through `Model.call`, which holds one lock, so actions run one at a time in
 worker threads while the UI keeps drawing. After each action the model builds a
-`Frame` (position, pending tuples, what each step key can do and why not, the
+`Shown` (position, pending tuples, what each step key can do and why not, the
 selected operator's states and what changed in them, the selected tuple's
 scope) that the widgets render without touching the session.
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..core.scopes import Overlap, ScopeNode, TupleRef
-from ..replay import views
+from ..core.scopes import Overlap, ScopeNode, TupleRef, operator_of
+from ..replay import state_paths
 
 if TYPE_CHECKING:  # the session (and the replay engine) load in a worker, after the first screen
     from ..replay.session import Availability, DebugSession, Pending, StepResult
@@ -35,7 +34,7 @@ class ScopeLine:
 
 
 @dataclass
-class Frame:
+class Shown:
     """One position of the session, as the widgets show it."""
 
     position: dict[str, int]                    # instance label -> inputs consumed (the END step included)
@@ -50,7 +49,7 @@ class Frame:
     op: str | None                              # operator whose state is shown
     states: dict[str, Any]                      # its instances' states
     changes: dict[str, dict[tuple, tuple]]      # instance -> path -> (old, new)
-    frames: list[str]                           # step-into stack
+    scope_stack: list[str]                      # the scopes stepped into, outermost first
     scope: list[ScopeLine] = field(default_factory=list)
     scope_truncated: bool = False
     overlaps: list[Overlap] | None = None
@@ -60,11 +59,15 @@ class Frame:
 class Model:
     def __init__(self, session: DebugSession):
         self.session = session
-        self.lock = threading.RLock()
-        self.frame: Frame | None = None
+        self.shown: Shown | None = None
         self.overlaps: list[Overlap] | None = None
         self._theta = session.graph.theta
         self._selections: list[tuple[str | None, TupleRef | None]] = []   # per history entry: the selection before it
+
+    @property
+    def lock(self):
+        """The session's lock: one lock serialises every call into the session, from any worker."""
+        return self.session.lock
 
     # --- session access -----------------------------------------------------------------------
 
@@ -73,10 +76,10 @@ class Model:
             return fn(self.session)
 
     def build(self, op: str | None, want: TupleRef | None, result: StepResult | None = None,
-              keep_changes: bool = False) -> Frame:
-        """The frame at the session's current position (call with the lock held or from `act`)."""
+              keep_changes: bool = False) -> Shown:
+        """What to show at the session's current position (call with the lock held or from `act`)."""
         s = self.session
-        prev = self.frame
+        prev = self.shown
         position = s.position
         counts = self._tuples()
         progress = s.progress()
@@ -92,25 +95,25 @@ class Model:
         elif result is not None and result.action != "jump":
             changes = _from_result(result, op)   # the session diffed the states it moved
         elif prev is not None and prev.op == op and prev.position != position:
-            changes = {inst: views.diff(prev.states.get(inst), st) for inst, st in states.items()
+            changes = {inst: state_paths.diff(prev.states.get(inst), st) for inst, st in states.items()
                        if inst in prev.states and prev.position.get(inst) != position.get(inst)}
             changes = {k: v for k, v in changes.items() if v}
         else:
             changes = {}
-        frame = Frame(position=position, counts=counts, progress=progress, interaction=progress["interaction"],
+        shown = Shown(position=position, counts=counts, progress=progress, interaction=progress["interaction"],
                       pending=pending, selected=selected, selected_label=s.label(selected) if selected else None,
                       default=default, availability=self._availability(selected), op=op, states=states,
-                      changes=changes, frames=[s.label(f) for f in s.frames], overlaps=self.overlaps,
+                      changes=changes, scope_stack=[s.label(r) for r in s.scope_stack], overlaps=self.overlaps,
                       result=result)
         if selected is not None:
-            frame.scope, frame.scope_truncated = self._scope(selected, position)
-        self.frame = frame
-        return frame
+            shown.scope, shown.scope_truncated = self._scope(selected, position)
+        self.shown = shown
+        return shown
 
     def act(self, fn: Callable[[DebugSession], StepResult | None], op: str | None, want: TupleRef | None,
             select_after: Callable[[DebugSession, StepResult | None], tuple[str | None, TupleRef | None]] | None = None
-            ) -> Frame:
-        """Run one action, then build the frame after it.
+            ) -> Shown:
+        """Run one action, then build what to show after it.
 
         A step back restores the selection there was before the action it undoes, so the
         next `s` or `n` acts on the tuple the user had picked, not on another one."""
@@ -132,14 +135,14 @@ class Model:
                 del self._selections[after:]
             return self.build(op, want, result)
 
-    def select(self, op: str | None, want: TupleRef | None) -> Frame:
+    def select(self, op: str | None, want: TupleRef | None) -> Shown:
         """Another operator or tuple selected: the same position, seen differently."""
         with self.lock:
-            prev = self.frame
-            frame = self.build(op, want, prev.result if prev else None, keep_changes=True)
+            prev = self.shown
+            shown = self.build(op, want, prev.result if prev else None, keep_changes=True)
             if prev is not None and prev.op != op and prev.result is not None:
-                frame.changes = _from_result(prev.result, frame.op)
-            return frame
+                shown.changes = _from_result(prev.result, shown.op)
+            return shown
 
     def compute_overlaps(self, force: bool = False) -> list[Overlap] | None:
         with self.lock:
@@ -167,8 +170,8 @@ class Model:
         """Inside a stepped-into scope, its next tuple; otherwise θ's next tuple in the original order."""
         s = self.session
         nexts = [p for p in pending if p.next]
-        if s.frames:
-            scope = s.provenance.scope_set(s.frames[-1])
+        if s.scope_stack:
+            scope = s.provenance.scope_set(s.scope_stack[-1])
             inside = [p for p in nexts if p.ref in scope]
             if inside:
                 return min(inside, key=lambda p: (p.ref.op, p.ref.instance, p.ref.position)).ref
@@ -178,7 +181,7 @@ class Model:
         return nexts[0].ref if nexts else None
 
     def _availability(self, ref: TupleRef | None) -> dict[str, Availability]:
-        from ..replay.session import Availability
+        from ..replay.stepping import Availability
 
         s = self.session
         none = Availability(False, "no tuple is waiting")
@@ -189,7 +192,7 @@ class Model:
             "back": s.can_step_back(),
         }
 
-    def _states(self, op: str, prev: Frame | None = None, result: StepResult | None = None) -> dict[str, Any]:
+    def _states(self, op: str, prev: Shown | None = None, result: StepResult | None = None) -> dict[str, Any]:
         """`op`'s instance states, encoding as little as possible.
 
         An instance at the same position as in `prev` has the same state; after a
@@ -207,7 +210,7 @@ class Model:
             if old is not None and prev.position.get(inst.label) == inst.count:
                 out[inst.label] = old
                 continue
-            if diffed and old is not None:  # prev is the frame from before this step
+            if diffed and old is not None:  # prev is what was shown before this step
                 patched = _patched(old, result.changed.get(inst.label, {}))
                 if patched is not None:
                     out[inst.label] = patched
@@ -233,7 +236,7 @@ class Model:
                 break
             r = node.ref
             label = s.label(r)
-            inst = label.rsplit(":", 1)[0]
+            inst = s.label((r.op, r.instance))
             note = ""
             if r in roots:
                 o = roots[r]
@@ -260,7 +263,7 @@ def _patched(state: Any, fields: dict[str, list]) -> Any | None:
     for name, (old, new) in fields.items():
         field, dot, key = name.partition(".")
         if not dot:
-            if new == views.MISSING:
+            if new == state_paths.MISSING:
                 out.pop(field, None)
             else:
                 out[field] = new
@@ -271,7 +274,7 @@ def _patched(state: Any, fields: dict[str, list]) -> Any | None:
         if field not in copied:
             inner = out[field] = dict(inner)
             copied.add(field)
-        if new == views.MISSING:
+        if new == state_paths.MISSING:
             inner.pop(key, None)
         else:
             inner[key] = new
@@ -282,7 +285,7 @@ def _from_result(result: StepResult, op: str) -> dict[str, dict[tuple, tuple]]:
     """The session's own change list ({instance: {"field.key": [old, new]}}) as paths, for `op`."""
     out: dict[str, dict[tuple, tuple]] = {}
     for inst, fields in (result.changed or {}).items():
-        if inst.rsplit(":", 1)[0] != op:
+        if operator_of(inst) != op:
             continue
         paths = {}
         for name, (old, new) in fields.items():

@@ -10,6 +10,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from ...core.scopes import operator_of
+
 
 _UNDONE = {"step_over": "over", "step_into": "into", "step_out": "out of", "jump": "from the jump to",
            "run_until": "from run until", "last_change": "from the last change of", "goto_failure": "from the failure at"}
@@ -68,7 +70,7 @@ class MessageLine(Static):
                      + (" …" if len(r.consumed) > 3 else ""))
         def show(v) -> str:
             return "∅" if v == "<missing>" else render(v, 24)
-        ordered = sorted(r.changed.items(), key=lambda kv: kv[0].rsplit(":", 1)[0] != first)
+        ordered = sorted(r.changed.items(), key=lambda kv: operator_of(kv[0]) != first)
         changes = [f"{inst}.{f[:-2]}: {old}" if f.endswith(".…") else f"{inst}.{f} {show(old)}→{show(new)}"
                    for inst, fields in ordered for f, (old, new) in fields.items()]
         if changes:

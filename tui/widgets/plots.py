@@ -2,7 +2,7 @@
 
 A state that keeps growing, or a stretch where few tuples went through, shows
 where to jump first. Both series come from the run file alone
-(`tt.replay.views.series`); the session's current interaction is marked.
+(`tt.replay.facts.series`); the session's current interaction is marked.
 """
 
 from __future__ import annotations

@@ -26,11 +26,11 @@ from textual.containers import Vertical
 from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
-from ...replay import views
+from ...replay import state_paths
 
 CHILD_LIMIT = 200
 OPEN_UP_TO = 30      # fields with at most this many entries start expanded
-MISSING = views.MISSING
+MISSING = state_paths.MISSING
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ class StateInspector(Vertical):
 
     def _set(self, op: str | None, states: dict, changes: dict, note: str) -> None:
         self.op, self.states, self.changes, self._note = op, states, changes, note
-        self._prefixes = {inst: views.changed_prefixes(ch) for inst, ch in changes.items()}
+        self._prefixes = {inst: state_paths.changed_prefixes(ch) for inst, ch in changes.items()}
 
     def _patch(self, states: dict, changes: dict, note: str, old_states: dict, old_changes: dict,
                old_prefixes: dict) -> bool:
@@ -257,7 +257,7 @@ class StateInspector(Vertical):
             raise _Rebuild
         state = self.states.get(inst)
         for depth in range(len(path)):
-            value = views.lookup(state, path[:depth])
+            value = state_paths.lookup(state, path[:depth])
             if not _container(value):
                 return
             if not node.children:
@@ -297,7 +297,7 @@ class StateInspector(Vertical):
                     continue
                 if (child.data.instance, child.data.path) == self._cursor:
                     found = child
-                f = self._fill_expanded(child, inst, child.data.path, views.lookup(value, child.data.path[-1:]))
+                f = self._fill_expanded(child, inst, child.data.path, state_paths.lookup(value, child.data.path[-1:]))
                 found = found or f
         return found
 
@@ -338,7 +338,6 @@ class StateInspector(Vertical):
         prefixes = self._prefixes.get(inst, set())
         name = str(key)
         if path == ():
-            position = ""
             t = Text(name, style="bold")
             if _container(value):
                 t.append(f"  {short(value)}", style="dim")
@@ -375,7 +374,7 @@ class StateInspector(Vertical):
         slot = node.data
         if slot is None or slot.more or node.children:
             return
-        value = views.lookup(self.states.get(slot.instance), slot.path)
+        value = state_paths.lookup(self.states.get(slot.instance), slot.path)
         if _container(value):
             self._populate(node, slot.instance, slot.path, value)
 
@@ -385,7 +384,7 @@ class StateInspector(Vertical):
         if slot is None or not slot.more:
             return
         parent = node.parent
-        value = views.lookup(self.states.get(slot.instance), slot.path)
+        value = state_paths.lookup(self.states.get(slot.instance), slot.path)
         node.remove()
         if parent is not None and _container(value):
             shown = frozenset(c.data.path[-1] for c in parent.children if c.data is not None and not c.data.more)
@@ -400,7 +399,7 @@ class StateInspector(Vertical):
             detail.update(Text(self._note, style="italic") if self._note else "")
             return
         slot = node.data
-        value = views.lookup(self.states.get(slot.instance), slot.path)
+        value = state_paths.lookup(self.states.get(slot.instance), slot.path)
         where = " › ".join([slot.instance, *map(str, slot.path)])
         t = Text(where, style="bold")
         t.append(f" = {short(value, 200)}")
@@ -416,7 +415,7 @@ class StateInspector(Vertical):
         """Move to the next key or value containing `text` (after the cursor, wrapping); False if none."""
         order = []
         for inst, state in self.states.items():
-            order.extend((inst, p) for p in views.find_paths(state, text))
+            order.extend((inst, p) for p in state_paths.find_paths(state, text))
         if not order:
             return False
         cur = self.tree.cursor_node
@@ -440,12 +439,12 @@ class StateInspector(Vertical):
             if not node.is_expanded:
                 node.expand()
             if not node.children:
-                value = views.lookup(self.states.get(inst), path[:depth])
+                value = state_paths.lookup(self.states.get(inst), path[:depth])
                 self._populate(node, inst, path[:depth], value)
             nxt = next((c for c in node.children if c.data is not None and not c.data.more
                         and c.data.path == path[:depth + 1]), None)
             if nxt is None:  # beyond the first CHILD_LIMIT entries: add it explicitly
-                value = views.lookup(self.states.get(inst), path[:depth + 1])
+                value = state_paths.lookup(self.states.get(inst), path[:depth + 1])
                 nxt = (node.add if _container(value) else node.add_leaf)(
                     self._label(path[depth], path[:depth + 1], inst, value), data=Slot(inst, path[:depth + 1]))
             node = nxt

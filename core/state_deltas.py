@@ -56,7 +56,7 @@ def _diffable(v: Any, whole: bool = True) -> bool:
     return True
 
 
-class SnapshotEncoder:
+class StateEncoder:
     """Encodes successive states of each instance: full, then deltas, then full again."""
 
     def __init__(self, full_every: int = 32):

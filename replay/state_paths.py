@@ -1,66 +1,16 @@
-"""Derived views of a run for the debugger: per-interaction series and state diffs.
+"""Paths into JSON-encoded states: look a value up, diff two states, find a text.
 
-The plots need, per interaction, how many tuples G(θ) had processed and how big
-its stored states were; both come from the run file alone (positions from the
-barriers, sizes from the `states` table), never from a replay. The state
-inspector needs to know which values changed between two positions, with the
-old value, without walking states of millions of entries more than once.
+The state inspector needs to know which values changed between two positions,
+with the old value, without walking states of millions of entries more than
+once; the debug session marks an absent key with the same `MISSING`.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-from ..store.reader import RunReader
-
-MISSING = "<missing>"   # the same marker DebugSession uses for an absent key
-
-
-def series(reader: RunReader, cancel: Callable[[], bool] | None = None) -> list[dict]:
-    """Per complete interaction: k, t (seconds since start), trigger, tuples processed, state bytes."""
-    start = reader.run["started"] or 0
-    sizes: dict[bytes, int] = {}
-    out = []
-    for inter in reader.interactions_all:
-        if cancel is not None and cancel():
-            break
-        snap = reader.snapshot(inter.k)
-        if snap is None:
-            continue
-        hashes = {at.state for at in snap.values() if at.state is not None and at.state not in sizes}
-        if hashes:
-            sizes.update(_sizes(reader, list(hashes)))
-        out.append({
-            "k": inter.k,
-            "t": round(inter.time - start, 3),
-            "trigger": inter.trigger,
-            "tuples": sum(at.position for at in snap.values()),
-            "state_bytes": sum(sizes.get(at.state, 0) for at in snap.values() if at.state is not None),
-        })
-    return out
-
-
-def _sizes(reader: RunReader, hashes: list[bytes]) -> dict[bytes, int]:
-    found = {}
-    for i in range(0, len(hashes), 500):
-        part = hashes[i:i + 500]
-        marks = ",".join("?" * len(part))
-        found.update(reader.conn.execute(f"SELECT hash, size FROM states WHERE hash IN ({marks})", part))
-    return found
-
-
-def counts_at(reader: RunReader, k: int) -> dict[str, int]:
-    """Inputs consumed per operator (summed over its instances) at interaction k."""
-    snap = reader.snapshot(k) or {}
-    out: dict[str, int] = {}
-    for (op, _), at in snap.items():
-        name = reader.operators[op].name
-        out[name] = out.get(name, 0) + at.position
-    return out
-
-
-# --- state diffs ------------------------------------------------------------------------------
+MISSING = "<missing>"   # an absent key, on either side of a change
 
 Path = tuple  # keys from the state's root: ("blacklist", "Bob")
 

@@ -1,0 +1,150 @@
+"""The debugger's table of actions, its layout decision and its worker reports, without Spark.
+
+The footer, the key handler, the command palette and the help screen all read
+`tui/actions.py`; these tests check that the table is consistent and that
+nothing bypasses it, that `layout.arrange` picks the panes a size calls for, and
+that a worker's report not yet handled keeps the app from looking idle (the
+TUI tests wait on `is_idle` before they look at the screen).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tt.tui import actions, layout
+from tt.tui.actions import ACTIONS, When
+from tt.tui.app import DebuggerApp
+from tt.tui.help_screen import SECTIONS
+from tt.tui.messages import ActionDone, Say, SessionFailed
+from tt.tui.widgets.message_line import MessageLine
+
+
+def test_the_table_has_no_duplicate_keys_or_ids():
+    keys = [key for a in ACTIONS for key in a.keys]
+    ids = [a.id for a in ACTIONS] + [id_ for a in ACTIONS for id_ in a.other_keys.values()]
+    assert len(keys) == len(set(keys)), keys
+    assert len(ids) == len(set(ids)), ids
+    palette = [a.palette for a in ACTIONS if a.palette]
+    assert len(palette) == len(set(palette)), palette
+
+
+def test_every_binding_comes_from_the_table():
+    table = {(key, a.binding_action) for a in ACTIONS for key in a.keys}
+    bound = [(b.key, b.action) for b in DebuggerApp.BINDINGS]
+    assert set(bound) == table and len(bound) == len(table)
+    assert DebuggerApp.BINDINGS == actions.bindings()
+    assert [b.key for b in DebuggerApp.BINDINGS if b.show] == [a.key for a in ACTIONS if a.footer]
+
+
+def test_every_action_has_a_method_and_one_when():
+    for a in ACTIONS:
+        assert callable(getattr(DebuggerApp, f"action_{a.name}", None)), a.name
+        assert actions.WHEN[a.name] is a.when, f"{a.name}: every entry of a name is available alike"
+    steps = {a.when.step for a in ACTIONS if a.when.step}
+    assert steps == {"over", "into", "out", "back"}
+
+
+def test_the_palette_help_fills_in_only_what_the_app_knows():
+    for a in ACTIONS:
+        a.palette_help.format(target="FE:0:1", watch="len(FD.blacklist)", busy="jump to 3")
+        assert (a.palette is None) == (a.palette_help == ""), a.name
+
+
+def test_the_help_lists_every_key():
+    cells = [keys.split() for _, rows in SECTIONS for keys, _ in rows]
+    for a in ACTIONS:
+        assert any(set(a.keys_on_help.split()) <= set(cell) for cell in cells), a.name
+    for _, rows in SECTIONS:
+        for keys, what in rows:
+            assert keys and what, (keys, what)
+
+
+def test_the_help_writes_keys_as_before():
+    rows = dict(row for _, section in SECTIONS for row in section)
+    assert rows["N  S  F"].startswith("step back: ")
+    assert rows["[  ]"] == "previous / next interaction"
+    assert rows["w  W"].startswith("watch an expression")
+    assert rows["1 … 5"].startswith("views: ")
+    assert rows["Esc"].startswith("cancel a running jump")
+    assert "?" in rows and "/" in rows
+
+
+def test_key_lookup():
+    assert actions.BY_KEY["n"].name == "step_over" and actions.BY_KEY["n"].when is When.OVER
+    assert {actions.BY_KEY[k].name for k in "NSF"} == {"step_back"}
+    assert actions.BY_KEY["left_square_bracket"].name == "prev_interaction"
+    assert actions.BY_KEY["4"].binding_action == "view('logs')"
+
+
+DEBUG_PANES = ("#col-run", "#dag", "#timeline", "#col-tuples", "#pending", "#avail", "#scope", "#col-state")
+
+
+@pytest.mark.parametrize("width,height,wide", [(80, 24, False), (140, 40, True), (160, 48, True),
+                                               (100, 30, False), (139, 48, False), (160, 39, False)])
+def test_the_layout_at_each_size(width, height, wide):
+    arrangement = layout.arrange(width, height, "debug")
+    assert arrangement.wide is wide and arrangement.view == "debug"
+    assert arrangement.display["#debug-area"] and not arrangement.display["#logs"] and not arrangement.display["#plots"]
+    assert arrangement.classes["#main"]["-wide"] is wide and arrangement.classes["#main"]["-narrow"] is not wide
+    assert arrangement.classes["#main"]["-view-debug"] and arrangement.classes["#plots"]["-wide"] is wide
+    if wide:
+        assert all(arrangement.display[p] for p in DEBUG_PANES)
+        assert arrangement.views == ["debug", "logs", "plots"]
+    else:
+        shown = {p for p in DEBUG_PANES if arrangement.display[p]}
+        assert shown == {"#col-run", "#dag", "#col-tuples", "#pending", "#avail", "#col-state"}
+        assert arrangement.views == ["debug", "timeline", "scope", "logs", "plots"]
+
+
+def test_the_layout_of_each_narrow_view():
+    timeline = layout.arrange(80, 24, "timeline")
+    assert timeline.view == "timeline" and timeline.display["#timeline"] and timeline.display["#col-run"]
+    assert not timeline.display["#col-tuples"] and not timeline.display["#col-state"]
+    scope = layout.arrange(80, 24, "scope")
+    assert scope.display["#scope"] and scope.display["#col-tuples"] and not scope.display["#pending"]
+    assert not scope.display["#col-run"]
+    logs = layout.arrange(80, 24, "logs")
+    assert logs.display["#logs"] and not logs.display["#debug-area"] and logs.classes["#main"]["-view-logs"]
+
+
+def test_the_wide_debug_view_holds_the_timeline_and_the_scope():
+    for view in ("timeline", "scope"):
+        arrangement = layout.arrange(160, 48, view)
+        assert arrangement.view == "debug" and arrangement.classes["#main"]["-view-debug"]
+        assert not arrangement.classes["#main"][f"-view-{view}"]
+    assert layout.arrange(160, 48, "plots").display["#plots"]
+
+
+def _run(app: DebuggerApp, script) -> None:
+    async def run():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await script(pilot)
+    asyncio.run(run())
+
+
+def test_a_report_keeps_the_app_busy_until_it_is_handled(tmp_path):
+    app = DebuggerApp(tmp_path / "missing.db")
+
+    async def script(pilot):
+        await pilot.pause()
+        assert app.model is None and not app.is_idle, "no engine and no error: still loading"
+        app._report(SessionFailed("no run file"))
+        assert not app.is_idle, "the failure is posted, not yet handled"
+        await pilot.pause()
+        assert app.session_error == "no run file" and app.is_idle
+
+        app._report(Say("hello"))
+        assert not app.is_idle
+        await pilot.pause()
+        assert app.is_idle and app.query_one(MessageLine).plain == "hello"
+
+        app.busy = "jump to 1"                            # as `_start` does
+        app._busy_timer = app.set_timer(60, lambda: None)
+        app._report(ActionDone(None, "jump to 1: cancelled", "warning"))
+        assert not app.is_idle
+        await pilot.pause()
+        assert app.busy is None and app.is_idle
+        assert app.query_one(MessageLine).plain == "jump to 1: cancelled"
+    _run(app, script)
