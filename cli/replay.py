@@ -179,8 +179,8 @@ def _report(session, result, states: str, rows: dict, method: str, arg: str | No
     pending = {}
     for p in session.pending(limit=1):
         if p.next:
-            pending[session.label((p.ref.op, p.ref.instance))] = {"tuple": p.label, "from": p.sender, "free": p.free,
-                                                  "row": p.row, "end": p.end}
+            pending[session.label((p.ref.op, p.ref.instance))] = {
+                "tuple": p.label, "from": p.sender, "free": p.free, "row": p.row, "end": p.end}
     named = set(out["consumed"]) | ({out["target"]} if method in ("step_into", "step_over") else set())
     out["rows"] = {k: v for k, v in rows.items() if k in named}
     stop = _stopped_at(session, result, out, method, pending)

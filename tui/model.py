@@ -57,6 +57,10 @@ class Shown:
 
 
 class Model:
+    """The debugger's side of the session: runs one action at a time (under the session's
+    lock, from any worker thread) and builds what the widgets show after it (`Shown`),
+    keeping the selection a step back should restore."""
+
     def __init__(self, session: DebugSession):
         self.session = session
         self.shown: Shown | None = None
