@@ -31,6 +31,8 @@ from typing import Callable, Iterable
 from .graph import Graph
 from .logs import END
 
+SCOPE_SETS_KEPT = 64   # scope sets `Provenance.scope_set` keeps
+
 
 @dataclass(frozen=True, order=True)
 class TupleRef:
@@ -144,6 +146,7 @@ class Provenance:
         self._index: dict[tuple[int, int], InstanceIndex] = {}
         self.barriers = barrier_positions
         self._ranks: dict[tuple[int, int], list] | None = None
+        self._scope_sets: dict[TupleRef, frozenset[TupleRef]] = {}
 
     def index(self, op: int, instance: int) -> InstanceIndex:
         key = (op, instance)
@@ -198,8 +201,15 @@ class Provenance:
             stack.extend(node.children)
         return root
 
-    def scope_set(self, ref: TupleRef) -> set[TupleRef]:
-        return {n.ref for n in self.scope(ref).walk()}
+    def scope_set(self, ref: TupleRef) -> frozenset[TupleRef]:
+        """The tuples of `ref`'s scope. Kept for the last few tuples asked about: the planner, the
+        step-into stack and the TUI ask about the same ones at every position."""
+        found = self._scope_sets.get(ref)
+        if found is None:
+            if len(self._scope_sets) >= SCOPE_SETS_KEPT:
+                self._scope_sets.pop(next(iter(self._scope_sets)))
+            found = self._scope_sets[ref] = frozenset(n.ref for n in self.scope(ref).walk())
+        return found
 
     def root(self, ref: TupleRef) -> TupleRef:
         while True:

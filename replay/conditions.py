@@ -22,7 +22,7 @@ from ..core.errors import UsageError
 from ..core.scopes import Provenance, TupleRef
 from .engine import Engine, Instance, Key, RecordedFailure
 from .restore_points import RestorePoints
-from .state_paths import MISSING
+from .state_paths import lookup_dotted
 
 BUILTINS = ("len", "any", "all", "sum", "min", "max", "abs", "str", "int", "float", "isinstance",
             "dict", "list", "set", "tuple", "sorted", "round", "bool")
@@ -154,23 +154,6 @@ def evaluate(parsed: Parsed, each: list[Instance | None], instances: Callable[[s
     return out
 
 
-def lookup(state: Any, path: str) -> Any:
-    """The value at a dotted path ("blacklist.Bob") of a JSON-encoded state, or MISSING."""
-    value = state
-    for part in [p for p in path.split(".") if p]:
-        if isinstance(value, dict) and "$dict" in value and len(value) == 1:
-            value = {str(k): v for k, v in value["$dict"]}
-        if isinstance(value, dict):
-            if part not in value:
-                return MISSING
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return MISSING
-    return value
-
-
 class Stop(Exception):
     """Ends a forward run at a chosen step."""
 
@@ -259,14 +242,14 @@ class Search:
         """(step index, position) of the steps at `key` that changed the field, going forward
         in the original order until `key` has consumed `until` inputs."""
         inst = self.engine.instances[key]
-        prev = [lookup(inst.state(), field_path)]
+        prev = [lookup_dotted(inst.state(), field_path)]
         changes: list[tuple[int, int]] = []
         counter = [0]
 
         def after(i: Instance, pos: int, row: Any) -> None:
             counter[0] += 1
             if (i.node.id, i.i) == key:
-                v = lookup(i.state(), field_path)
+                v = lookup_dotted(i.state(), field_path)
                 if v != prev[0]:
                     changes.append((counter[0] - 1, pos))
                     prev[0] = v

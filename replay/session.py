@@ -33,6 +33,7 @@ from .changes import ChangeTracker
 from .conditions import Condition, EvalError, Search
 from .engine import Engine, Instance, Key, RecordedFailure, SavedPosition
 from .restore_points import RestorePoints
+from .state_paths import lookup_dotted
 from .stepping import INTO, OUT, OVER, Availability, Planner
 
 __all__ = ["Availability", "DebugSession", "EvalError", "Failure", "Pending", "StepResult"]
@@ -293,7 +294,7 @@ class DebugSession:
                     continue
                 internal = ch[0] in inst.internal_ports
                 if not internal:
-                    row = inst.entry[ch].get(self.provenance.index(*key).channel_at(pos)[2])
+                    row = inst.entry[ch].get(idx.channel_at(pos)[2])
                 sender = self.label((self.graph.edges[inst.node.inputs[ch[0]]].src, ch[1])) if internal \
                     else "recorded"
                 out.append(Pending(ref, self.label(ref), ch[0], sender, self.planner.free(ref),
@@ -496,7 +497,7 @@ class DebugSession:
         """
         key = self.parse_instance(instance)
         target = f"{instance}.{field_path}"
-        current = conditions.lookup(self.engine.instances[key].state(), field_path)
+        current = lookup_dotted(self.engine.instances[key].state(), field_path)
         with self.lock:
             t0 = time.perf_counter()
             undo = self._begin(f"last_change {target}", self.engine.instances)

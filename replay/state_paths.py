@@ -79,6 +79,24 @@ def lookup(state: Any, path: Path) -> Any:
     return value
 
 
+def lookup_dotted(state: Any, path: str) -> Any:
+    """The value at a dotted path as users write it ("blacklist.Bob", "items.0"), or MISSING; a
+    `$dict`-encoded dict (non-string keys) is looked up by its keys' text."""
+    value = state
+    for part in [p for p in path.split(".") if p]:
+        if isinstance(value, dict) and "$dict" in value and len(value) == 1:
+            value = {str(k): v for k, v in value["$dict"]}
+        if isinstance(value, dict):
+            if part not in value:
+                return MISSING
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return MISSING
+    return value
+
+
 def find_paths(state: Any, text: str, limit: int = 1000) -> Iterator[Path]:
     """Paths (depth first, in key order) whose key or scalar value contains `text` (case-insensitive)."""
     needle = text.lower()

@@ -14,6 +14,7 @@ The planner answers once per kind, tuple and position: the availability line,
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -45,7 +46,7 @@ class Plan:
     ref: TupleRef
     availability: Availability
     targets: dict[Key, int] = field(default_factory=dict)
-    allowed: set[TupleRef] = field(default_factory=set)   # the step's own tuples; any other consumed is free
+    allowed: Set[TupleRef] = frozenset()   # the step's own tuples; any other consumed is free
 
     @property
     def ok(self) -> bool:
@@ -81,8 +82,12 @@ class Planner:
     def remaining(self, ref: TupleRef, at: dict[Key, int] | None = None) -> dict[Key, int]:
         """Per instance, how far it must go to have consumed the whole scope of `ref` (empty: done)."""
         at = self.positions() if at is None else at
+        return self._remaining(self.provenance.scope_set(ref), at)
+
+    @staticmethod
+    def _remaining(scope: Set[TupleRef], at: dict[Key, int]) -> dict[Key, int]:
         required: dict[Key, int] = {}
-        for r in self.provenance.scope_set(ref):
+        for r in scope:
             key = (r.op, r.instance)
             if at[key] <= r.position:
                 required[key] = max(required.get(key, 0), r.position + 1)
@@ -99,7 +104,7 @@ class Planner:
             required = {(ref.op, ref.instance): ref.position + 1}
         else:
             allowed = self.provenance.scope_set(ref)
-            required = self.remaining(ref, at)
+            required = self._remaining(allowed, at)
         targets = self._targets(required, allowed, at)
         if isinstance(targets, Availability):
             why = targets
@@ -108,7 +113,7 @@ class Planner:
             return Plan(kind, ref, why)
         return Plan(kind, ref, Availability(True), targets, allowed)
 
-    def _targets(self, required: dict[Key, int], allowed: set[TupleRef],
+    def _targets(self, required: dict[Key, int], allowed: Set[TupleRef],
                  at: dict[Key, int]) -> dict[Key, int] | Availability:
         """Targets that consume `required` while consuming only `allowed` or free tuples: every
         tuple on the way must be allowed or free, and its producer must have emitted it."""
@@ -136,7 +141,7 @@ class Planner:
             checked[key] = max(checked[key], end)
         return targets
 
-    def _blocked(self, ref: TupleRef, allowed: set[TupleRef]) -> Availability:
+    def _blocked(self, ref: TupleRef, allowed: Set[TupleRef]) -> Availability:
         """Why `ref` cannot be consumed as part of a step on `allowed`."""
         prov = self.provenance
         root = prov.root(ref)

@@ -34,7 +34,6 @@ def test_every_binding_comes_from_the_table():
     table = {(key, a.binding_action) for a in ACTIONS for key in a.keys}
     bound = [(b.key, b.action) for b in DebuggerApp.BINDINGS]
     assert set(bound) == table and len(bound) == len(table)
-    assert DebuggerApp.BINDINGS == actions.bindings()
     assert [b.key for b in DebuggerApp.BINDINGS if b.show] == [a.key for a in ACTIONS if a.footer]
 
 
