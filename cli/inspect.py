@@ -115,11 +115,17 @@ def _summary_text(s: dict) -> str:
     lines.append(f"θ        {s['theta']}   (G(θ) = {', '.join(o['name'] for o in s['operators'] if o['in_g'])})"
                  + (f"; {s['theta_tuples']:,} tuples into θ" if s.get("theta_tuples") is not None else ""))
     lines.append("")
-    lines.append(table([[o["name"], o["kind"], o["class"].rsplit(".", 1)[-1], o["stage"], o["instances"],
-                         ("θ" if o["theta"] else "G") if o["in_g"] else "",
+    lines.append(table([[o["name"], o["kind"], o["site"] or o["class"].rsplit(".", 1)[-1], o["stage"],
+                         o["instances"], ("θ" if o["theta"] else "G") if o["in_g"] else "",
                          f"{o['tuples']:,}" if o.get("tuples") is not None else ""] for o in s["operators"]],
-                       ["operator", "kind", "class", "stage", "instances", "in G(θ)", "tuples in"]))
+                       ["operator", "kind", "class or call", "stage", "instances", "in G(θ)", "tuples in"]))
     lines.append("")
+    hooked = [o for o in s["operators"] if o["site"]]
+    if hooked:
+        units = sorted({f"{o['kind']}: a {o['unit']}" for o in hooked})
+        lines.append(f"hooked   one step = one unit ({'; '.join(units)}). Each hooked operator takes an "
+                     f"interaction between two of its own units; Spark owns what lies between them, so "
+                     f"snapshots are not tuple-consistent across its shuffles (docs/HOOKS.md)")
     lines.append("edges    " + ", ".join(f"{e['from']}→{e['to']}" + (" (shuffle)" if e["shuffle"] else "")
                                         for e in s["edges"]))
     lines.append(f"interactions  {s['interactions']} complete of {s['interactions_recorded']} recorded")

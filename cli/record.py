@@ -19,7 +19,8 @@ from .output import human_bytes
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 def record(
     ctx: typer.Context,
-    job: Path = typer.Argument(..., help="The PySpark job (a Python file that calls Dataflow.run())."),
+    job: Path = typer.Argument(..., help="The PySpark job: a Python file that runs a tt.Dataflow, or a plain "
+                               "PySpark job whose DataFrame.mapInPandas functions tt records unchanged."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Run file to write [default: JOB name + .db]."),
     watch: Optional[str] = typer.Option(None, "--watch", "-w", metavar="OP",
                                         help="The interesting operator θ [default: the first stateful one]."),

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .errors import UsageError
+from .hooked import HOOKED_KINDS, UNITS
 from .operator import Operator, Sink, Source
 
 # Node kinds, as shown to users.
@@ -120,6 +121,11 @@ class Graph:
                     stack.append(d)
         return seen
 
+    def takes_barriers(self, node_id: int) -> bool:
+        """Whether the node's instances take interactions between two of their own inputs:
+        θ, and every hooked operator (Spark feeds those, and Spark's rows carry no epochs)."""
+        return node_id == self.theta or self.nodes[node_id].kind in HOOKED_KINDS
+
     def is_entry(self, edge: Edge) -> bool:
         """An edge that brings tuples into G(θ) from outside it: they are recorded."""
         return edge.dst in self.in_g and edge.src not in self.in_g
@@ -167,6 +173,16 @@ class Graph:
                 node.stage = stage.id
                 node.instances = stage.instances
 
+    def add_hooked(self, source: Node, node: Node) -> Stage:
+        """A hooked call site: a stage of its own, fed by Spark (`source`), in G(θ).
+        Its partition count is learnt from the tasks that run it."""
+        self.connect(source, node)
+        stage = self._new_stage(source, 1, source=source.id)
+        stage.nodes.append(node.id)
+        node.stage, node.instances = stage.id, stage.instances
+        self.in_g.add(node.id)
+        return stage
+
     def _new_stage(self, node: Node, instances: int, source: int | None = None) -> Stage:
         if instances < 1:
             raise UsageError(f"operator {node.name!r} would run with {instances} partitions")
@@ -202,7 +218,8 @@ class Graph:
             "theta": self.theta,
             "nodes": [{"id": n.id, "name": n.name, "kind": n.kind, "class": _qualname(n.op),
                        "stage": n.stage, "instances": n.instances, "inputs": n.inputs,
-                       "outputs": n.outputs, "in_g": n.id in self.in_g, "sink_mode": n.sink_mode}
+                       "outputs": n.outputs, "in_g": n.id in self.in_g, "sink_mode": n.sink_mode,
+                       **({"site": n.op._site, "unit": UNITS[n.kind]} if n.kind in HOOKED_KINDS else {})}
                       for n in self.nodes],
             "edges": [{"id": e.id, "src": e.src, "dst": e.dst, "port": e.port,
                        "shuffle": e.shuffle, "keyed": e.keyed} for e in self.edges],

@@ -97,10 +97,30 @@ def encode(value: Any) -> Any:
         return encode(dict(value))
     if isinstance(value, (list, tuple)):
         return encode(list(value)) if isinstance(value, list) else encode(tuple(value))
+    if t.__module__ == "numpy" and getattr(value, "shape", None) == ():  # numpy.int64, numpy.bool_
+        return encode(value.item())
+    table = _table_summary(value)
+    if table is not None:
+        return {"$repr": table}
     attrs = getattr(value, "__dict__", None)
     if isinstance(attrs, dict):
         return {"$object": f"{t.__module__}.{t.__qualname__}", "attrs": encode(public_attrs(attrs))}
     return {"$repr": repr(value)}
+
+
+def _table_summary(value: Any) -> str | None:
+    """A DataFrame or Arrow batch as its shape: the unit a hooked function holds, not state."""
+    module = type(value).__module__.split(".")[0]
+    if module not in ("pandas", "pyarrow"):
+        return None
+    if module == "pandas" and hasattr(value, "columns"):
+        rows, names = len(value), [str(c) for c in value.columns]
+    elif module == "pyarrow" and hasattr(value, "schema") and hasattr(value, "num_rows"):
+        rows, names = value.num_rows, list(value.schema.names)
+    else:
+        return None
+    shown = ", ".join(names[:6]) + (", …" if len(names) > 6 else "")
+    return f"<{type(value).__name__}: {rows} rows × {len(names)} columns ({shown})>"
 
 
 def _sort_key(v: Any) -> bytes:

@@ -74,7 +74,8 @@ class Coordinator:
         self.graph = graph
         self.run_id = run_id
         self.secret = secrets.token_hex(32)
-        self.theta_stage = graph.nodes[graph.theta].stage
+        # a hooked run may start before its θ is hooked (docs/HOOKS.md)
+        self.theta_stage = graph.nodes[graph.theta].stage if graph.theta is not None else None
         self.on_event = on_event or (lambda kind, info: None)
         self.lock = threading.Lock()
         self.k = 0                               # last interaction index (0 = the initial state)
@@ -268,7 +269,7 @@ class Coordinator:
                 welcome["mode"] = conn.mode
                 if self.online_tau is not None:
                     welcome["checkpoints"] = list(self.checkpoint_ks)
-                if stage == self.theta_stage and conn.mode != "off":
+                if self._takes_barriers(stage) and conn.mode != "off":
                     welcome["sticky"] = self._sticky(book, shadow=conn.mode == "shadow")
                     welcome["when_from"] = max([book.theta_flushed, *book.sticky.values()], default=0)
                     if conn.mode == "record":
@@ -283,6 +284,10 @@ class Coordinator:
                           hello.get("host"))])])
             wire.send(sock, welcome)
         return conn
+
+    def _takes_barriers(self, stage: int) -> bool:
+        """θ's stage, and every hooked operator's: their tasks take broadcast interactions."""
+        return any(self.graph.takes_barriers(n) for n in self.graph.stages[stage].nodes)
 
     def _sticky(self, book: TaskBook, shadow: bool) -> list[list[int]]:
         """Barrier positions a new attempt of this θ task must repeat."""
@@ -338,7 +343,7 @@ class Coordinator:
 
     def _statements(self, conn: Conn, header: dict, blobs: list[bytes]) -> list:
         a = conn.attempt
-        theta = self.graph.theta
+        barriers_at = self.graph.takes_barriers
         seal = sealer_for(self.run_id)  # blobs that replay unpickles are sealed (store/trust.py)
         chunks, entries, tuples = [], [], 0
         for rec in header.get("records", ()):
@@ -348,7 +353,7 @@ class Coordinator:
                 continue
             op, i, start, end = rec["op"], rec["i"], rec["start"], rec["end"]
             tuples += end - start
-            if op == theta:
+            if barriers_at(op):
                 # a failing θ logs its failing input too, but that one's condition never fired
                 failed = header.get("failure") or {}
                 fired = end - 1 if (failed.get("op"), failed.get("i")) == (op, i) and failed.get("logged") else end
@@ -386,7 +391,7 @@ class Coordinator:
         for b in header.get("barriers", ()):
             for k in b["k"]:
                 barriers.append((a, b["op"], b["i"], k, b["pos"], bytes.fromhex(b["state"])))
-                if b["op"] == theta:
+                if barriers_at(b["op"]):
                     with self.lock:
                         self.tasks[(conn.stage, conn.partition)].sticky.setdefault(k, b["pos"])
         statements = []

@@ -22,6 +22,7 @@ from typing import Callable
 
 from ..core.errors import JobError, RunFileWriteError, TTError, UsageError
 from ..store.writer import describe_failure
+from . import hooks
 from .session import RecordingSession, ensure_python_for_workers
 from .triggers import check_condition
 
@@ -83,9 +84,14 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
     quiet_py4j = None if debug else _QuietPy4J()
     try:
         with session:
-            runpy.run_path(str(job), run_name="__main__")
+            uninstall = hooks.install(session)
+            try:
+                runpy.run_path(str(job), run_name="__main__")
+            finally:
+                uninstall()
         if session.graph is None:
-            outcome = RecordOutcome("failed", f"{job} ran no tt dataflow (it never called Dataflow.run())", 1)
+            outcome = RecordOutcome("failed", f"{job} ran no tt dataflow and called no PySpark method tt "
+                                              f"records (Dataflow.run(), DataFrame.mapInPandas)", 1)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if code != 0:
@@ -99,7 +105,7 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
     except Exception as e:  # the job's own code raised
         if debug:
             traceback.print_exc()
-        outcome = RecordOutcome("failed", _job_error(e, job), 1)
+        outcome = RecordOutcome("failed", _job_error(e, job, session), 1)
     finally:
         if redirect is not None:
             redirect.restore()
@@ -202,7 +208,11 @@ def _install_user_signal(session: RecordingSession):
         return None
 
 
-def _job_error(e: BaseException, job: Path) -> str:
+def _job_error(e: BaseException, job: Path, session: RecordingSession) -> str:
+    if session.hooked and session.coordinator is not None and session.coordinator.failures:
+        from .execute import failure_message  # a hooked function raised: name it and its input
+
+        return failure_message(session, e)
     tb = traceback.extract_tb(e.__traceback__)
     where = ""
     for frame in reversed(tb):

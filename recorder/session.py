@@ -24,7 +24,7 @@ import cloudpickle
 import orjson
 
 from ..core import values
-from ..core.errors import RunFileWriteError
+from ..core.errors import RunFileWriteError, UsageError
 from ..core.graph import Graph
 from ..store import blobs, schema
 from ..store.trust import sign_run
@@ -63,6 +63,10 @@ class RecordingSession:
         self.writer.on_error(self._write_failed)
         self.coordinator: Coordinator | None = None
         self.graph: Graph | None = None
+        self.hooked = False          # the run records hooked PySpark calls (docs/HOOKS.md)
+        self._hook_lock = threading.Lock()
+        self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
+        self.recording: Recording | None = None
         self.finished = False
         self.writer.submit([(
             "INSERT INTO run (id, status, job, argv, started, options, recorder_pid, recorder_host) "
@@ -115,30 +119,109 @@ class RecordingSession:
         return Recording(self.coordinator.address, self.coordinator.secret, self.run_id, self.when)
 
     def _write_plan(self, graph: Graph, master: str, spark_version: str, job_dir: Path | None) -> None:
-        ops, initial, states = [], [], {}
-        for n in graph.nodes:
-            code = cloudpickle.dumps(n.op)
-            data = values.dumps(n.op.state())
-            h = hashlib.blake2b(data, digest_size=16).digest()
-            states[h] = blobs.compress(data)
-            initial.append((n.id, h))
-            ops.append((n.id, n.name, n.kind, f"{type(n.op).__module__}.{type(n.op).__qualname__}",
-                        n.stage, n.instances, int(n.id in graph.in_g), int(n.id == graph.theta), code))
         keys = [(e.id, cloudpickle.dumps(e.key)) for e in graph.edges if e.key is not None]
         files = _job_files(self.job, job_dir)
         plan = orjson.dumps(graph.describe()).decode()
         theta = graph.nodes[graph.theta].name
-        signature = sign_run(self.run_id, [c for *_, c in ops] + [c for _, c in keys])
+        operators = self._operator_rows(graph.nodes)
+        signature = sign_run(self.run_id, list(self._codes.values()) + [c for _, c in keys])
         self.writer.submit([
-            ("INSERT INTO operators VALUES (?,?,?,?,?,?,?,?,?)", ops),
-            ("INSERT INTO states VALUES (?,?,?)", [(h, len(d), d) for h, d in states.items()]),
-            ("INSERT INTO initial_states VALUES (?,?)", initial),
+            *operators,
             ("INSERT INTO edge_keys VALUES (?,?)", keys),
             ("INSERT OR REPLACE INTO job_files VALUES (?,?)", list(files.items())),
             ("UPDATE run SET plan=?, theta=?, master=?, spark_version=?, signature=? WHERE id=1",
              [(plan, theta, master, spark_version, signature)]),
             ("INSERT INTO interactions VALUES (0, ?, 'start', '{}')", [(time.time(),)]),
         ])
+
+    def _operator_rows(self, nodes: list) -> list:
+        """The statements that store `nodes`: code, kind, place in G(θ), initial state."""
+        g = self.graph
+        ops, initial, states = [], [], {}
+        for n in nodes:
+            code = self._codes[n.id] = cloudpickle.dumps(n.op)
+            data = values.dumps(n.op.state())
+            h = hashlib.blake2b(data, digest_size=16).digest()
+            states[h] = blobs.compress(data)
+            initial.append((n.id, h))
+            ops.append((n.id, n.name, n.kind, f"{type(n.op).__module__}.{type(n.op).__qualname__}",
+                        n.stage, n.instances, int(n.id in g.in_g), int(n.id == g.theta), code))
+        return [("INSERT INTO operators VALUES (?,?,?,?,?,?,?,?,?)", ops),
+                ("INSERT OR IGNORE INTO states VALUES (?,?,?)", [(h, len(d), d) for h, d in states.items()]),
+                ("INSERT INTO initial_states VALUES (?,?)", initial)]
+
+    # --- hooked PySpark calls (docs/HOOKS.md) -----------------------------------
+
+    def hook(self, fn: Any, kind: str, site: str, spark: Any) -> Any:
+        """A patched PySpark method was called by the job: make its call site an operator
+        of the run and return what Spark runs in place of `fn`. The first call begins the run."""
+        from ..core.graph import SOURCE
+        from ..core.hooked import IteratorOperator, name_of
+        from ..core.operator import Source
+        from .hooks import HookedCall
+
+        with self._hook_lock:
+            if self.graph is None:
+                self._begin_hooked(spark)
+            elif not self.hooked:
+                self.on_event("warning", {"message": f"{kind} at {site} runs unrecorded: the job "
+                                                     f"records a tt.Dataflow"})
+                return fn
+            g = self.graph
+            name = _unique(g, name_of(fn))
+            source = g.add_node(_unique(g, f"{name}.in"), SOURCE, Source())
+            node = g.add_node(name, kind, IteratorOperator(fn, kind, site))
+            stage = g.add_hooked(source, node)
+            if g.theta is None and self.watch in (None, name):
+                g.theta = node.id
+                self.on_event("begin", {"theta": name, "address": self.coordinator.address})
+            self.writer.submit(self._operator_rows([source, node]))
+            self.on_event("hooked", {"name": name, "kind": kind, "site": site})
+            return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
+
+    def _begin_hooked(self, spark: Any) -> None:
+        """The job's first hooked call: the run's coordinator and its first rows."""
+        if self.checkpoint_tau is not None:
+            raise UsageError("--checkpoint online does not take hooked PySpark functions yet; "
+                             "record without it and run `tt checkpoint` afterwards")
+        self.graph = Graph()
+        self.hooked = True
+        sc = spark.sparkContext
+        self._spark_context = sc
+        if sc.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+            sc.pythonExec = sys.executable
+        if self.writer.failed:
+            raise self.write_failure
+        self._install_sigint()
+        conf = sc.getConf()
+        master = conf.get("spark.master", "")
+        host = "127.0.0.1" if master.startswith("local") else conf.get("spark.driver.host", "127.0.0.1")
+        self.coordinator = Coordinator(self.writer, self.graph, self.run_id, host=host,
+                                       bind=Coordinator.bind_address(master, conf), on_event=self.on_event)
+        self.recording = Recording(self.coordinator.address, self.coordinator.secret, self.run_id, self.when)
+        if self.every:
+            self.coordinator.start_timer(self.every)
+        self.writer.submit([
+            ("INSERT OR REPLACE INTO job_files VALUES (?,?)", list(_job_files(self.job, self.job.parent).items())),
+            ("UPDATE run SET master=?, spark_version=? WHERE id=1", [(master, spark.version)]),
+            ("INSERT INTO interactions VALUES (0, ?, 'start', '{}')", [(time.time(),)]),
+        ])
+
+    def _write_hooked_plan(self) -> None:
+        """At the end of a hooked run: the whole DAG, θ and the signature over every operator."""
+        g = self.graph
+        self._fix_source_instances(self.coordinator)
+        if g.theta is None:
+            first = next(n for n in g.nodes if n.id in g.in_g)
+            g.theta = first.id
+            self.on_event("warning", {"message": f"no hooked operator is named {self.watch!r}; "
+                                                 f"watched {first.name} instead"})
+        signature = sign_run(self.run_id, list(self._codes.values()))
+        self.writer.submit([
+            ("UPDATE operators SET is_theta = (id = ?), instances=? WHERE id=?",
+             [(g.theta, n.instances, n.id) for n in g.nodes]),
+            ("UPDATE run SET plan=?, theta=?, signature=? WHERE id=1",
+             [(orjson.dumps(g.describe()).decode(), g.nodes[g.theta].name, signature)])])
 
     def end(self, *, ok: bool, error: str | None = None, status: str | None = None,
             input_bytes: int | None = None) -> None:
@@ -162,6 +245,8 @@ class RecordingSession:
                     c._decide_checkpoint(k)
                 self.writer.submit([("INSERT INTO interactions VALUES (?,?,'end','{}')", [(k, time.time())])])
                 self._fix_source_instances(c)
+        if c is not None and self.hooked:
+            self._write_hooked_plan()
         if c is not None:
             self.writer.submit([("INSERT OR REPLACE INTO stage_stats VALUES (?,?,?)",
                                  [(st, n, c.busy.get(st, 0.0)) for st, n in c.consumes.items()])])
@@ -331,6 +416,17 @@ def _job_files(job: Path, job_dir: Path | None) -> dict[str, str]:
         except OSError:
             pass
     return files
+
+
+def _unique(graph: Graph, name: str) -> str:
+    """`name`, or `name_2`, `name_3`, … when the DAG has it already (a call site run twice)."""
+    taken = {n.name for n in graph.nodes}
+    clean = "".join(c if not c.isspace() and c != ":" else "_" for c in name) or "fn"
+    out, n = clean, 1
+    while out in taken:
+        n += 1
+        out = f"{clean}_{n}"
+    return out
 
 
 def ensure_python_for_workers() -> None:

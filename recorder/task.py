@@ -223,6 +223,7 @@ class StageTask:
         self.last_state: dict[int, tuple[int, str]] = {}  # node -> (position, hash) of its last snapshot
         self.entry_seq: dict[tuple[int, int, int], int] = {}
         self.arrow_entries: list[tuple[int, int, int, Any]] = []  # (node, port, src, batch)
+        self.unit_entries: list[tuple[int, int, int, Any]] = []   # (node, port, src, DataFrame): hooked units
         self.blob_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, payload)
         self.last_flush = time.monotonic()
         self.since_flush = 0
@@ -255,9 +256,9 @@ class StageTask:
             if logging and nid in g.in_g:
                 log = InstanceLog([e for e in node.outputs if g.edges[e].shuffle])
                 multi = len(node.inputs) > 1 and nid != self.stage.head
-                if nid == g.theta:
+                if g.takes_barriers(nid):
                     when = None
-                    if when_src and self.mode == "record":
+                    if when_src and self.mode == "record" and nid == g.theta:
                         from .triggers import compile_condition
                         when = compile_condition(when_src)
                     r = ThetaRunner(node.name, p, node.op, nid, log, multi, on_barrier=self._on_barrier,
@@ -331,6 +332,44 @@ class StageTask:
             if chunk:
                 yield chunk
         yield from self._run(as_batches(), arrow=False)
+
+    def run_units(self, units: Iterator) -> Iterator:
+        """A hooked stage (a source, then the hooked function): each unit Spark hands the
+        function is one step of its operator, and what the function yields goes back to
+        Spark as it comes. The function's own exception is re-raised, so the job sees
+        what it would see without tt."""
+        src = self.runners[self.stage.source]
+        head_id = next(n for n in self.stage.nodes if n != self.stage.source)
+        head = self.runners[head_id]
+        out: list = []
+        head.targets.append(out.append)
+        capture = self.mode == "record" and isinstance(head, RecordingRunner)
+        try:
+            for unit in units:
+                if head.op.done:
+                    break  # the function returned without pulling the rest
+                if capture:
+                    self.unit_entries.append((head_id, 0, self.partition, unit))
+                t0 = time.perf_counter()
+                src.feed(unit, 0)
+                self.busy += time.perf_counter() - t0
+                self.since_flush += len(unit) if hasattr(unit, "__len__") else 1
+                self._after_input()
+                if out:
+                    yield from out
+                    out.clear()
+            for nid in self.stage.nodes:
+                self.runners[nid].end()
+                self._after_input()
+            yield from out
+            self._finish()
+        except OperatorFailure as f:
+            self._fail(f)
+            raise f.error.with_traceback(f.error.__traceback__) from None
+        finally:
+            CONTEXT.runner = None
+            if self.client is not None:
+                self.client.close()
 
     def _run(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
         try:
@@ -489,7 +528,7 @@ class StageTask:
             return
         every = FLUSH_SECONDS if self.checkpointer is None else FLUSH_SECONDS / 4  # online policy: fresher figures
         if (self.since_flush >= FLUSH_ROWS or time.monotonic() - self.last_flush >= every
-                or len(self.arrow_entries) > 16 or len(self.blob_entries) > 256):
+                or len(self.arrow_entries) > 16 or len(self.blob_entries) > 256 or len(self.unit_entries) > 16):
             self.flush()
 
     def _collect(self) -> tuple[list[dict], list[bytes]]:
@@ -539,7 +578,10 @@ class StageTask:
         for nid, port, src, n, payload in self.blob_entries:
             extra.append([nid, port, src, self._entry_start(nid, port, src, n), n, blobs.PICKLE,
                           blob(blobs.compress(payload))])
-        self.arrow_entries, self.blob_entries = [], []
+        for nid, port, src, unit in self.unit_entries:
+            extra.append([nid, port, src, self._entry_start(nid, port, src, 1), 1, blobs.PANDAS,
+                          blob(blobs.pack_pandas(unit))])
+        self.arrow_entries, self.blob_entries, self.unit_entries = [], [], []
         if extra:
             records.append({"entry_for": extra})
         return records, out_blobs
@@ -593,7 +635,7 @@ class StageTask:
             for rows in log.entry.values():
                 rows.clear()
             log.start = r.count
-        self.arrow_entries, self.blob_entries, self.pending_barriers = [], [], []
+        self.arrow_entries, self.blob_entries, self.unit_entries, self.pending_barriers = [], [], [], []
 
     def _finish(self) -> None:
         if self.mode != "record":

@@ -131,7 +131,11 @@ def profile(reader: RunReader, *, trust: bool = False,
         op = inst.node.id
         busy[op] = busy.get(op, 0.0) + clock() - started[0]
         inputs[op] = inputs.get(op, 0) + 1
-    initial = {key: cloudpickle.dumps(inst.runner.op) for key, inst in engine.instances.items()}
+    # hooked generators cannot be pickled: like stateless instances they get no checkpoint,
+    # and a restore line puts them in place by replaying their inputs (core/hooked.py)
+    replayed = {key for key, inst in engine.instances.items() if inst.restored_by_replay}
+    initial = {key: cloudpickle.dumps(inst.runner.op) for key, inst in engine.instances.items()
+               if key not in replayed}
     interactions = reader.interactions()
     positions, state_bytes = {}, {}
     sizes = dict(reader.conn.execute("SELECT hash, size FROM states"))
@@ -147,15 +151,16 @@ def profile(reader: RunReader, *, trust: bool = False,
             state_bytes[inter.k] = {key: int(sizes.get(at.state, 0) or 0) for key, at in snap.items()}
             if progress is not None:
                 progress(n + 1, len(interactions))
-    stateless = {key for key, inst in engine.instances.items()
-                 if cloudpickle.dumps(inst.runner.op) == initial[key]}
+    stateless = replayed | {key for key, inst in engine.instances.items()
+                            if key not in replayed and cloudpickle.dumps(inst.runner.op) == initial[key]}
     # per-operator time inside consume, scaled so that it adds up to the pass's wall time
     # (the scheduler's own work is spread over operators in proportion to theirs)
     scale = wall / max(sum(busy.values()), 1e-9)
     speed = {op: scale * busy[op] / inputs[op] for op in busy if inputs[op]}
     # how fast checkpoints load: unpickle the biggest operator object at the end
-    biggest = max(engine.instances.values(), key=lambda i: len(cloudpickle.dumps(i.runner.op)))
-    data = blobs.compress(cloudpickle.dumps(biggest.runner.op))
+    saved = [i for i in engine.instances.values() if i.key not in replayed]
+    biggest = max(saved, key=lambda i: len(cloudpickle.dumps(i.runner.op)), default=None)
+    data = blobs.compress(cloudpickle.dumps(biggest.runner.op if biggest is not None else None))
     t = clock()
     for _ in range(3):
         cloudpickle.loads(blobs.decompress(data))
@@ -274,6 +279,8 @@ def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = Fal
         engine.advance_to(prof.positions[k])
         for key in wanted[k]:
             inst = engine.instances[key]
+            if inst.restored_by_replay:
+                continue  # a hooked generator: restored by replay from its start, never from a pickle
             kind, data = writer.take(key, inst.runner.op)
             packed = blobs.compress(data)
             seq = seqs.get(key, 0)

@@ -249,16 +249,39 @@ class Instance:
         """The operator's state, JSON-encoded as stored in run files."""
         return orjson.loads(values.dumps(self.runner.op.state()))
 
+    @property
+    def restored_by_replay(self) -> bool:
+        """A hooked generator cannot be saved: it is put back by replaying its inputs (core/hooked.py)."""
+        return getattr(self.runner.op, "restore_by_replay", False)
+
+    def _replay_from_start(self, position: int) -> None:
+        """A fresh operator, re-fed its first `position` logged inputs; nothing is sent on
+        (the outputs were delivered the first time) and no engine hook sees it."""
+        self.reset()
+        engine = self.engine
+        hooks = engine.on_consume, engine.after_consume
+        engine.on_consume = engine.after_consume = None
+        try:
+            while self.runner.count < position:
+                self.consume()
+        finally:
+            engine.on_consume, engine.after_consume = hooks
+            self.runner.targets = []
+
     def save(self) -> tuple:
         """Everything needed to put this instance back where it is now."""
         r = self.runner
-        return (cloudpickle.dumps(r.op), r.count, r.finished, self.run_idx, self.run_off,
+        return (None if self.restored_by_replay else cloudpickle.dumps(r.op), r.count, r.finished, self.run_idx, self.run_off,
                 dict(self.consumed), cloudpickle.dumps({ch: list(q) for ch, q in self.queues.items() if q}),
                 dict(self.sent), (r.results._pos, r.results._call), dict(self.produced), self.queue_signature())
 
     def restore(self, saved: tuple) -> None:
         op_bytes, count, finished, run_idx, run_off, consumed, queues, sent, results, produced, _ = saved
-        self.reset(op=cloudpickle.loads(op_bytes))
+        if op_bytes is None:
+            self._replay_from_start(count)
+            self.reset(op=self.runner.op)  # the replayed operator, with the saved cursors below
+        else:
+            self.reset(op=cloudpickle.loads(op_bytes))
         self.runner.count, self.runner.finished = count, finished
         self.run_idx, self.run_off = run_idx, run_off
         self.consumed.update(consumed)
@@ -273,6 +296,9 @@ class Instance:
         nothing in flight: counters and cursors are derived from the logs (`produced`, per
         channel (edge, sender, receiver), may be passed in when already known)."""
         self.reset(op=op)
+        if self.restored_by_replay and position > 0:
+            self._replay_from_start(position)
+            self.reset(op=self.runner.op)
         r = self.runner
         r.count = position
         if position >= self.total:
@@ -336,7 +362,7 @@ class SavedPosition:
         self.parts = parts
 
     def nbytes(self) -> int:
-        return sum(len(p[0]) + len(p[6]) for p in self.parts.values())  # op and queue pickles
+        return sum(len(p[0] or b"") + len(p[6]) for p in self.parts.values())  # op and queue pickles
 
     def covers(self, target: dict[Key, int]) -> bool:
         """Whether replaying forward from here can reach `target`."""

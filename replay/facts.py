@@ -41,6 +41,7 @@ def summary(reader: RunReader) -> dict:
     input_bytes = run.get("input_bytes")
     control = reader.control_log_bytes()
     plan = run.get("plan") or {}
+    nodes = {n["id"]: n for n in plan.get("nodes", [])}
     return {
         "file": str(reader.path),
         "status": reader.status,
@@ -55,7 +56,9 @@ def summary(reader: RunReader) -> dict:
         "theta": theta.name if theta else None,
         "options": run["options"],
         "operators": [{"name": o.name, "kind": o.kind, "class": o.cls, "stage": o.stage,
-                       "instances": o.instances, "in_g": o.in_g, "theta": o.is_theta} for o in reader.operators],
+                       "instances": o.instances, "in_g": o.in_g, "theta": o.is_theta,
+                       "site": nodes.get(o.id, {}).get("site"), "unit": nodes.get(o.id, {}).get("unit")}
+                      for o in reader.operators],
         "edges": [{"from": reader.operators[e["src"]].name, "to": reader.operators[e["dst"]].name,
                    "port": e["port"], "shuffle": e["shuffle"], "keyed": e["keyed"]}
                   for e in plan.get("edges", [])],

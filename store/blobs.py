@@ -37,7 +37,10 @@ def decompress(data: bytes) -> bytes:
 # --- recorded tuples -------------------------------------------------------
 
 PICKLE = "pickle"
-ARROW = "arrow"
+ARROW = "arrow"      # an Arrow batch of rows, one row per recorded tuple
+PANDAS = "pandas"    # one pandas DataFrame (a hooked mapInPandas unit), as an Arrow stream
+#: Codecs whose data cannot run code when read: stored unsealed (store/trust.py).
+INERT = frozenset({ARROW, PANDAS})
 
 
 def pack_rows(rows: list) -> bytes:
@@ -55,6 +58,18 @@ def pack_arrow(batch) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def pack_pandas(frame) -> bytes:
+    """One DataFrame as an Arrow IPC stream; its pandas metadata brings index and dtypes back."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pandas(frame)
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
 def unpack_tuples(codec: str, data: bytes) -> list:
     if codec == PICKLE:
         return pickle.loads(decompress(data))
@@ -62,4 +77,9 @@ def unpack_tuples(codec: str, data: bytes) -> list:
         import pyarrow as pa
 
         return pa.ipc.open_stream(data).read_all().to_pylist()
+    if codec == PANDAS:
+        import pyarrow as pa
+
+        # as PySpark builds the DataFrames it hands to mapInPandas: dates stay datetime.date
+        return [pa.ipc.open_stream(data).read_all().to_pandas(date_as_object=True)]
     raise ValueError(f"unknown tuple codec {codec!r}")

@@ -387,7 +387,7 @@ class RunReader:
                     "AND attempt=? ORDER BY port, src, start", (op_id, instance, att[0]))]
 
     def _entry_blob(self, codec: str, data: bytes) -> bytes:
-        return data if codec == blobs.ARROW else self.open_blob("entry", data)
+        return data if codec in blobs.INERT else self.open_blob("entry", data)
 
     def entry_index(self, op_id: int, instance: int) -> list[tuple[int, int, int, int, int, str]]:
         """Like `entry_chunks` without the data: (rowid, port, src, start, n, codec)."""

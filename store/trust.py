@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from ..core.errors import UntrustedRunError
+from . import blobs
 
 
 def key_file() -> Path:
@@ -142,8 +143,8 @@ class Sealer:
         return SEAL + _blob_mac(self._key, self.run_id, kind, data) + data
 
     def entry(self, codec: str, data: bytes) -> bytes:
-        """A chunk of recorded tuples: Arrow batches cannot run code and stay as they are."""
-        return data if codec == "arrow" else self("entry", data)
+        """A chunk of recorded tuples: Arrow data cannot run code and stays as it is."""
+        return data if codec in blobs.INERT else self("entry", data)
 
 
 def run_id_of(signature: str | None) -> str:

@@ -9,7 +9,9 @@ scope, the log browser's rows, and a recording followed live.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
+import inspect
 import re
 import shutil
 import sqlite3
@@ -233,6 +235,65 @@ def test_steps_and_step_back(fraud_run):
         await keys(pilot, "n", "s", "f")
         assert app.shown.position == after_out
     drive(app, script)
+
+
+def _noting_thread(fn, threads: set):
+    """`fn`, adding the thread each call runs on to `threads`."""
+    @functools.wraps(fn)
+    def noted(*args, **kwargs):
+        threads.add(threading.current_thread())
+        return fn(*args, **kwargs)
+    return noted
+
+
+def test_every_call_into_the_session_runs_on_one_engine_thread(fraud_run, monkeypatch):
+    """A greenlet belongs to the thread that made it (`core/pulled.py`): loading the session, every
+    action, every look at a position and every consume run on the app's one engine thread, never on
+    a worker's or the UI's; the thread ends when the app does."""
+    from tt.replay.session import DebugSession
+
+    calls: set[threading.Thread] = set()      # threads that called a method of the session
+    consumes: set[threading.Thread] = set()   # threads that consumed a logged input
+    for name, fn in list(vars(DebugSession).items()):
+        if inspect.isfunction(fn):
+            monkeypatch.setattr(DebugSession, name, _noting_thread(fn, calls))
+    k = condition_k(fraud_run)
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        with app.model.session.engine.hooks(on_consume=lambda inst, pos, channel:
+                                            consumes.add(threading.current_thread())):
+            await keys(pilot, "j")
+            await answer(pilot, str(k))
+            assert position(app).startswith(f"at interaction {k} ·"), position(app)
+            start = dict(app.shown.position)
+            await keys(pilot, "n")
+            assert message(app).startswith("✓ step over"), message(app)
+            await keys(pilot, "s")
+            assert message(app).startswith("✓ step into"), message(app)
+            await keys(pilot, "N")
+            assert message(app).startswith("✓ stepped back"), message(app)
+            await keys(pilot, "N")
+            assert app.shown.position == start
+            await keys(pilot, "e")
+            await answer(pilot, "len(FD.blacklist)")
+            assert message(app).startswith("len(FD.blacklist) = "), message(app)
+            await keys(pilot, "w")
+            await answer(pilot, "FE[1].highest.get('Bob')")
+            assert message(app) == "watching FE[1].highest.get('Bob')"
+            app.query_one(DagView).focus()
+            await keys(pilot, "right")               # another operator: a selection, no action
+            await until(pilot, lambda: app.shown.op == "FD", what="FD's state")
+            await idle(pilot)
+    drive(app, script)
+
+    assert len(calls) == 1, calls
+    engine = next(iter(calls))
+    assert engine is app.engine_thread.thread and engine is not threading.main_thread()
+    assert engine.name == "tt-engine" and engine.daemon
+    assert consumes == calls, consumes
+    engine.join(60)   # (returns at once: the app closed the engine thread when it exited)
+    assert not engine.is_alive()
 
 
 def _tree_labels(inspector: StateInspector) -> dict:

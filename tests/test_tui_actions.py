@@ -10,6 +10,7 @@ TUI tests wait on `is_idle` before they look at the screen).
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -18,6 +19,7 @@ from tt.tui.actions import ACTIONS, When
 from tt.tui.app import DebuggerApp
 from tt.tui.help_screen import SECTIONS
 from tt.tui.messages import ActionDone, Say, SessionFailed
+from tt.tui.engine_thread import EngineClosed, EngineThread
 from tt.tui.widgets.message_line import MessageLine
 
 
@@ -147,3 +149,38 @@ def test_a_report_keeps_the_app_busy_until_it_is_handled(tmp_path):
         assert app.busy is None and app.is_idle
         assert app.query_one(MessageLine).plain == "jump to 1: cancelled"
     _run(app, script)
+
+
+def test_the_engine_thread_runs_every_call_and_lets_waiting_callers_go_when_closed():
+    """One thread for every call (greenlets cannot change threads); a call from that thread runs at once;
+    exceptions reach the caller; closing lets a caller still waiting go, and the thread ends after its call."""
+    engine = EngineThread()
+    assert engine.thread is None, "started by the first call, not by building the app"
+    ran_on = engine.call(threading.current_thread)
+    assert ran_on is engine.thread and ran_on is not threading.main_thread() and ran_on.daemon
+    assert engine.call(lambda: engine.call(threading.current_thread)) is ran_on, "reentrant, no deadlock"
+    with pytest.raises(KeyError):
+        engine.call(lambda: {}["missing"])
+    assert engine.call(threading.current_thread) is ran_on, "an exception does not end the thread"
+
+    running, release = threading.Event(), threading.Event()
+    outcome: list = []
+
+    def caller() -> None:
+        try:
+            engine.call(lambda: (running.set(), release.wait()))
+            outcome.append("returned")
+        except EngineClosed:
+            outcome.append("let go")
+    waiting = threading.Thread(target=caller)
+    waiting.start()
+    assert running.wait(30)
+    engine.close()
+    waiting.join(30)
+    assert outcome == ["let go"], "the caller does not wait for a call that may never end"
+    with pytest.raises(EngineClosed):
+        engine.call(threading.current_thread)
+    assert ran_on.is_alive(), "it finishes the call it runs"
+    release.set()
+    ran_on.join(30)
+    assert not ran_on.is_alive()

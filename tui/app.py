@@ -2,9 +2,11 @@
 
 The first screen comes from the run file's facts (the DAG, the interactions,
 the stored states at interaction 0), which are cheap to read even in a
-gigabyte-sized file; the replay engine (`DebugSession`) loads in a worker
-meanwhile, and every action on it runs in a worker too (`Model` serialises
-them), so the UI never blocks. Long actions show progress and stop on Escape.
+gigabyte-sized file; the replay engine (`DebugSession`) loads meanwhile, and
+every action on it runs in a worker too, so the UI never blocks. Workers hand
+every call into the session to one engine thread (`EngineThread`, which loads
+it too): the engine runs users' generators in greenlets, which only the thread
+that made them can resume. Long actions show progress and stop on Escape.
 
 Layout: at 80×24 one view at a time (debug: DAG, pending tuples and state;
 timeline; scope; logs; plots), switched with 1…5; from 140×40 up the debug
@@ -41,7 +43,8 @@ from .actions import When
 from .help_screen import HelpScreen
 from .messages import (ActionDone, ActionProgress, OverlapsReady, Report, RunPolled, Say, SelectionShown,
                        SeriesLoaded, SessionFailed, SessionReady, TupleFetched, WatchesEvaluated)
-from .model import Shown, Model
+from .engine_thread import EngineThread
+from .model import Model, Shown
 from .prompt_screen import PromptScreen
 from .tuple_screen import TupleScreen
 from .widgets.availability_line import AvailabilityLine
@@ -108,6 +111,7 @@ class DebuggerApp(App):
         self.busy: str | None = None
         self.cancellable = False
         self.cancel_event = threading.Event()
+        self.engine_thread = EngineThread()   # loads the session and runs every call into it (`_open_session`)
         self.interactions: list[dict] = []
         self.session_error: str | None = None
         self.selected_op: str | None = None
@@ -163,6 +167,12 @@ class DebuggerApp(App):
             self.begin_capture_print(self, stdout=True, stderr=False)
         if self._facts_loaded:
             self._open_session()
+
+    def on_unmount(self) -> None:
+        """The app is closing: stop a cancellable action, and let every worker still waiting for the engine
+        thread go (the thread is a daemon: an action that cannot be cancelled never holds up the exit)."""
+        self.cancel_event.set()
+        self.engine_thread.close()
 
     # --- layout -----------------------------------------------------------------------------------
 
@@ -289,16 +299,22 @@ class DebuggerApp(App):
 
     @work(thread=True, exclusive=True, group="open", exit_on_error=False)
     def _open_session(self) -> None:
+        """Load the session on the engine thread (loading replays) and wait for it here, off the UI thread."""
         from ..replay.session import DebugSession
 
-        try:
+        op = self.selected_op
+
+        def open_() -> tuple[Model, Shown, Any]:
             session = DebugSession(self.path, trust=self.trust)
-            model = Model(session)
-            op, want, failed = self.selected_op, None, session.failure
+            model = Model(session, self.engine_thread)
+            failed = session.failure
             if failed is not None and failed.steppable:  # post-mortem: open just before the failing tuple
                 session.goto_failure()
-                op, want = failed.op, session.parse_ref(failed.label)
-            shown = model.call(lambda s: model.build(op, want))
+                return model, model.build(failed.op, session.parse_ref(failed.label)), failed
+            return model, model.build(op, None), failed
+
+        try:
+            model, shown, failed = self.engine_thread.call(open_)
         except TTError as e:
             self._report(SessionFailed(str(e)))
             return
@@ -306,16 +322,16 @@ class DebuggerApp(App):
             traceback.print_exc()
             self._report(SessionFailed(f"internal error: {type(e).__name__}: {e}"))
             return
-        self._report(SessionReady(model, shown))
+        self._report(SessionReady(model, shown, failed))
         overlaps = model.compute_overlaps()
         if overlaps is not None:
             self._report(OverlapsReady())
 
     @on(SessionReady)
     def _session_ready(self, report: SessionReady) -> None:
-        model = self.model = report.model
+        self.model = report.model
         self._show_position(report.shown)
-        failed = model.session.failure
+        failed = report.failure
         if failed is not None and failed.steppable:
             self.query_one(MessageLine).say(f"the run failed at {failed.label}: {failed.error} · you are just "
                                             f"before it · s re-raises it", "warning")
@@ -471,14 +487,15 @@ class DebuggerApp(App):
         model = self.model
         op, ref = self.selected_op, self.selected_ref
         cancellable = self.cancellable
-        engine = model.session.engine
-        run_total = sum(inst.tuple_total for inst in engine.instances.values())
+        engine, run_total = model.call(lambda s: (s.engine,
+                                                  sum(inst.tuple_total for inst in s.engine.instances.values())))
 
         def progress(done: int, total: int) -> None:
             # The session's ticker passes a running count of this action's steps (and, for a jump, how
             # many it will take); a run-until or last-change may also restart from an earlier point. What
-            # the user wants is where the replay stands in the run: read it off the engine (this is the
-            # worker thread the engine runs in, so the read is consistent).
+            # the user wants is where the replay stands in the run: read it off the engine (this runs on
+            # the engine thread, inside the action, so the read is consistent). Esc sets `cancel`, and the
+            # ticker raises `Cancelled` there; this worker gets it from `model.act`.
             now = time.perf_counter()
             if now - self._last_progress >= 0.1 and not cancel.is_set():
                 self._last_progress = now
@@ -530,16 +547,15 @@ class DebuggerApp(App):
 
     @work(thread=True, exclusive=True, group="select", exit_on_error=False)
     def _select_worker(self, op: str | None, ref: TupleRef | None) -> None:
+        """A newer selection cancels this one: if it has by the time the engine thread is free, skip it."""
         model = self.model
-        with model.lock:
-            if get_current_worker().is_cancelled:
-                return
+        worker = get_current_worker()
         try:
-            shown = model.select(op, ref)
+            shown = model.call(lambda s: None if worker.is_cancelled else model.select(op, ref))
         except TTError as e:
             self._report(Say(str(e), "error"))
             return
-        if not get_current_worker().is_cancelled:
+        if shown is not None and not worker.is_cancelled:
             self._report(SelectionShown(shown))
 
     @on(SelectionShown)
@@ -839,10 +855,8 @@ class DebuggerApp(App):
 
     @work(thread=True, group="evaluate", exit_on_error=False)
     def _evaluate_worker(self, text: str, row: Any) -> None:
-        model = self.model
         try:
-            with model.lock:
-                values = model.session.evaluate(text, row)
+            values = self.model.call(lambda s: s.evaluate(text, row))
         except TTError as e:
             self._report(Say(str(e), "error"))
             return
@@ -874,17 +888,21 @@ class DebuggerApp(App):
     @work(thread=True, exclusive=True, group="watch", exit_on_error=False)
     def _watch_worker(self, expressions: list[str], adding: str | None = None) -> None:
         """Evaluate the watched expressions here; a new one that cannot be evaluated is not added."""
-        model = self.model
-        results: list = []
-        with model.lock:
+        def evaluate(s) -> list:
+            results: list = []
             for text in expressions:
                 try:
-                    results.append((text, model.session.evaluate(text)))
+                    results.append((text, s.evaluate(text)))
                 except TTError as e:
                     if text == adding:
-                        self._report(Say(str(e), "error"))
-                        return
+                        raise
                     results.append((text, str(e)))
+            return results
+        try:
+            results = self.model.call(evaluate)
+        except TTError as e:   # the new expression
+            self._report(Say(str(e), "error"))
+            return
         self._report(WatchesEvaluated(results, adding))
 
     @on(WatchesEvaluated)
@@ -1008,12 +1026,8 @@ class DebuggerApp(App):
 
     @work(thread=True, exclusive=True, group="refresh", exit_on_error=False)
     def _refresh_session(self) -> None:
-        model = self.model
         try:
-            with model.lock:
-                model.session.refresh()
-                model.overlaps = None
-            shown = model.select(self.selected_op, self.selected_ref)
+            shown = self.model.refresh(self.selected_op, self.selected_ref)
         except TTError as e:
             self._report(Say(f"cannot follow the run: {e}", "error"))
             return

@@ -1,10 +1,11 @@
 """What the app's workers hand back to the UI thread.
 
-The replay engine runs in worker threads; only the UI thread may touch the
-widgets. A worker posts one of these to the app and the app's handler puts it
-on screen. Until a `Report` has been handled the app is not idle
-(`DebuggerApp.is_idle`), so a test never looks at the screen between a
-worker's end and its result being shown.
+Workers wait for the replay engine (which runs on its own thread, see
+`engine_thread.EngineThread`); only the UI thread may touch the widgets. A worker
+posts one of these to the app and the app's handler puts it on screen. Until
+a `Report` has been handled the app is not idle (`DebuggerApp.is_idle`), so a
+test never looks at the screen between a worker's end and its result being
+shown.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ class Report(Message):
 
 
 class SessionReady(Report):
-    """The replay engine has loaded; `shown` is its first position."""
+    """The replay engine has loaded; `shown` is its first position, `failure` the run's (`DebugSession.failure`)."""
 
-    def __init__(self, model: Model, shown: Shown) -> None:
+    def __init__(self, model: Model, shown: Shown, failure: Any = None) -> None:
         super().__init__()
         self.model = model
         self.shown = shown
+        self.failure = failure
 
 
 class SessionFailed(Report):

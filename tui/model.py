@@ -1,22 +1,26 @@
 """What the debugger's widgets show, computed off the UI thread from the debug session.
 
 The TUI is a thin view on `DebugSession`: every call into the session goes
-through `Model.call`, which holds one lock, so actions run one at a time in
-worker threads while the UI keeps drawing. After each action the model builds a
-`Shown` (position, pending tuples, what each step key can do and why not, the
-selected operator's states and what changed in them, the selected tuple's
-scope) that the widgets render without touching the session.
+through `Model.call`, which hands it to the one engine thread (`EngineThread`)
+and holds the session's lock there, so actions run one at a time, always on the
+same thread, while workers wait for them and the UI keeps drawing. After each
+action the model builds a `Shown` (position, pending tuples, what each step
+key can do and why not, the selected operator's states and what changed in
+them, the selected tuple's scope) that the widgets render without touching the
+session.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.scopes import Overlap, ScopeNode, TupleRef, operator_of
 from ..replay import state_paths
+from .engine_thread import EngineThread
 
-if TYPE_CHECKING:  # the session (and the replay engine) load in a worker, after the first screen
+if TYPE_CHECKING:  # the session (and the replay engine) load on the engine thread, after the first screen
     from ..replay.session import Availability, DebugSession, Pending, StepResult
 
 PENDING_PER_INSTANCE = 12
@@ -56,32 +60,46 @@ class Shown:
     result: StepResult | None = None
 
 
+def _on_engine(method):
+    """Run the method through `Model.call`: on the engine thread, under the session's lock."""
+    @functools.wraps(method)
+    def run(self: Model, *args: Any, **kwargs: Any) -> Any:
+        return self.call(lambda _session: method(self, *args, **kwargs))
+    return run
+
+
 class Model:
-    """The debugger's side of the session: runs one action at a time (under the session's
-    lock, from any worker thread) and builds what the widgets show after it (`Shown`),
+    """The debugger's side of the session: runs one action at a time (on the engine thread, under the
+    session's lock, whichever worker asks) and builds what the widgets show after it (`Shown`),
     keeping the selection a step back should restore."""
 
-    def __init__(self, session: DebugSession):
+    def __init__(self, session: DebugSession, engine_thread: EngineThread | None = None):
+        """`engine_thread`: the thread that built `session` (the app's); None when the caller is that thread
+        and drives the session itself (a script, a benchmark)."""
         self.session = session
+        self.engine_thread = engine_thread
         self.shown: Shown | None = None
         self.overlaps: list[Overlap] | None = None
         self._theta = session.graph.theta
         self._selections: list[tuple[str | None, TupleRef | None]] = []   # per history entry: the selection before it
 
-    @property
-    def lock(self):
-        """The session's lock: one lock serialises every call into the session, from any worker."""
-        return self.session.lock
-
     # --- session access -----------------------------------------------------------------------
 
     def call(self, fn: Callable[[DebugSession], Any]) -> Any:
-        with self.lock:
+        """`fn(session)` on the engine thread, under the session's lock (`tt replay` and others share it);
+        the caller waits for its result, or its exception re-raised."""
+        if self.engine_thread is None:
+            return self._locked(fn)
+        return self.engine_thread.call(self._locked, fn)
+
+    def _locked(self, fn: Callable[[DebugSession], Any]) -> Any:
+        with self.session.lock:
             return fn(self.session)
 
+    @_on_engine
     def build(self, op: str | None, want: TupleRef | None, result: StepResult | None = None,
               keep_changes: bool = False) -> Shown:
-        """What to show at the session's current position (call with the lock held or from `act`)."""
+        """What to show at the session's current position."""
         s = self.session
         prev = self.shown
         position = s.position
@@ -114,6 +132,7 @@ class Model:
         self.shown = shown
         return shown
 
+    @_on_engine
     def act(self, fn: Callable[[DebugSession], StepResult | None], op: str | None, want: TupleRef | None,
             select_after: Callable[[DebugSession, StepResult | None], tuple[str | None, TupleRef | None]] | None = None
             ) -> Shown:
@@ -121,41 +140,47 @@ class Model:
 
         A step back restores the selection there was before the action it undoes, so the
         next `s` or `n` acts on the tuple the user had picked, not on another one."""
-        with self.lock:
-            history = self.session.history
-            before = len(history)
-            chosen = (op, want)
-            result = fn(self.session)
-            if select_after is not None:
-                new_op, new_ref = select_after(self.session, result)
-                op = new_op or op
-                want = new_ref
-            after = len(history)
-            if after > before:
-                del self._selections[before:]
-                self._selections.extend([chosen] * (after - before))
-            elif after < before and after < len(self._selections):
-                op, want = self._selections[after]
-                del self._selections[after:]
-            return self.build(op, want, result)
+        history = self.session.history
+        before = len(history)
+        chosen = (op, want)
+        result = fn(self.session)
+        if select_after is not None:
+            new_op, new_ref = select_after(self.session, result)
+            op = new_op or op
+            want = new_ref
+        after = len(history)
+        if after > before:
+            del self._selections[before:]
+            self._selections.extend([chosen] * (after - before))
+        elif after < before and after < len(self._selections):
+            op, want = self._selections[after]
+            del self._selections[after:]
+        return self.build(op, want, result)
 
+    @_on_engine
     def select(self, op: str | None, want: TupleRef | None) -> Shown:
         """Another operator or tuple selected: the same position, seen differently."""
-        with self.lock:
-            prev = self.shown
-            shown = self.build(op, want, prev.result if prev else None, keep_changes=True)
-            if prev is not None and prev.op != op and prev.result is not None:
-                shown.changes = _from_result(prev.result, shown.op)
-            return shown
+        prev = self.shown
+        shown = self.build(op, want, prev.result if prev else None, keep_changes=True)
+        if prev is not None and prev.op != op and prev.result is not None:
+            shown.changes = _from_result(prev.result, shown.op)
+        return shown
 
+    @_on_engine
+    def refresh(self, op: str | None, want: TupleRef | None) -> Shown:
+        """A live run grew: the session rebuilds its engine over the longer logs, the overlaps are found again."""
+        self.session.refresh()
+        self.overlaps = None
+        return self.select(op, want)
+
+    @_on_engine
     def compute_overlaps(self, force: bool = False) -> list[Overlap] | None:
-        with self.lock:
-            if self.overlaps is None:
-                total = sum(inst.total for inst in self.session.engine.instances.values())
-                if total > OVERLAP_TUPLE_LIMIT and not force:
-                    return None
-                self.overlaps = self.session.overlaps()
-            return self.overlaps
+        if self.overlaps is None:
+            total = sum(inst.total for inst in self.session.engine.instances.values())
+            if total > OVERLAP_TUPLE_LIMIT and not force:
+                return None
+            self.overlaps = self.session.overlaps()
+        return self.overlaps
 
     # --- pieces ---------------------------------------------------------------------------------
 

@@ -1,0 +1,213 @@
+"""An unmodified PySpark job recorded through the hooks (docs/HOOKS.md), on real Spark.
+
+`tests/jobs/hooked_enrich.py` keeps state in a callable class used by
+`mapInPandas` and knows nothing of tt. It is recorded the way `tt record` does it
+(in-process, beside the suite's SparkSession), then checked against:
+its own output with recording off, `tt verify`, and an oracle that computes the
+state with pandas from the job's data definition, without reading tt's logs.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tt.recorder.job import record_job
+from tt.replay.session import DebugSession
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_enrich.py"
+ROWS, PARTITIONS, BATCH = 600, 3, 50
+WHEN = "bool((row['amount'] > 99).any())"   # the unit is a batch: `row` is a pandas DataFrame
+
+
+def oracle(partition: int, batches: int) -> dict:
+    """Enrich's state after `batches` batches of `partition`, from the data's definition."""
+    lo, hi = partition * ROWS // PARTITIONS, (partition + 1) * ROWS // PARTITIONS
+    pdf = pd.DataFrame({"id": range(lo, hi)})
+    pdf["customer"] = "c" + (pdf["id"] % 7).astype(str)
+    pdf["amount"] = ((pdf["id"] * 37) % 101).astype(float)
+    seen = pdf.iloc[: batches * BATCH]
+    seen = seen[seen["amount"] > 0]   # a first amount of 0 is not above the default 0
+    return {"batches": batches, "highest": seen.groupby("customer")["amount"].max().to_dict()}
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    """(run file, the job's output recorded, its output with recording off)."""
+    d = tmp_path_factory.mktemp("hooked")
+    off = d / "off.json"
+    argv = sys.argv[:]
+    sys.argv = [str(JOB), str(off)]
+    try:
+        runpy.run_path(str(JOB), run_name="__main__")
+    finally:
+        sys.argv = argv
+    out = d / "run.db"
+    outcome = record_job(JOB, [str(d / "on.json")], out, when=WHEN)
+    assert outcome.status == "complete", outcome.error
+    return out, json.loads((d / "on.json").read_text()), json.loads(off.read_text())
+
+
+def test_recording_does_not_change_the_jobs_output(recorded):
+    _, on, off = recorded
+    assert on == off
+    assert len(on) > 0   # the job flags something: the comparison is not of two empty lists
+
+
+def test_the_dag_has_the_hooked_operator(recorded):
+    reader = RunReader(recorded[0])
+    ops = {o.name: o for o in reader.operators}
+    assert ops["Enrich"].kind == "mapInPandas"
+    assert ops["Enrich"].instances == PARTITIONS
+    assert ops["Enrich"].in_g and reader.theta.name == "Enrich"
+    reader.close()
+
+
+def test_recorded_states_equal_the_pandas_oracle(recorded):
+    reader = RunReader(recorded[0])
+    theta = reader.theta.id
+    ks = [i.k for i in reader.interactions()]
+    assert len(ks) > 3   # --when fired on several batches, and the end
+    checked = 0
+    for k in ks:
+        for (op, i), at in reader.instances_at(k).items():
+            if op != theta:
+                continue
+            batches = min(at.position, ROWS // PARTITIONS // BATCH)  # the END step is not a batch
+            state = reader.state(at.state)
+            assert {"batches": state["batches"], "highest": state["highest"]} == oracle(i, batches), (k, i)
+            checked += 1
+    reader.close()
+    assert checked == len(ks) * PARTITIONS
+
+
+def test_verify_replays_every_interaction(recorded, capsys):
+    from tt.cli.main import main
+
+    assert main(["verify", str(recorded[0])]) == 0
+    n = len(RunReader(recorded[0]).interactions())
+    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+
+
+def test_steps_and_step_back_replay_the_generator_faithfully(recorded):
+    """A suspended generator cannot be saved: step back restores it by replaying from the
+    partition's start, and the state it shows must be the recorded one again."""
+    session = DebugSession(recorded[0])
+    reader = session.reader
+    theta = reader.theta.id
+    k, i, n = next((x.k, i, at.position) for x in reader.interactions()
+                   for (op, i), at in reader.instances_at(x.k).items() if op == theta and 0 < at.position < 4)
+    session.jump(k)
+    before = session.engine.states()
+    session.step_over(session.parse_ref(f"Enrich:{i}:{n}"))
+    after = session.engine.states()[(theta, i)]
+    assert after["batches"] == n + 1 and after["highest"] == oracle(i, n + 1)["highest"]
+    session.step_back()
+    assert session.engine.states() == before
+    session.step_back()   # over the jump: back to the start, replayed again
+    session.jump(k)
+    assert session.engine.states() == before
+    session.reader.close()
+
+
+def test_hooks_are_removed_after_the_job(recorded):
+    """With recording off, nothing is patched: the job runs on PySpark's own method."""
+    from pyspark.sql.classic.dataframe import DataFrame
+    from pyspark.sql.pandas.map_ops import PandasMapOpsMixin
+
+    assert DataFrame.mapInPandas.__module__ == "pyspark.sql.classic.dataframe"
+    assert not hasattr(DataFrame.mapInPandas, "__wrapped__")
+    assert PandasMapOpsMixin.mapInPandas.__module__ == "pyspark.sql.pandas.map_ops"
+
+
+def test_a_raising_function_fails_the_run_and_replay_stops_before_its_batch(spark, tmp_path):
+    """Post-mortem: the run names the operator, partition and batch; replay re-raises there."""
+    fail_at = 1 * ROWS // PARTITIONS + 2 * BATCH + 7      # partition 1, its batch #2
+    out = tmp_path / "failed.db"
+    outcome = record_job(JOB, [str(tmp_path / "o.json"), str(ROWS), str(PARTITIONS), str(fail_at)], out)
+    assert outcome.status == "failed"
+    assert "operator Enrich:1 raised ValueError: bad payment" in outcome.error
+    assert "on input #2" in outcome.error
+    session = DebugSession(out)
+    failure = session.failure
+    assert failure is not None and failure.label == "Enrich:1:2"
+    session.goto_failure()
+    theta = session.reader.theta.id
+    state = session.engine.states()[(theta, 1)]
+    assert state["batches"] == 2 and state["highest"] == oracle(1, 2)["highest"]
+    session.reader.close()
+
+
+def test_checkpoints_put_a_hooked_generator_back_by_replay(recorded, tmp_path, capsys):
+    """A checkpoint plan never pickles a running generator; jumps from it stay exact."""
+    import shutil
+
+    from tt.cli.main import main
+
+    run = tmp_path / "ckpt.db"
+    shutil.copy(recorded[0], run)
+    assert main(["checkpoint", str(run), "--tau", "1ms"]) == 0
+    assert main(["verify", str(run)]) == 0
+    n = len(RunReader(run).interactions())
+    assert f"again from the checkpoints for {n}" in capsys.readouterr().out
+
+
+def test_a_retried_task_leaves_the_log_of_a_failure_free_run(recorded, tmp_path, capsys):
+    """Partition 1's first attempt raises after two batches; Spark retries it. Only the
+    retry is kept: same output, states as the oracle's, and verify passes."""
+    from tt.cli.main import main
+
+    out = tmp_path / "retried.db"
+    outcome = record_job(JOB, [str(tmp_path / "o.json"), str(ROWS), str(PARTITIONS), "-1", "1"], out)
+    assert outcome.status == "complete", outcome.error
+    assert json.loads((tmp_path / "o.json").read_text()) == recorded[2]
+    reader = RunReader(out)
+    attempts = reader.conn.execute("SELECT partition, status FROM attempts ORDER BY id").fetchall()
+    assert sorted(attempts) == [(0, "committed"), (1, "committed"), (1, "failed"), (2, "committed")]
+    end = reader.instances_at(reader.interactions()[-1].k)
+    for (op, i), at in end.items():
+        state = reader.state(at.state)
+        assert {"batches": state["batches"], "highest": state["highest"]} == oracle(i, 4)
+    reader.close()
+    assert main(["verify", str(out)]) == 0
+    assert "every replayed state equals the recorded one" in capsys.readouterr().out
+
+
+def test_tt_debug_steps_through_the_hooked_batches(recorded):
+    """The real app on the hooked run: step over a batch, step into the next, step back twice;
+    the state tree shows the oracle's state each time (greenlets on the one engine thread)."""
+    from test_tui import answer, drive, keys, message
+
+    from tt.tui.app import DebuggerApp
+
+    reader = RunReader(recorded[0])
+    theta = reader.theta.id
+    k, i, n = next((x.k, i, at.position) for x in reader.interactions()
+                   for (op, i), at in reader.instances_at(x.k).items() if op == theta and at.position == 1)
+    reader.close()
+    app = DebuggerApp(recorded[0])
+
+    def shown_state() -> dict:
+        state = app.shown.states[f"Enrich:{i}"]
+        return {"batches": state["batches"], "highest": state["highest"]}
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        assert shown_state() == oracle(i, 1)
+        ref = f"Enrich:{i}:1"
+        app.selected_ref = app.model.call(lambda s: s.parse_ref(ref))
+        await keys(pilot, "n")
+        assert message(app).startswith(f"✓ step over {ref}"), message(app)
+        assert shown_state() == oracle(i, 2)
+        await keys(pilot, "N")
+        assert shown_state() == oracle(i, 1)
+        await keys(pilot, "N")            # over the jump: the start, every generator fresh
+        assert shown_state() == oracle(i, 0)
+    drive(app, script, size=(160, 45))
