@@ -49,6 +49,11 @@ class IteratorOperator(Operator):
         """The function returned: it pulls no more units (Spark stops feeding it too)."""
         return self._pulled is not None and self._pulled.finished
 
+    @property
+    def failed(self) -> bool:
+        """The function raised: only a fresh start can bring it back."""
+        return self._pulled is not None and self._pulled.failed
+
     def process(self, row: Any, port: int = 0) -> list:
         p = self._pulled
         if p is None:  # outputs yielded before the first pull are the first unit's

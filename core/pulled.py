@@ -42,6 +42,7 @@ class Pulled:
         self._ended = False
         self.started = False
         self.finished = False
+        self.failed = False                # the function raised: it can take nothing more
         self.pulled = 0                    # units handed to the function so far
         self.returned: Any = None          # what fn returned: for a generator, its frame holds the state
         self._runner = greenlet.greenlet(self._run)
@@ -75,7 +76,7 @@ class Pulled:
         if signal is _DONE:
             self.finished = True
         elif isinstance(signal, _Raised):
-            self.finished = True
+            self.finished = self.failed = True
             raise signal.error
         return self._outputs
 

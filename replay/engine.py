@@ -254,19 +254,23 @@ class Instance:
         """A hooked generator cannot be saved: it is put back by replaying its inputs (core/hooked.py)."""
         return getattr(self.runner.op, "restore_by_replay", False)
 
-    def _replay_from_start(self, position: int) -> None:
-        """A fresh operator, re-fed its first `position` logged inputs; nothing is sent on
-        (the outputs were delivered the first time) and no engine hook sees it."""
-        self.reset()
+    def _replay_to(self, position: int) -> None:
+        """Feed the operator its recorded inputs (a hooked operator has no other) up to `position`:
+        onward from where it stands when it is not past it (and has not raised), else from a
+        fresh start. Nothing is sent
+        on (the outputs were delivered the first time) and no engine hook sees it."""
+        if self.runner.count > position or self.runner.op.failed:
+            self.reset()
         engine = self.engine
         hooks = engine.on_consume, engine.after_consume
         engine.on_consume = engine.after_consume = None
+        targets, self.runner.targets = self.runner.targets, []
         try:
             while self.runner.count < position:
                 self.consume()
         finally:
             engine.on_consume, engine.after_consume = hooks
-            self.runner.targets = []
+            self.runner.targets = targets
 
     def save(self) -> tuple:
         """Everything needed to put this instance back where it is now."""
@@ -278,7 +282,7 @@ class Instance:
     def restore(self, saved: tuple) -> None:
         op_bytes, count, finished, run_idx, run_off, consumed, queues, sent, results, produced, _ = saved
         if op_bytes is None:
-            self._replay_from_start(count)
+            self._replay_to(count)
             self.reset(op=self.runner.op)  # the replayed operator, with the saved cursors below
         else:
             self.reset(op=cloudpickle.loads(op_bytes))
@@ -295,10 +299,10 @@ class Instance:
         """Put this instance at `position` with operator object `op` (None: a fresh one),
         nothing in flight: counters and cursors are derived from the logs (`produced`, per
         channel (edge, sender, receiver), may be passed in when already known)."""
+        if self.restored_by_replay:
+            self._replay_to(position)
+            op = self.runner.op
         self.reset(op=op)
-        if self.restored_by_replay and position > 0:
-            self._replay_from_start(position)
-            self.reset(op=self.runner.op)
         r = self.runner
         r.count = position
         if position >= self.total:

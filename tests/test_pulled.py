@@ -95,9 +95,10 @@ def test_an_exception_surfaces_from_the_unit_that_caused_it():
     p = Pulled(fragile)
     p.start()
     assert p.feed(2) == [5]
+    assert not p.failed
     with pytest.raises(ZeroDivisionError):
         p.feed(0)
-    assert p.finished
+    assert p.finished and p.failed   # the replay engine restarts a failed function from scratch
     with pytest.raises(RuntimeError, match="has finished"):
         p.feed(1)
 
