@@ -57,8 +57,8 @@ def _escape_help(command) -> None:
 def main(argv: list[str] | None = None) -> int:
     _register()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--debug" in argv[:1]:
-        _debug["on"] = True
+    # per call: one `tt --debug …` in a process does not stick to the next
+    _debug["on"] = "--debug" in argv[:1] or os.environ.get("TT_DEBUG") == "1"
     command = typer.main.get_command(app)
     _escape_help(command)
     try:
@@ -93,11 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as e:
-        if _debug["on"] or type(e).__name__ != "ZstdError":
+        if _debug["on"]:
             raise
-        # only stored blobs are ever decompressed: their bytes are damaged
-        _say(f"the run file is damaged: stored data cannot be decompressed ({e})")
-        return 1
+        if type(e).__name__ == "ZstdError":
+            # only stored blobs are ever decompressed: their bytes are damaged
+            _say(f"the run file is damaged: stored data cannot be decompressed ({e})")
+            return 1
+        # a bug in tt: one line, never a traceback unless asked for, never exit 0
+        _say(f"internal error: {type(e).__name__}: {e} (a bug in tt; `tt --debug {' '.join(argv[:1])} …` "
+             f"shows the traceback)")
+        return 70
 
 
 def _say(message: str) -> None:

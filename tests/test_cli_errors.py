@@ -208,3 +208,22 @@ def test_a_condition_that_raises_is_reported_once(spark, job, tmp_path, capfd):
     assert main(["record", str(job(JOB_OK)), "--watch", "C", "--when", "row['amount'] > 3", "-o", str(out)]) == 0
     warnings = [line for line in capfd.readouterr().err.splitlines() if "tt: warning" in line]
     assert len(warnings) == 1 and "KeyError" in warnings[0] and "'amount'" in warnings[0]
+
+
+def test_a_bug_in_tt_is_one_line_and_a_failure_exit(tmp_path, monkeypatch, capsys):
+    """An unexpected exception inside tt (a bug, injected here) is one line on stderr and exit 70;
+    the traceback only behind --debug."""
+    from tt.store import reader
+
+    def broken(self, path):
+        raise TypeError("an injected bug")
+    monkeypatch.setattr(reader.RunReader, "__init__", broken)
+    run = tmp_path / "run.db"
+    run.write_bytes(b"")
+    assert main(["inspect", str(run)]) == 70
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "tt: error: internal error: TypeError: an injected bug (a bug in tt; `tt --debug inspect …` "
+        "shows the traceback)"]
+    with pytest.raises(TypeError, match="an injected bug"):
+        main(["--debug", "inspect", str(run)])
