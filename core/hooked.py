@@ -25,11 +25,10 @@ from . import values
 from .operator import Operator
 from .pulled import Pulled
 
-#: The kind of a hooked operator in the DAG: the PySpark method it was handed to.
-HOOKED_KINDS = frozenset({"mapInPandas"})
-
-#: The unit of one step, per kind, as the debugger names it.
+#: The kind of a hooked operator in the DAG (the PySpark method it was handed to), and the
+#: unit of one of its steps as the debugger names it.
 UNITS = {"mapInPandas": "batch"}
+HOOKED_KINDS = frozenset(UNITS)
 
 
 class IteratorOperator(Operator):

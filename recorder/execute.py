@@ -10,7 +10,6 @@ computes an operator's work twice by re-reading it.
 
 from __future__ import annotations
 
-import os
 import pickle
 import secrets
 import sys
@@ -208,9 +207,7 @@ def _schema(spark: Any, schema: Any) -> Any:
 
 def _prepare_spark(spark: Any, graph: Graph) -> None:
     """Workers must run this interpreter (local mode) and get the job's own code."""
-    sc = spark.sparkContext
-    if sc.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
-        sc.pythonExec = sys.executable
+    sessions.use_this_python(spark.sparkContext)
     _ship_user_modules(graph)
 
 

@@ -63,13 +63,11 @@ def install(session: Any) -> Callable[[], None]:
 
 
 def _user_site() -> str | None:
-    """`file:line` of the job's call, or None when PySpark itself made it."""
-    frame = sys._getframe(2)
+    """`file:line` of the job's call, or None when PySpark (or tt) itself made it."""
+    frame = sys._getframe(2)   # _user_site <- the patched method <- its caller
     if _library(frame):
         return None
-    while frame is not None and _library(frame):
-        frame = frame.f_back
-    return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}" if frame is not None else "?"
+    return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
 
 
 def _library(frame) -> bool:

@@ -96,6 +96,20 @@ class RecordingSession:
             self.on_event("warning", {"message": "the job runs a second dataflow; tt records only the first"})
             return None
         theta = graph.choose_theta(self.watch)
+        plan_id = None
+        if self.checkpoint_tau is not None:
+            plan_id = self.writer.call(lambda conn: conn.execute(
+                "INSERT INTO checkpoint_plans (policy, tau, created, active, info) VALUES ('online',?,?,1,'{}')",
+                (self.checkpoint_tau, time.time())).lastrowid)
+        master = self._start(graph, spark, plan_id)
+        self._write_plan(graph, master, spark.version, job_dir)
+        if self.every:
+            self.coordinator.start_timer(self.every)
+        self.on_event("begin", {"theta": theta.name, "address": self.coordinator.address})
+        return self.recording
+
+    def _start(self, graph: Graph, spark: Any, plan_id: int | None = None) -> str:
+        """The run's coordinator beside the driver, for a dataflow or a hooked job; returns Spark's master."""
         self.graph = graph
         self._spark_context = spark.sparkContext
         if self.writer.failed:
@@ -104,19 +118,11 @@ class RecordingSession:
         conf = spark.sparkContext.getConf()
         master = conf.get("spark.master", "")
         host = "127.0.0.1" if master.startswith("local") else conf.get("spark.driver.host", "127.0.0.1")
-        plan_id = None
-        if self.checkpoint_tau is not None:
-            plan_id = self.writer.call(lambda conn: conn.execute(
-                "INSERT INTO checkpoint_plans (policy, tau, created, active, info) VALUES ('online',?,?,1,'{}')",
-                (self.checkpoint_tau, time.time())).lastrowid)
         self.coordinator = Coordinator(self.writer, graph, self.run_id, host=host,
                                        bind=Coordinator.bind_address(master, conf), on_event=self.on_event,
                                        online_tau=self.checkpoint_tau, plan_id=plan_id)
-        self._write_plan(graph, master, spark.version, job_dir)
-        if self.every:
-            self.coordinator.start_timer(self.every)
-        self.on_event("begin", {"theta": theta.name, "address": self.coordinator.address})
-        return Recording(self.coordinator.address, self.coordinator.secret, self.run_id, self.when)
+        self.recording = Recording(self.coordinator.address, self.coordinator.secret, self.run_id, self.when)
+        return master
 
     def _write_plan(self, graph: Graph, master: str, spark_version: str, job_dir: Path | None) -> None:
         keys = [(e.id, cloudpickle.dumps(e.key)) for e in graph.edges if e.key is not None]
@@ -184,33 +190,21 @@ class RecordingSession:
         if self.checkpoint_tau is not None:
             raise UsageError("--checkpoint online does not take hooked PySpark functions yet; "
                              "record without it and run `tt checkpoint` afterwards")
-        self.graph = Graph()
         self.hooked = True
-        sc = spark.sparkContext
-        self._spark_context = sc
-        if sc.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
-            sc.pythonExec = sys.executable
-        if self.writer.failed:
-            raise self.write_failure
-        self._install_sigint()
-        conf = sc.getConf()
-        master = conf.get("spark.master", "")
-        host = "127.0.0.1" if master.startswith("local") else conf.get("spark.driver.host", "127.0.0.1")
-        self.coordinator = Coordinator(self.writer, self.graph, self.run_id, host=host,
-                                       bind=Coordinator.bind_address(master, conf), on_event=self.on_event)
-        self.recording = Recording(self.coordinator.address, self.coordinator.secret, self.run_id, self.when)
-        if self.every:
-            self.coordinator.start_timer(self.every)
+        use_this_python(spark.sparkContext)
+        master = self._start(Graph(), spark)
         self.writer.submit([
             ("INSERT OR REPLACE INTO job_files VALUES (?,?)", list(_job_files(self.job, self.job.parent).items())),
             ("UPDATE run SET master=?, spark_version=? WHERE id=1", [(master, spark.version)]),
             ("INSERT INTO interactions VALUES (0, ?, 'start', '{}')", [(time.time(),)]),
         ])
+        if self.every:
+            self.coordinator.start_timer(self.every)
 
     def _write_hooked_plan(self) -> None:
         """At the end of a hooked run: the whole DAG, θ and the signature over every operator."""
         g = self.graph
-        self._fix_source_instances(self.coordinator)
+        self._learn_source_instances(self.coordinator)
         if g.theta is None:
             first = next(n for n in g.nodes if n.id in g.in_g)
             g.theta = first.id
@@ -244,7 +238,8 @@ class RecordingSession:
                     k = c.k
                     c._decide_checkpoint(k)
                 self.writer.submit([("INSERT INTO interactions VALUES (?,?,'end','{}')", [(k, time.time())])])
-                self._fix_source_instances(c)
+                if not self.hooked:
+                    self._fix_source_instances(c)
         if c is not None and self.hooked:
             self._write_hooked_plan()
         if c is not None:
@@ -291,7 +286,16 @@ class RecordingSession:
         self.writer.flush()
 
     def _fix_source_instances(self, c: Coordinator) -> None:
-        """Spark may run a source stage with other partitions than planned (AQE)."""
+        """Store the partition counts Spark ran source stages with, where they differ from the plan."""
+        g = self.graph
+        if self._learn_source_instances(c):
+            self.writer.submit([
+                ("UPDATE operators SET instances=? WHERE id=?", [(n.instances, n.id) for n in g.nodes]),
+                ("UPDATE run SET plan=? WHERE id=1", [(orjson.dumps(g.describe()).decode(),)])])
+
+    def _learn_source_instances(self, c: Coordinator) -> bool:
+        """Spark may run a source stage with other partitions than planned (AQE), and a hooked
+        stage's count is known only from its tasks: take the counts seen. Whether any changed."""
         g = self.graph
         changed = False
         for stage in g.stages:
@@ -301,10 +305,7 @@ class RecordingSession:
                 for nid in stage.nodes:
                     g.nodes[nid].instances = seen
                 changed = True
-        if changed:
-            self.writer.submit([
-                ("UPDATE operators SET instances=? WHERE id=?", [(n.instances, n.id) for n in g.nodes]),
-                ("UPDATE run SET plan=? WHERE id=1", [(orjson.dumps(g.describe()).decode(),)])])
+        return changed
 
     def close(self) -> None:
         """Stop the coordinator and the writer; raise `RunFileWriteError` if writing failed."""
@@ -427,6 +428,12 @@ def _unique(graph: Graph, name: str) -> str:
         n += 1
         out = f"{clean}_{n}"
     return out
+
+
+def use_this_python(sc: Any) -> None:
+    """Local workers run this interpreter (it has tt), unless the user chose one."""
+    if sc.master.startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        sc.pythonExec = sys.executable
 
 
 def ensure_python_for_workers() -> None:

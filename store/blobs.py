@@ -47,14 +47,14 @@ def pack_rows(rows: list) -> bytes:
     return compress(pickle.dumps(rows, protocol=5))
 
 
-def pack_arrow(batch) -> bytes:
-    """One Arrow RecordBatch as an IPC stream (compressed by Arrow itself)."""
+def pack_arrow(data) -> bytes:
+    """One Arrow RecordBatch (or Table) as an IPC stream (compressed by Arrow itself)."""
     import pyarrow as pa
 
     sink = pa.BufferOutputStream()
     options = pa.ipc.IpcWriteOptions(compression="zstd")
-    with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
-        writer.write_batch(batch)
+    with pa.ipc.new_stream(sink, data.schema, options=options) as writer:
+        writer.write(data)
     return sink.getvalue().to_pybytes()
 
 
@@ -62,12 +62,7 @@ def pack_pandas(frame) -> bytes:
     """One DataFrame as an Arrow IPC stream; its pandas metadata brings index and dtypes back."""
     import pyarrow as pa
 
-    table = pa.Table.from_pandas(frame)
-    sink = pa.BufferOutputStream()
-    options = pa.ipc.IpcWriteOptions(compression="zstd")
-    with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return pack_arrow(pa.Table.from_pandas(frame))
 
 
 def unpack_tuples(codec: str, data: bytes) -> list:
