@@ -36,26 +36,42 @@ _create_lock = threading.Lock()  # the recorder's threads may want the key at on
 
 def _key(create: bool) -> bytes | None:
     path = key_file()
-    try:
-        return bytes.fromhex(path.read_text().strip())
-    except (OSError, ValueError):
-        if not create:
-            return None
+    key = _read_key(path)
+    if key is not None or not create:
+        return key
     with _create_lock:
-        try:
-            return bytes.fromhex(path.read_text().strip())  # another thread made it meanwhile
-        except (OSError, ValueError):
-            pass
-        return _new_key(path)
+        return _read_key(path) or _new_key(path)  # another thread may have made it meanwhile
+
+
+def _read_key(path: Path) -> bytes | None:
+    try:
+        key = bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return key if len(key) == 32 else None
 
 
 def _new_key(path: Path) -> bytes:
+    """A new key, written whole before it appears under its name: a reader (another thread or
+    process) never sees a half-written key, and of two processes making one, both keep the first."""
     path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_bytes(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key.hex())
-    return key
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(key.hex())
+        try:
+            os.link(tmp, path)      # fails if the key exists: then the existing one is the key
+        except FileExistsError:
+            existing = _read_key(path)
+            if existing is None:
+                os.replace(tmp, path)   # a broken key file: replace it
+                return key
+            return existing
+        return key
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _digest(run_id: str, code: list[bytes]) -> bytes:

@@ -207,3 +207,27 @@ def test_a_run_from_before_sealing_opens_and_replays_only_with_trust(signed_run,
     assert "not signed" in proc.stderr and "--trust" in proc.stderr
     proc = _tt("verify", str(run), "--trust")
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_threads_and_processes_that_make_the_key_at_once_all_get_the_same_one(tmp_path, monkeypatch):
+    """The first recording on a machine makes the key while the coordinator's threads seal
+    their first blobs: none may read a half-written key (an empty key sealed chunks that
+    the reader then refused)."""
+    import threading
+
+    path = tmp_path / "fresh" / "key"
+    monkeypatch.setenv("TT_KEY_FILE", str(path))
+    code = ("import sys; from tt.store import trust; sys.stdout.write(trust._key(create=True).hex())")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    keys: list[bytes] = []
+    threads = [threading.Thread(target=lambda: keys.append(trust._key(create=True))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    keys += [bytes.fromhex(p.communicate()[0]) for p in procs]
+    assert len(keys) == 11 and all(len(k) == 32 for k in keys)
+    assert len(set(keys)) == 1
+    assert bytes.fromhex(path.read_text()) == keys[0]
+    assert [p.name for p in path.parent.iterdir()] == ["key"]   # no temporary file left behind
