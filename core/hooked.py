@@ -1,12 +1,13 @@
 """A function an unmodified PySpark job hands to Spark, as an operator of the one runtime.
 
-`tt record` wraps the function a job passes to `mapInPandas` (docs/HOOKS.md); in
-the executor and in the replay engine alike it runs as an `IteratorOperator`, so
-the runner, the logs, interactions, steps and the TUI treat it like any operator.
-Spark's iterator API is pull-based and the runtime pushes one unit per step:
-`core/pulled.py` bridges the two, so a step is one unit (a batch for
-`mapInPandas`) and the outputs the function yields before pulling the next unit
-are that unit's.
+`tt record` wraps the function a job passes to `mapInPandas`, `mapInArrow`,
+`rdd.mapPartitions` and the other hooked APIs (docs/HOOKS.md); in the executor and
+in the replay engine alike it runs as an `IteratorOperator` (or, for the RDD
+element APIs, an `ElementOperator`), so the runner, the logs, interactions, steps
+and the TUI treat it like any operator. Spark's iterator APIs are pull-based and
+the runtime pushes one unit per step: `core/pulled.py` bridges the two, so a step
+is one unit (a batch for `mapInPandas`, an element for `mapPartitions`) and the
+outputs the function yields before pulling the next unit are that unit's.
 
 Its state is what a user would look at: the attributes of a callable instance (or
 of a bound method's instance), its closure cells, and the locals of its
@@ -17,31 +18,83 @@ back at a position by replaying its inputs from the start of its partition
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from typing import Any, Callable
 
 from . import values
-from .operator import Operator
+from .operator import CONTEXT, Operator
 from .pulled import Pulled
 
 #: The kind of a hooked operator in the DAG (the PySpark method it was handed to), and the
 #: unit of one of its steps as the debugger names it.
-UNITS = {"mapInPandas": "batch"}
+UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
+         "mapPartitions": "row", "mapPartitionsWithIndex": "row",
+         "map": "row", "flatMap": "row", "filter": "row"}
 HOOKED_KINDS = frozenset(UNITS)
+#: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).
+ELEMENT_KINDS = frozenset({"map", "flatMap", "filter"})
 
 
-class IteratorOperator(Operator):
-    """`fn(iterator of units) -> iterator of outputs`, one unit per step."""
+class HookedOperator(Operator):
+    """What every hooked function shares: its kind, its call site, and its state, which is
+    what a user would look at (the callable's attributes, its closure cells)."""
+
+    restore_by_replay = False
+    done = False      # the function stopped pulling input (only an iterator function can)
+    failed = False    # the function raised and can take nothing more
+
+    def __init__(self, fn: Callable, kind: str, site: str = ""):
+        self._fn = fn
+        self._kind = kind
+        self._site = site          # file:line of the call in the job, shown beside the name
+
+    def state(self) -> dict:
+        fn = self._fn
+        owner = getattr(fn, "__self__", None) if inspect.ismethod(fn) else fn
+        out: dict = {}
+        if owner is not None and not inspect.isroutine(owner) and isinstance(getattr(owner, "__dict__", None), dict):
+            out.update(values.public_attrs(vars(owner)))
+        cells = _closure(fn)
+        if cells:
+            out["closure"] = cells
+        return out
+
+    def __repr__(self) -> str:
+        return f"<{self._kind} {self._tt_name or name_of(self._fn)}>"
+
+
+class ElementOperator(HookedOperator):
+    """`rdd.map(f)`, `flatMap(f)`, `filter(f)`: `f` takes one element per step. Nothing is
+    suspended between two steps, so the instance is saved and restored like any operator."""
+
+    def process(self, row: Any, port: int = 0) -> list:
+        fn, kind = self._fn, self._kind
+        if kind == "map":
+            return [fn(row)]
+        if kind == "filter":
+            return [row] if fn(row) else []
+        return list(fn(row))
+
+
+class IteratorOperator(HookedOperator):
+    """`fn(iterator of units) -> iterator of outputs`, one unit per step
+    (`fn(partition, iterator)` for `mapPartitionsWithIndex`)."""
 
     #: A running generator cannot be pickled: restore this instance by replaying its inputs.
     restore_by_replay = True
 
     def __init__(self, fn: Callable, kind: str = "mapInPandas", site: str = ""):
-        self._fn = fn
-        self._kind = kind
-        self._site = site          # file:line of the call in the job, shown beside the name
+        super().__init__(fn, kind, site)
         self._pulled: Pulled | None = None
+
+    def _begin(self) -> Pulled:
+        fn = self._fn
+        if self._kind == "mapPartitionsWithIndex":  # the instance is the partition Spark passes
+            fn = functools.partial(fn, CONTEXT.runner.instance)
+        self._pulled = Pulled(fn)
+        return self._pulled
 
     @property
     def done(self) -> bool:
@@ -56,25 +109,17 @@ class IteratorOperator(Operator):
     def process(self, row: Any, port: int = 0) -> list:
         p = self._pulled
         if p is None:  # outputs yielded before the first pull are the first unit's
-            p = self._pulled = Pulled(self._fn)
+            p = self._begin()
             outs = p.start()
             return outs + p.feed(row) if not p.finished else outs
         return p.feed(row)
 
     def finish(self) -> list:
-        if self._pulled is None:
-            self._pulled = Pulled(self._fn)
-        return self._pulled.end()
+        p = self._pulled or self._begin()
+        return p.end()
 
     def state(self) -> dict:
-        fn = self._fn
-        owner = getattr(fn, "__self__", None) if inspect.ismethod(fn) else fn
-        out: dict = {}
-        if owner is not None and not inspect.isroutine(owner) and isinstance(getattr(owner, "__dict__", None), dict):
-            out.update(values.public_attrs(vars(owner)))
-        cells = _closure(fn)
-        if cells:
-            out["closure"] = cells
+        out = super().state()
         frame_locals = self._frame_locals()
         if frame_locals:
             out["locals"] = frame_locals
@@ -98,9 +143,6 @@ class IteratorOperator(Operator):
             raise TypeError(f"{self._tt_name or self._kind}: a running generator cannot be saved; "
                             f"tt restores it by replaying its inputs (restore_by_replay)")
         return self.__dict__
-
-    def __repr__(self) -> str:
-        return f"<{self._kind} {self._tt_name or name_of(self._fn)}>"
 
 
 def name_of(fn: Any) -> str:
@@ -133,4 +175,10 @@ def _skipped(value: Any) -> bool:
                               types.MethodType))
 
 
-__all__ = ["IteratorOperator", "HOOKED_KINDS", "UNITS", "name_of"]
+def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
+    """The operator that runs `fn` as PySpark's `kind` would call it."""
+    return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
+
+
+__all__ = ["HookedOperator", "IteratorOperator", "ElementOperator", "operator_for", "HOOKED_KINDS",
+           "UNITS", "name_of"]

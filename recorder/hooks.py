@@ -1,7 +1,8 @@
 """Hooks that let `tt record` record an unmodified PySpark job (docs/HOOKS.md).
 
 `install(session)` patches PySpark's methods that take the job's stateful Python
-code (today `DataFrame.mapInPandas`, classic PySpark). A patched method asks the
+code (`DataFrame.mapInPandas` / `mapInArrow` and the RDD's `mapPartitions`,
+`mapPartitionsWithIndex`, `map`, `flatMap`, `filter`; classic PySpark). A patched method asks the
 recording session to make its call site an operator of the run, then hands Spark
 a `HookedCall` in place of the user's function: in the executor, that runs the
 function through the one runtime (`StageTask.run_units`), logged like any
@@ -31,34 +32,67 @@ class HookedCall:
         self.recording = recording
         self.__name__ = name_of(fn)
 
-    def __call__(self, iterator: Iterator) -> Iterator:
+    def __call__(self, *args: Any) -> Iterator:
+        """`(iterator)` for the DataFrame APIs, `(partition, iterator)` for the RDD's."""
         from pyspark import TaskContext
 
         tc = TaskContext.get()
+        partition, units = args if len(args) == 2 else (tc.partitionId(), args[0])
         attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
-        task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
-        return task.run_units(iterator)
+        task = StageTask(self.graph, self.stage_id, partition, self.recording, attempt)
+        return task.run_units(units)
 
 
 def install(session: Any) -> Callable[[], None]:
     """Patch PySpark for `session`; returns the function that puts everything back."""
+    from pyspark.core.rdd import RDD
     from pyspark.sql.classic.dataframe import DataFrame
 
-    original = DataFrame.mapInPandas
+    originals: list[tuple[type, str, Callable]] = []
+    with_index = RDD.mapPartitionsWithIndex
 
-    def mapInPandas(self, func, schema, barrier=False, profile=None):
-        site = _user_site()
-        if site is None or not callable(func):  # PySpark calling itself, or an error PySpark reports
-            return original(self, func, schema, barrier, profile)
-        hooked = session.hook(func, "mapInPandas", site, self.sparkSession)
-        return original(self, hooked, schema, barrier, profile)
+    def patch(cls: type, name: str, make: Callable[[Callable], Callable]) -> None:
+        original = getattr(cls, name)
+        patched = make(original)
+        patched.__name__, patched.__doc__, patched.__wrapped__ = name, original.__doc__, original
+        originals.append((cls, name, original))
+        setattr(cls, name, patched)
 
-    mapInPandas.__doc__ = original.__doc__
-    mapInPandas.__wrapped__ = original
-    DataFrame.mapInPandas = mapInPandas
+    def dataframe_map(kind: str):
+        """`df.mapInPandas(f, schema, ...)`, `df.mapInArrow(f, schema, ...)`."""
+        def make(original):
+            def patched(self, func, *args, **kwargs):
+                site = _user_site()
+                if site is None or not callable(func):  # PySpark calling itself, or an error it reports
+                    return original(self, func, *args, **kwargs)
+                hooked = session.hook(func, kind, site, self.sparkSession.sparkContext)
+                return original(self, hooked, *args, **kwargs)
+            return patched
+        return make
+
+    def rdd_map(kind: str):
+        """`rdd.mapPartitions(f, preservesPartitioning)` and its kin: what Spark runs is always
+        `mapPartitionsWithIndex(HookedCall)`, which hands the call the partition it runs."""
+        def make(original):
+            def patched(self, f, *args, **kwargs):
+                site = _user_site()
+                if site is None or not callable(f):
+                    return original(self, f, *args, **kwargs)
+                hooked = session.hook(f, kind, site, self.context)
+                if kind == "filter":  # PySpark's filter keeps the partitioning, and so does the hook
+                    args, kwargs = (True,), {}
+                return with_index(self, hooked, *args, **kwargs)
+            return patched
+        return make
+
+    for kind in ("mapInPandas", "mapInArrow"):
+        patch(DataFrame, kind, dataframe_map(kind))
+    for kind in ("mapPartitions", "mapPartitionsWithIndex", "map", "flatMap", "filter"):
+        patch(RDD, kind, rdd_map(kind))
 
     def uninstall() -> None:
-        DataFrame.mapInPandas = original
+        for cls, name, original in reversed(originals):
+            setattr(cls, name, original)
     return uninstall
 
 

@@ -101,21 +101,21 @@ class RecordingSession:
             plan_id = self.writer.call(lambda conn: conn.execute(
                 "INSERT INTO checkpoint_plans (policy, tau, created, active, info) VALUES ('online',?,?,1,'{}')",
                 (self.checkpoint_tau, time.time())).lastrowid)
-        master = self._start(graph, spark, plan_id)
+        master = self._start(graph, spark.sparkContext, plan_id)
         self._write_plan(graph, master, spark.version, job_dir)
         if self.every:
             self.coordinator.start_timer(self.every)
         self.on_event("begin", {"theta": theta.name, "address": self.coordinator.address})
         return self.recording
 
-    def _start(self, graph: Graph, spark: Any, plan_id: int | None = None) -> str:
+    def _start(self, graph: Graph, sc: Any, plan_id: int | None = None) -> str:
         """The run's coordinator beside the driver, for a dataflow or a hooked job; returns Spark's master."""
         self.graph = graph
-        self._spark_context = spark.sparkContext
+        self._spark_context = sc
         if self.writer.failed:
             raise self.write_failure
         self._install_sigint()
-        conf = spark.sparkContext.getConf()
+        conf = sc.getConf()
         master = conf.get("spark.master", "")
         host = "127.0.0.1" if master.startswith("local") else conf.get("spark.driver.host", "127.0.0.1")
         self.coordinator = Coordinator(self.writer, graph, self.run_id, host=host,
@@ -158,25 +158,26 @@ class RecordingSession:
 
     # --- hooked PySpark calls (docs/HOOKS.md) -----------------------------------
 
-    def hook(self, fn: Any, kind: str, site: str, spark: Any) -> Any:
+    def hook(self, fn: Any, kind: str, site: str, sc: Any) -> Any:
         """A patched PySpark method was called by the job: make its call site an operator
         of the run and return what Spark runs in place of `fn`. The first call begins the run."""
         from ..core.graph import SOURCE
-        from ..core.hooked import IteratorOperator, name_of
+        from ..core.hooked import name_of, operator_for
         from ..core.operator import Source
         from .hooks import HookedCall
 
         with self._hook_lock:
             if self.graph is None:
-                self._begin_hooked(spark)
+                self._begin_hooked(sc)
             elif not self.hooked:
                 self.on_event("warning", {"message": f"{kind} at {site} runs unrecorded: the job "
                                                      f"records a tt.Dataflow"})
                 return fn
             g = self.graph
-            name = _unique(g, name_of(fn))
+            base = name_of(fn)
+            name = _unique(g, kind if base == "lambda" else base)
             source = g.add_node(_unique(g, f"{name}.in"), SOURCE, Source())
-            node = g.add_node(name, kind, IteratorOperator(fn, kind, site))
+            node = g.add_node(name, kind, operator_for(fn, kind, site))
             stage = g.add_hooked(source, node)
             if g.theta is None and self.watch in (None, name):
                 g.theta = node.id
@@ -185,17 +186,17 @@ class RecordingSession:
             self.on_event("hooked", {"name": name, "kind": kind, "site": site})
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
 
-    def _begin_hooked(self, spark: Any) -> None:
+    def _begin_hooked(self, sc: Any) -> None:
         """The job's first hooked call: the run's coordinator and its first rows."""
         if self.checkpoint_tau is not None:
             raise UsageError("--checkpoint online does not take hooked PySpark functions yet; "
                              "record without it and run `tt checkpoint` afterwards")
         self.hooked = True
-        use_this_python(spark.sparkContext)
-        master = self._start(Graph(), spark)
+        use_this_python(sc)
+        master = self._start(Graph(), sc)
         self.writer.submit([
             ("INSERT OR REPLACE INTO job_files VALUES (?,?)", list(_job_files(self.job, self.job.parent).items())),
-            ("UPDATE run SET master=?, spark_version=? WHERE id=1", [(master, spark.version)]),
+            ("UPDATE run SET master=?, spark_version=? WHERE id=1", [(master, sc.version)]),
             ("INSERT INTO interactions VALUES (0, ?, 'start', '{}')", [(time.time(),)]),
         ])
         if self.every:

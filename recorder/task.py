@@ -34,6 +34,9 @@ from ..core.operator import CONTEXT
 from ..store import blobs
 
 ENVELOPE_DDL = "route int, dest int, epoch int, src int, seq long, payload binary"
+#: How a hooked operator's unit is stored, by the operator's kind; rows (the RDD APIs) are
+#: pickled in chunks with the other logged rows.
+UNIT_CODECS = {"mapInPandas": blobs.PANDAS, "mapInArrow": blobs.ARROW_BATCH}
 ROWS_PER_PAYLOAD = 512          # tuples per envelope row
 ENVELOPES_PER_BATCH = 64        # envelope rows per output Arrow batch
 FLUSH_ROWS = 50_000             # send logs at least this often (inputs since last flush)
@@ -223,7 +226,7 @@ class StageTask:
         self.last_state: dict[int, tuple[int, str]] = {}  # node -> (position, hash) of its last snapshot
         self.entry_seq: dict[tuple[int, int, int], int] = {}
         self.arrow_entries: list[tuple[int, int, int, Any]] = []  # (node, port, src, batch)
-        self.unit_entries: list[tuple[int, int, int, Any]] = []   # (node, port, src, DataFrame): hooked units
+        self.unit_entries: list[tuple[int, int, int, str, Any]] = []  # (node, port, src, codec, unit): hooked
         self.blob_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, payload)
         self.last_flush = time.monotonic()
         self.since_flush = 0
@@ -343,17 +346,22 @@ class StageTask:
         head = self.runners[head_id]
         out: list = []
         head.targets.append(out.append)
-        capture = self.mode == "record" and isinstance(head, RecordingRunner)
+        codec = UNIT_CODECS.get(self.g.nodes[head_id].kind)   # None: a row, logged with the others
+        rows = head.log.entry.setdefault((0, self.partition), []) if isinstance(head, RecordingRunner) else None
+        capture = self.mode == "record" and rows is not None
         try:
             for unit in units:
                 if head.op.done:
                     break  # the function returned without pulling the rest
                 if capture:
-                    self.unit_entries.append((head_id, 0, self.partition, unit))
+                    if codec is None:
+                        rows.append(unit)
+                    else:
+                        self.unit_entries.append((head_id, 0, self.partition, codec, unit))
                 t0 = time.perf_counter()
                 src.feed(unit, 0)
                 self.busy += time.perf_counter() - t0
-                self.since_flush += len(unit) if hasattr(unit, "__len__") else 1
+                self.since_flush += 1 if codec is None else len(unit)
                 self._after_input()
                 if out:
                     yield from out
@@ -578,9 +586,9 @@ class StageTask:
         for nid, port, src, n, payload in self.blob_entries:
             extra.append([nid, port, src, self._entry_start(nid, port, src, n), n, blobs.PICKLE,
                           blob(blobs.compress(payload))])
-        for nid, port, src, unit in self.unit_entries:
-            extra.append([nid, port, src, self._entry_start(nid, port, src, 1), 1, blobs.PANDAS,
-                          blob(blobs.pack_pandas(unit))])
+        for nid, port, src, codec, unit in self.unit_entries:
+            extra.append([nid, port, src, self._entry_start(nid, port, src, 1), 1, codec,
+                          blob(blobs.pack_unit(codec, unit))])
         self.arrow_entries, self.blob_entries, self.unit_entries = [], [], []
         if extra:
             records.append({"entry_for": extra})

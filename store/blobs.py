@@ -39,8 +39,9 @@ def decompress(data: bytes) -> bytes:
 PICKLE = "pickle"
 ARROW = "arrow"      # an Arrow batch of rows, one row per recorded tuple
 PANDAS = "pandas"    # one pandas DataFrame (a hooked mapInPandas unit), as an Arrow stream
+ARROW_BATCH = "arrow-batch"  # one Arrow RecordBatch (a hooked mapInArrow unit), kept whole
 #: Codecs whose data cannot run code when read: stored unsealed (store/trust.py).
-INERT = frozenset({ARROW, PANDAS})
+INERT = frozenset({ARROW, PANDAS, ARROW_BATCH})
 
 
 def pack_rows(rows: list) -> bytes:
@@ -65,6 +66,11 @@ def pack_pandas(frame) -> bytes:
     return pack_arrow(pa.Table.from_pandas(frame))
 
 
+def pack_unit(codec: str, unit) -> bytes:
+    """One unit of a hooked function (a DataFrame or a RecordBatch) in its codec."""
+    return pack_pandas(unit) if codec == PANDAS else pack_arrow(unit)
+
+
 def unpack_tuples(codec: str, data: bytes) -> list:
     if codec == PICKLE:
         return pickle.loads(decompress(data))
@@ -77,4 +83,8 @@ def unpack_tuples(codec: str, data: bytes) -> list:
 
         # as PySpark builds the DataFrames it hands to mapInPandas: dates stay datetime.date
         return [pa.ipc.open_stream(data).read_all().to_pandas(date_as_object=True)]
+    if codec == ARROW_BATCH:
+        import pyarrow as pa
+
+        return [pa.ipc.open_stream(data).read_next_batch()]  # pack_arrow wrote exactly one
     raise ValueError(f"unknown tuple codec {codec!r}")
