@@ -126,6 +126,8 @@ def _summary_text(s: dict) -> str:
         lines.append(f"hooked   one step = one unit ({'; '.join(units)}). Each hooked operator takes an "
                      f"interaction between two of its own units; Spark owns what lies between them, so "
                      f"snapshots are not tuple-consistent across its shuffles (docs/HOOKS.md)")
+    for u in s.get("unrecorded", []):
+        lines.append(f"unrecorded  {u['name']} ({u['kind']} at {u['site']}) ran without tt: {u['why']}")
     lines.append("edges    " + ", ".join(f"{e['from']}→{e['to']}" + (" (shuffle)" if e["shuffle"] else "")
                                         for e in s["edges"]))
     lines.append(f"interactions  {s['interactions']} complete of {s['interactions_recorded']} recorded")

@@ -1,13 +1,15 @@
 """A function an unmodified PySpark job hands to Spark, as an operator of the one runtime.
 
 `tt record` wraps the function a job passes to `mapInPandas`, `mapInArrow`,
-`rdd.mapPartitions` and the other hooked APIs (docs/HOOKS.md); in the executor and
-in the replay engine alike it runs as an `IteratorOperator` (or, for the RDD
-element APIs, an `ElementOperator`), so the runner, the logs, interactions, steps
-and the TUI treat it like any operator. Spark's iterator APIs are pull-based and
-the runtime pushes one unit per step: `core/pulled.py` bridges the two, so a step
-is one unit (a batch for `mapInPandas`, an element for `mapPartitions`) and the
-outputs the function yields before pulling the next unit are that unit's.
+`applyInPandas`, `rdd.mapPartitions` and the other hooked APIs (docs/HOOKS.md). In
+the executor and in the replay engine alike it runs as an operator of the one
+runtime, so the runner, the logs, interactions, steps and the TUI treat it like any
+operator: an `IteratorOperator` for the iterator APIs, an `ElementOperator` for the
+RDD's element functions, a `GroupOperator` for the grouped APIs. Spark's iterator
+APIs are pull-based and the runtime pushes one unit per step: `core/pulled.py`
+bridges the two, so a step is one unit (a batch for `mapInPandas`, an element for
+`mapPartitions`) and the outputs the function yields before pulling the next unit
+are that unit's.
 
 Its state is what a user would look at: the attributes of a callable instance (or
 of a bound method's instance), its closure cells, and the locals of its
@@ -31,10 +33,14 @@ from .pulled import Pulled
 #: unit of one of its steps as the debugger names it.
 UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "mapPartitions": "row", "mapPartitionsWithIndex": "row",
-         "map": "row", "flatMap": "row", "filter": "row"}
+         "map": "row", "flatMap": "row", "filter": "row",
+         "applyInPandas": "group", "applyInArrow": "group",
+         "cogroup.applyInPandas": "group", "cogroup.applyInArrow": "group"}
 HOOKED_KINDS = frozenset(UNITS)
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).
 ELEMENT_KINDS = frozenset({"map", "flatMap", "filter"})
+#: Grouped APIs: the function takes one group per call (`GroupOperator`).
+GROUP_KINDS = frozenset(k for k, unit in UNITS.items() if unit == "group")
 
 
 class HookedOperator(Operator):
@@ -76,6 +82,22 @@ class ElementOperator(HookedOperator):
         if kind == "filter":
             return [row] if fn(row) else []
         return list(fn(row))
+
+
+class GroupOperator(HookedOperator):
+    """`applyInPandas(f)` and the other grouped APIs: one group `(key, *frames)` per step,
+    `f` called with or without the key as PySpark calls it (`with_key`, decided on the
+    driver by PySpark's own rule: without the key when `getfullargspec(f).args`, which
+    counts a callable instance's `self`, holds exactly one name per frame)."""
+
+    def __init__(self, fn: Callable, kind: str, site: str = ""):
+        super().__init__(fn, kind, site)
+        frames = 2 if kind.startswith("cogroup.") else 1
+        self._with_key = len(inspect.getfullargspec(fn).args) != frames
+
+    def process(self, unit: tuple, port: int = 0) -> list:
+        key, *frames = unit
+        return [self._fn(key, *frames) if self._with_key else self._fn(*frames)]
 
 
 class IteratorOperator(HookedOperator):
@@ -177,8 +199,10 @@ def _skipped(value: Any) -> bool:
 
 def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     """The operator that runs `fn` as PySpark's `kind` would call it."""
+    if kind in GROUP_KINDS:
+        return GroupOperator(fn, kind, site)
     return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
 
 
-__all__ = ["HookedOperator", "IteratorOperator", "ElementOperator", "operator_for", "HOOKED_KINDS",
-           "UNITS", "name_of"]
+__all__ = ["HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "operator_for",
+           "HOOKED_KINDS", "GROUP_KINDS", "UNITS", "name_of"]

@@ -1,7 +1,8 @@
 """Hooks that let `tt record` record an unmodified PySpark job (docs/HOOKS.md).
 
 `install(session)` patches PySpark's methods that take the job's stateful Python
-code (`DataFrame.mapInPandas` / `mapInArrow` and the RDD's `mapPartitions`,
+code (`DataFrame.mapInPandas` / `mapInArrow`, `GroupedData.applyInPandas` /
+`applyInArrow` and their cogrouped forms, and the RDD's `mapPartitions`,
 `mapPartitionsWithIndex`, `map`, `flatMap`, `filter`; classic PySpark). A patched method asks the
 recording session to make its call site an operator of the run, then hands Spark
 a `HookedCall` in place of the user's function: in the executor, that runs the
@@ -43,19 +44,86 @@ class HookedCall:
         return task.run_units(units)
 
 
+class GroupedCall:
+    """What Spark runs in place of a grouped function (`applyInPandas` and kin): PySpark calls
+    it once per group, so the task it belongs to is opened at its first group and fed one
+    group per call. PySpark has no task-end callback in Python; the end is taken when the
+    worker sends the task's accumulator updates, after the last group (`_TaskEnd`).
+
+    It declares `(key, *frames)` through `__signature__`, which is what PySpark counts, so
+    Spark always hands it the key; the operator then calls the user's function with or
+    without it, as PySpark would have (core/hooked.py `GroupOperator`)."""
+
+    def __init__(self, fn: Any, kind: str, graph: Graph, stage_id: int, recording: Recording | None,
+                 task_end: Any):
+        import inspect
+
+        self.graph = graph
+        self.stage_id = stage_id
+        self.recording = recording
+        self.task_end = task_end   # an accumulator: the worker pickles its value when the task ends
+        self.__name__ = name_of(fn)
+        frames = ["left", "right"] if kind.startswith("cogroup.") else ["data"]
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ["key", *frames]])
+        self.__annotations__: dict = {}   # no type hints: PySpark picks the one-group-per-call form
+        self._task: StageTask | None = None
+
+    def __call__(self, key: Any, *frames: Any) -> Any:
+        if self._task is None:
+            self._open()
+        out = self._task.feed_unit((key, *frames))
+        return out[0]   # the function's one result for this group
+
+    def _open(self) -> None:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
+        self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
+        self._task.open_units()
+        self.task_end._value = _TaskEnd(self)
+
+    def end(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.end_units()
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_task": None}
+
+
+class _TaskEnd:
+    """An accumulator value that ends the grouped call's task when the worker pickles it:
+    PySpark sends accumulator updates once the task's last output is written."""
+
+    def __init__(self, call: GroupedCall):
+        self.call = call
+
+    def __reduce__(self):
+        try:
+            self.call.end()
+        except BaseException:  # noqa: BLE001  the task's output is already Spark's; its log is lost
+            pass
+        return (int, (0,))
+
+
 def install(session: Any) -> Callable[[], None]:
     """Patch PySpark for `session`; returns the function that puts everything back."""
     from pyspark.core.rdd import RDD
     from pyspark.sql.classic.dataframe import DataFrame
 
-    originals: list[tuple[type, str, Callable]] = []
+    from pyspark.sql.group import GroupedData
+    from pyspark.sql.pandas.group_ops import PandasCogroupedOps
+
+    originals: list[tuple[type, str, Callable | None]] = []
     with_index = RDD.mapPartitionsWithIndex
 
     def patch(cls: type, name: str, make: Callable[[Callable], Callable]) -> None:
         original = getattr(cls, name)
         patched = make(original)
         patched.__name__, patched.__doc__, patched.__wrapped__ = name, original.__doc__, original
-        originals.append((cls, name, original))
+        originals.append((cls, name, cls.__dict__.get(name)))   # None: inherited, deleted again
         setattr(cls, name, patched)
 
     def dataframe_map(kind: str):
@@ -85,15 +153,59 @@ def install(session: Any) -> Callable[[], None]:
             return patched
         return make
 
+    def grouped(kind: str, spark_of: Callable[[Any], Any]):
+        """`gdf.applyInPandas(f, schema)` and kin. A function with type hints asking for
+        PySpark's iterator form runs unrecorded (its groups arrive as batches)."""
+        def make(original):
+            def patched(self, func, schema):
+                site = _user_site()
+                if site is None or not callable(func):
+                    return original(self, func, schema)
+                why = _unhookable_group_function(func, kind)
+                if why:
+                    session.unrecorded(func, kind, site, why)
+                    return original(self, func, schema)
+                hooked = session.hook(func, kind, site, spark_of(self).sparkContext)
+                return original(self, hooked, schema)
+            return patched
+        return make
+
     for kind in ("mapInPandas", "mapInArrow"):
         patch(DataFrame, kind, dataframe_map(kind))
     for kind in ("mapPartitions", "mapPartitionsWithIndex", "map", "flatMap", "filter"):
         patch(RDD, kind, rdd_map(kind))
+    for name in ("applyInPandas", "applyInArrow"):
+        patch(GroupedData, name, grouped(name, lambda gd: gd.session))
+        patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session))
 
     def uninstall() -> None:
         for cls, name, original in reversed(originals):
-            setattr(cls, name, original)
+            if original is None:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, original)
     return uninstall
+
+
+def _unhookable_group_function(func: Any, kind: str) -> str | None:
+    """Why PySpark would not call `func` once per whole group, if it would not."""
+    from pyspark.sql.pandas import typehints
+
+    infer = (typehints.infer_group_arrow_eval_type_from_func if kind.endswith("Arrow")
+             else typehints.infer_group_pandas_eval_type_from_func)
+    try:
+        eval_type = None if kind.startswith("cogroup.") else infer(func)
+    except Exception:  # noqa: BLE001  PySpark warns about the hints itself
+        return None
+    if eval_type is not None and "ITER" in _eval_type_name(eval_type):
+        return "its type hints ask for the iterator form, which tt does not record yet"
+    return None
+
+
+def _eval_type_name(eval_type: int) -> str:
+    from pyspark.util import PythonEvalType
+
+    return next((n for n, v in vars(PythonEvalType).items() if v == eval_type), "")
 
 
 def _user_site() -> str | None:

@@ -66,6 +66,7 @@ class RecordingSession:
         self.hooked = False          # the run records hooked PySpark calls (docs/HOOKS.md)
         self._hook_lock = threading.Lock()
         self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
+        self.unrecorded_calls: list[dict] = []   # hooked APIs whose function ran unrecorded, and why
         self.recording: Recording | None = None
         self.finished = False
         self.writer.submit([(
@@ -162,9 +163,9 @@ class RecordingSession:
         """A patched PySpark method was called by the job: make its call site an operator
         of the run and return what Spark runs in place of `fn`. The first call begins the run."""
         from ..core.graph import SOURCE
-        from ..core.hooked import name_of, operator_for
+        from ..core.hooked import GROUP_KINDS, name_of, operator_for
         from ..core.operator import Source
-        from .hooks import HookedCall
+        from .hooks import GroupedCall, HookedCall
 
         with self._hook_lock:
             if self.graph is None:
@@ -184,7 +185,19 @@ class RecordingSession:
                 self.on_event("begin", {"theta": name, "address": self.coordinator.address})
             self.writer.submit(self._operator_rows([source, node]))
             self.on_event("hooked", {"name": name, "kind": kind, "site": site})
+            if kind in GROUP_KINDS:
+                return GroupedCall(fn, kind, g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
+
+    def unrecorded(self, fn: Any, kind: str, site: str, why: str) -> None:
+        """A hooked API was called with a function tt cannot record: it runs as without tt,
+        and the run file lists it (`tt inspect`)."""
+        from ..core.hooked import name_of
+
+        entry = {"name": name_of(fn), "kind": kind, "site": site, "why": why}
+        with self._hook_lock:
+            self.unrecorded_calls.append(entry)
+        self.on_event("warning", {"message": f"{kind} at {site} runs unrecorded: {why}"})
 
     def _begin_hooked(self, sc: Any) -> None:
         """The job's first hooked call: the run's coordinator and its first rows."""
@@ -202,6 +215,21 @@ class RecordingSession:
         if self.every:
             self.coordinator.start_timer(self.every)
 
+    def _run_empty_partitions(self, c: Coordinator) -> None:
+        """Spark runs no Python for a partition without a group, so a grouped function's
+        empty partitions never report. Each is run here, on the driver, as the empty task
+        it is (no unit, then the END step), so every instance has a complete log."""
+        from .task import StageTask
+
+        for stage in self.graph.stages:
+            seen = c.partitions_seen.get(stage.id, 0)
+            for p in range(seen):
+                if (stage.id, p) not in c.tasks:
+                    task = StageTask(self.graph.for_stage(stage.id), stage.id, p, self.recording,
+                                     {"spark_attempt": None, "number": 0})
+                    task.open_units()
+                    task.end_units()
+
     def _write_hooked_plan(self) -> None:
         """At the end of a hooked run: the whole DAG, θ and the signature over every operator."""
         g = self.graph
@@ -216,7 +244,8 @@ class RecordingSession:
             ("UPDATE operators SET is_theta = (id = ?), instances=? WHERE id=?",
              [(g.theta, n.instances, n.id) for n in g.nodes]),
             ("UPDATE run SET plan=?, theta=?, signature=? WHERE id=1",
-             [(orjson.dumps(g.describe()).decode(), g.nodes[g.theta].name, signature)])])
+             [(orjson.dumps({**g.describe(), "unrecorded": self.unrecorded_calls}).decode(),
+               g.nodes[g.theta].name, signature)])])
 
     def end(self, *, ok: bool, error: str | None = None, status: str | None = None,
             input_bytes: int | None = None) -> None:
@@ -227,6 +256,8 @@ class RecordingSession:
         if self.interrupted:
             ok, status, error = False, "interrupted", "interrupted by the user"
         c = self.coordinator
+        if c is not None and ok and self.hooked:
+            self._run_empty_partitions(c)
         if c is not None:
             c.close()
         if self.writer.failed:

@@ -36,7 +36,16 @@ from ..store import blobs
 ENVELOPE_DDL = "route int, dest int, epoch int, src int, seq long, payload binary"
 #: How a hooked operator's unit is stored, by the operator's kind; rows (the RDD APIs) are
 #: pickled in chunks with the other logged rows.
-UNIT_CODECS = {"mapInPandas": blobs.PANDAS, "mapInArrow": blobs.ARROW_BATCH}
+UNIT_CODECS = {"mapInPandas": blobs.PANDAS, "mapInArrow": blobs.ARROW_BATCH,
+               "applyInPandas": blobs.PANDAS_GROUP, "cogroup.applyInPandas": blobs.PANDAS_GROUP,
+               "applyInArrow": blobs.ARROW_GROUP, "cogroup.applyInArrow": blobs.ARROW_GROUP}
+
+
+def _unit_rows(unit: Any) -> int:
+    """Rows in a hooked unit: a DataFrame or batch, or a group `(key, *frames)`."""
+    if isinstance(unit, tuple):
+        return sum(len(x) for x in unit[1:])
+    return len(unit)
 ROWS_PER_PAYLOAD = 512          # tuples per envelope row
 ENVELOPES_PER_BATCH = 64        # envelope rows per output Arrow batch
 FLUSH_ROWS = 50_000             # send logs at least this often (inputs since last flush)
@@ -341,43 +350,68 @@ class StageTask:
         function is one step of its operator, and what the function yields goes back to
         Spark as it comes. The function's own exception is re-raised, so the job sees
         what it would see without tt."""
-        src = self.runners[self.stage.source]
+        self.open_units()
+        for unit in units:
+            if self._unit_head.op.done:
+                break  # the function returned without pulling the rest
+            yield from self.feed_unit(unit)
+        yield from self.end_units()
+
+    def open_units(self) -> None:
+        """Ready a hooked stage to be fed its units one at a time (`feed_unit`, `end_units`):
+        the grouped APIs call the function once per group, so Spark pushes, not pulls."""
         head_id = next(n for n in self.stage.nodes if n != self.stage.source)
-        head = self.runners[head_id]
-        out: list = []
-        head.targets.append(out.append)
-        codec = UNIT_CODECS.get(self.g.nodes[head_id].kind)   # None: a row, logged with the others
-        rows = head.log.entry.setdefault((0, self.partition), []) if isinstance(head, RecordingRunner) else None
-        capture = self.mode == "record" and rows is not None
+        head = self._unit_head = self.runners[head_id]
+        self._unit_out: list = []
+        head.targets.append(self._unit_out.append)
+        self._unit_codec = UNIT_CODECS.get(self.g.nodes[head_id].kind)  # None: a row, logged with the others
+        logged = isinstance(head, RecordingRunner) and self.mode == "record"
+        self._unit_rows = head.log.entry.setdefault((0, self.partition), []) if logged else None
+
+    def feed_unit(self, unit: Any) -> list:
+        """One step of the hooked operator; what it produced meanwhile."""
+        head, codec = self._unit_head, self._unit_codec
+        if self._unit_rows is not None:
+            if codec is None:
+                self._unit_rows.append(unit)
+            else:
+                self.unit_entries.append((head.node_id, 0, self.partition, codec, unit))
         try:
-            for unit in units:
-                if head.op.done:
-                    break  # the function returned without pulling the rest
-                if capture:
-                    if codec is None:
-                        rows.append(unit)
-                    else:
-                        self.unit_entries.append((head_id, 0, self.partition, codec, unit))
-                t0 = time.perf_counter()
-                src.feed(unit, 0)
-                self.busy += time.perf_counter() - t0
-                self.since_flush += 1 if codec is None else len(unit)
-                self._after_input()
-                if out:
-                    yield from out
-                    out.clear()
+            t0 = time.perf_counter()
+            self.runners[self.stage.source].feed(unit, 0)
+            self.busy += time.perf_counter() - t0
+            self.since_flush += 1 if codec is None else _unit_rows(unit)
+            self._after_input()
+        except OperatorFailure as f:
+            self._failed_units(f)
+        out = self._unit_out[:]
+        self._unit_out.clear()
+        return out
+
+    def end_units(self) -> list:
+        """The input is exhausted: the END steps, the logs' last flush; what was produced meanwhile."""
+        try:
             for nid in self.stage.nodes:
                 self.runners[nid].end()
                 self._after_input()
-            yield from out
             self._finish()
         except OperatorFailure as f:
-            self._fail(f)
-            raise f.error.with_traceback(f.error.__traceback__) from None
+            self._failed_units(f)
         finally:
             CONTEXT.runner = None
             if self.client is not None:
                 self.client.close()
+        return self._unit_out
+
+    def _failed_units(self, f: OperatorFailure):
+        """The hooked function raised: log it, then raise its own exception to Spark."""
+        try:
+            self._fail(f)
+        finally:
+            CONTEXT.runner = None
+            if self.client is not None:
+                self.client.close()
+        raise f.error.with_traceback(f.error.__traceback__) from None
 
     def _run(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
         try:

@@ -59,6 +59,7 @@ def summary(reader: RunReader) -> dict:
                        "instances": o.instances, "in_g": o.in_g, "theta": o.is_theta,
                        "site": nodes.get(o.id, {}).get("site"), "unit": nodes.get(o.id, {}).get("unit")}
                       for o in reader.operators],
+        "unrecorded": plan.get("unrecorded", []),   # hooked calls whose function ran without tt
         "edges": [{"from": reader.operators[e["src"]].name, "to": reader.operators[e["dst"]].name,
                    "port": e["port"], "shuffle": e["shuffle"], "keyed": e["keyed"]}
                   for e in plan.get("edges", [])],

@@ -12,6 +12,7 @@ rows themselves.
 from __future__ import annotations
 
 import pickle
+import struct
 
 import zstandard
 
@@ -40,8 +41,10 @@ PICKLE = "pickle"
 ARROW = "arrow"      # an Arrow batch of rows, one row per recorded tuple
 PANDAS = "pandas"    # one pandas DataFrame (a hooked mapInPandas unit), as an Arrow stream
 ARROW_BATCH = "arrow-batch"  # one Arrow RecordBatch (a hooked mapInArrow unit), kept whole
+PANDAS_GROUP = "pandas-group"  # (key, DataFrame, ...): a hooked applyInPandas unit, Arrow streams
+ARROW_GROUP = "arrow-group"    # (key, Table, ...): a hooked applyInArrow unit
 #: Codecs whose data cannot run code when read: stored unsealed (store/trust.py).
-INERT = frozenset({ARROW, PANDAS, ARROW_BATCH})
+INERT = frozenset({ARROW, PANDAS, ARROW_BATCH, PANDAS_GROUP, ARROW_GROUP})
 
 
 def pack_rows(rows: list) -> bytes:
@@ -67,8 +70,39 @@ def pack_pandas(frame) -> bytes:
 
 
 def pack_unit(codec: str, unit) -> bytes:
-    """One unit of a hooked function (a DataFrame or a RecordBatch) in its codec."""
+    """One unit of a hooked function (a DataFrame, a RecordBatch, a group) in its codec."""
+    if codec in (PANDAS_GROUP, ARROW_GROUP):
+        return _pack_group(codec, unit)
     return pack_pandas(unit) if codec == PANDAS else pack_arrow(unit)
+
+
+def _pack_group(codec: str, unit: tuple) -> bytes:
+    """`(key, *frames)` as Arrow streams, each after its length: the key as a one-row table
+    (one column per key column, as Spark gives it), then every frame of the group."""
+    import pyarrow as pa
+
+    key, *frames = unit
+    scalars = [k.as_py() if isinstance(k, pa.Scalar) else getattr(k, "item", lambda: k)() for k in key]
+    parts = [pack_arrow(pa.table({f"k{i}": [v] for i, v in enumerate(scalars)}))]
+    parts += [pack_pandas(f) if codec == PANDAS_GROUP else pack_arrow(f) for f in frames]
+    return b"".join(struct.pack("<Q", len(p)) + p for p in parts)
+
+
+def _unpack_group(codec: str, data: bytes) -> tuple:
+    """As PySpark hands a group to the function: the key's values as numpy scalars (pandas)
+    or Arrow scalars (Arrow), then the DataFrames or Tables."""
+    import pyarrow as pa
+
+    parts, at = [], 0
+    while at < len(data):
+        (n,) = struct.unpack_from("<Q", data, at)
+        parts.append(pa.ipc.open_stream(data[at + 8: at + 8 + n]).read_all())
+        at += 8 + n
+    key_table, *frames = parts
+    if codec == ARROW_GROUP:
+        return (tuple(c[0] for c in key_table.columns), *frames)
+    key = tuple(key_table.to_pandas().iloc[0]) if key_table.num_columns else ()
+    return (key, *(f.to_pandas(date_as_object=True) for f in frames))
 
 
 def unpack_tuples(codec: str, data: bytes) -> list:
@@ -83,6 +117,8 @@ def unpack_tuples(codec: str, data: bytes) -> list:
 
         # as PySpark builds the DataFrames it hands to mapInPandas: dates stay datetime.date
         return [pa.ipc.open_stream(data).read_all().to_pandas(date_as_object=True)]
+    if codec in (PANDAS_GROUP, ARROW_GROUP):
+        return [_unpack_group(codec, data)]
     if codec == ARROW_BATCH:
         import pyarrow as pa
 

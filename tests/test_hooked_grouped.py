@@ -1,0 +1,150 @@
+"""Grouped functions of an unmodified PySpark job (`applyInPandas`, `applyInArrow`,
+cogroup), recorded through the hooks: one group per step, the key known.
+
+`tests/jobs/hooked_grouped.py` is recorded as `tt record` does it, then checked against
+its output with recording off, `tt verify`, and an oracle computed with pandas from
+the data's definition, which reads none of tt's logs. Which partition a group lands
+in is Spark's choice, so the oracle compares what the instances hold together.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tt.recorder.job import record_job
+from tt.replay.session import DebugSession
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_grouped.py"
+ROWS = 300
+
+
+def payments() -> pd.DataFrame:
+    pdf = pd.DataFrame({"id": range(ROWS)})
+    pdf["customer"] = "c" + (pdf["id"] % 7).astype(str)
+    pdf["amount"] = ((pdf["id"] * 37) % 101).astype(float)
+    return pdf
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    """(run file, the job's output recorded, its output with recording off, tt's events)."""
+    d = tmp_path_factory.mktemp("hooked_grouped")
+    off = d / "off.json"
+    argv = sys.argv[:]
+    sys.argv = [str(JOB), str(off)]
+    try:
+        runpy.run_path(str(JOB), run_name="__main__")
+    finally:
+        sys.argv = argv
+    out = d / "run.db"
+    events: list = []
+    outcome = record_job(JOB, [str(d / "on.json")], out, on_event=lambda kind, info: events.append((kind, info)))
+    assert outcome.status == "complete", outcome.error
+    return out, json.loads((d / "on.json").read_text()), json.loads(off.read_text()), events
+
+
+def test_recording_does_not_change_the_jobs_output(recorded):
+    _, on, off, _ = recorded
+    assert on == off
+    expected = payments().groupby("customer")["amount"].sum()
+    assert on["totals"] == [[c, a] for c, a in expected.items()]
+    assert on["batched"] == ROWS
+
+
+def test_every_grouped_call_site_is_an_operator_stepping_by_group(recorded):
+    reader = RunReader(recorded[0])
+    ops = {o.name: o.kind for o in reader.operators if o.in_g}
+    assert ops == {"summary": "applyInPandas", "above_mean": "applyInPandas",
+                   "merge": "cogroup.applyInPandas", "sizes": "applyInArrow"}
+    assert {n["unit"] for n in reader.plan["nodes"] if "unit" in n} == {"group"}
+    reader.close()
+
+
+def test_an_iterator_form_function_runs_unrecorded_and_is_listed(recorded, capsys):
+    from tt.cli.main import main
+
+    warnings = [info["message"] for kind, info in recorded[3] if kind == "warning"]
+    assert any(m.startswith("applyInPandas at hooked_grouped.py:") and "runs unrecorded" in m
+               for m in warnings), warnings
+    assert main(["inspect", str(recorded[0])]) == 0
+    out = capsys.readouterr().out
+    assert "unrecorded  batches_of (applyInPandas at hooked_grouped.py:" in out
+    assert "iterator form" in out
+
+
+def test_the_end_states_equal_the_pandas_oracle(recorded):
+    """Over all instances: every group seen once, with its rows; the closure's counts."""
+    reader = RunReader(recorded[0])
+    names = {o.id: o.name for o in reader.operators}
+    end = reader.instances_at(reader.interactions()[-1].k)
+    by_name: dict[str, list] = {}
+    for (op, i), at in end.items():
+        by_name.setdefault(names[op], []).append(reader.state(at.state))
+    reader.close()
+    counts = payments()["customer"].value_counts().to_dict()
+    summaries = [s["closure"]["stats"] for s in by_name["summary"]]
+    assert len(summaries) == 6 and any(s["groups"] == 0 for s in summaries)  # empty partitions too
+    assert sum(s["groups"] for s in summaries) == len(counts)
+    assert sum(s["rows"] for s in summaries) == ROWS
+    seen: dict = {}
+    for s in by_name["sizes"]:
+        seen.update(s["closure"]["seen"])
+    assert seen == counts
+    assert all(s == {} for s in by_name["above_mean"] + by_name["merge"])
+
+
+def test_verify_replays_every_interaction(recorded, capsys):
+    from tt.cli.main import main
+
+    assert main(["verify", str(recorded[0])]) == 0
+    n = len(RunReader(recorded[0]).interactions())
+    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+
+
+def test_a_step_is_one_group_and_step_back_undoes_it(recorded):
+    """From the start, step over summary's first group: the key and rows it records are that
+    customer's, as pandas counts them; step back returns to the initial state."""
+    session = DebugSession(recorded[0])
+    theta = session.reader.theta.id
+    before = session.engine.states()
+    session.step_over(session.parse_ref("summary:0:0"))
+    state = session.engine.states()[(theta, 0)]["closure"]["stats"]
+    counts = payments()["customer"].value_counts().to_dict()
+    assert state["groups"] == 1 and state["rows"] == counts[state["last"]]
+    session.step_back()
+    assert session.engine.states() == before
+    session.reader.close()
+
+
+def test_the_grouped_methods_are_pysparks_own_after_the_job(recorded):
+    from pyspark.sql.group import GroupedData
+    from pyspark.sql.pandas.group_ops import PandasCogroupedOps, PandasGroupedOpsMixin
+
+    assert "applyInPandas" not in GroupedData.__dict__ and "applyInArrow" not in GroupedData.__dict__
+    assert GroupedData.applyInPandas is PandasGroupedOpsMixin.applyInPandas
+    assert not hasattr(PandasCogroupedOps.applyInPandas, "__wrapped__")
+
+
+def test_a_raising_group_function_fails_the_run_and_replay_stops_before_its_group(spark, tmp_path):
+    """Post-mortem: the run names the operator, partition and group; replay stops before it."""
+    out = tmp_path / "failed.db"
+    outcome = record_job(JOB, [str(tmp_path / "o.json"), str(ROWS), "c4"], out)
+    assert outcome.status == "failed"
+    assert "raised ValueError: bad customer c4" in outcome.error and "operator summary:" in outcome.error
+    session = DebugSession(out)
+    failure = session.failure
+    assert failure is not None and failure.label.startswith("summary:")
+    session.goto_failure()
+    op, i, position = failure.label.split(":")
+    state = session.engine.states()[(session.reader.theta.id, int(i))]["closure"]["stats"]
+    assert state["groups"] == int(position)   # every group before the failing one, none after
+    counts = payments()["customer"].value_counts().to_dict()
+    assert state["last"] != "c4" and (state["last"] is None or state["rows"] >= counts[state["last"]])
+    session.reader.close()
