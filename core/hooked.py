@@ -5,7 +5,8 @@
 the executor and in the replay engine alike it runs as an operator of the one
 runtime, so the runner, the logs, interactions, steps and the TUI treat it like any
 operator: an `IteratorOperator` for the iterator APIs, an `ElementOperator` for the
-RDD's element functions, a `GroupOperator` for the grouped APIs. Spark's iterator
+RDD's element functions, a `GroupOperator` for the grouped APIs, a `UdtfOperator`
+for a UDTF class. Spark's iterator
 APIs are pull-based and the runtime pushes one unit per step: `core/pulled.py`
 bridges the two, so a step is one unit (a batch for `mapInPandas`, an element for
 `mapPartitions`) and the outputs the function yields before pulling the next unit
@@ -35,7 +36,8 @@ UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "mapPartitions": "row", "mapPartitionsWithIndex": "row",
          "map": "row", "flatMap": "row", "filter": "row",
          "applyInPandas": "group", "applyInArrow": "group",
-         "cogroup.applyInPandas": "group", "cogroup.applyInArrow": "group"}
+         "cogroup.applyInPandas": "group", "cogroup.applyInArrow": "group",
+         "udtf": "call"}
 HOOKED_KINDS = frozenset(UNITS)
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).
 ELEMENT_KINDS = frozenset({"map", "flatMap", "filter"})
@@ -98,6 +100,34 @@ class GroupOperator(HookedOperator):
     def process(self, unit: tuple, port: int = 0) -> list:
         key, *frames = unit
         return [self._fn(key, *frames) if self._with_key else self._fn(*frames)]
+
+
+class UdtfOperator(HookedOperator):
+    """A Python UDTF class. PySpark makes a handler per task (per partition key with
+    PARTITION BY), calls `eval` per row and `terminate` at the end of each handler; each
+    of those calls is one step, so the handler's own lifecycle is replayed as Spark ran it:
+    `("init",)` makes a fresh handler (the user's `__init__`), `("eval", args, kwargs)`
+    and `("terminate",)` call it. The state is the current handler's attributes."""
+
+    def __init__(self, cls: type, kind: str = "udtf", site: str = ""):
+        super().__init__(cls, kind, site)
+        self._handler: Any = None
+
+    def process(self, unit: tuple, port: int = 0) -> list:
+        cls = self._fn
+        if unit[0] == "init":
+            self._handler = cls()
+            return []
+        if self._handler is None:  # a unit before any init: PySpark always makes one first
+            self._handler = cls()
+        method = cls.eval if unit[0] == "eval" else cls.terminate
+        out = method(self._handler, *unit[1], **unit[2]) if unit[0] == "eval" else method(self._handler)
+        return list(out) if out is not None else []
+
+    def state(self) -> dict:
+        h = self._handler
+        attrs = getattr(h, "__dict__", None)
+        return values.public_attrs(attrs) if isinstance(attrs, dict) else {}
 
 
 class IteratorOperator(HookedOperator):
@@ -201,8 +231,10 @@ def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     """The operator that runs `fn` as PySpark's `kind` would call it."""
     if kind in GROUP_KINDS:
         return GroupOperator(fn, kind, site)
+    if kind == "udtf":
+        return UdtfOperator(fn, kind, site)
     return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
 
 
-__all__ = ["HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "operator_for",
+__all__ = ["HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "UdtfOperator", "operator_for",
            "HOOKED_KINDS", "GROUP_KINDS", "UNITS", "name_of"]

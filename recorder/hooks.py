@@ -2,8 +2,9 @@
 
 `install(session)` patches PySpark's methods that take the job's stateful Python
 code (`DataFrame.mapInPandas` / `mapInArrow`, `GroupedData.applyInPandas` /
-`applyInArrow` and their cogrouped forms, and the RDD's `mapPartitions`,
-`mapPartitionsWithIndex`, `map`, `flatMap`, `filter`; classic PySpark). A patched method asks the
+`applyInArrow` and their cogrouped forms, the RDD's `mapPartitions`,
+`mapPartitionsWithIndex`, `map`, `flatMap`, `filter`, and Python UDTF classes; classic
+PySpark). A patched method asks the
 recording session to make its call site an operator of the run, then hands Spark
 a `HookedCall` in place of the user's function: in the executor, that runs the
 function through the one runtime (`StageTask.run_units`), logged like any
@@ -44,45 +45,35 @@ class HookedCall:
         return task.run_units(units)
 
 
-class GroupedCall:
-    """What Spark runs in place of a grouped function (`applyInPandas` and kin): PySpark calls
-    it once per group, so the task it belongs to is opened at its first group and fed one
-    group per call. PySpark has no task-end callback in Python; the end is taken when the
-    worker sends the task's accumulator updates, after the last group (`_TaskEnd`).
+class TaskFeed:
+    """The task of a hooked stage whose function Spark calls many times per task (once per
+    group, or per UDTF row): opened at the first call of each task attempt, fed one unit
+    per call. PySpark has no task-end callback in Python; the task is ended when the
+    worker sends the task's accumulator updates, after its last output (`_TaskEnd`)."""
 
-    It declares `(key, *frames)` through `__signature__`, which is what PySpark counts, so
-    Spark always hands it the key; the operator then calls the user's function with or
-    without it, as PySpark would have (core/hooked.py `GroupOperator`)."""
-
-    def __init__(self, fn: Any, kind: str, graph: Graph, stage_id: int, recording: Recording | None,
-                 task_end: Any):
-        import inspect
-
+    def __init__(self, graph: Graph, stage_id: int, recording: Recording | None, task_end: Any):
         self.graph = graph
         self.stage_id = stage_id
         self.recording = recording
         self.task_end = task_end   # an accumulator: the worker pickles its value when the task ends
-        self.__name__ = name_of(fn)
-        frames = ["left", "right"] if kind.startswith("cogroup.") else ["data"]
-        self.__signature__ = inspect.Signature(
-            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ["key", *frames]])
-        self.__annotations__: dict = {}   # no type hints: PySpark picks the one-group-per-call form
         self._task: StageTask | None = None
+        self._attempt: int | None = None
 
-    def __call__(self, key: Any, *frames: Any) -> Any:
-        if self._task is None:
-            self._open()
-        out = self._task.feed_unit((key, *frames))
-        return out[0]   # the function's one result for this group
-
-    def _open(self) -> None:
+    def feed(self, unit: Any) -> list:
         from pyspark import TaskContext
 
         tc = TaskContext.get()
-        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
-        self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
-        self._task.open_units()
-        self.task_end._value = _TaskEnd(self)
+        if self._task is None or self._attempt != tc.taskAttemptId():
+            attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
+            self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
+            self._attempt = tc.taskAttemptId()
+            self._task.open_units()
+            self.task_end._value = _TaskEnd(self)
+        return self._task.feed_unit(unit)
+
+    def operator(self) -> Any:
+        """The operator object running in this task, if one is open."""
+        return self._task._unit_head.op if self._task is not None else None
 
     def end(self) -> None:
         task, self._task = self._task, None
@@ -90,22 +81,75 @@ class GroupedCall:
             task.end_units()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_task": None}
+        return {**self.__dict__, "_task": None, "_attempt": None}
 
 
 class _TaskEnd:
-    """An accumulator value that ends the grouped call's task when the worker pickles it:
+    """An accumulator value that ends a `TaskFeed`'s task when the worker pickles it:
     PySpark sends accumulator updates once the task's last output is written."""
 
-    def __init__(self, call: GroupedCall):
-        self.call = call
+    def __init__(self, feed: TaskFeed):
+        self.feed = feed
 
     def __reduce__(self):
         try:
-            self.call.end()
+            self.feed.end()
         except BaseException:  # noqa: BLE001  the task's output is already Spark's; its log is lost
             pass
         return (int, (0,))
+
+
+class GroupedCall:
+    """What Spark runs in place of a grouped function (`applyInPandas` and kin): one group
+    per call, fed to the call site's task.
+
+    It declares `(key, *frames)` through `__signature__`, which is what PySpark counts, so
+    Spark always hands it the key; the operator then calls the user's function with or
+    without it, as PySpark would have (core/hooked.py `GroupOperator`)."""
+
+    def __init__(self, fn: Any, kind: str, feed: TaskFeed):
+        import inspect
+
+        self.feed = feed
+        self.__name__ = name_of(fn)
+        frames = ["left", "right"] if kind.startswith("cogroup.") else ["data"]
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ["key", *frames]])
+        self.__annotations__: dict = {}   # no type hints: PySpark picks the one-group-per-call form
+
+    def __call__(self, key: Any, *frames: Any) -> Any:
+        return self.feed.feed((key, *frames))[0]   # the function's one result for this group
+
+
+def hooked_udtf_class(cls: type, feed: TaskFeed) -> type:
+    """The class PySpark runs in place of a UDTF class: a subclass whose handler calls
+    (`__init__`, `eval`, `terminate`, and `cleanup` on the operator's handler) are units fed
+    to the call site's task, where the operator runs the user's own class. It defines only
+    the methods the user's class has, with their signatures, as PySpark checks them."""
+    import functools
+
+    def __init__(self):
+        type(self)._tt_feed.feed(("init",))
+
+    @functools.wraps(cls.eval)
+    def eval(self, *args, **kwargs):
+        return iter(type(self)._tt_feed.feed(("eval", args, kwargs)))
+
+    ns = {"__init__": __init__, "eval": eval, "_tt_hooked": True, "_tt_feed": feed,
+          "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    if hasattr(cls, "terminate"):
+        @functools.wraps(cls.terminate)
+        def terminate(self):
+            return iter(type(self)._tt_feed.feed(("terminate",)))
+        ns["terminate"] = terminate
+    if hasattr(cls, "cleanup"):
+        @functools.wraps(cls.cleanup)
+        def cleanup(self):
+            op = type(self)._tt_feed.operator()
+            if op is not None and op._handler is not None:
+                cls.cleanup(op._handler)
+        ns["cleanup"] = cleanup
+    return type(cls.__name__, (cls,), ns)
 
 
 def install(session: Any) -> Callable[[], None]:
@@ -114,6 +158,7 @@ def install(session: Any) -> Callable[[], None]:
     from pyspark.sql.classic.dataframe import DataFrame
 
     from pyspark.sql.group import GroupedData
+    from pyspark.sql.udtf import UserDefinedTableFunction
     from pyspark.sql.pandas.group_ops import PandasCogroupedOps
 
     originals: list[tuple[type, str, Callable | None]] = []
@@ -170,6 +215,28 @@ def install(session: Any) -> Callable[[], None]:
             return patched
         return make
 
+    hooked_classes: dict[type, type] = {}   # register() builds a second UDTF from the same class
+
+    def udtf(original):
+        """A UDTF's class is pickled where PySpark first needs it (`_create_judtf`: its first
+        call, or `spark.udtf.register`); that is where it is swapped for the hooked class."""
+        def patched(self, func):
+            if not isinstance(func, type) or func.__dict__.get("_tt_hooked"):
+                return original(self, func)
+            if func in hooked_classes:
+                return original(self, hooked_classes[func])
+            site = _class_site(func)
+            why = _unhookable_udtf(func, self.evalType)
+            if why:
+                session.unrecorded(func, "udtf", site, why)
+                return original(self, func)
+            from pyspark.sql import SparkSession
+
+            sc = SparkSession._getActiveSessionOrCreate().sparkContext
+            hooked = hooked_classes[func] = session.hook(func, "udtf", site, sc)
+            return original(self, hooked)
+        return patched
+
     for kind in ("mapInPandas", "mapInArrow"):
         patch(DataFrame, kind, dataframe_map(kind))
     for kind in ("mapPartitions", "mapPartitionsWithIndex", "map", "flatMap", "filter"):
@@ -177,6 +244,7 @@ def install(session: Any) -> Callable[[], None]:
     for name in ("applyInPandas", "applyInArrow"):
         patch(GroupedData, name, grouped(name, lambda gd: gd.session))
         patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session))
+    patch(UserDefinedTableFunction, "_create_judtf", udtf)
 
     def uninstall() -> None:
         for cls, name, original in reversed(originals):
@@ -200,6 +268,26 @@ def _unhookable_group_function(func: Any, kind: str) -> str | None:
     if eval_type is not None and "ITER" in _eval_type_name(eval_type):
         return "its type hints ask for the iterator form, which tt does not record yet"
     return None
+
+
+def _unhookable_udtf(cls: type, eval_type: int) -> str | None:
+    from pyspark.util import PythonEvalType
+
+    if eval_type == PythonEvalType.SQL_ARROW_UDTF:
+        return "an Arrow UDTF (its eval takes Arrow batches), which tt does not record yet"
+    if hasattr(cls, "analyze"):
+        return "its handler is made from analyze()'s result, which tt does not record yet"
+    return None
+
+
+def _class_site(cls: type) -> str:
+    """`file:line` of a class's definition (a UDTF is hooked where PySpark first uses it)."""
+    import inspect
+
+    try:
+        return f"{Path(inspect.getsourcefile(cls) or '?').name}:{inspect.getsourcelines(cls)[1]}"
+    except (OSError, TypeError):
+        return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _eval_type_name(eval_type: int) -> str:

@@ -165,7 +165,7 @@ class RecordingSession:
         from ..core.graph import SOURCE
         from ..core.hooked import GROUP_KINDS, name_of, operator_for
         from ..core.operator import Source
-        from .hooks import GroupedCall, HookedCall
+        from .hooks import GroupedCall, HookedCall, TaskFeed, hooked_udtf_class
 
         with self._hook_lock:
             if self.graph is None:
@@ -185,8 +185,9 @@ class RecordingSession:
                 self.on_event("begin", {"theta": name, "address": self.coordinator.address})
             self.writer.submit(self._operator_rows([source, node]))
             self.on_event("hooked", {"name": name, "kind": kind, "site": site})
-            if kind in GROUP_KINDS:
-                return GroupedCall(fn, kind, g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
+            if kind in GROUP_KINDS or kind == "udtf":   # called many times per task
+                feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
+                return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
 
     def unrecorded(self, fn: Any, kind: str, site: str, why: str) -> None:

@@ -1,0 +1,155 @@
+"""Python UDTF classes of an unmodified PySpark job, recorded through the hooks.
+
+`tests/jobs/hooked_udtf.py` registers two UDTF classes and calls them from SQL: one
+with a LATERAL join (one handler per task), one on `TABLE(...) PARTITION BY customer`
+(one handler per customer, each ended by `terminate`). A step is one handler call:
+its making (`__init__`), an `eval`, or a `terminate`. Checked against the job's output
+with recording off, `tt verify`, and an oracle computed with pandas from the data's
+definition, which reads none of tt's logs.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tt.recorder.job import record_job
+from tt.replay.session import DebugSession
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_udtf.py"
+ROWS = 120
+
+
+def text(i: int) -> str:
+    """Row i's text, as the job's SQL builds it."""
+    return " ".join(["a" * (i % 5 + 1), "b", str(i)])
+
+
+def words_state(texts: list[str]) -> dict:
+    """Words' handler after eval on `texts`."""
+    count, longest = 0, ""
+    for t in texts:
+        for w in t.split():
+            count += 1
+            longest = w if len(w) > len(longest) else longest
+    return {"count": count, "longest": longest}
+
+
+def payments() -> pd.DataFrame:
+    pdf = pd.DataFrame({"id": range(ROWS)})
+    pdf["customer"] = "c" + (pdf["id"] % 7).astype(str)
+    pdf["amount"] = ((pdf["id"] * 37) % 101).astype(float)
+    return pdf
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    """(run file, the job's output recorded, its output with recording off)."""
+    d = tmp_path_factory.mktemp("hooked_udtf")
+    off = d / "off.json"
+    argv = sys.argv[:]
+    sys.argv = [str(JOB), str(off)]
+    try:
+        runpy.run_path(str(JOB), run_name="__main__")
+    finally:
+        sys.argv = argv
+    out = d / "run.db"
+    outcome = record_job(JOB, [str(d / "on.json")], out)
+    assert outcome.status == "complete", outcome.error
+    return out, json.loads((d / "on.json").read_text()), json.loads(off.read_text())
+
+
+def test_recording_does_not_change_the_jobs_output(recorded):
+    _, on, off = recorded
+    assert on == off
+    sums = payments().groupby("customer")["amount"].sum()
+    assert on["totals"] == [[c, t] for c, t in sums.items()]
+    assert on["ends"] == [3 * ROWS // 2] * 2   # three words a text, half the texts a task
+
+
+def test_each_udtf_class_is_an_operator_stepping_by_handler_call(recorded):
+    reader = RunReader(recorded[0])
+    assert {o.name: o.kind for o in reader.operators if o.in_g} == {"Words": "udtf", "Totals": "udtf"}
+    assert {n["name"]: n["site"] for n in reader.plan["nodes"] if "site" in n} == {
+        "Words": "hooked_udtf.py:20", "Totals": "hooked_udtf.py:37"}
+    reader.close()
+
+
+def test_the_end_states_equal_the_pandas_oracle(recorded):
+    reader = RunReader(recorded[0])
+    names = {o.id: o.name for o in reader.operators}
+    end = reader.instances_at(reader.interactions()[-1].k)
+    sums = payments().groupby("customer")["amount"].sum().to_dict()
+    words = totals = 0
+    for (op, i), at in end.items():
+        state = reader.state(at.state)
+        if names[op] == "Words":
+            assert state == words_state([text(j) for j in range(i * ROWS // 2, (i + 1) * ROWS // 2)])
+            assert at.position == 1 + ROWS // 2 + 1 + 1   # init, an eval per text, terminate, END
+            words += 1
+        elif names[op] == "Totals" and state["customer"] is not None:
+            assert state["total"] == sums[state["customer"]]   # the last handler's customer
+            totals += 1
+    reader.close()
+    assert words == 2 and totals >= 1
+
+
+def test_verify_replays_every_interaction(recorded, capsys):
+    from tt.cli.main import main
+
+    assert main(["verify", str(recorded[0])]) == 0
+    n = len(RunReader(recorded[0]).interactions())
+    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+
+
+def test_steps_are_handler_calls_and_step_back_undoes_them(recorded):
+    """Step over the handler's making, then its first eval (three words), then back twice."""
+    session = DebugSession(recorded[0])
+    theta = session.reader.theta.id
+    before = session.engine.states()
+    session.step_over(session.parse_ref("Words:0:0"))
+    assert session.engine.states()[(theta, 0)] == {"count": 0, "longest": ""}
+    session.step_over(session.parse_ref("Words:0:1"))
+    assert session.engine.states()[(theta, 0)] == words_state([text(0)])
+    session.step_over(session.parse_ref("Words:0:2"))
+    assert session.engine.states()[(theta, 0)] == words_state([text(0), text(1)])
+    session.step_back()
+    session.step_back()
+    session.step_back()
+    assert session.engine.states() == before
+    session.reader.close()
+
+
+def test_a_partition_by_call_replays_every_customers_handler(recorded):
+    """Walk Totals' units: after each `terminate`, the handler's total is its customer's sum."""
+    session = DebugSession(recorded[0])
+    reader = session.reader
+    totals = next(o.id for o in reader.operators if o.name == "Totals")
+    sums = payments().groupby("customer")["amount"].sum().to_dict()
+    end = reader.instances_at(reader.interactions()[-1].k)
+    reached, inits = set(), 0
+    for (op, i), at in end.items():
+        if op != totals:
+            continue
+        for position in range(at.position - 1):   # every unit but the END step
+            session.step_over(session.parse_ref(f"Totals:{i}:{position}"))
+            state = session.engine.states()[(totals, i)]
+            if state["customer"] is None:
+                assert state == {"customer": None, "total": 0.0}   # a fresh handler
+                inits += 1
+            elif state["total"] == sums[state["customer"]]:
+                reached.add(state["customer"])
+    reader.close()
+    assert reached == set(sums) and inits == len(sums)   # one handler per customer, each ran to its sum
+
+
+def test_the_udtf_class_is_pysparks_own_after_the_job(recorded):
+    from pyspark.sql.udtf import UserDefinedTableFunction
+
+    assert not hasattr(UserDefinedTableFunction._create_judtf, "__wrapped__")
