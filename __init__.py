@@ -17,7 +17,9 @@ The public API for jobs:
     result = flow.run()
 
 `python job.py` runs it with recording off; `tt record job.py` records it into a
-run file that `tt debug` replays without Spark.
+run file that `tt debug` replays without Spark. A plain PySpark job needs no tt
+API at all: `tt record` hooks its Python functions; `tt.hook(spark)` does the same
+from a notebook.
 """
 
 from .core.errors import TTError
@@ -26,7 +28,22 @@ from .recorder.dataflow import Dataflow, KeyedStream, Result, Stream
 
 __version__ = "0.1.0"
 __all__ = ["Operator", "log_result", "Dataflow", "Stream", "KeyedStream", "Result", "TTError",
-           "spark_session"]
+           "spark_session", "hook"]
+
+
+def hook(spark, out="run.db", **options):
+    """Record the unmodified PySpark calls that follow (mapInPandas, applyInPandas,
+    rdd.mapPartitions, UDTFs…) into `out`, from a notebook or a script, until `.stop()`:
+
+        rec = tt.hook(spark, "run.db")
+        ...
+        rec.stop()          # then: tt debug run.db
+
+    Options as `tt record`'s: watch=, every= (seconds), when=, force=.
+    """
+    from .recorder.notebook import hook as _hook
+
+    return _hook(spark, out, **options)
 
 
 def spark_session(app_name: str = "tt-job", master: str | None = None, conf: dict | None = None):

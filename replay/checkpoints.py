@@ -20,6 +20,7 @@ import orjson
 
 from ..core.checkpoint import FULL, CheckpointWriter, restore
 from ..core.errors import RunFileError, UsageError
+from ..core.hooked import HookedOperator
 from ..core.recovery import RestorePoint, recovery_line
 from ..store import blobs, schema
 from ..store.reader import RunReader
@@ -134,8 +135,14 @@ def profile(reader: RunReader, *, trust: bool = False,
     # hooked generators cannot be pickled: like stateless instances they get no checkpoint,
     # and a restore line puts them in place by replaying their inputs (core/hooked.py)
     replayed = {key for key, inst in engine.instances.items() if inst.restored_by_replay}
-    initial = {key: cloudpickle.dumps(inst.runner.op) for key, inst in engine.instances.items()
-               if key not in replayed}
+    initial = {}
+    for key, inst in engine.instances.items():
+        if key not in replayed:
+            data = inst.pickled_op()
+            if data is None:
+                replayed.add(key)
+            else:
+                initial[key] = data
     interactions = reader.interactions()
     positions, state_bytes = {}, {}
     sizes = dict(reader.conn.execute("SELECT hash, size FROM states"))
@@ -281,7 +288,12 @@ def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = Fal
             inst = engine.instances[key]
             if inst.restored_by_replay:
                 continue  # a hooked generator: restored by replay from its start, never from a pickle
-            kind, data = writer.take(key, inst.runner.op)
+            try:
+                kind, data = writer.take(key, inst.runner.op)
+            except Exception:  # noqa: BLE001
+                if isinstance(inst.runner.op, HookedOperator):
+                    continue  # its state took something unpicklable: restored by replay, as a generator is
+                raise
             packed = blobs.compress(data)
             seq = seqs.get(key, 0)
             seqs[key] = seq + 1

@@ -28,6 +28,7 @@ import orjson
 from ..core import values
 from ..core.errors import ReplayDivergence, RunFileError, TTError
 from ..core.graph import Graph
+from ..core.hooked import HookedOperator
 from ..core.logs import END
 from ..core.runtime import OperatorFailure, ReplayRunner, ResultSource
 from ..store import blobs
@@ -259,7 +260,7 @@ class Instance:
         onward from where it stands when it is not past it (and has not raised), else from a
         fresh start. Nothing is sent
         on (the outputs were delivered the first time) and no engine hook sees it."""
-        if self.runner.count > position or self.runner.op.failed:
+        if self.runner.count > position or getattr(self.runner.op, "failed", False):
             self.reset()
         engine = self.engine
         hooks = engine.on_consume, engine.after_consume
@@ -272,10 +273,23 @@ class Instance:
             engine.on_consume, engine.after_consume = hooks
             self.runner.targets = targets
 
+    def pickled_op(self) -> bytes | None:
+        """The operator object, pickled; None when it is put back by replaying its inputs: a
+        hooked generator, or a hooked function whose state took something that cannot be
+        pickled (a lock, a connection made in the executor)."""
+        if self.restored_by_replay:
+            return None
+        try:
+            return cloudpickle.dumps(self.runner.op)
+        except Exception:  # noqa: BLE001  (pickle raises TypeError, PicklingError, and more)
+            if isinstance(self.runner.op, HookedOperator):
+                return None
+            raise
+
     def save(self) -> tuple:
         """Everything needed to put this instance back where it is now."""
         r = self.runner
-        return (None if self.restored_by_replay else cloudpickle.dumps(r.op), r.count, r.finished, self.run_idx, self.run_off,
+        return (self.pickled_op(), r.count, r.finished, self.run_idx, self.run_off,
                 dict(self.consumed), cloudpickle.dumps({ch: list(q) for ch, q in self.queues.items() if q}),
                 dict(self.sent), (r.results._pos, r.results._call), dict(self.produced), self.queue_signature())
 

@@ -1,0 +1,127 @@
+"""`tt.hook(spark, "run.db")`: recording the PySpark calls of a notebook or a script.
+
+The same session and hooks as `tt record`, opened and stopped by the user's own code,
+in this process, on the suite's SparkSession. The recorded state is checked against
+an oracle computed from the data with plain Python, and `tt verify` replays it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import tt
+from tt.core.errors import UsageError
+from tt.store.reader import RunReader
+
+ROWS, PARTITIONS = 300, 3
+
+
+def _counter_class():
+    class Counter:   # defined in a function: pickled by value, as a notebook's classes are
+        def __init__(self):
+            self.rows = 0
+            self.total = 0
+
+        def __call__(self, batches):
+            for pdf in batches:
+                self.rows += len(pdf)
+                self.total += int(pdf["id"].sum())
+                yield pdf
+    return Counter
+
+
+def test_hook_records_the_calls_until_stop(spark, tmp_path, capsys):
+    from pyspark.sql.classic.dataframe import DataFrame
+
+    from tt.cli.main import main
+
+    out = tmp_path / "nb.db"
+    rec = tt.hook(spark, out)
+    assert hasattr(DataFrame.mapInPandas, "__wrapped__")
+    df = spark.range(0, ROWS, numPartitions=PARTITIONS)
+    got = df.mapInPandas(_counter_class()(), "id long").count()
+    assert rec.stop() == out and rec.stopped
+    assert got == ROWS
+    assert not hasattr(DataFrame.mapInPandas, "__wrapped__")   # PySpark's own again
+    reader = RunReader(out)
+    try:
+        assert reader.status == "complete" and reader.theta.name == "Counter"
+        end = reader.instances_at(reader.interactions()[-1].k)
+        for (op, i), at in end.items():
+            ids = range(i * ROWS // PARTITIONS, (i + 1) * ROWS // PARTITIONS)
+            assert reader.state(at.state) == {"rows": len(ids), "total": sum(ids)}
+    finally:
+        reader.close()
+    assert main(["verify", str(out)]) == 0
+    assert "every replayed state equals the recorded one" in capsys.readouterr().out
+
+
+def test_hook_as_a_context_manager_and_one_recording_at_a_time(spark, tmp_path):
+    with tt.hook(spark, tmp_path / "a.db") as rec:
+        with pytest.raises(UsageError, match="a recording is already under way"):
+            tt.hook(spark, tmp_path / "b.db")
+        spark.range(0, 30, numPartitions=1).mapInPandas(_counter_class()(), "id long").collect()
+    assert rec.stopped
+    with pytest.raises(UsageError, match="exists; pass force=True"):
+        tt.hook(spark, tmp_path / "a.db")
+    reader = RunReader(tmp_path / "a.db")
+    try:
+        assert reader.status == "complete"
+    finally:
+        reader.close()
+
+
+def test_a_job_that_calls_nothing_tt_records_says_what_it_records(spark, tmp_path):
+    """One line naming what tt hooks, and what ran unrecorded and why."""
+    from tt.recorder.job import record_job
+
+    job = tmp_path / "plain.py"
+    job.write_text("from typing import Iterator\n"
+                   "import pandas as pd\n"
+                   "from pyspark.sql import SparkSession\n"
+                   "spark = SparkSession.builder.getOrCreate()\n"
+                   "def per_batch(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:\n"
+                   "    yield from pdfs\n"
+                   "df = spark.range(6).selectExpr('id', 'id % 2 AS k')\n"
+                   "df.groupBy('k').applyInPandas(per_batch, 'id long, k long').count()\n")
+    outcome = record_job(job, [], tmp_path / "plain.db")
+    assert outcome.status == "failed" and outcome.exit_code == 1
+    assert outcome.error.startswith(f"{job} ran no tt dataflow and called no PySpark method tt records (")
+    assert "mapInPandas" in outcome.error and "Python UDTFs" in outcome.error
+    assert "; applyInPandas at plain.py:8 ran unrecorded: its type hints ask for the iterator form" in outcome.error
+
+
+def test_a_hooked_function_whose_state_cannot_be_pickled_steps_back_by_replay(spark, tmp_path):
+    """A callable that makes a lock in the executor (as a connection would be): its state
+    shows the lock by its repr, and a step back puts it back by replaying its inputs."""
+    from tt.replay.session import DebugSession
+
+    class Tagger:
+        def __init__(self):
+            self.n = 0
+
+        def __call__(self, x):
+            import threading
+
+            if not hasattr(self, "lock"):
+                self.lock = threading.Lock()
+            with self.lock:
+                self.n += 1
+            return (x, self.n)
+
+    out = tmp_path / "lock.db"
+    with tt.hook(spark, out):
+        spark.sparkContext.parallelize(range(20), 2).map(Tagger()).collect()
+    session = DebugSession(out)
+    try:
+        session.step_over(session.parse_ref("Tagger:0:0"))
+        session.step_over(session.parse_ref("Tagger:0:1"))
+        theta = session.reader.theta.id
+        state = session.engine.states()[(theta, 0)]
+        assert state["n"] == 2 and "lock" in str(state["lock"]), state
+        session.step_back()
+        assert session.engine.states()[(theta, 0)]["n"] == 1
+        session.step_back()
+        assert session.engine.states()[(theta, 0)] == {"n": 0}
+    finally:
+        session.reader.close()
