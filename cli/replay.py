@@ -3,6 +3,8 @@ one JSON document (--json) or one JSON object per line (--nl)."""
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Optional
 
@@ -274,7 +276,7 @@ def _text(r: dict) -> tuple[str, bool]:
     elif stop and stop["tuple"] in rows and stop["where"] == "after":
         lines.append(f"  {stop['tuple']} {val(rows[stop['tuple']])}")
     for inst, fields in r.get("changed", {}).items():
-        items = list(fields.items())
+        items = _named_first(list(fields.items()), r["target"] if r["action"] == "run_until" else "")
         for f, ch in items[:_FIELDS_SHOWN]:
             if "note" in ch:
                 lines.append(f"  {inst}.{f.rstrip('.…') or '…'}: … {ch['note']}")
@@ -302,6 +304,20 @@ def _text(r: dict) -> tuple[str, bool]:
 
 _CONSUMED_SHOWN, _FIELDS_SHOWN, _NEXT_SHOWN = 8, 10, 6
 
+
+
+
+def _named_first(items: list, condition: str) -> list:
+    """Changed fields, those the condition names (every part of `highest.Bob` in it) first:
+    with many changes, the one the user asked about must not be among the hidden."""
+    if not condition:
+        return items
+    words = set(re.findall(r"\w+", condition))
+
+    def named(item) -> int:
+        parts = [x for x in re.split(r"[.\[\]]", item[0]) if x]
+        return -sum(x in words for x in parts) if parts else 0
+    return sorted(items, key=named)
 
 def _touched(r: dict) -> dict[str, int]:
     """The instances a step is about, first the one it stopped at or aimed at: their next

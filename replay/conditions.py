@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.errors import UsageError
+from ..core.hooked import HookedOperator
 from ..core.scopes import Provenance, TupleRef
 from .engine import Engine, Instance, Key, RecordedFailure
 from .restore_points import RestorePoints
@@ -271,7 +272,7 @@ class _OperatorProxy:
     def __getattr__(self, attr: str) -> Any:
         if self._current is None:
             raise _NotThisStep
-        return getattr(self._current.runner.op, attr)
+        return _field(self._current.runner.op, attr)
 
     def __getitem__(self, i: int) -> Any:
         return _InstanceProxy(self._instances(self._name, i))
@@ -282,7 +283,19 @@ class _InstanceProxy:
         self._inst = inst
 
     def __getattr__(self, attr: str) -> Any:
-        return getattr(self._inst.runner.op, attr)
+        return _field(self._inst.runner.op, attr)
+
+
+def _field(op: Any, attr: str) -> Any:
+    """An operator's field as a condition reads it: an attribute, or for a hooked function
+    (whose state is gathered from its callable, closure and frame) an entry of its state."""
+    if isinstance(op, HookedOperator):
+        state = op.state()
+        if attr in state:
+            return state[attr]
+        raise AttributeError(f"{op._tt_name or 'the operator'} has no field {attr!r} "
+                             f"(it has: {', '.join(map(str, state)) or 'none yet'})")
+    return getattr(op, attr)
 
 
 class _NotThisStep(Exception):

@@ -126,11 +126,19 @@ def test_hooks_are_removed_after_the_job(recorded):
     assert PandasMapOpsMixin.mapInPandas.__module__ == "pyspark.sql.pandas.map_ops"
 
 
-def test_a_raising_function_fails_the_run_and_replay_stops_before_its_batch(spark, tmp_path):
+@pytest.fixture(scope="module")
+def failed_run(spark, tmp_path_factory):
+    """A recording whose Enrich raises on partition 1's batch #2, and how record_job ended."""
+    d = tmp_path_factory.mktemp("hooked_failed")
+    fail_at = 1 * ROWS // PARTITIONS + 2 * BATCH + 7
+    out = d / "failed.db"
+    outcome = record_job(JOB, [str(d / "o.json"), str(ROWS), str(PARTITIONS), str(fail_at)], out)
+    return out, outcome
+
+
+def test_a_raising_function_fails_the_run_and_replay_stops_before_its_batch(failed_run):
     """Post-mortem: the run names the operator, partition and batch; replay re-raises there."""
-    fail_at = 1 * ROWS // PARTITIONS + 2 * BATCH + 7      # partition 1, its batch #2
-    out = tmp_path / "failed.db"
-    outcome = record_job(JOB, [str(tmp_path / "o.json"), str(ROWS), str(PARTITIONS), str(fail_at)], out)
+    out, outcome = failed_run
     assert outcome.status == "failed"
     assert "operator Enrich:1 raised ValueError: bad payment" in outcome.error
     assert "on input #2" in outcome.error
@@ -210,4 +218,25 @@ def test_tt_debug_steps_through_the_hooked_batches(recorded):
         assert shown_state() == oracle(i, 1)
         await keys(pilot, "N")            # over the jump: the start, every generator fresh
         assert shown_state() == oracle(i, 0)
+    drive(app, script, size=(160, 45))
+
+
+def test_tt_debug_opens_a_failed_hooked_run_before_its_failing_batch(failed_run):
+    """The real app, post-mortem on a hooked run: it opens just before the batch that raised,
+    with the oracle's state, and `s` re-raises the function's own error there."""
+    from test_tui import drive, keys, message
+
+    from tt.tui.app import DebuggerApp
+
+    app = DebuggerApp(failed_run[0])
+
+    async def script(pilot):
+        assert "the run failed at Enrich:1:2: ValueError: bad payment" in message(app), message(app)
+        assert app.shown.selected_label == "Enrich:1:2"
+        state = app.shown.states["Enrich:1"]
+        assert {"batches": state["batches"], "highest": state["highest"]} == oracle(1, 2)
+        before = app.model.call(lambda s: s.states())
+        await keys(pilot, "s")
+        assert "Enrich:1:2 raised ValueError: bad payment" in message(app), message(app)
+        assert app.model.call(lambda s: s.states()) == before
     drive(app, script, size=(160, 45))
