@@ -148,3 +148,28 @@ def test_a_raising_group_function_fails_the_run_and_replay_stops_before_its_grou
     counts = payments()["customer"].value_counts().to_dict()
     assert state["last"] != "c4" and (state["last"] is None or state["rows"] >= counts[state["last"]])
     session.reader.close()
+
+
+def test_a_retried_grouped_task_leaves_the_log_of_a_failure_free_run(recorded, tmp_path, capsys):
+    """summary raises on c3 in its task's first attempt; Spark retries the task. Only the
+    retry is kept: the same output, the same end states, and verify passes."""
+    from tt.cli.main import main
+
+    out = tmp_path / "retried.db"
+    outcome = record_job(JOB, [str(tmp_path / "o.json"), str(ROWS), "-", "1"], out)
+    assert outcome.status == "complete", outcome.error
+    assert json.loads((tmp_path / "o.json").read_text()) == recorded[2]
+    reader = RunReader(out)
+    statuses = [s for (s,) in reader.conn.execute("SELECT status FROM attempts WHERE stage = 0")]
+    assert statuses.count("failed") == 1, statuses
+    theta = reader.theta.id
+    retried = {i: reader.state(at.state)["closure"]["stats"] for (op, i), at in reader.instances_at(reader.interactions()[-1].k).items()
+               if op == theta}
+    reader.close()
+    first = RunReader(recorded[0])
+    clean = {i: first.state(at.state)["closure"]["stats"] for (op, i), at in first.instances_at(first.interactions()[-1].k).items()
+             if op == first.theta.id}
+    first.close()
+    assert retried == clean
+    assert main(["verify", str(out)]) == 0
+    assert "every replayed state equals the recorded one" in capsys.readouterr().out

@@ -132,6 +132,10 @@ COVERED_ELSEWHERE: dict[tuple[str, str], tuple[str, list[str]]] = {
     _key("Debugging", "tt record sample_runs/fraud/job.py --watch FE --every 1s -o live.db --tui"): (
         "records with the debugger open; driven under tmux (the same job, θ and --every)",
         ["tests/test_tui_tmux.py::test_tt_record_tui_follows_the_run_and_takes_an_interaction_on_i"]),
+    _key("Plain PySpark jobs, unchanged", "tt debug pyspark.db"): (
+        "opens the terminal debugger on the plain PySpark sample; driven in Textual's pilot with the "
+        "README's condition (`c`), then a step and a step back",
+        ["tests/test_fraud_pyspark.py::test_tt_debug_runs_until_the_enrichment_reads_the_yen_as_dollars"]),
     _key("How it works", "tt debug run.db"): (
         "opens the terminal debugger on the failed run; driven in Textual's pilot (`s` re-raises)",
         ["tests/test_postmortem.py::test_tt_debug_opens_before_the_failing_tuple_and_s_re_raises"]),
@@ -461,6 +465,60 @@ def _measure(r: Result, c: Ctx) -> None:
     # measure every jump with the active plan
     ok(r)
     assert re.search(r"^online\.db: online plan \(τ = 2s\): slowest jump measured \d+\.\d+s", r.out, re.M), str(r)
+
+
+# --- Plain PySpark jobs, unchanged -------------------------------------------------------------------
+
+PLAIN = "Plain PySpark jobs, unchanged"
+BOB_YEN_ID = 50_000 // 3   # generate.py puts Bob's ¥5000 a third of the way into the fraud_pyspark sample's 50,000
+
+
+@runs(PLAIN, "tt record sample_runs/fraud_pyspark/job.py -o pyspark.db", timeout=RECORD_TIMEOUT)
+def _record_plain(r: Result, c: Ctx) -> None:
+    # θ: the first hooked operator, FeatureEnrichment
+    ok(r)
+    assert re.search(r"^recorded pyspark\.db: \d+ interactions, \d+ tuples into θ = FeatureEnrichment", r.out,
+                     re.M), str(r)
+    assert (c.dir / "sample_runs" / "fraud_pyspark" / "data" / "payments.parquet").is_file()
+
+
+@runs(PLAIN, "tt inspect pyspark.db")
+def _inspect_plain(r: Result, c: Ctx) -> None:
+    # FeatureEnrichment (mapInPandas, a batch a step) and detect (applyInPandas, a group a step)
+    ok(r)
+    assert re.search(r"^FeatureEnrichment\s+mapInPandas\s+job\.py:\d+\s+\d+\s+2\s+θ", r.out, re.M), str(r)
+    assert re.search(r"^detect\s+applyInPandas\s+job\.py:\d+\s+\d+\s+2\s+G", r.out, re.M), str(r)
+    assert "one step = one unit (applyInPandas: a group; mapInPandas: a batch)" in r.out, str(r)
+    assert "not tuple-consistent across its shuffles" in r.out, str(r)   # the paragraph after the block
+
+
+@runs(PLAIN, "tt replay pyspark.db --run-until \"FeatureEnrichment.highest.get('Bob', 0) > 2000\"")
+def _until_enrichment(r: Result, c: Ctx) -> None:
+    # stops after the batch that read Bob's ¥5000 as $5,000
+    ok(r)
+    assert re.search(r"^run_until FeatureEnrichment\.highest\.get\('Bob', 0\) > 2000: ok", r.out, re.M), str(r)
+    assert re.search(r"^  stopped after FeatureEnrichment:\d:\d+: the condition holds", r.out, re.M), str(r)
+    assert re.search(r"^  FeatureEnrichment:\d\.highest\.Bob: \S+ → 5000\.0$", r.out, re.M), str(r)
+
+
+@runs(PLAIN, "tt replay pyspark.db --run-until \"'Bob' in detect.closure['blacklist']\"")
+def _until_detect(r: Result, c: Ctx) -> None:
+    # detect blacklists Bob for payment 16666, the ¥ one
+    ok(r)
+    assert re.search(r"^  stopped after detect:\d:\d+: the condition holds", r.out, re.M), str(r)
+    after = re.findall(r"^  detect:\d\.closure: .* → \{blacklist: \{(.*)\}\}$", r.out, re.M)
+    assert any(f"Bob: {BOB_YEN_ID}" in blacklist for blacklist in after), str(r)
+    import pyarrow.parquet as pq   # payment 16666 is the ¥ one, as the sample's data says
+
+    rows = pq.read_table(c.dir / "sample_runs" / "fraud_pyspark" / "data" / "payments.parquet").to_pylist()
+    assert rows[BOB_YEN_ID]["customer"] == "Bob" and rows[BOB_YEN_ID]["amount"] == "¥5000"
+
+
+@runs(PLAIN, "tt verify pyspark.db")
+def _verify_plain(r: Result, c: Ctx) -> None:
+    # replays both functions locally, without Spark
+    ok(r)
+    assert re.search(r"^pyspark\.db: verified (\d+) of \1 interactions", r.out, re.M), str(r)
 
 
 # --- How it works: a run that failed ---------------------------------------------------------------

@@ -13,7 +13,8 @@
 Six shuffle partitions for seven keys leave some partitions without a group, where
 Spark runs no Python at all. The data is a pure function of the row id, so the tests compute what every group
 holds with pandas alone (tests/test_hooked_grouped.py).
-Usage: python hooked_grouped.py OUT.json [ROWS] [FAIL_KEY]   (summary raises on that customer)
+Usage: python hooked_grouped.py OUT.json [ROWS] [FAIL_KEY] [FLAKY]
+(summary raises on customer FAIL_KEY; with FLAKY=1 on c3, in its task's first attempt only)
 """
 
 import json
@@ -25,12 +26,18 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 
-def make_summary(fail_key: str = ""):
+def make_summary(fail_key: str = "-", flaky: bool = False):
     stats = {"groups": 0, "rows": 0, "last": None}
 
     def summary(key, pdf):
         if key[0] == fail_key:
             raise ValueError(f"bad customer {fail_key}")
+        if flaky and key[0] == "c3":
+            from pyspark import TaskContext
+
+            tc = TaskContext.get()   # None in tt's replay, which has no Spark task
+            if tc is not None and tc.attemptNumber() == 0:
+                raise RuntimeError("a lost executor, say")
         stats["groups"] += 1
         stats["rows"] += len(pdf)
         stats["last"] = key[0]
@@ -60,7 +67,7 @@ def batches_of(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         yield pd.DataFrame({"customer": pdf["customer"].iloc[:1], "n": [len(pdf)]})
 
 
-def main(out: str, rows: int = 300, fail_key: str = "") -> None:
+def main(out: str, rows: int = 300, fail_key: str = "-", flaky: int = 0) -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-grouped").getOrCreate()
     # six shuffle partitions for seven customers, not coalesced: some partitions hold no group
     spark.conf.set("spark.sql.shuffle.partitions", "6")
@@ -70,7 +77,7 @@ def main(out: str, rows: int = 300, fail_key: str = "") -> None:
             "id", "concat('c', id % 7) AS customer", "CAST((id * 37) % 101 AS DOUBLE) AS amount")
         refunds = spark.range(0, rows // 3, numPartitions=2).selectExpr(
             "id", "concat('c', id % 5) AS customer")
-        totals = payments.groupBy("customer").applyInPandas(make_summary(fail_key), "customer string, amount double")
+        totals = payments.groupBy("customer").applyInPandas(make_summary(fail_key, bool(flaky)), "customer string, amount double")
         high = payments.groupBy("customer").applyInPandas(above_mean, "id long, customer string, amount double")
         merged = payments.groupBy("customer").cogroup(refunds.groupBy("customer")).applyInPandas(
             merge, "customer string, payments long, refunds long")

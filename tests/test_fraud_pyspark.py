@@ -1,0 +1,84 @@
+"""The plain PySpark fraud sample (`sample_runs/fraud_pyspark/`), recorded unchanged.
+
+The README's section on plain PySpark jobs runs this sample from the command line
+(tests/test_readme.py); here the same recording is checked against the job's output
+with recording off, and the debugger is driven with the README's condition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from tt.recorder.job import record_job
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "sample_runs" / "fraud_pyspark" / "job.py"
+ROWS = 20_000
+CONDITION = "FeatureEnrichment.highest.get('Bob', 0) > 2000"
+
+
+def _printed(fn) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        fn()
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def sample(spark, tmp_path_factory):
+    """(run file, what the job printed recorded, what it printed with recording off)."""
+    d = tmp_path_factory.mktemp("fraud_pyspark")
+    args = ["--data", str(d / "payments.parquet"), "--rows", str(ROWS)]
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    argv = sys.argv[:]
+    try:
+        sys.argv = [str(JOB), *args]
+        off = _printed(lambda: runpy.run_path(str(JOB), run_name="__main__"))
+        outcome = None
+
+        def record():
+            nonlocal outcome
+            outcome = record_job(JOB, args, d / "run.db")
+        on = _printed(record)
+    finally:
+        sys.argv = argv
+        spark.conf.set("spark.sql.shuffle.partitions", before)   # the job sets its own
+    assert outcome.status == "complete", outcome.error
+    return d / "run.db", on, off
+
+
+def test_recording_does_not_change_what_the_job_prints(sample):
+    _, on, off = sample
+    line = next(x for x in off.splitlines() if x.startswith("approved "))
+    assert line in on.splitlines()
+    assert "Bob has" in line
+
+
+def test_tt_debug_runs_until_the_enrichment_reads_the_yen_as_dollars(sample):
+    """The README's story in the real app: `c` with its condition stops after the batch in
+    which FeatureEnrichment read Bob's ¥5000 as $5,000; `N` goes back before it."""
+    from test_tui import answer, drive, keys, message
+
+    from tt.tui.app import DebuggerApp
+
+    app = DebuggerApp(sample[0])
+
+    def bob() -> list:
+        return [s["highest"].get("Bob") for label, s in app.shown.states.items()
+                if label.startswith("FeatureEnrichment:")]
+
+    async def script(pilot):
+        assert all(v is None for v in bob())
+        await keys(pilot, "c")
+        await answer(pilot, CONDITION)
+        assert "stopped after FeatureEnrichment:" in message(app), message(app)
+        assert 5000.0 in bob(), bob()
+        await keys(pilot, "N")
+        assert 5000.0 not in bob(), bob()
+    drive(app, script, size=(160, 45))
