@@ -128,8 +128,10 @@ def _summary_text(s: dict) -> str:
                      f"snapshots are not tuple-consistent across its shuffles (docs/HOOKS.md)")
     for u in s.get("unrecorded", []):
         lines.append(f"unrecorded  {u['name']} ({u['kind']} at {u['site']}) ran without tt: {u['why']}")
-    lines.append("edges    " + ", ".join(f"{e['from']}→{e['to']}" + (" (shuffle)" if e["shuffle"] else "")
-                                        for e in s["edges"]))
+    lines.append("edges    " + ", ".join([f"{e['from']}→{e['to']}" + (" (shuffle)" if e["shuffle"] else "")
+                                         for e in s["edges"]]
+                                        + [f"{e['from']}⇢{e['to']} (Spark: {e['label']})"
+                                           for e in s.get("spark_edges", [])]))
     lines.append(f"interactions  {s['interactions']} complete of {s['interactions_recorded']} recorded")
     sz = s["sizes"]
     lines.append(f"sizes    file {human_bytes(sz['file'])}; control log {human_bytes(s['control_log_bytes'])}"

@@ -32,7 +32,7 @@ class HookedCall:
         self.graph = graph
         self.stage_id = stage_id
         self.recording = recording
-        self.__name__ = name_of(fn)
+        self.__name__ = graph.nodes[graph.stages[stage_id].nodes[-1]].name   # the operator's, unique in the run
 
     def __call__(self, *args: Any) -> Iterator:
         """`(iterator)` for the DataFrame APIs, `(partition, iterator)` for the RDD's."""
@@ -111,7 +111,8 @@ class GroupedCall:
         import inspect
 
         self.feed = feed
-        self.__name__ = name_of(fn)
+        g = feed.graph
+        self.__name__ = g.nodes[g.stages[feed.stage_id].nodes[-1]].name   # the operator's, unique in the run
         frames = ["left", "right"] if kind.startswith("cogroup.") else ["data"]
         self.__signature__ = inspect.Signature(
             [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ["key", *frames]])
@@ -178,7 +179,8 @@ def install(session: Any) -> Callable[[], None]:
                 site = _user_site()
                 if site is None or not callable(func):  # PySpark calling itself, or an error it reports
                     return original(self, func, *args, **kwargs)
-                hooked = session.hook(func, kind, site, self.sparkSession.sparkContext)
+                upstream = spark_upstream(session, [self])
+                hooked = session.hook(func, kind, site, self.sparkSession.sparkContext, upstream)
                 return original(self, hooked, *args, **kwargs)
             return patched
         return make
@@ -191,14 +193,16 @@ def install(session: Any) -> Callable[[], None]:
                 site = _user_site()
                 if site is None or not callable(f):
                     return original(self, f, *args, **kwargs)
-                hooked = session.hook(f, kind, site, self.context)
+                hooked = session.hook(f, kind, site, self.context, rdd_upstream(self))
                 if kind == "filter":  # PySpark's filter keeps the partitioning, and so does the hook
                     args, kwargs = (True,), {}
-                return with_index(self, hooked, *args, **kwargs)
+                out = with_index(self, hooked, *args, **kwargs)
+                out._tt_operator = hooked.__name__   # what a hooked call on `out` is fed by
+                return out
             return patched
         return make
 
-    def grouped(kind: str, spark_of: Callable[[Any], Any]):
+    def grouped(kind: str, spark_of: Callable[[Any], Any], frames_of: Callable[[Any], list]):
         """`gdf.applyInPandas(f, schema)` and kin. A function with type hints asking for
         PySpark's iterator form runs unrecorded (its groups arrive as batches)."""
         def make(original):
@@ -210,7 +214,8 @@ def install(session: Any) -> Callable[[], None]:
                 if why:
                     session.unrecorded(func, kind, site, why)
                     return original(self, func, schema)
-                hooked = session.hook(func, kind, site, spark_of(self).sparkContext)
+                upstream = spark_upstream(session, frames_of(self))
+                hooked = session.hook(func, kind, site, spark_of(self).sparkContext, upstream)
                 return original(self, hooked, schema)
             return patched
         return make
@@ -242,8 +247,9 @@ def install(session: Any) -> Callable[[], None]:
     for kind in ("mapPartitions", "mapPartitionsWithIndex", "map", "flatMap", "filter"):
         patch(RDD, kind, rdd_map(kind))
     for name in ("applyInPandas", "applyInArrow"):
-        patch(GroupedData, name, grouped(name, lambda gd: gd.session))
-        patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session))
+        patch(GroupedData, name, grouped(name, lambda gd: gd.session, lambda gd: [gd]))
+        patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session,
+                                                lambda cg: [cg._gd1, cg._gd2]))
     patch(UserDefinedTableFunction, "_create_judtf", udtf)
 
     def uninstall() -> None:
@@ -253,6 +259,87 @@ def install(session: Any) -> Callable[[], None]:
             else:
                 setattr(cls, name, original)
     return uninstall
+
+
+# --- what Spark does between two hooked operators (opaque edges of the DAG) ---------------------
+
+#: Spark's logical plan nodes, as a user would name what they do; others are shown lowercased.
+PLAN_WORDS = {"Filter": "filter", "Join": "join", "Aggregate": "aggregate", "Repartition": "shuffle",
+              "RepartitionByExpression": "shuffle", "Sort": "sort", "Union": "union", "Window": "window",
+              "Deduplicate": "distinct", "Distinct": "distinct", "GlobalLimit": "limit", "Sample": "sample",
+              "Expand": "expand", "Generate": "explode"}
+_QUIET = {"Project", "SubqueryAlias", "LocalLimit", "View", "ResolvedHint"}
+
+
+def spark_upstream(session: Any, inputs: list) -> list[tuple[str, str]]:
+    """(hooked operator, what Spark did to its rows) for each hooked operator whose output
+    reaches this call through `inputs` (DataFrames, or grouped data), from Spark's own
+    analyzed plan. Best effort: a plan tt cannot read gives no edge, never an error."""
+    names = session.hooked_names()
+    if not names:
+        return []
+    out: list[tuple[str, str]] = []
+    for x in inputs:
+        try:
+            df = x if hasattr(x, "_jdf") else None
+            if df is None:   # GroupedData: its DataFrame, and the shuffle by its keys
+                df = x._df
+                keys = _grouping_keys(x._jgd.toString())
+                first = f"shuffle by {keys}" if keys else "shuffle by key"
+            else:
+                first = ""
+            text = df._jdf.queryExecution().analyzed().toString()
+        except Exception:  # noqa: BLE001
+            continue
+        for name in names:
+            label = plan_path_label(text, name)
+            if label is not None:
+                out.append((name, ", ".join(w for w in (first, label) if w) or "as is"))
+    return out
+
+
+def rdd_upstream(rdd: Any) -> list[tuple[str, str]]:
+    """The hooked operator an RDD call is pipelined after, if any (PySpark chains the
+    Python functions of one stage as `PipelinedRDD.prev`)."""
+    seen = 0
+    while rdd is not None and seen < 32:
+        name = getattr(rdd, "_tt_operator", None)
+        if name is not None:
+            return [(name, "pipelined" if seen == 0 else "pipelined through PySpark's own functions")]
+        rdd, seen = getattr(rdd, "prev", None), seen + 1
+    return []
+
+
+def plan_path_label(plan: str, name: str) -> str | None:
+    """What lies between the root of an analyzed plan (its tree text) and the node that runs
+    the hooked function `name`: the kinds of the nodes on that path, as words. None when
+    the plan does not run `name`."""
+    lines = plan.splitlines()
+    at = next((i for i, line in enumerate(lines) if f" {name}(" in line or f"], {name}(" in line), None)
+    if at is None:
+        return None
+    depth, words = _plan_depth(lines[at]), []
+    for line in reversed(lines[:at]):   # up the tree: in the order the rows went through
+        d = _plan_depth(line)
+        if d < depth:
+            depth = d
+            kind = line[d:].split(" ", 1)[0]
+            word = PLAN_WORDS.get(kind, kind.lower())
+            if kind not in _QUIET and word not in words:
+                words.append(word)
+    return ", ".join(words)
+
+
+def _plan_depth(line: str) -> int:
+    return next((i for i, c in enumerate(line) if c.isalnum()), len(line))
+
+
+def _grouping_keys(text: str) -> str:
+    """`customer` from `RelationalGroupedDataset: [grouping expressions: [customer], …`."""
+    import re
+
+    m = re.search(r"grouping expressions: \[([^\]]*)\]", text)
+    return ", ".join(k.split(":")[0].strip() for k in m.group(1).split(",")) if m else ""
 
 
 def _unhookable_group_function(func: Any, kind: str) -> str | None:

@@ -67,6 +67,7 @@ class RecordingSession:
         self._hook_lock = threading.Lock()
         self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
         self.unrecorded_calls: list[dict] = []   # hooked APIs whose function ran unrecorded, and why
+        self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
         self.recording: Recording | None = None
         self.finished = False
         self.writer.submit([(
@@ -159,9 +160,11 @@ class RecordingSession:
 
     # --- hooked PySpark calls (docs/HOOKS.md) -----------------------------------
 
-    def hook(self, fn: Any, kind: str, site: str, sc: Any) -> Any:
+    def hook(self, fn: Any, kind: str, site: str, sc: Any, upstream: list[tuple[str, str]] = ()) -> Any:
         """A patched PySpark method was called by the job: make its call site an operator
-        of the run and return what Spark runs in place of `fn`. The first call begins the run."""
+        of the run and return what Spark runs in place of `fn`. The first call begins the run.
+        `upstream`: the hooked operators whose rows reach this one through Spark, and what
+        Spark did to them on the way (the DAG's opaque edges)."""
         from ..core.graph import SOURCE
         from ..core.hooked import GROUP_KINDS, name_of, operator_for
         from ..core.operator import Source
@@ -180,6 +183,9 @@ class RecordingSession:
             source = g.add_node(_unique(g, f"{name}.in"), SOURCE, Source())
             node = g.add_node(name, kind, operator_for(fn, kind, site))
             stage = g.add_hooked(source, node)
+            by_name = {n.name: n.id for n in g.nodes}
+            self.spark_edges += [{"src": by_name[up], "dst": source.id, "label": label}
+                                 for up, label in upstream if up in by_name]
             if g.theta is None and self.watch in (None, name):
                 g.theta = node.id
                 self.on_event("begin", {"theta": name, "address": self.coordinator.address})
@@ -189,6 +195,13 @@ class RecordingSession:
                 feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
                 return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
+
+    def hooked_names(self) -> list[str]:
+        """The hooked operators of the run so far (what Spark's plans name them)."""
+        from ..core.hooked import HOOKED_KINDS
+
+        g = self.graph
+        return [] if g is None or not self.hooked else [n.name for n in g.nodes if n.kind in HOOKED_KINDS]
 
     def unrecorded(self, fn: Any, kind: str, site: str, why: str) -> None:
         """A hooked API was called with a function tt cannot record: it runs as without tt,
@@ -245,7 +258,8 @@ class RecordingSession:
             ("UPDATE operators SET is_theta = (id = ?), instances=? WHERE id=?",
              [(g.theta, n.instances, n.id) for n in g.nodes]),
             ("UPDATE run SET plan=?, theta=?, signature=? WHERE id=1",
-             [(orjson.dumps({**g.describe(), "unrecorded": self.unrecorded_calls}).decode(),
+             [(orjson.dumps({**g.describe(), "unrecorded": self.unrecorded_calls,
+                             "spark_edges": self.spark_edges}).decode(),
                g.nodes[g.theta].name, signature)])])
 
     def end(self, *, ok: bool, error: str | None = None, status: str | None = None,

@@ -82,3 +82,29 @@ def test_tt_debug_runs_until_the_enrichment_reads_the_yen_as_dollars(sample):
         await keys(pilot, "N")
         assert 5000.0 not in bob(), bob()
     drive(app, script, size=(160, 45))
+
+
+def test_the_dag_shows_what_spark_does_between_the_two_functions(sample):
+    """An opaque edge from FeatureEnrichment to detect's input, labelled from Spark's plan
+    (groupBy("customer") shuffles), in the run file, `tt inspect` and the debugger's DAG."""
+    from test_tui import drive
+
+    from tt.cli.main import main
+    from tt.store.reader import RunReader
+    from tt.tui.widgets.dag_view import DagView
+
+    reader = RunReader(sample[0])
+    names = {o.id: o.name for o in reader.operators}
+    edges = [(names[e["src"]], names[e["dst"]], e["label"]) for e in reader.plan["spark_edges"]]
+    reader.close()
+    assert edges == [("FeatureEnrichment", "detect.in", "shuffle by customer")]
+
+    from tt.tui.app import DebuggerApp
+
+    app = DebuggerApp(sample[0])
+
+    async def script(pilot):
+        text = app.query_one(DagView).render_text()
+        assert "[FeatureEnrichment θ]╌╌▶ detect.in" in text and "Spark: shuffle by customer" in text, text
+    drive(app, script, size=(160, 45))
+    assert main(["inspect", str(sample[0])]) == 0

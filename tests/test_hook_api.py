@@ -125,3 +125,21 @@ def test_a_hooked_function_whose_state_cannot_be_pickled_steps_back_by_replay(sp
         assert session.engine.states()[(theta, 0)] == {"n": 0}
     finally:
         session.reader.close()
+
+
+def test_what_spark_did_between_two_hooked_functions_is_read_from_its_plan():
+    """The label of an opaque edge: the kinds of plan nodes between the hooked node and the
+    call's input, in the order the rows went through them (no Spark needed to read a plan)."""
+    from tt.recorder.hooks import plan_path_label
+
+    plan = """Project [id#3L, customer#4, customer#6]
++- Join Inner, (id#3L = id#5L)
+   :- Filter (id#3L > cast(2 as bigint))
+   :  +- MapInPandas FeatureEnrichment(id#0L, customer#1)#2, [id#3L, customer#4], false
+   :     +- Project [id#0L, concat(c, cast((id#0L % cast(3 as bigint)) as string)) AS customer#1]
+   :        +- Range (0, 10, step=1, splits=Some(1))
+   +- Project [id#5L, concat(c, cast((id#5L % cast(3 as bigint)) as string)) AS customer#6]
+      +- Range (0, 10, step=1, splits=Some(1))"""
+    assert plan_path_label(plan, "FeatureEnrichment") == "filter, join"
+    assert plan_path_label(plan, "detect") is None
+    assert plan_path_label("MapInPandas Enrich(id#0L)#2, [id#3L], false\n+- Range (0, 1)", "Enrich") == ""

@@ -74,6 +74,10 @@ def test_every_hooked_call_site_is_an_operator_with_its_unit(recorded):
     assert units == {"running_total": "row", "Threshold": "row", "map": "row", "tagged": "row",
                      "flatMap": "row", "CountBatches": "batch"}
     assert reader.theta.name == "running_total"
+    names = {o.id: o.name for o in reader.operators}
+    edges = {(names[e["src"]], names[e["dst"]], e["label"]) for e in reader.plan["spark_edges"]}
+    assert edges == {("running_total", "Threshold.in", "pipelined"), ("Threshold", "map.in", "pipelined"),
+                     ("tagged", "flatMap.in", "pipelined")}   # PySpark chains them in one Python worker
     reader.close()
 
 

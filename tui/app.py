@@ -232,8 +232,12 @@ class DebuggerApp(App):
         self.theta = theta.name if theta else None
         if self.selected_op is None:
             self.selected_op = self.theta
-        nodes = [DagNode(o.id, o.name, o.kind, o.in_g, o.is_theta, o.instances) for o in ops]
+        spark_edges = plan.get("spark_edges", [])   # Spark, between two hooked operators (docs/HOOKS.md)
+        notes = {e["dst"]: f"Spark: {e['label']}" for e in spark_edges}
+        nodes = [DagNode(o.id, o.name, o.kind, o.in_g, o.is_theta, o.instances, notes.get(o.id, ""))
+                 for o in ops]
         edges = [DagEdge(e["src"], e["dst"], bool(e["shuffle"])) for e in plan.get("edges", [])]
+        edges += [DagEdge(e["src"], e["dst"], True) for e in spark_edges]
         dag = self.query_one(DagView)
         dag.set_graph(nodes, edges)
         self._refresh_interactions()

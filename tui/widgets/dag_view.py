@@ -1,8 +1,9 @@
 """The dataflow as a drawing: which operators exist, how tuples flow, where θ and G(θ) are.
 
 Operators are laid out in layers (longest path from a source), edges are drawn
-with box characters (dashed where Spark shuffles), G(θ) is highlighted and θ
-marked, and under every operator of G(θ) stands how many tuples its instances
+with box characters (dashed where Spark shuffles, and where Spark itself carries
+rows from one hooked PySpark function to the next, the note under the receiving
+source saying what it did), G(θ) is highlighted and θ marked, and under every operator of G(θ) stands how many tuples its instances
 have consumed at the session's position (the model leaves out the end-of-input
 step each instance takes last, so θ's count ends at the job's tuples into θ).
 Selecting an operator (arrows, Enter or a click) shows its state in the state
@@ -41,6 +42,7 @@ class DagNode:
     in_g: bool
     theta: bool
     instances: int
+    note: str = ""     # shown under an operator outside G(θ): what Spark did to the rows it feeds on
 
 
 @dataclass
@@ -246,7 +248,7 @@ class DagView(Widget, can_focus=True):
 
     def _count_text(self, n: DagNode) -> str:
         if not n.in_g:
-            return ""
+            return n.note
         c = self.counts.get(n.name)
         return "" if c is None else f"{c:,}"
 
