@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..core.graph import Graph
-from ..core.hooked import name_of
 from .task import Recording, StageTask
+
 
 class HookedCall:
     """What Spark runs in place of a hooked function: one hooked stage per task.
