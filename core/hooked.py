@@ -30,17 +30,18 @@ from . import values
 from .operator import CONTEXT, Operator
 from .pulled import Pulled
 
-#: The kind of a hooked operator in the DAG (the PySpark method it was handed to), and the
+#: The kind of a hooked operator in the DAG (the PySpark method it was handed to; the RDD's
+#: are `rdd.`-prefixed, apart from the built-in `map` and `filter` of a tt.Dataflow), and the
 #: unit of one of its steps as the debugger names it.
 UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
-         "mapPartitions": "row", "mapPartitionsWithIndex": "row",
-         "map": "row", "flatMap": "row", "filter": "row",
+         "rdd.mapPartitions": "row", "rdd.mapPartitionsWithIndex": "row",
+         "rdd.map": "row", "rdd.flatMap": "row", "rdd.filter": "row",
          "applyInPandas": "group", "applyInArrow": "group",
          "cogroup.applyInPandas": "group", "cogroup.applyInArrow": "group",
          "udtf": "call"}
 HOOKED_KINDS = frozenset(UNITS)
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).
-ELEMENT_KINDS = frozenset({"map", "flatMap", "filter"})
+ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter"})
 #: Grouped APIs: the function takes one group per call (`GroupOperator`).
 GROUP_KINDS = frozenset(k for k, unit in UNITS.items() if unit == "group")
 
@@ -79,9 +80,9 @@ class ElementOperator(HookedOperator):
 
     def process(self, row: Any, port: int = 0) -> list:
         fn, kind = self._fn, self._kind
-        if kind == "map":
+        if kind == "rdd.map":
             return [fn(row)]
-        if kind == "filter":
+        if kind == "rdd.filter":
             return [row] if fn(row) else []
         return list(fn(row))
 
@@ -143,7 +144,7 @@ class IteratorOperator(HookedOperator):
 
     def _begin(self) -> Pulled:
         fn = self._fn
-        if self._kind == "mapPartitionsWithIndex":  # the instance is the partition Spark passes
+        if self._kind == "rdd.mapPartitionsWithIndex":  # the instance is the partition Spark passes
             fn = functools.partial(fn, CONTEXT.runner.instance)
         self._pulled = Pulled(fn)
         return self._pulled

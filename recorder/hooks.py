@@ -194,7 +194,7 @@ def install(session: Any) -> Callable[[], None]:
                 if site is None or not callable(f):
                     return original(self, f, *args, **kwargs)
                 hooked = session.hook(f, kind, site, self.context, rdd_upstream(self))
-                if kind == "filter":  # PySpark's filter keeps the partitioning, and so does the hook
+                if kind == "rdd.filter":  # PySpark's filter keeps the partitioning, and so does the hook
                     args, kwargs = (True,), {}
                 out = with_index(self, hooked, *args, **kwargs)
                 out._tt_operator = hooked.__name__   # what a hooked call on `out` is fed by
@@ -244,8 +244,8 @@ def install(session: Any) -> Callable[[], None]:
 
     for kind in ("mapInPandas", "mapInArrow"):
         patch(DataFrame, kind, dataframe_map(kind))
-    for kind in ("mapPartitions", "mapPartitionsWithIndex", "map", "flatMap", "filter"):
-        patch(RDD, kind, rdd_map(kind))
+    for name in ("mapPartitions", "mapPartitionsWithIndex", "map", "flatMap", "filter"):
+        patch(RDD, name, rdd_map(f"rdd.{name}"))
     for name in ("applyInPandas", "applyInArrow"):
         patch(GroupedData, name, grouped(name, lambda gd: gd.session, lambda gd: [gd]))
         patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session,

@@ -179,7 +179,7 @@ class RecordingSession:
                 return fn
             g = self.graph
             base = name_of(fn)
-            name = _unique(g, kind if base == "lambda" else base)
+            name = _unique(g, kind.rsplit(".", 1)[-1] if base == "lambda" else base)   # a lambda: `map`
             source = g.add_node(_unique(g, f"{name}.in"), SOURCE, Source())
             node = g.add_node(name, kind, operator_for(fn, kind, site))
             stage = g.add_hooked(source, node)

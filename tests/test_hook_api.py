@@ -143,3 +143,14 @@ def test_what_spark_did_between_two_hooked_functions_is_read_from_its_plan():
     assert plan_path_label(plan, "FeatureEnrichment") == "filter, join"
     assert plan_path_label(plan, "detect") is None
     assert plan_path_label("MapInPandas Enrich(id#0L)#2, [id#3L], false\n+- Range (0, 1)", "Enrich") == ""
+
+
+def test_hooked_kinds_never_name_a_dataflow_operator_kind():
+    """A tt.Dataflow's built-in `map` and `filter` are not hooked RDD functions: a shared
+    kind would make them take barriers and look hooked (the RDD's are `rdd.`-prefixed)."""
+    from tt.core import graph
+    from tt.core.hooked import HOOKED_KINDS
+
+    builtin = {graph.SOURCE, graph.PROCESS, graph.MAP, graph.FILTER, graph.FLAT_MAP, graph.AGGREGATE,
+               graph.JOIN, graph.UNION, graph.SINK}
+    assert not builtin & HOOKED_KINDS

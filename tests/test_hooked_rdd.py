@@ -68,8 +68,8 @@ def test_recording_does_not_change_the_jobs_output(recorded):
 def test_every_hooked_call_site_is_an_operator_with_its_unit(recorded):
     reader = RunReader(recorded[0])
     ops = {o.name: o.kind for o in reader.operators if o.in_g}
-    assert ops == {"running_total": "mapPartitions", "Threshold": "filter", "map": "map",
-                   "tagged": "mapPartitionsWithIndex", "flatMap": "flatMap", "CountBatches": "mapInArrow"}
+    assert ops == {"running_total": "rdd.mapPartitions", "Threshold": "rdd.filter", "map": "rdd.map",
+                   "tagged": "rdd.mapPartitionsWithIndex", "flatMap": "rdd.flatMap", "CountBatches": "mapInArrow"}
     units = {n["name"]: n["unit"] for n in reader.plan["nodes"] if "unit" in n}
     assert units == {"running_total": "row", "Threshold": "row", "map": "row", "tagged": "row",
                      "flatMap": "row", "CountBatches": "batch"}
