@@ -168,7 +168,7 @@ class RecordingSession:
         from ..core.graph import SOURCE
         from ..core.hooked import GROUP_KINDS, name_of, operator_for
         from ..core.operator import Source
-        from .hooks import GroupedCall, HookedCall, TaskFeed, hooked_udtf_class
+        from .hooked_calls import GroupedCall, HookedCall, TaskFeed, hooked_udtf_class
 
         with self._hook_lock:
             if self.graph is None:

@@ -130,7 +130,7 @@ def test_a_hooked_function_whose_state_cannot_be_pickled_steps_back_by_replay(sp
 def test_what_spark_did_between_two_hooked_functions_is_read_from_its_plan():
     """The label of an opaque edge: the kinds of plan nodes between the hooked node and the
     call's input, in the order the rows went through them (no Spark needed to read a plan)."""
-    from tt.recorder.hooks import plan_path_label
+    from tt.recorder.spark_edges import plan_path_label
 
     plan = """Project [id#3L, customer#4, customer#6]
 +- Join Inner, (id#3L = id#5L)

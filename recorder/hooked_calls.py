@@ -1,0 +1,151 @@
+"""What Spark runs in place of a hooked function (docs/HOOKS.md §5).
+
+Each is picklable, travels to the executors inside Spark's plan, and there runs the
+user's function through the one runtime (`StageTask`), logged like any operator:
+
+- `HookedCall`: the iterator APIs (`mapInPandas`, `mapInArrow`, the RDD's), called
+  once per task and pulled by Spark (`StageTask.run_units`);
+- `GroupedCall` and `hooked_udtf_class`: the grouped APIs and UDTFs, called many times
+  per task; each call is one unit pushed into the task a `TaskFeed` keeps open.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from ..core.graph import Graph
+from .task import Recording, StageTask
+
+
+class HookedCall:
+    """What Spark runs in place of a hooked function: one hooked stage per task.
+
+    It keeps the function's name (Spark shows it in EXPLAIN and the UI); the function
+    itself travels inside the stage's graph, as the operator's code."""
+
+    def __init__(self, fn: Any, graph: Graph, stage_id: int, recording: Recording | None):
+        self.graph = graph
+        self.stage_id = stage_id
+        self.recording = recording
+        self.__name__ = graph.nodes[graph.stages[stage_id].nodes[-1]].name   # the operator's, unique in the run
+
+    def __call__(self, *args: Any) -> Iterator:
+        """`(iterator)` for the DataFrame APIs, `(partition, iterator)` for the RDD's."""
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        partition, units = args if len(args) == 2 else (tc.partitionId(), args[0])
+        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
+        task = StageTask(self.graph, self.stage_id, partition, self.recording, attempt)
+        return task.run_units(units)
+
+
+class TaskFeed:
+    """The task of a hooked stage whose function Spark calls many times per task (once per
+    group, or per UDTF row): opened at the first call of each task attempt, fed one unit
+    per call. PySpark has no task-end callback in Python; the task is ended when the
+    worker sends the task's accumulator updates, after its last output (`_TaskEnd`)."""
+
+    def __init__(self, graph: Graph, stage_id: int, recording: Recording | None, task_end: Any):
+        self.graph = graph
+        self.stage_id = stage_id
+        self.recording = recording
+        self.task_end = task_end   # an accumulator: the worker pickles its value when the task ends
+        self._task: StageTask | None = None
+        self._attempt: int | None = None
+
+    def feed(self, unit: Any) -> list:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        if self._task is None or self._attempt != tc.taskAttemptId():
+            attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
+            self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
+            self._attempt = tc.taskAttemptId()
+            self._task.open_units()
+            self.task_end._value = _TaskEnd(self)
+        return self._task.feed_unit(unit)
+
+    def operator(self) -> Any:
+        """The operator object running in this task, if one is open."""
+        return self._task._unit_head.op if self._task is not None else None
+
+    def end(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.end_units()
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_task": None, "_attempt": None}
+
+
+class _TaskEnd:
+    """An accumulator value that ends a `TaskFeed`'s task when the worker pickles it:
+    PySpark sends accumulator updates once the task's last output is written."""
+
+    def __init__(self, feed: TaskFeed):
+        self.feed = feed
+
+    def __reduce__(self):
+        try:
+            self.feed.end()
+        except BaseException:  # noqa: BLE001  the task's output is already Spark's; its log is lost
+            pass
+        return (int, (0,))
+
+
+class GroupedCall:
+    """What Spark runs in place of a grouped function (`applyInPandas` and kin): one group
+    per call, fed to the call site's task.
+
+    It declares `(key, *frames)` through `__signature__`, which is what PySpark counts, so
+    Spark always hands it the key; the operator then calls the user's function with or
+    without it, as PySpark would have (core/hooked.py `GroupOperator`)."""
+
+    def __init__(self, fn: Any, kind: str, feed: TaskFeed):
+        import inspect
+
+        self.feed = feed
+        g = feed.graph
+        self.__name__ = g.nodes[g.stages[feed.stage_id].nodes[-1]].name   # the operator's, unique in the run
+        frames = ["left", "right"] if kind.startswith("cogroup.") else ["data"]
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ["key", *frames]])
+        self.__annotations__: dict = {}   # no type hints: PySpark picks the one-group-per-call form
+
+    def __call__(self, key: Any, *frames: Any) -> Any:
+        return self.feed.feed((key, *frames))[0]   # the function's one result for this group
+
+
+def hooked_udtf_class(cls: type, feed: TaskFeed) -> type:
+    """The class PySpark runs in place of a UDTF class: a subclass whose handler calls
+    (`__init__`, `eval`, `terminate`, and `cleanup` on the operator's handler) are units fed
+    to the call site's task, where the operator runs the user's own class. It defines only
+    the methods the user's class has, with their signatures, as PySpark checks them."""
+    import functools
+
+    def __init__(self):
+        type(self)._tt_feed.feed(("init",))
+
+    @functools.wraps(cls.eval)
+    def eval(self, *args, **kwargs):
+        return iter(type(self)._tt_feed.feed(("eval", args, kwargs)))
+
+    ns = {"__init__": __init__, "eval": eval, "_tt_hooked": True, "_tt_feed": feed,
+          "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    if hasattr(cls, "terminate"):
+        @functools.wraps(cls.terminate)
+        def terminate(self):
+            return iter(type(self)._tt_feed.feed(("terminate",)))
+        ns["terminate"] = terminate
+    if hasattr(cls, "cleanup"):
+        @functools.wraps(cls.cleanup)
+        def cleanup(self):
+            op = type(self)._tt_feed.operator()
+            if op is not None and op._handler is not None:
+                cls.cleanup(op._handler)
+        ns["cleanup"] = cleanup
+    return type(cls.__name__, (cls,), ns)
+
+
+__all__ = ["HookedCall", "TaskFeed", "GroupedCall", "hooked_udtf_class"]
