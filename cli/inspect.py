@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import orjson
 import typer
 
+from ..core import values
 from ..core.errors import UsageError
 from .main import app
 from .output import CSV, JSON, NL, cut_hint, emit, human_bytes, only_one, require_intact, table
@@ -168,7 +168,7 @@ def _states_text(states: dict, k: int) -> tuple[str, bool]:
         state = entry["state"]
         items = state.items() if isinstance(state, dict) and state else [(None, state)]
         for key, value in items:
-            text = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+            text = values.render(value, limit=None)   # as tt replay shows values: {Bob: 16666}, (A, F)
             if len(text) > 2000:
                 text, cut = f"{text[:2000]}…[+{len(text) - 2000} chars]", True
             lines.append(f"  {key} = {text}" if key is not None else f"  {text}")

@@ -216,10 +216,11 @@ def public_attrs(attrs: dict) -> dict:
     return {k: v for k, v in attrs.items() if not k.startswith(_HIDDEN_PREFIX)}
 
 
-def render(value: Any, limit: int = 80) -> str:
-    """A short human-readable rendering of an encoded value (for one-line views)."""
+def render(value: Any, limit: int | None = 80) -> str:
+    """A short human-readable rendering of an encoded value (for one-line views; whole
+    with `limit=None`)."""
     text = _render(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _render(v: Any) -> str:

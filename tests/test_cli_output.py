@@ -301,3 +301,15 @@ def test_scope_of_a_tuple_without_step_over_names_the_tuple_in_the_way(keywords_
     text = _run(capsys, "inspect", str(keywords_run), "scope", label)
     assert text.splitlines()[-1] == (f"no step-over: the scope overlaps that of {s.label(o.blocker)} "
                                      f"(at {s.label(o.at)})")
+
+
+def test_state_text_shows_values_as_tt_replay_does_not_as_tagged_json():
+    """A dict keyed by tuples (a hooked Q1's groups) reads as Python would print it."""
+    from tt.cli.inspect import _states_text
+    from tt.core import values
+
+    state = values.encode({"groups": {("A", "F"): 3.5}, "last": "c6", "seen": {1, 2}})
+    text, cut = _states_text({"Q1:0": {"position": 4, "ended": True, "state": state}}, 2)
+    assert "  groups = {(A, F): 3.5}" in text.replace("'", ""), text
+    assert "$dict" not in text and "$tuple" not in text and not cut
+    assert "  last = 'c6'" in text and "  seen = {1, 2}" in text
