@@ -366,14 +366,14 @@ class StageTask:
         head.targets.append(self._unit_out.append)
         self._unit_codec = UNIT_CODECS.get(self.g.nodes[head_id].kind)  # None: a row, logged with the others
         logged = isinstance(head, RecordingRunner) and self.mode == "record"
-        self._unit_rows = head.log.entry.setdefault((0, self.partition), []) if logged else None
+        self._unit_log = head.log.entry.setdefault((0, self.partition), []) if logged else None
 
     def feed_unit(self, unit: Any) -> list:
         """One step of the hooked operator; what it produced meanwhile."""
         head, codec = self._unit_head, self._unit_codec
-        if self._unit_rows is not None:
+        if self._unit_log is not None:
             if codec is None:
-                self._unit_rows.append(unit)
+                self._unit_log.append(unit)
             else:
                 self.unit_entries.append((head.node_id, 0, self.partition, codec, unit))
         try:
