@@ -391,9 +391,7 @@ class StageTask:
     def end_units(self) -> list:
         """The input is exhausted: the END steps, the logs' last flush; what was produced meanwhile."""
         try:
-            for nid in self.stage.nodes:
-                self.runners[nid].end()
-                self._after_input()
+            self._end_all()
             self._finish()
         except OperatorFailure as f:
             self._failed_units(f)
@@ -402,6 +400,12 @@ class StageTask:
             if self.client is not None:
                 self.client.close()
         return self._unit_out
+
+    def _end_all(self) -> None:
+        """The input is exhausted: every operator of the stage takes its END step, in order."""
+        for nid in self.stage.nodes:
+            self.runners[nid].end()
+            self._after_input()
 
     def _failed_units(self, f: OperatorFailure):
         """The hooked function raised: log it, then raise its own exception to Spark."""
@@ -419,9 +423,7 @@ class StageTask:
                 yield from self._run_source(batches, arrow)
             else:
                 yield from self._run_shuffled(batches)
-            for nid in self.stage.nodes:
-                self.runners[nid].end()
-                self._after_input()
+            self._end_all()
             self.outbox.close()
             cols = self.outbox.take(force=True)
             if cols:

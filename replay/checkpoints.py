@@ -132,17 +132,9 @@ def profile(reader: RunReader, *, trust: bool = False,
         op = inst.node.id
         busy[op] = busy.get(op, 0.0) + clock() - started[0]
         inputs[op] = inputs.get(op, 0) + 1
-    # hooked generators cannot be pickled: like stateless instances they get no checkpoint,
-    # and a restore line puts them in place by replaying their inputs (core/hooked.py)
-    replayed = {key for key, inst in engine.instances.items() if inst.restored_by_replay}
-    initial = {}
-    for key, inst in engine.instances.items():
-        if key not in replayed:
-            data = inst.pickled_op()
-            if data is None:
-                replayed.add(key)
-            else:
-                initial[key] = data
+    # None: a hooked generator, or hooked state that cannot be pickled; like stateless instances
+    # those get no checkpoint, and a restore line puts them in place by replaying their inputs
+    initial = {key: inst.pickled_op() for key, inst in engine.instances.items()}
     interactions = reader.interactions()
     positions, state_bytes = {}, {}
     sizes = dict(reader.conn.execute("SELECT hash, size FROM states"))
@@ -158,16 +150,14 @@ def profile(reader: RunReader, *, trust: bool = False,
             state_bytes[inter.k] = {key: int(sizes.get(at.state, 0) or 0) for key, at in snap.items()}
             if progress is not None:
                 progress(n + 1, len(interactions))
-    stateless = replayed | {key for key, inst in engine.instances.items()
-                            if key not in replayed and cloudpickle.dumps(inst.runner.op) == initial[key]}
+    end = {key: inst.pickled_op() for key, inst in engine.instances.items()}
+    stateless = {key for key, data in end.items() if data is None or initial[key] is None or data == initial[key]}
     # per-operator time inside consume, scaled so that it adds up to the pass's wall time
     # (the scheduler's own work is spread over operators in proportion to theirs)
     scale = wall / max(sum(busy.values()), 1e-9)
     speed = {op: scale * busy[op] / inputs[op] for op in busy if inputs[op]}
     # how fast checkpoints load: unpickle the biggest operator object at the end
-    saved = [i for i in engine.instances.values() if i.key not in replayed]
-    biggest = max(saved, key=lambda i: len(cloudpickle.dumps(i.runner.op)), default=None)
-    data = blobs.compress(cloudpickle.dumps(biggest.runner.op if biggest is not None else None))
+    data = blobs.compress(max((d for d in end.values() if d is not None), key=len, default=cloudpickle.dumps(None)))
     t = clock()
     for _ in range(3):
         cloudpickle.loads(blobs.decompress(data))

@@ -82,7 +82,8 @@ def _pack_group(codec: str, unit: tuple) -> bytes:
     import pyarrow as pa
 
     key, *frames = unit
-    scalars = [k.as_py() if isinstance(k, pa.Scalar) else getattr(k, "item", lambda: k)() for k in key]
+    scalars = [k.as_py() if isinstance(k, pa.Scalar) else k.item() if hasattr(k, "item") else k  # numpy: .item()
+               for k in key]
     parts = [pack_arrow(pa.table({f"k{i}": [v] for i, v in enumerate(scalars)}))]
     parts += [pack_pandas(f) if codec == PANDAS_GROUP else pack_arrow(f) for f in frames]
     return b"".join(struct.pack("<Q", len(p)) + p for p in parts)

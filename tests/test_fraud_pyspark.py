@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import runpy
-import sys
 from pathlib import Path
 
 import pytest
+
+from plain_jobs import run_plain
 
 from tt.recorder.job import record_job
 
@@ -36,10 +36,8 @@ def sample(spark, tmp_path_factory):
     d = tmp_path_factory.mktemp("fraud_pyspark")
     args = ["--data", str(d / "payments.parquet"), "--rows", str(ROWS)]
     before = spark.conf.get("spark.sql.shuffle.partitions")
-    argv = sys.argv[:]
     try:
-        sys.argv = [str(JOB), *args]
-        off = _printed(lambda: runpy.run_path(str(JOB), run_name="__main__"))
+        off = _printed(lambda: run_plain(JOB, args))
         outcome = None
 
         def record():
@@ -47,7 +45,6 @@ def sample(spark, tmp_path_factory):
             outcome = record_job(JOB, args, d / "run.db")
         on = _printed(record)
     finally:
-        sys.argv = argv
         spark.conf.set("spark.sql.shuffle.partitions", before)   # the job sets its own
     assert outcome.status == "complete", outcome.error
     return d / "run.db", on, off

@@ -10,12 +10,12 @@ state with pandas from the job's data definition, without reading tt's logs.
 from __future__ import annotations
 
 import json
-import runpy
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from plain_jobs import record_on_and_off
 
 from tt.recorder.job import record_job
 from tt.replay.session import DebugSession
@@ -40,18 +40,7 @@ def oracle(partition: int, batches: int) -> dict:
 @pytest.fixture(scope="module")
 def recorded(spark, tmp_path_factory):
     """(run file, the job's output recorded, its output with recording off)."""
-    d = tmp_path_factory.mktemp("hooked")
-    off = d / "off.json"
-    argv = sys.argv[:]
-    sys.argv = [str(JOB), str(off)]
-    try:
-        runpy.run_path(str(JOB), run_name="__main__")
-    finally:
-        sys.argv = argv
-    out = d / "run.db"
-    outcome = record_job(JOB, [str(d / "on.json")], out, when=WHEN)
-    assert outcome.status == "complete", outcome.error
-    return out, json.loads((d / "on.json").read_text()), json.loads(off.read_text())
+    return record_on_and_off(JOB, tmp_path_factory.mktemp("hooked"), when=WHEN)
 
 
 def test_recording_does_not_change_the_jobs_output(recorded):

@@ -10,12 +10,12 @@ in is Spark's choice, so the oracle compares what the instances hold together.
 from __future__ import annotations
 
 import json
-import runpy
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from plain_jobs import record_on_and_off
 
 from tt.recorder.job import record_job
 from tt.replay.session import DebugSession
@@ -35,19 +35,10 @@ def payments() -> pd.DataFrame:
 @pytest.fixture(scope="module")
 def recorded(spark, tmp_path_factory):
     """(run file, the job's output recorded, its output with recording off, tt's events)."""
-    d = tmp_path_factory.mktemp("hooked_grouped")
-    off = d / "off.json"
-    argv = sys.argv[:]
-    sys.argv = [str(JOB), str(off)]
-    try:
-        runpy.run_path(str(JOB), run_name="__main__")
-    finally:
-        sys.argv = argv
-    out = d / "run.db"
     events: list = []
-    outcome = record_job(JOB, [str(d / "on.json")], out, on_event=lambda kind, info: events.append((kind, info)))
-    assert outcome.status == "complete", outcome.error
-    return out, json.loads((d / "on.json").read_text()), json.loads(off.read_text()), events
+    run, on, off = record_on_and_off(JOB, tmp_path_factory.mktemp("hooked_grouped"),
+                                     on_event=lambda kind, info: events.append((kind, info)))
+    return run, on, off, events
 
 
 def test_recording_does_not_change_the_jobs_output(recorded):

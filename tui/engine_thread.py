@@ -20,12 +20,9 @@ class EngineClosed(Cancelled):
 
 
 class EngineThread:
-    """The one thread that loads the session and runs every call into it, for the app's whole life.
-
-    The replay engine drives users' generator functions in greenlets (`core/pulled.py`), and
-    a greenlet can only be resumed by the thread that created it, so a new worker thread per
-    action will not do. The thread starts with the first call and is a daemon: quitting never
-    waits for an action still running (`close` lets its caller go at once)."""
+    """The one thread that loads the session and runs every call into it (see the module's
+    docstring). It starts with the first call and is a daemon: quitting never waits for an
+    action still running (`close` lets its caller go at once)."""
 
     def __init__(self, name: str = "tt-engine"):
         self.name = name
