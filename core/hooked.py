@@ -38,7 +38,8 @@ UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "rdd.map": "row", "rdd.flatMap": "row", "rdd.filter": "row",
          "applyInPandas": "group", "applyInArrow": "group",
          "cogroup.applyInPandas": "group", "cogroup.applyInArrow": "group",
-         "udtf": "call"}
+         "udtf": "call",
+         "transformWithStateInPandas": "chunk", "transformWithState": "row"}
 HOOKED_KINDS = frozenset(UNITS)
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).
 ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter"})
@@ -234,6 +235,10 @@ def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
         return GroupOperator(fn, kind, site)
     if kind == "udtf":
         return UdtfOperator(fn, kind, site)
+    if kind in ("transformWithStateInPandas", "transformWithState"):
+        from .processor import ProcessorOperator   # it builds on HookedOperator, below
+
+        return ProcessorOperator(fn, kind, site)
     return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
 
 

@@ -6,7 +6,9 @@ user's function through the one runtime (`StageTask`), logged like any operator:
 - `HookedCall`: the iterator APIs (`mapInPandas`, `mapInArrow`, the RDD's), called
   once per task and pulled by Spark (`StageTask.run_units`);
 - `GroupedCall` and `hooked_udtf_class`: the grouped APIs and UDTFs, called many times
-  per task; each call is one unit pushed into the task a `TaskFeed` keeps open.
+  per task; each call is one unit pushed into the task a `TaskFeed` keeps open;
+- `HookedProcessor`: a transformWithState processor, whose every call becomes units of
+  that task too (core/processor.py).
 """
 
 from __future__ import annotations
@@ -54,16 +56,20 @@ class TaskFeed:
         self._task: StageTask | None = None
         self._attempt: int | None = None
 
-    def feed(self, unit: Any) -> list:
+    def feed(self, unit: Any, attach: Any = None) -> list:
+        """One unit into this task attempt's stage (opened at its first unit). `attach`: what
+        the operator is given before its first unit (a processor's Spark handle)."""
         from pyspark import TaskContext
 
         tc = TaskContext.get()
         if self._task is None or self._attempt != tc.taskAttemptId():
             attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
-            self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
+            self._task = StageTask(self.graph, self.stage_id, _instance(tc), self.recording, attempt)
             self._attempt = tc.taskAttemptId()
             self._task.open_units()
             self.task_end._value = _TaskEnd(self)
+        if attach is not None:
+            self._task._unit_head.op.attach(attach)
         return self._task.feed_unit(unit)
 
     def operator(self) -> Any:
@@ -77,6 +83,16 @@ class TaskFeed:
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_task": None, "_attempt": None}
+
+
+def _instance(tc: Any) -> int:
+    """The instance a task runs: its partition, or in a streaming query's micro-batch b of P
+    state partitions, b·P + partition (each micro-batch runs fresh tasks on the same partitions)."""
+    batch = tc.getLocalProperty("streaming.sql.batchId")
+    parts = tc.getLocalProperty("spark.sql.streaming.internal.stateStore.partitions")
+    if batch is None or parts is None:
+        return tc.partitionId()
+    return int(batch) * int(parts) + tc.partitionId()
 
 
 class _TaskEnd:
@@ -148,4 +164,59 @@ def hooked_udtf_class(cls: type, feed: TaskFeed) -> type:
     return type(cls.__name__, (cls,), ns)
 
 
-__all__ = ["HookedCall", "TaskFeed", "GroupedCall", "hooked_udtf_class"]
+class HookedProcessor:
+    """What Spark runs in place of a transformWithState `StatefulProcessor`: each call Spark
+    makes on it becomes units of the call site's task (core/processor.py), where the operator
+    runs the user's own processor; the rows of one key are handed over one by one.
+
+    The task is opened by `init`, which must run then: Spark accepts new state variables only
+    until `init` returns. The driver-side `init` and `close` a streaming query makes to learn
+    the state variables' schemas (no TaskContext there) run unrecorded."""
+
+    def __init__(self, feed: TaskFeed):
+        self.feed = feed
+        self._unrecorded = False
+        g = feed.graph
+        self.__name__ = g.nodes[g.stages[feed.stage_id].nodes[-1]].name
+
+    def _processor(self) -> Any:
+        g = self.feed.graph
+        return g.nodes[g.stages[self.feed.stage_id].nodes[-1]].op._fn
+
+    def init(self, handle: Any) -> None:
+        from pyspark import TaskContext
+
+        if TaskContext.get() is None:   # the driver's schema pass, not a task
+            self._unrecorded = True
+            self._processor().init(handle)
+            return
+        self.feed.feed(("init",), attach=handle)
+
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator:
+        yield from self.feed.feed(("rows", key, _times(timerValues)))
+        for row in rows:
+            yield from self.feed.feed(("row", row))
+        yield from self.feed.feed(("rows_end",))
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator:
+        return iter(self.feed.feed(("timer", key, _times(timerValues), expiredTimerInfo.getExpiryTimeInMs())))
+
+    def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
+        self.feed.feed(("initial", key, _times(timerValues), initialState))
+
+    def close(self) -> None:
+        if self._unrecorded:
+            self._processor().close()
+            return
+        self.feed.feed(("close",))
+        self.feed.end()
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_unrecorded": False}
+
+
+def _times(tv: Any) -> tuple[int, int]:
+    return int(tv.getCurrentProcessingTimeInMs()), int(tv.getCurrentWatermarkInMs())
+
+
+__all__ = ["HookedCall", "TaskFeed", "GroupedCall", "hooked_udtf_class", "HookedProcessor"]

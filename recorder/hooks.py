@@ -86,6 +86,31 @@ def install(session: Any) -> Callable[[], None]:
             return patched
         return make
 
+    def processor(kind: str):
+        """`gdf.transformWithStateInPandas(statefulProcessor=..., ...)` and `transformWithState`:
+        the processor is swapped for tt's stand-in; an initial state is a second upstream."""
+        def make(original):
+            import inspect
+
+            signature = inspect.signature(original)
+
+            def patched(self, *args, **kwargs):
+                site = _user_site()
+                try:
+                    bound = signature.bind(self, *args, **kwargs)
+                except TypeError:   # PySpark reports the bad call itself
+                    return original(self, *args, **kwargs)
+                proc = bound.arguments.get("statefulProcessor")
+                if site is None or proc is None:
+                    return original(self, *args, **kwargs)
+                initial = bound.arguments.get("initialState")
+                upstream = spark_upstream(session, [self] + ([initial] if initial is not None else []))
+                bound.arguments["statefulProcessor"] = session.hook(
+                    proc, kind, site, self.session.sparkContext, upstream)
+                return original(*bound.args, **bound.kwargs)
+            return patched
+        return make
+
     hooked_classes: dict[type, type] = {}   # register() builds a second UDTF from the same class
 
     def udtf(original):
@@ -117,6 +142,8 @@ def install(session: Any) -> Callable[[], None]:
         patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session,
                                                 lambda cg: [cg._gd1, cg._gd2]))
     patch(UserDefinedTableFunction, "_create_judtf", udtf)
+    for name in ("transformWithStateInPandas", "transformWithState"):
+        patch(GroupedData, name, processor(name))
 
     def uninstall() -> None:
         for cls, name, original in reversed(originals):

@@ -168,7 +168,8 @@ class RecordingSession:
         from ..core.graph import SOURCE
         from ..core.hooked import GROUP_KINDS, name_of, operator_for
         from ..core.operator import Source
-        from .hooked_calls import GroupedCall, HookedCall, TaskFeed, hooked_udtf_class
+        from ..core.processor import PROCESSOR_KINDS
+        from .hooked_calls import GroupedCall, HookedCall, HookedProcessor, TaskFeed, hooked_udtf_class
 
         with self._hook_lock:
             if self.graph is None:
@@ -191,8 +192,10 @@ class RecordingSession:
                 self.on_event("begin", {"theta": name, "address": self.coordinator.address})
             self.writer.submit(self._operator_rows([source, node]))
             self.on_event("hooked", {"name": name, "kind": kind, "site": site})
-            if kind in GROUP_KINDS or kind == "udtf":   # called many times per task
+            if kind in GROUP_KINDS or kind in PROCESSOR_KINDS or kind == "udtf":   # called many times per task
                 feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
+                if kind in PROCESSOR_KINDS:
+                    return HookedProcessor(feed)
                 return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
 

@@ -83,6 +83,8 @@ def check_fields(parsed: Parsed, engine: Engine, operator, what: str) -> None:
         insts = [inst for (o, i), inst in engine.instances.items() if o == op.id and (index is None or i == index)]
         if attr is None or any(_has_field(inst.runner.op, attr) for inst in insts):
             continue
+        if any(getattr(inst.runner.op, "fields_known", True) is False for inst in insts):
+            continue   # a processor names its state variables in init, which has not run yet
         fields = sorted({f for inst in insts for f in _state_fields(inst.runner.op)})
         raise UsageError(f"bad {what} {parsed.source!r}: unknown field {attr!r} of "
                          f"{name if index is None else f'{name}[{index}]'} "

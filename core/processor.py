@@ -1,0 +1,111 @@
+"""A transformWithState `StatefulProcessor` as an operator of the one runtime.
+
+`tt record` hands Spark a stand-in for the processor a job passes to
+`transformWithStateInPandas` or `transformWithState` (recorder/hooked_calls.py). Each call
+Spark makes on the stand-in becomes one or more *units*, each one step of this operator:
+
+| unit | what the processor is asked to do |
+|---|---|
+| `("init",)` | `init(handle)`: once per task, before its first key |
+| `("rows", key, (processing, watermark))` | start `handleInputRows(key, rows, timerValues)` for one key |
+| `("row", element)` | hand it the key's next element: a `Row`, or a pandas chunk of rows |
+| `("rows_end",)` | the key's rows ran out: run it to its end |
+| `("timer", key, (processing, watermark), expiry)` | `handleExpiredTimer` for one fired timer |
+| `("initial", key, (processing, watermark), frame)` | `handleInitialState` |
+| `("close",)` | `close()`: the task's end |
+
+`handleInputRows` pulls its rows and yields as it likes, so it runs in a `Pulled` (as an
+iterator function does): the outputs it yields after pulling an element are that element's.
+The handle its `init` gets is tt's (core/state_handle.py): every state call is logged while
+recording and answered from the log in replay, so a replay needs neither Spark nor its
+store. The state shown is the processor's own attributes and its state variables per key,
+as its calls showed them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import values
+from .hooked import HookedOperator
+from .pulled import Pulled
+from .state_handle import STATE_VARIABLES, ExpiredTimerInfo, Handle, StoreView, TimerValues
+
+#: The PySpark methods that take a StatefulProcessor, as hooked kinds.
+PROCESSOR_KINDS = frozenset({"transformWithStateInPandas", "transformWithState"})
+
+
+class ProcessorOperator(HookedOperator):
+    """A StatefulProcessor, one unit per step (the table above)."""
+
+    def __init__(self, processor: Any, kind: str = "transformWithState", site: str = ""):
+        super().__init__(processor, kind, site)
+        self._store = StoreView()
+        self._handle = Handle(self._store)
+        self._group: Pulled | None = None   # the key whose rows are being handed over
+        self._initialized = False
+
+    def attach(self, spark_handle: Any) -> None:
+        """Recording: the state calls go to Spark's handle for this task."""
+        self._handle.backend = spark_handle
+
+    def process(self, unit: tuple, port: int = 0) -> list:
+        what, p = unit[0], self._fn
+        if what == "row":
+            return self._group.feed(unit[1])
+        if what == "rows":
+            key, tv = unit[1], TimerValues(*unit[2])
+            self._handle.key = key
+            self._group = Pulled(lambda rows: p.handleInputRows(key, rows, tv))
+            return self._group.start()
+        if what == "rows_end":
+            group, self._group = self._group, None
+            return group.end()
+        if what == "timer":
+            key, tv, expiry = unit[1], TimerValues(*unit[2]), unit[3]
+            self._handle.key = key
+            out = p.handleExpiredTimer(key=key, timerValues=tv, expiredTimerInfo=ExpiredTimerInfo(expiry))
+            out = list(out) if out is not None else []
+            self._store.fired(key, expiry)
+            return out
+        if what == "initial":
+            self._handle.key = unit[1]
+            p.handleInitialState(unit[1], unit[3], TimerValues(*unit[2]))
+            return []
+        if what == "init":
+            self._handle.key = None
+            self._initialized = True
+            p.init(self._handle)
+            return []
+        if what == "close":
+            self._handle.key = None
+            p.close()
+            return []
+        raise ValueError(f"not a processor unit: {what!r}")
+
+    @property
+    def fields_known(self) -> bool:
+        """Its state variables are named in `init`: before it, any field may still come."""
+        return self._initialized
+
+    @property
+    def failed(self) -> bool:
+        """`handleInputRows` raised: the key's generator can take nothing more."""
+        return self._group is not None and self._group.failed
+
+    def state(self) -> dict:
+        attrs = getattr(self._fn, "__dict__", None)
+        out = {k: v for k, v in values.public_attrs(attrs).items()
+               if not isinstance(v, STATE_VARIABLES)} if isinstance(attrs, dict) else {}
+        for name, per_key in self._store.state().items():
+            out[name if name not in out else f"{name} (state)"] = per_key
+        return out
+
+    def __getstate__(self) -> dict:
+        if self._group is not None:
+            raise TypeError(f"{self._tt_name or self._kind}: handleInputRows is running and cannot be "
+                            f"saved; tt restores it by replaying its inputs")
+        return self.__dict__
+
+
+__all__ = ["ProcessorOperator", "PROCESSOR_KINDS"]
