@@ -88,6 +88,12 @@ class Coordinator:
         self.warnings: set[str] = set()
         self.tuples = 0
         self.partitions_seen: dict[int, int] = {}
+        # a streaming query's tasks: (stage, [micro-batch, partition]) -> the instance it runs,
+        # numbered densely in the order they first report (a retry gets its first run's)
+        self.slots: dict[int, dict[tuple[int, int], int]] = {}
+        self.micro_batch: dict[str, int] = {}      # query -> the latest micro-batch a task began
+        self.ended_batches: set[tuple[str, int]] = set()   # micro-batch ends made interactions
+        self._batch_lock = threading.Lock()
         # online checkpointing (IcedTea 6.2): checkpoint I_k when replaying to it from the
         # latest checkpoint would take longer than τ, predicted from the executors' processing time
         self.online_tau = online_tau
@@ -248,18 +254,41 @@ class Coordinator:
             except OSError:
                 pass
 
+    def micro_batch_ended(self, query: str, batch: int) -> None:
+        """Micro-batch `batch` of a streaming query has ended: an interaction, once."""
+        with self._batch_lock:
+            if (query, batch) not in self.ended_batches:
+                self.ended_batches.add((query, batch))
+                self.interaction("micro-batch", {"batch": batch})
+
+    def _micro_batch_began(self, query: str, batch: int) -> None:
+        """A task of a later micro-batch than any before: Spark has ended every task of the
+        previous one, so its end is the interaction, taken before this task is welcomed."""
+        with self._batch_lock:
+            last = self.micro_batch.get(query)
+            self.micro_batch[query] = batch if last is None else max(last, batch)
+            if last is not None and batch > last and (query, last) not in self.ended_batches:
+                self.ended_batches.add((query, last))
+                self.interaction("micro-batch", {"batch": last})
+
     def _register(self, sock: socket.socket, hello: dict) -> Conn:
         stage, part = hello["stage"], hello["partition"]
+        if hello.get("slot") is not None:
+            self._micro_batch_began(str(hello.get("query")), int(hello["slot"][0]))
         conn = Conn(sock, 0, stage, part, "record")
         with conn.send_lock:
             with self.lock:
+                slot = hello.get("slot")
+                if slot is not None:
+                    slots = self.slots.setdefault(stage, {})
+                    part = conn.partition = slots.setdefault((int(slot[0]), int(slot[1])), len(slots))
                 book = self.tasks.setdefault((stage, part), TaskBook())
                 attempt = self.next_attempt
                 self.next_attempt += 1
                 conn.attempt = attempt
                 book.attempts.append(attempt)
                 self.partitions_seen[stage] = max(self.partitions_seen.get(stage, 0), part + 1)
-                welcome = {"t": "welcome", "k_now": self.k}
+                welcome = {"t": "welcome", "k_now": self.k, "partition": part}
                 if self.closed:
                     conn.mode = "off"
                 elif book.committed is not None:

@@ -63,8 +63,8 @@ class TaskFeed:
 
         tc = TaskContext.get()
         if self._task is None or self._attempt != tc.taskAttemptId():
-            attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
-            self._task = StageTask(self.graph, self.stage_id, _instance(tc), self.recording, attempt)
+            attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), **_slot(tc)}
+            self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
             self._attempt = tc.taskAttemptId()
             self._task.open_units()
             self.task_end._value = _TaskEnd(self)
@@ -85,14 +85,19 @@ class TaskFeed:
         return {**self.__dict__, "_task": None, "_attempt": None}
 
 
-def _instance(tc: Any) -> int:
-    """The instance a task runs: its partition, or in a streaming query's micro-batch b of P
-    state partitions, b·P + partition (each micro-batch runs fresh tasks on the same partitions)."""
+def micro_batch(tc: Any) -> int | None:
+    """The micro-batch a streaming query's task runs, None outside Structured Streaming."""
     batch = tc.getLocalProperty("streaming.sql.batchId")
-    parts = tc.getLocalProperty("spark.sql.streaming.internal.stateStore.partitions")
-    if batch is None or parts is None:
-        return tc.partitionId()
-    return int(batch) * int(parts) + tc.partitionId()
+    return None if batch is None else int(batch)
+
+
+def _slot(tc: Any) -> dict:
+    """A streaming task's instance is not its partition (every micro-batch runs fresh tasks on
+    the same partitions): the coordinator numbers (micro-batch, partition) slots densely."""
+    batch = micro_batch(tc)
+    if batch is None:
+        return {}
+    return {"slot": [batch, tc.partitionId()], "query": tc.getLocalProperty("sql.streaming.queryId")}
 
 
 class _TaskEnd:
@@ -169,13 +174,19 @@ class HookedProcessor:
     makes on it becomes units of the call site's task (core/processor.py), where the operator
     runs the user's own processor; the rows of one key are handed over one by one.
 
-    The task is opened by `init`, which must run then: Spark accepts new state variables only
-    until `init` returns. The driver-side `init` and `close` a streaming query makes to learn
-    the state variables' schemas (no TaskContext there) run unrecorded."""
+    Spark accepts new state variables only until `init` returns, so `init` runs when Spark
+    calls it. In a batch query it opens the task then. A streaming query runs a task per
+    partition in every micro-batch, most of them with nothing to do; there `init` runs on a
+    copy of the processor, keeping the variables it made (`_Prepared`), and the task is
+    opened only at its first key or timer, whose `init` step is handed those same variables:
+    a micro-batch task with no key and no timer is not recorded. The driver-side `init` and
+    `close` a streaming query makes to learn the variables' schemas run unrecorded."""
 
     def __init__(self, feed: TaskFeed):
         self.feed = feed
         self._unrecorded = False
+        self._prepared: _Prepared | None = None   # a streaming task's init, until its first unit
+        self._copy: Any = None                    # the processor that init ran on
         g = feed.graph
         self.__name__ = g.nodes[g.stages[feed.stage_id].nodes[-1]].name
 
@@ -184,35 +195,79 @@ class HookedProcessor:
         return g.nodes[g.stages[self.feed.stage_id].nodes[-1]].op._fn
 
     def init(self, handle: Any) -> None:
+        import cloudpickle
         from pyspark import TaskContext
 
-        if TaskContext.get() is None:   # the driver's schema pass, not a task
+        tc = TaskContext.get()
+        if tc is None:   # the driver's schema pass, not a task
             self._unrecorded = True
             self._processor().init(handle)
             return
-        self.feed.feed(("init",), attach=handle)
+        if micro_batch(tc) is None:
+            self.feed.feed(("init",), attach=handle)
+            return
+        self._prepared = _Prepared(handle)
+        self._copy = cloudpickle.loads(cloudpickle.dumps(self._processor()))
+        self._copy.init(self._prepared)
+
+    def _unit(self, unit: tuple) -> list:
+        if self._prepared is not None:   # a streaming task's first unit: its init comes first
+            prepared, self._prepared, self._copy = self._prepared, None, None
+            self.feed.feed(("init",), attach=prepared)
+        return self.feed.feed(unit)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator:
-        yield from self.feed.feed(("rows", key, _times(timerValues)))
+        yield from self._unit(("rows", key, _times(timerValues)))
         for row in rows:
             yield from self.feed.feed(("row", row))
         yield from self.feed.feed(("rows_end",))
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator:
-        return iter(self.feed.feed(("timer", key, _times(timerValues), expiredTimerInfo.getExpiryTimeInMs())))
+        return iter(self._unit(("timer", key, _times(timerValues), expiredTimerInfo.getExpiryTimeInMs())))
 
     def handleInitialState(self, key: Any, initialState: Any, timerValues: Any) -> None:
-        self.feed.feed(("initial", key, _times(timerValues), initialState))
+        self._unit(("initial", key, _times(timerValues), initialState))
 
     def close(self) -> None:
         if self._unrecorded:
             self._processor().close()
             return
+        if self._prepared is not None:   # a micro-batch task with nothing to do
+            copy, self._prepared, self._copy = self._copy, None, None
+            copy.close()
+            return
         self.feed.feed(("close",))
         self.feed.end()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_unrecorded": False}
+        return {**self.__dict__, "_unrecorded": False, "_prepared": None, "_copy": None}
+
+
+class _Prepared:
+    """Spark's handle for a streaming task whose `init` ran before tt opened the task: the
+    state variables made then are handed out again by name (Spark makes no new ones after
+    `init`); timers and the rest go to Spark's handle."""
+
+    def __init__(self, handle: Any):
+        self._handle = handle
+        self._made: dict[str, Any] = {}
+
+    def _variable(self, make: str, name: str, *args: Any) -> Any:
+        if name not in self._made:
+            self._made[name] = getattr(self._handle, make)(name, *args)
+        return self._made[name]
+
+    def getValueState(self, stateName: str, *args: Any) -> Any:
+        return self._variable("getValueState", stateName, *args)
+
+    def getListState(self, stateName: str, *args: Any) -> Any:
+        return self._variable("getListState", stateName, *args)
+
+    def getMapState(self, stateName: str, *args: Any) -> Any:
+        return self._variable("getMapState", stateName, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
 
 
 def _times(tv: Any) -> tuple[int, int]:

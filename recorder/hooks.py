@@ -107,6 +107,8 @@ def install(session: Any) -> Callable[[], None]:
                 upstream = spark_upstream(session, [self] + ([initial] if initial is not None else []))
                 bound.arguments["statefulProcessor"] = session.hook(
                     proc, kind, site, self.session.sparkContext, upstream)
+                if self._df.isStreaming:
+                    session.watch_micro_batches(self.session)
                 return original(*bound.args, **bound.kwargs)
             return patched
         return make

@@ -68,6 +68,7 @@ class RecordingSession:
         self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
         self.unrecorded_calls: list[dict] = []   # hooked APIs whose function ran unrecorded, and why
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
+        self._stop_watching: Any = None          # a streaming query's micro-batch listener
         self.recording: Recording | None = None
         self.finished = False
         self.writer.submit([(
@@ -199,6 +200,15 @@ class RecordingSession:
                 return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
 
+    def watch_micro_batches(self, spark: Any) -> None:
+        """A streaming query runs a hooked processor: each of its micro-batch ends is an
+        interaction (recorder/micro_batches.py), from here until the run ends."""
+        from .micro_batches import watch
+
+        with self._hook_lock:
+            if self._stop_watching is None and self.coordinator is not None:
+                self._stop_watching = watch(spark, self.coordinator)
+
     def hooked_names(self) -> list[str]:
         """The hooked operators of the run so far (what Spark's plans name them)."""
         from ..core.hooked import HOOKED_KINDS
@@ -262,8 +272,16 @@ class RecordingSession:
              [(g.theta, n.instances, n.id) for n in g.nodes]),
             ("UPDATE run SET plan=?, theta=?, signature=? WHERE id=1",
              [(orjson.dumps({**g.describe(), "unrecorded": self.unrecorded_calls,
-                             "spark_edges": self.spark_edges}).decode(),
+                             "spark_edges": self.spark_edges, "micro_batches": self._micro_batches()}).decode(),
                g.nodes[g.theta].name, signature)])])
+
+    def _micro_batches(self) -> dict[str, list[list[int]]]:
+        """{operator: [[micro-batch, partition] of each instance]} for a streaming query's."""
+        g, out = self.graph, {}
+        for stage, slots in self.coordinator.slots.items():
+            by_instance = sorted(slots.items(), key=lambda kv: kv[1])
+            out[g.nodes[g.stages[stage].nodes[-1]].name] = [list(slot) for slot, _ in by_instance]
+        return out
 
     def end(self, *, ok: bool, error: str | None = None, status: str | None = None,
             input_bytes: int | None = None) -> None:
@@ -274,6 +292,8 @@ class RecordingSession:
         if self.interrupted:
             ok, status, error = False, "interrupted", "interrupted by the user"
         c = self.coordinator
+        if self._stop_watching is not None:
+            self._stop_watching()
         if c is not None and ok and self.hooked:
             self._run_empty_partitions(c)
         if c is not None:

@@ -208,6 +208,8 @@ class Outbox:
 class StageTask:
     def __init__(self, graph: Graph, stage_id: int, partition: int, recording: Recording | None,
                  attempt: dict):
+        """`attempt` carries Spark's attempt ids, and for a streaming task its `slot`
+        ([micro-batch, partition]): the coordinator then says which instance it runs."""
         self.g = graph
         self.stage = graph.stages[stage_id]
         self.partition = partition
@@ -250,6 +252,7 @@ class StageTask:
                  "host": f"{socket.gethostname()}:{os.getpid()}", **attempt}
         self.client = ControlClient(recording.address, recording.secret, hello)
         w = self.client.welcome
+        self.partition = self.outbox.partition = w.get("partition", self.partition)
         self.mode = w["mode"]  # record | shadow | off
         self.sticky = [tuple(x) for x in w.get("sticky", [])]
         self.when_from = w.get("when_from", 0)

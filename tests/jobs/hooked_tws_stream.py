@@ -1,0 +1,108 @@
+"""A plain PySpark Structured Streaming job, without tt: a StatefulProcessor over files.
+
+The job writes FILES CSV files of payments into IN_DIR, then streams them one file per
+micro-batch (`maxFilesPerTrigger=1`, `trigger(availableNow=True)`: the query ends by itself
+after the last file) through `Balance` (`transformWithStateInPandas`, RocksDB state store,
+changelog checkpointing so Spark's change feed can be read back): per customer a ValueState
+`balance` (sum, count) and a MapState `by_kind` (kind -> count). It emits each customer's
+balance after every micro-batch that brought rows for it. With MODE=row it is the same
+processor on `transformWithState`. The state store is in CKPT, where the tests read
+Spark's own view of it (the `statestore` source).
+
+Payment i (0 <= i < FILES*PER_FILE) is in file i // PER_FILE: customer c{i % 4}, amount
+(i * 37) % 101, kind card when i % 3 == 0: the tests compute every state with pandas.
+Usage: python hooked_tws_stream.py OUT.json IN_DIR CKPT [FILES] [PER_FILE] [MODE]
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+from pyspark.sql import Row, SparkSession
+from pyspark.sql.streaming import StatefulProcessor
+
+
+class Balance(StatefulProcessor):
+    def init(self, handle):
+        self.balance = handle.getValueState("balance", "amount double, n long")
+        self.by_kind = handle.getMapState("by_kind", "kind string", "n long")
+        self.batches = 0
+
+    def _fold(self, key, amounts, kinds):
+        amount, n = self.balance.get() or (0.0, 0)
+        amount, n = amount + float(sum(amounts)), n + len(amounts)
+        self.balance.update((amount, n))
+        for kind in kinds:
+            seen = self.by_kind.getValue((kind,))
+            self.by_kind.updateValue((kind,), ((seen[0] if seen else 0) + 1,))
+        return amount, n
+
+    def handleInputRows(self, key, rows, timerValues):
+        amounts, kinds = [], []
+        for chunk in rows:
+            amounts += list(chunk["amount"])
+            kinds += list(chunk["kind"])
+        self.batches += 1
+        amount, n = self._fold(key, amounts, kinds)
+        yield pd.DataFrame({"customer": [key[0]], "amount": [amount], "n": [n]})
+
+    def close(self):
+        pass
+
+
+class RowBalance(Balance):
+    def handleInputRows(self, key, rows, timerValues):
+        amounts, kinds = [], []
+        for row in rows:
+            amounts.append(row.amount)
+            kinds.append(row.kind)
+        self.batches += 1
+        amount, n = self._fold(key, amounts, kinds)
+        yield Row(customer=key[0], amount=amount, n=n)
+
+
+def write_files(in_dir: Path, files: int, per_file: int) -> None:
+    in_dir.mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        ids = range(f * per_file, (f + 1) * per_file)
+        pdf = pd.DataFrame({"id": list(ids)})
+        pdf["customer"] = ["c%d" % (i % 4) for i in ids]
+        pdf["amount"] = [float((i * 37) % 101) for i in ids]
+        pdf["kind"] = ["card" if i % 3 == 0 else "cash" for i in ids]
+        tmp = in_dir / f".part-{f:03d}.csv"
+        pdf.to_csv(tmp, index=False)
+        tmp.rename(in_dir / f"part-{f:03d}.csv")   # whole files only: the stream lists the folder
+
+
+def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 40, mode: str = "pandas") -> None:
+    write_files(Path(in_dir), files, per_file)
+    spark = (SparkSession.builder.master("local[2]").appName("hooked-tws-stream")
+             .config("spark.sql.streaming.stateStore.providerClass",
+                     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+             .config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
+    try:
+        payments = (spark.readStream.schema("id long, customer string, amount double, kind string")
+                    .option("maxFilesPerTrigger", 1).option("header", True).csv(in_dir))
+        grouped = payments.groupBy("customer")
+        schema = "customer string, amount double, n long"
+        if mode == "row":
+            out_df = grouped.transformWithState(RowBalance(), schema, "Update", "None")
+        else:
+            out_df = grouped.transformWithStateInPandas(
+                statefulProcessor=Balance(), outputStructType=schema, outputMode="Update", timeMode="None")
+        query = (out_df.writeStream.format("memory").queryName("balances").outputMode("update")
+                 .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+        query.awaitTermination()
+        result = {"balances": sorted([list(r) for r in spark.sql("SELECT * FROM balances").collect()]),
+                  "batches": query.lastProgress["batchId"] + 1}
+    finally:
+        spark.stop()
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4], *(int(a) if a.isdigit() else a for a in sys.argv[4:]))

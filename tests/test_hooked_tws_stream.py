@@ -1,0 +1,139 @@
+"""A StatefulProcessor in a Structured Streaming query, recorded through the hooks.
+
+`tests/jobs/hooked_tws_stream.py` streams three files, one per micro-batch, through a
+`transformWithStateInPandas` processor (and, in one test, the Row-based
+`transformWithState`). Each micro-batch's task on a partition is an instance of its own;
+every micro-batch end is an interaction. Two oracles read none of tt's logs: pandas over
+the files' definition, and Spark's own state store read back from the query's
+checkpoint (the `statestore` source).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from plain_jobs import run_plain
+
+from tt.core import values
+from tt.recorder.job import record_job
+from tt.replay.session import DebugSession
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_tws_stream.py"
+FILES, PER_FILE = 3, 40
+
+
+def payments(files: int = FILES) -> pd.DataFrame:
+    pdf = pd.DataFrame({"id": range(files * PER_FILE)})
+    pdf["customer"] = "c" + (pdf["id"] % 4).astype(str)
+    pdf["amount"] = ((pdf["id"] * 37) % 101).astype(float)
+    pdf["kind"] = ["card" if i % 3 == 0 else "cash" for i in pdf["id"]]
+    return pdf
+
+
+def oracle(files: int) -> dict:
+    """Each customer's balance and kinds once the first `files` files are in."""
+    by = payments(files).groupby("customer")
+    return {"balance": {c: (float(g["amount"].sum()), len(g)) for c, g in by},
+            "by_kind": {c: g["kind"].value_counts().to_dict() for c, g in by}}
+
+
+def _record(where: Path, mode: str = "pandas"):
+    off, on, run = where / "off.json", where / "on.json", where / "run.db"
+    run_plain(JOB, [str(off), str(where / "in_off"), str(where / "ck_off"), str(FILES), str(PER_FILE), mode])
+    outcome = record_job(JOB, [str(on), str(where / "in_on"), str(where / "ck_on"), str(FILES), str(PER_FILE), mode],
+                         run)
+    assert outcome.status == "complete", outcome.error
+    return run, json.loads(on.read_text()), json.loads(off.read_text()), where / "ck_on"
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    """(run file, output recorded, output with recording off, the recorded query's checkpoint)."""
+    return _record(tmp_path_factory.mktemp("hooked_tws_stream"))
+
+
+def _latest(reader: RunReader, k: int) -> dict:
+    """Per state variable and key, the value held by the latest micro-batch's instance that
+    touched the key, at interaction k."""
+    slots = reader.plan["micro_batches"]["Balance"]
+    op = reader.operator("Balance")
+    out: dict = {"balance": {}, "by_kind": {}}
+    at = reader.instances_at(k)
+    for i in sorted(range(op.instances), key=lambda i: slots[i][0]):
+        state = values.decode(reader.state(at[(op.id, i)].state)) if at[(op.id, i)].state else {}
+        for var in out:
+            out[var].update(state.get(var, {}))
+    return out
+
+
+def test_recording_does_not_change_the_querys_output(recorded):
+    _, on, off, _ = recorded
+    assert on == off and on["batches"] == FILES
+    want = [[c, a, n] for f in range(1, FILES + 1) for c, (a, n) in oracle(f)["balance"].items()]
+    assert on["balances"] == sorted(want)
+
+
+def test_each_micro_batch_task_is_an_instance_and_each_end_an_interaction(recorded):
+    reader = RunReader(recorded[0])
+    slots = reader.plan["micro_batches"]["Balance"]
+    assert sorted(b for b, _ in slots) == sorted([b for b in range(FILES) for _ in range(2)])
+    ends = [i for i in reader.interactions() if i.trigger == "micro-batch"]
+    assert [i.detail["batch"] for i in ends] == list(range(FILES))
+    reader.close()
+
+
+def test_the_state_at_every_micro_batch_end_equals_the_pandas_oracle(recorded):
+    reader = RunReader(recorded[0])
+    ends = [i for i in reader.interactions() if i.trigger == "micro-batch"]
+    for i in ends:
+        assert _latest(reader, i.k) == oracle(i.detail["batch"] + 1), i
+    reader.close()
+
+
+def test_the_end_state_equals_sparks_own_state_store(recorded):
+    """The second oracle: what Spark committed to its state store, read from the checkpoint."""
+    from pyspark.sql import SparkSession
+
+    reader = RunReader(recorded[0])
+    ours = _latest(reader, reader.interactions()[-1].k)
+    reader.close()
+    spark = SparkSession.builder.master("local[2]").getOrCreate()
+    store = spark.read.format("statestore").option("stateVarName", "balance").load(str(recorded[3]))
+    theirs = {r["key"][0]: (r["value"][0], r["value"][1]) for r in store.collect()}
+    kinds = spark.read.format("statestore").option("stateVarName", "by_kind").load(str(recorded[3]))
+    their_kinds: dict = {}
+    for r in kinds.collect():
+        their_kinds.setdefault(r["key"][0], {})[r["user_map_key"][0]] = r["user_map_value"][0]
+    assert ours["balance"] == theirs
+    assert ours["by_kind"] == their_kinds
+
+
+def test_verify_and_replay_without_spark(recorded, capsys):
+    from tt.cli.main import main
+
+    assert main(["verify", str(recorded[0])]) == 0
+    n = len(RunReader(recorded[0]).interactions())
+    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+    session = DebugSession(recorded[0])
+    result = session.run_until("Balance.balance.get('c1', (0, 0))[1] >= 20")
+    assert result.ok, result
+    op = session.reader.operator("Balance")
+    batch = session.reader.plan["micro_batches"]["Balance"][result.stopped_at.instance][0]
+    assert batch == 1   # c1's 20th payment is in the second file
+    session.reader.close()
+
+
+def test_the_row_based_processor_records_the_same_query(spark, tmp_path, recorded):
+    run, on, off, ckpt = _record(tmp_path, mode="row")
+    assert on == off == recorded[1]
+    reader = RunReader(run)
+    assert reader.operator("RowBalance").kind == "transformWithState"
+    reader.close()
+    from tt.cli.main import main
+
+    assert main(["verify", str(run)]) == 0
