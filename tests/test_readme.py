@@ -521,6 +521,37 @@ def _verify_plain(r: Result, c: Ctx) -> None:
     assert re.search(r"^pyspark\.db: verified (\d+) of \1 interactions", r.out, re.M), str(r)
 
 
+# --- Stateful processors ------------------------------------------------------------------------------
+
+PROCESSORS = "Stateful processors"
+
+
+@runs(PROCESSORS, "tt record sample_runs/fraud_tws/job.py -o tws.db", timeout=RECORD_TIMEOUT)
+def _record_tws(r: Result, c: Ctx) -> None:
+    # θ: FraudDetector (transformWithState, a row a step)
+    ok(r)
+    assert re.search(r"^recorded tws\.db: \d+ interactions, [\d,]+ tuples into θ = FraudDetector", r.out, re.M), str(r)
+    assert "Bob has 76 approved" in r.out, str(r)   # the job's own line: the bug is recorded, not fixed
+
+
+@runs(PROCESSORS, "tt replay tws.db --run-until \"'Bob' in FraudDetector.blacklist\"")
+def _until_tws(r: Result, c: Ctx) -> None:
+    # stops after payment 16666, Bob's ¥5000: blacklist {Bob: {m392: 16666}}
+    ok(r)
+    assert re.search(r"^  stopped after FraudDetector:\d:\d+: the condition holds", r.out, re.M), str(r)
+    assert re.search(rf"^  FraudDetector:\d:\d+ \('row', \({BOB_YEN_ID}, 'Bob', '¥5000', 'm392', \d+\)\)$", r.out,
+                     re.M), str(r)
+    assert re.search(rf"^  FraudDetector:\d\.blacklist: \(absent\) → \{{Bob: \{{m392: {BOB_YEN_ID}\}}\}}$", r.out,
+                     re.M), str(r)
+
+
+@runs(PROCESSORS, "tt verify tws.db")
+def _verify_tws(r: Result, c: Ctx) -> None:
+    # replays the processor without Spark, its state calls answered from the log
+    ok(r)
+    assert re.search(r"^tws\.db: verified (\d+) of \1 interactions", r.out, re.M), str(r)
+
+
 # --- How it works: a run that failed ---------------------------------------------------------------
 
 FAILED = "How it works"
