@@ -1,0 +1,197 @@
+"""Recording overhead of StatefulProcessors (transformWithStateInPandas), side by side.
+
+Two workloads, each run plainly and under `tt record --every 10s`, interleaved in every
+repetition (one SparkSession, one process):
+
+  keyed   a keyed aggregation over ROWS rows (`spark.range`, KEYS customers): `KeyedSum` keeps
+          a ValueState (sum, count) per key and emits it at the end of the key's rows; the
+          answer is checked against Spark SQL's groupBy on the same rows.
+  stream  a Structured Streaming query over FILES CSV files of STREAM_ROWS rows each, one file
+          a micro-batch (`availableNow`), RocksDB state store: `StreamSum`, the same processor,
+          emits each key's running sum every micro-batch; the last sums are checked against
+          pandas.
+
+Prints median wall times and ratios to `off`, and the run file's size; writes the same as
+markdown to benches/results/. Goal (issue 14): on ≤ 1.05 × off for both.
+
+    python benches/tws_overhead.py [--reps 3] [--rows 1000000] [--keys 10000] [--files 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench-key"))
+
+GOAL = 1.05
+RESULTS = Path(__file__).resolve().parent / "results"
+STREAM_ROWS = 50_000
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def processor():
+    """The processor class, defined where pyspark is importable (the bench's own process)."""
+    import pandas as pd
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class KeyedSum(StatefulProcessor):
+        def init(self, handle):
+            self.total = handle.getValueState("total", "amount double, n long")
+
+        def handleInputRows(self, key, rows, timerValues):
+            amount, n = self.total.get() or (0.0, 0)
+            for chunk in rows:
+                amount += float(chunk["amount"].sum())
+                n += len(chunk)
+            self.total.update((amount, n))
+            yield pd.DataFrame({"k": [key[0]], "amount": [amount], "n": [n]})
+
+        def close(self):
+            pass
+    return KeyedSum
+
+
+def keyed_job(rows: int, keys: int) -> list[tuple]:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.getOrCreate()
+    data = spark.range(0, rows, numPartitions=4).selectExpr(f"id % {keys} AS k", "CAST(id % 101 AS DOUBLE) AS amount")
+    out = data.groupBy("k").transformWithStateInPandas(
+        statefulProcessor=processor()(), outputStructType="k long, amount double, n long",
+        outputMode="Update", timeMode="None")
+    return sorted(tuple(r) for r in out.collect())
+
+
+def stream_job(in_dir: str, ckpt: str, files: int, keys: int) -> list[tuple]:
+    import pandas as pd
+    from pyspark.sql import SparkSession
+
+    Path(in_dir).mkdir(parents=True, exist_ok=True)
+    for f in range(files):
+        ids = range(f * STREAM_ROWS, (f + 1) * STREAM_ROWS)
+        pd.DataFrame({"k": [i % keys for i in ids], "amount": [float(i % 101) for i in ids]}).to_csv(
+            Path(in_dir) / f".p{f}.csv", index=False)
+        os.replace(Path(in_dir) / f".p{f}.csv", Path(in_dir) / f"p{f}.csv")
+    spark = SparkSession.builder.getOrCreate()
+    src = spark.readStream.schema("k long, amount double").option("header", True) \
+        .option("maxFilesPerTrigger", 1).csv(in_dir)
+    out = src.groupBy("k").transformWithStateInPandas(
+        statefulProcessor=processor()(), outputStructType="k long, amount double, n long",
+        outputMode="Update", timeMode="None")
+    name = f"sums_{abs(hash(ckpt))}"
+    q = (out.writeStream.format("memory").queryName(name).outputMode("update")
+         .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
+    q.awaitTermination()
+    rows = spark.sql(f"SELECT k, max(n) AS n, max(amount) AS amount FROM {name} GROUP BY k").collect()
+    return sorted((r["k"], r["amount"], r["n"]) for r in rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--keys", type=int, default=10_000)
+    ap.add_argument("--files", type=int, default=4)
+    args = ap.parse_args()
+
+    import tt
+    from tt.recorder.job import record_job
+    from tt.store.reader import RunReader
+
+    spark = tt.spark_session("tt-bench-tws", master="local[2]",
+                             conf={"spark.sql.shuffle.partitions": 4,
+                                   "spark.sql.streaming.stateStore.providerClass": ROCKSDB})
+    want_keyed = sorted((r["k"], r["amount"], r["n"]) for r in spark.range(0, args.rows, numPartitions=4)
+                        .selectExpr(f"id % {args.keys} AS k", "CAST(id % 101 AS DOUBLE) AS amount")
+                        .groupBy("k").agg({"amount": "sum", "*": "count"})
+                        .selectExpr("k", "`sum(amount)` AS amount", "`count(1)` AS n").collect())
+    ids = range(args.files * STREAM_ROWS)
+    sums: dict = {}
+    for i in ids:
+        a, n = sums.get(i % args.keys, (0.0, 0))
+        sums[i % args.keys] = (a + float(i % 101), n + 1)
+    want_stream = sorted((k, a, n) for k, (a, n) in sums.items())
+
+    work = Path(tempfile.mkdtemp(prefix="tt-bench-tws-"))
+    me = Path(__file__).resolve()
+    workloads = {
+        "keyed": (lambda d: keyed_job(args.rows, args.keys),
+                  lambda d: ["--job", "keyed", str(d / "answer.json"), str(args.rows), str(args.keys)], want_keyed),
+        "stream": (lambda d: stream_job(str(d / "in"), str(d / "ck"), args.files, args.keys),
+                   lambda d: ["--job", "stream", str(d / "answer.json"), str(d / "in"), str(d / "ck"),
+                              str(args.files), str(args.keys)], want_stream),
+    }
+    times = {(w, v): [] for w in workloads for v in ("off", "10s")}
+    sizes: dict[str, int] = {}
+    keyed_job(min(args.rows, 100_000), args.keys)   # warm up the JVM and the workers, outside the figures
+    for rep in range(args.reps):
+        for w, (plain, argv, want) in workloads.items():
+            for variant in ("off", "10s"):
+                d = work / f"{w}-{rep}-{variant}"
+                d.mkdir()
+                t = time.perf_counter()
+                if variant == "off":
+                    got = plain(d)
+                else:
+                    outcome = record_job(me, argv(d), d / "run.db", every=10.0, force=True)
+                    if outcome.status != "complete":
+                        raise SystemExit(f"recording failed: {outcome.error}")
+                times[(w, variant)].append(time.perf_counter() - t)
+                if variant != "off":
+                    got = [tuple(r) for r in json.loads((d / "answer.json").read_text())]
+                    reader = RunReader(d / "run.db")
+                    sizes[w] = reader.sizes()["file"]
+                    reader.close()
+                if [(k, n) for k, _, n in got] != [(k, n) for k, _, n in want] or any(
+                        abs(a - b) > 1e-6 * max(1.0, abs(b)) for (_, a, _), (_, b, _) in zip(got, want)):
+                    raise SystemExit(f"rep {rep + 1} {w} {variant}: the answer differs from the oracle")
+                shutil.rmtree(d, ignore_errors=True)
+                print(f"rep {rep + 1} {w:6} {variant:4} {times[(w, variant)][-1]:7.2f}s", flush=True)
+    spark_version = spark.version
+    spark.stop()
+
+    head = (f"keyed: {args.rows:,} rows over {args.keys:,} keys, 4 partitions; stream: {args.files} files × "
+            f"{STREAM_ROWS:,} rows, one a micro-batch; median of {args.reps}")
+    table = ["| workload | off s | 10s s | × off | run file |", "|---|---:|---:|---:|---:|"]
+    verdicts = []
+    print(f"\n{head}")
+    for w in workloads:
+        off, on = statistics.median(times[(w, "off")]), statistics.median(times[(w, "10s")])
+        print(f"  {w:6} off {off:7.2f}s  10s {on:7.2f}s  ×{on / off:.3f}  run file {sizes[w] / 1e6:.1f} MB")
+        table.append(f"| {w} | {off:.2f} | {on:.2f} | {on / off:.3f} | {sizes[w] / 1e6:.1f} MB |")
+        verdicts.append(f"{w} ×{on / off:.3f} ({'met' if on / off <= GOAL else 'not met'})")
+    verdict = f"goal (issue 14): 10s ≤ ×{GOAL} off; measured " + ", ".join(verdicts)
+    print(f"  {verdict}")
+    today = datetime.date.today().isoformat()
+    RESULTS.mkdir(exist_ok=True)
+    report = RESULTS / f"{today}-tws-overhead.md"
+    per_rep = "\n".join(f"- {w} {v}: " + ", ".join(f"{t:.2f}" for t in ts) + " s" for (w, v), ts in times.items())
+    report.write_text(
+        f"# StatefulProcessor recording overhead ({today})\n\n"
+        f"    python benches/tws_overhead.py --reps {args.reps} --rows {args.rows} --keys {args.keys} "
+        f"--files {args.files}\n\n"
+        f"{head}. Spark {spark_version} `local[2]`, Python {platform.python_version()}, {os.cpu_count()} cores. "
+        f"Variants interleaved in each repetition, one process; every answer checked.\n\n"
+        + "\n".join(table) + f"\n\n{verdict[0].upper() + verdict[1:]}.\n\nWall times per repetition:\n\n{per_rep}\n")
+    print(f"\nwrote {report}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[1] == "--job":   # what `tt record` runs, in this process
+        kind, answer, rest = sys.argv[2], sys.argv[3], sys.argv[4:]
+        rows = (keyed_job(int(rest[0]), int(rest[1])) if kind == "keyed"
+                else stream_job(rest[0], rest[1], int(rest[2]), int(rest[3])))
+        Path(answer).write_text(json.dumps([list(r) for r in rows]))
+    else:
+        main()

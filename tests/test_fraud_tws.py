@@ -1,0 +1,88 @@
+"""The StatefulProcessor fraud sample (`sample_runs/fraud_tws/`), recorded unchanged.
+
+The README's section on stateful processors runs this sample from the command line
+(tests/test_readme.py); here the same recording is checked against the job's output
+with recording off, and the debugger is driven with the README's condition: the state
+panel shows the processor's MapState per customer, replayed without Spark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+from plain_jobs import run_plain
+
+from tt.recorder.job import record_job
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "sample_runs" / "fraud_tws" / "job.py"
+ROWS = 20_000
+BOB_YEN_ID = ROWS // 3   # generate.py puts Bob's ¥5000 a third of the way in
+CONDITION = "'Bob' in FraudDetector.blacklist"
+
+
+def _printed(fn) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        fn()
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def sample(spark, tmp_path_factory):
+    """(run file, what the job printed recorded, what it printed with recording off)."""
+    d = tmp_path_factory.mktemp("fraud_tws")
+    args = ["--data", str(d / "payments.parquet"), "--rows", str(ROWS)]
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        off = _printed(lambda: run_plain(JOB, args))
+        outcome = None
+
+        def record():
+            nonlocal outcome
+            outcome = record_job(JOB, args, d / "run.db")
+        on = _printed(record)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)   # the job sets its own
+    assert outcome.status == "complete", outcome.error
+    return d / "run.db", on, off
+
+
+def test_recording_does_not_change_what_the_job_prints(sample):
+    _, on, off = sample
+    line = next(x for x in off.splitlines() if x.startswith("approved "))
+    assert line in on.splitlines() and "Bob has" in line
+
+
+def test_tt_debug_runs_until_bob_is_blacklisted_and_back(sample):
+    """`c` with the README's condition stops after Bob's ¥5000 payment, whose id the
+    MapState now holds under his key; `N` goes back before it."""
+    from test_tui import answer, drive, keys, message
+    from tt.tui.app import DebuggerApp
+
+    app = DebuggerApp(sample[0])
+
+    def bob() -> list:
+        return [s["blacklist"].get("Bob") for label, s in app.shown.states.items()
+                if label.startswith("FraudDetector:") and isinstance(s.get("blacklist"), dict)]
+
+    async def script(pilot):
+        assert not any(bob()), bob()
+        await keys(pilot, "c")
+        await answer(pilot, CONDITION)
+        assert "stopped after FraudDetector:" in message(app), message(app)
+        assert any(b and BOB_YEN_ID in b.values() for b in bob()), bob()
+        await keys(pilot, "N")
+        assert not any(bob()), bob()
+    drive(app, script, size=(160, 45))
+
+
+def test_verify_replays_the_processor(sample, capsys):
+    from tt.cli.main import main
+
+    assert main(["verify", str(sample[0])]) == 0
+    assert "every replayed state equals the recorded one" in capsys.readouterr().out
