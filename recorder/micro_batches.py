@@ -6,7 +6,8 @@ state. The coordinator makes that interaction when the first task of the next
 micro-batch reports, before welcoming it: Spark had ended every task of the previous
 one, so the interaction is exact. The last micro-batch has no next one; `MicroBatchEnds`
 listens for Spark's query progress on the driver for it (Spark reports from its listener
-bus, a moment after the batch's tasks ended). A micro-batch with no key and no timer for
+bus, a moment after the batch's tasks ended), and the end of the run ends it for sure
+(`RecordingSession.end`), whichever comes first. A micro-batch with no key and no timer for
 the processor records nothing and makes no interaction.
 """
 

@@ -294,6 +294,9 @@ class RecordingSession:
         c = self.coordinator
         if self._stop_watching is not None:
             self._stop_watching()
+        if c is not None and ok:   # the job is done, so is every query's last micro-batch
+            for query, batch in list(c.micro_batch.items()):
+                c.micro_batch_ended(query, batch)
         if c is not None and ok and self.hooked:
             self._run_empty_partitions(c)
         if c is not None:

@@ -122,7 +122,6 @@ def test_verify_and_replay_without_spark(recorded, capsys):
     session = DebugSession(recorded[0])
     result = session.run_until("Balance.balance.get('c1', (0, 0))[1] >= 20")
     assert result.ok, result
-    op = session.reader.operator("Balance")
     batch = session.reader.plan["micro_batches"]["Balance"][result.stopped_at.instance][0]
     assert batch == 1   # c1's 20th payment is in the second file
     session.reader.close()

@@ -77,12 +77,14 @@ def write_files(in_dir: Path, files: int, per_file: int) -> None:
 
 def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 40, mode: str = "pandas") -> None:
     write_files(Path(in_dir), files, per_file)
-    spark = (SparkSession.builder.master("local[2]").appName("hooked-tws-stream")
-             .config("spark.sql.streaming.stateStore.providerClass",
-                     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-             .config("spark.sql.shuffle.partitions", "2")
-             .getOrCreate())
+    spark = SparkSession.builder.master("local[2]").appName("hooked-tws-stream").getOrCreate()
+    settings = {"spark.sql.streaming.stateStore.providerClass":
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+                "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+                "spark.sql.shuffle.partitions": "2"}
+    before = {k: spark.conf.get(k, None) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
     try:
         payments = (spark.readStream.schema("id long, customer string, amount double, kind string")
                     .option("maxFilesPerTrigger", 1).option("header", True).csv(in_dir))
@@ -93,13 +95,15 @@ def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 40, m
         else:
             out_df = grouped.transformWithStateInPandas(
                 statefulProcessor=Balance(), outputStructType=schema, outputMode="Update", timeMode="None")
-        query = (out_df.writeStream.format("memory").queryName("balances").outputMode("update")
+        name = f"balances_{Path(ckpt).name}"
+        query = (out_df.writeStream.format("memory").queryName(name).outputMode("update")
                  .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
         query.awaitTermination()
-        result = {"balances": sorted([list(r) for r in spark.sql("SELECT * FROM balances").collect()]),
+        result = {"balances": sorted([list(r) for r in spark.sql(f"SELECT * FROM {name}").collect()]),
                   "batches": query.lastProgress["batchId"] + 1}
-    finally:
-        spark.stop()
+    finally:   # the session may be a test suite's: leave it as it was
+        for k, v in before.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
     with open(out, "w") as f:
         json.dump(result, f)
 
