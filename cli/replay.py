@@ -4,7 +4,6 @@ one JSON document (--json) or one JSON object per line (--nl)."""
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 from typing import Optional
 
@@ -305,8 +304,6 @@ def _text(r: dict) -> tuple[str, bool]:
 _CONSUMED_SHOWN, _FIELDS_SHOWN, _NEXT_SHOWN = 8, 10, 6
 
 
-
-
 def _named_first(items: list, condition: str) -> list:
     """Changed fields, those the condition names (every part of `highest.Bob` in it) first:
     with many changes, the one the user asked about must not be among the hidden."""
@@ -318,6 +315,7 @@ def _named_first(items: list, condition: str) -> list:
         parts = [x for x in re.split(r"[.\[\]]", item[0]) if x]
         return -sum(x in words for x in parts) if parts else 0
     return sorted(items, key=named)
+
 
 def _touched(r: dict) -> dict[str, int]:
     """The instances a step is about, first the one it stopped at or aimed at: their next

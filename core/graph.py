@@ -183,6 +183,10 @@ class Graph:
         self.in_g.add(node.id)
         return stage
 
+    def hooked_node(self, stage_id: int) -> Node:
+        """The hooked operator of a hooked stage (`add_hooked`: its source, then it)."""
+        return self.nodes[self.stages[stage_id].nodes[-1]]
+
     def _new_stage(self, node: Node, instances: int, source: int | None = None) -> Stage:
         if instances < 1:
             raise UsageError(f"operator {node.name!r} would run with {instances} partitions")

@@ -45,6 +45,8 @@ HOOKED_KINDS = frozenset(UNITS)
 ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter"})
 #: Grouped APIs: the function takes one group per call (`GroupOperator`).
 GROUP_KINDS = frozenset(k for k, unit in UNITS.items() if unit == "group")
+#: The APIs that take a StatefulProcessor (core/processor.py `ProcessorOperator`).
+PROCESSOR_KINDS = frozenset({"transformWithStateInPandas", "transformWithState"})
 
 
 class HookedOperator(Operator):
@@ -235,12 +237,12 @@ def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
         return GroupOperator(fn, kind, site)
     if kind == "udtf":
         return UdtfOperator(fn, kind, site)
-    if kind in ("transformWithStateInPandas", "transformWithState"):
-        from .processor import ProcessorOperator   # it builds on HookedOperator, below
+    if kind in PROCESSOR_KINDS:
+        from .processor import ProcessorOperator   # it builds on HookedOperator, above
 
         return ProcessorOperator(fn, kind, site)
     return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
 
 
 __all__ = ["HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "UdtfOperator", "operator_for",
-           "HOOKED_KINDS", "GROUP_KINDS", "UNITS", "name_of"]
+           "HOOKED_KINDS", "GROUP_KINDS", "PROCESSOR_KINDS", "UNITS", "name_of"]

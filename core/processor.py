@@ -31,10 +31,6 @@ from .hooked import HookedOperator
 from .pulled import Pulled
 from .state_handle import STATE_VARIABLES, ExpiredTimerInfo, Handle, StoreView, TimerValues
 
-#: The PySpark methods that take a StatefulProcessor, as hooked kinds.
-PROCESSOR_KINDS = frozenset({"transformWithStateInPandas", "transformWithState"})
-
-
 class ProcessorOperator(HookedOperator):
     """A StatefulProcessor, one unit per step (the table above)."""
 
@@ -108,4 +104,4 @@ class ProcessorOperator(HookedOperator):
         return self.__dict__
 
 
-__all__ = ["ProcessorOperator", "PROCESSOR_KINDS"]
+__all__ = ["ProcessorOperator"]

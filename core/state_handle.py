@@ -117,12 +117,9 @@ class StoreView:
             m = per_key.get(k, {})
             if method == "updateValue":
                 m[shown(args[0])] = shown(args[1])
-            elif method == "getValue" or (method == "containsKey" and answer is False):
-                if answer is None or answer is False:
-                    m.pop(shown(args[0]), None)
-                elif method == "getValue":
-                    m[shown(args[0])] = shown(answer)
-            elif method == "removeKey":
+            elif method == "getValue" and answer is not None:
+                m[shown(args[0])] = shown(answer)
+            elif method in ("getValue", "containsKey", "removeKey") and not answer:   # absent: None, False
                 m.pop(shown(args[0]), None)
             elif method == "iterator":
                 m = {shown(uk): shown(v) for uk, v in answer}
@@ -168,7 +165,7 @@ class _Call:
     def __call__(self) -> tuple:
         answer = self._real(*self._args)
         if self._as_list and answer is not None:
-            answer = [plain(x) for x in answer]
+            answer = list(answer)   # an iterator over Spark's socket
         return self._key, plain(self._args), plain(answer)
 
 

@@ -257,19 +257,23 @@ class Coordinator:
     def micro_batch_ended(self, query: str, batch: int) -> None:
         """Micro-batch `batch` of a streaming query has ended: an interaction, once."""
         with self._batch_lock:
-            if (query, batch) not in self.ended_batches:
-                self.ended_batches.add((query, batch))
-                self.interaction("micro-batch", {"batch": batch})
+            self._end_micro_batch(query, batch)
 
     def _micro_batch_began(self, query: str, batch: int) -> None:
         """A task of a later micro-batch than any before: Spark has ended every task of the
         previous one, so its end is the interaction, taken before this task is welcomed."""
         with self._batch_lock:
             last = self.micro_batch.get(query)
-            self.micro_batch[query] = batch if last is None else max(last, batch)
-            if last is not None and batch > last and (query, last) not in self.ended_batches:
-                self.ended_batches.add((query, last))
-                self.interaction("micro-batch", {"batch": last})
+            if last is None or batch > last:
+                self.micro_batch[query] = batch
+                if last is not None:
+                    self._end_micro_batch(query, last)
+
+    def _end_micro_batch(self, query: str, batch: int) -> None:
+        """Under `_batch_lock`: a task of a later micro-batch waits until the interaction exists."""
+        if (query, batch) not in self.ended_batches:
+            self.ended_batches.add((query, batch))
+            self.interaction("micro-batch", {"batch": batch})
 
     def _register(self, sock: socket.socket, hello: dict) -> Conn:
         stage, part = hello["stage"], hello["partition"]

@@ -29,7 +29,7 @@ class HookedCall:
         self.graph = graph
         self.stage_id = stage_id
         self.recording = recording
-        self.__name__ = graph.nodes[graph.stages[stage_id].nodes[-1]].name   # the operator's, unique in the run
+        self.__name__ = graph.hooked_node(stage_id).name   # the operator's, unique in the run
 
     def __call__(self, *args: Any) -> Iterator:
         """`(iterator)` for the DataFrame APIs, `(partition, iterator)` for the RDD's."""
@@ -127,8 +127,7 @@ class GroupedCall:
         import inspect
 
         self.feed = feed
-        g = feed.graph
-        self.__name__ = g.nodes[g.stages[feed.stage_id].nodes[-1]].name   # the operator's, unique in the run
+        self.__name__ = feed.graph.hooked_node(feed.stage_id).name   # the operator's, unique in the run
         frames = ["left", "right"] if kind.startswith("cogroup.") else ["data"]
         self.__signature__ = inspect.Signature(
             [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in ["key", *frames]])
@@ -187,12 +186,11 @@ class HookedProcessor:
         self._unrecorded = False
         self._prepared: _Prepared | None = None   # a streaming task's init, until its first unit
         self._copy: Any = None                    # the processor that init ran on
-        g = feed.graph
-        self.__name__ = g.nodes[g.stages[feed.stage_id].nodes[-1]].name
+        self.__name__ = feed.graph.hooked_node(feed.stage_id).name
 
     def _processor(self) -> Any:
-        g = self.feed.graph
-        return g.nodes[g.stages[self.feed.stage_id].nodes[-1]].op._fn
+        """The user's processor, as the stage's graph carries it."""
+        return self.feed.graph.hooked_node(self.feed.stage_id).op._fn
 
     def init(self, handle: Any) -> None:
         import cloudpickle

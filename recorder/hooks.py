@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core.hooked import PROCESSOR_KINDS
 from .spark_edges import rdd_upstream, spark_upstream
 
 
@@ -144,7 +145,7 @@ def install(session: Any) -> Callable[[], None]:
         patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session,
                                                 lambda cg: [cg._gd1, cg._gd2]))
     patch(UserDefinedTableFunction, "_create_judtf", udtf)
-    for name in ("transformWithStateInPandas", "transformWithState"):
+    for name in sorted(PROCESSOR_KINDS):
         patch(GroupedData, name, processor(name))
 
     def uninstall() -> None:

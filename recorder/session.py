@@ -167,9 +167,8 @@ class RecordingSession:
         `upstream`: the hooked operators whose rows reach this one through Spark, and what
         Spark did to them on the way (the DAG's opaque edges)."""
         from ..core.graph import SOURCE
-        from ..core.hooked import GROUP_KINDS, name_of, operator_for
+        from ..core.hooked import GROUP_KINDS, PROCESSOR_KINDS, name_of, operator_for
         from ..core.operator import Source
-        from ..core.processor import PROCESSOR_KINDS
         from .hooked_calls import GroupedCall, HookedCall, HookedProcessor, TaskFeed, hooked_udtf_class
 
         with self._hook_lock:
@@ -280,7 +279,7 @@ class RecordingSession:
         g, out = self.graph, {}
         for stage, slots in self.coordinator.slots.items():
             by_instance = sorted(slots.items(), key=lambda kv: kv[1])
-            out[g.nodes[g.stages[stage].nodes[-1]].name] = [list(slot) for slot, _ in by_instance]
+            out[g.hooked_node(stage).name] = [list(slot) for slot, _ in by_instance]
         return out
 
     def end(self, *, ok: bool, error: str | None = None, status: str | None = None,

@@ -7,12 +7,15 @@ the suite's SparkSession, as `tt record` runs a job).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import runpy
 import sys
 from pathlib import Path
 
 from tt.recorder.job import record_job
+from tt.replay.session import DebugSession
 
 
 def run_plain(job: Path, args: list[str]) -> None:
@@ -33,3 +36,39 @@ def record_on_and_off(job: Path, where: Path, args: list[str] = (), **options) -
     outcome = record_job(job, [str(on), *args], run, **options)
     assert outcome.status == "complete", outcome.error
     return run, json.loads(on.read_text()), json.loads(off.read_text())
+
+
+def printed_on_and_off(job: Path, args: list[str], run: Path, spark) -> tuple[str, str]:
+    """(what the job printed recorded into `run`, what it printed with recording off). The
+    sample jobs set the session's shuffle partitions; the suite's setting is put back."""
+    def printed(fn) -> str:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            fn()
+        return out.getvalue()
+
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    outcome = None
+
+    def record():
+        nonlocal outcome
+        outcome = record_job(job, args, run)
+    try:
+        off = printed(lambda: run_plain(job, args))
+        on = printed(record)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert outcome.status == "complete", outcome.error
+    return on, off
+
+
+def post_mortem(job: Path, args: list[str], out: Path, *errors: str) -> DebugSession:
+    """Record `job`, whose run fails with every one of `errors` in its error, and open the
+    run where the debugger opens a failed one: just before the tuple it failed on."""
+    outcome = record_job(job, args, out)
+    assert outcome.status == "failed"
+    assert all(e in outcome.error for e in errors), outcome.error
+    session = DebugSession(out)
+    assert session.failure is not None
+    session.goto_failure()
+    return session

@@ -8,15 +8,12 @@ panel shows the processor's MapState per customer, replayed without Spark.
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import pytest
 
-from plain_jobs import run_plain
+from plain_jobs import printed_on_and_off
 
-from tt.recorder.job import record_job
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "sample_runs" / "fraud_tws" / "job.py"
@@ -25,30 +22,12 @@ BOB_YEN_ID = ROWS // 3   # generate.py puts Bob's ¥5000 a third of the way in
 CONDITION = "'Bob' in FraudDetector.blacklist"
 
 
-def _printed(fn) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        fn()
-    return out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def sample(spark, tmp_path_factory):
     """(run file, what the job printed recorded, what it printed with recording off)."""
     d = tmp_path_factory.mktemp("fraud_tws")
     args = ["--data", str(d / "payments.parquet"), "--rows", str(ROWS)]
-    before = spark.conf.get("spark.sql.shuffle.partitions")
-    try:
-        off = _printed(lambda: run_plain(JOB, args))
-        outcome = None
-
-        def record():
-            nonlocal outcome
-            outcome = record_job(JOB, args, d / "run.db")
-        on = _printed(record)
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", before)   # the job sets its own
-    assert outcome.status == "complete", outcome.error
+    on, off = printed_on_and_off(JOB, args, d / "run.db", spark)
     return d / "run.db", on, off
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import record_on_and_off
+from plain_jobs import post_mortem, record_on_and_off
 
 from tt.recorder.job import record_job
 from tt.replay.session import DebugSession
@@ -125,14 +125,10 @@ def test_the_grouped_methods_are_pysparks_own_after_the_job(recorded):
 
 def test_a_raising_group_function_fails_the_run_and_replay_stops_before_its_group(spark, tmp_path):
     """Post-mortem: the run names the operator, partition and group; replay stops before it."""
-    out = tmp_path / "failed.db"
-    outcome = record_job(JOB, [str(tmp_path / "o.json"), str(ROWS), "c4"], out)
-    assert outcome.status == "failed"
-    assert "raised ValueError: bad customer c4" in outcome.error and "operator summary:" in outcome.error
-    session = DebugSession(out)
+    session = post_mortem(JOB, [str(tmp_path / "o.json"), str(ROWS), "c4"], tmp_path / "failed.db",
+                          "raised ValueError: bad customer c4", "operator summary:")
     failure = session.failure
-    assert failure is not None and failure.label.startswith("summary:")
-    session.goto_failure()
+    assert failure.label.startswith("summary:")
     op, i, position = failure.label.split(":")
     state = session.engine.states()[(session.reader.theta.id, int(i))]["closure"]["stats"]
     assert state["groups"] == int(position)   # every group before the failing one, none after

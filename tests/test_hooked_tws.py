@@ -16,10 +16,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import record_on_and_off
+from plain_jobs import post_mortem, record_on_and_off
 
 from tt.core import values
-from tt.recorder.job import record_job
 from tt.replay.session import DebugSession
 from tt.store.reader import RunReader
 
@@ -165,14 +164,10 @@ def test_step_back_restores_the_state_variables(recorded):
 def test_a_processor_raising_on_one_key_is_debuggable_post_mortem(spark, tmp_path):
     """Totals raises on c2 in handleInputRows: the run fails naming it, and the replay stops
     just before that key's rows, every earlier key of its instance complete."""
-    out = tmp_path / "failed.db"
-    outcome = record_job(JOB, [str(tmp_path / "o.json"), str(ROWS), "c2"], out)
-    assert outcome.status == "failed"
-    assert "raised ValueError: bad customer c2" in outcome.error and "operator Totals:" in outcome.error
-    session = DebugSession(out)
+    session = post_mortem(JOB, [str(tmp_path / "o.json"), str(ROWS), "c2"], tmp_path / "failed.db",
+                          "raised ValueError: bad customer c2", "operator Totals:")
     failure = session.failure
-    assert failure is not None and failure.label.startswith("Totals:")
-    session.goto_failure()
+    assert failure.label.startswith("Totals:")
     _, i, position = failure.label.split(":")
     unit = session.engine.instances[(session.reader.theta.id, int(i))].peek()
     assert unit[0] == "rows" and unit[1][0] == "c2"

@@ -65,7 +65,7 @@ def _latest(reader: RunReader, k: int) -> dict:
     out: dict = {"balance": {}, "by_kind": {}}
     at = reader.instances_at(k)
     for i in sorted(range(op.instances), key=lambda i: slots[i][0]):
-        state = values.decode(reader.state(at[(op.id, i)].state)) if at[(op.id, i)].state else {}
+        state = values.decode(reader.state(at[(op.id, i)].state))
         for var in out:
             out[var].update(state.get(var, {}))
     return out
