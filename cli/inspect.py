@@ -163,7 +163,8 @@ def _interactions_text(rows: list[dict]) -> str:
 def _states_text(states: dict, k: int) -> tuple[str, bool]:
     lines, cut = [f"states at interaction {k}:"], False
     for name, entry in states.items():
-        lines.append(f"{name}  (after {entry['position']:,} tuples"
+        where = f"{entry['origin']}; " if entry.get("origin") else ""
+        lines.append(f"{name}  ({where}after {entry['position']:,} tuples"
                      + (", and its end of input)" if entry.get("ended") else ")"))
         state = entry["state"]
         items = state.items() if isinstance(state, dict) and state else [(None, state)]

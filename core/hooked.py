@@ -39,7 +39,8 @@ UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "applyInPandas": "group", "applyInArrow": "group",
          "cogroup.applyInPandas": "group", "cogroup.applyInArrow": "group",
          "udtf": "call",
-         "transformWithStateInPandas": "chunk", "transformWithState": "row"}
+         "transformWithStateInPandas": "chunk", "transformWithState": "row",
+         "applyInPandasWithState": "chunk"}
 HOOKED_KINDS = frozenset(UNITS)
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).
 ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter"})
@@ -47,6 +48,8 @@ ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter"})
 GROUP_KINDS = frozenset(k for k, unit in UNITS.items() if unit == "group")
 #: The APIs that take a StatefulProcessor (core/processor.py `ProcessorOperator`).
 PROCESSOR_KINDS = frozenset({"transformWithStateInPandas", "transformWithState"})
+#: The API whose function gets a key's `GroupState` (core/group_state.py `GroupStateOperator`).
+GROUP_STATE_KIND = "applyInPandasWithState"
 
 
 class HookedOperator(Operator):
@@ -241,8 +244,12 @@ def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
         from .processor import ProcessorOperator   # it builds on HookedOperator, above
 
         return ProcessorOperator(fn, kind, site)
+    if kind == GROUP_STATE_KIND:
+        from .group_state import GroupStateOperator
+
+        return GroupStateOperator(fn, kind, site)
     return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
 
 
 __all__ = ["HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "UdtfOperator", "operator_for",
-           "HOOKED_KINDS", "GROUP_KINDS", "PROCESSOR_KINDS", "UNITS", "name_of"]
+           "HOOKED_KINDS", "GROUP_KINDS", "PROCESSOR_KINDS", "GROUP_STATE_KIND", "UNITS", "name_of"]

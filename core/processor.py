@@ -48,7 +48,8 @@ class ProcessorOperator(HookedOperator):
     def process(self, unit: tuple, port: int = 0) -> list:
         what, p = unit[0], self._fn
         if what == "row":
-            return self._group.feed(unit[1])
+            group = self._group
+            return [] if group.finished else group.feed(unit[1])   # it may stop pulling early
         if what == "rows":
             key, tv = unit[1], TimerValues(*unit[2])
             self._handle.key = key

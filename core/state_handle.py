@@ -183,7 +183,7 @@ class Handle:
         key = plain(self.key)
         real = real if self.backend is not None else _no_spark
         logged_key, logged_args, answer = log_result(_Call(f"{var}.{method}", real, key, args, as_list))
-        if self.backend is None and CONTEXT.runner is not None and not _same((logged_key, logged_args),
+        if self.backend is None and CONTEXT.runner is not None and not same((logged_key, logged_args),
                                                                              (key, plain(args))):
             runner = CONTEXT.runner
             raise ReplayDivergence(
@@ -315,7 +315,8 @@ def _schema_text(schema: Any) -> Any:
     return to_json() if callable(to_json) else schema
 
 
-def _same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
+    """Equal, or equal as printed (NaN, numpy arrays)."""
     try:
         if a == b:
             return True
@@ -329,4 +330,4 @@ def _args(args: tuple) -> str:
 
 
 __all__ = ["Handle", "StoreView", "TimerValues", "ExpiredTimerInfo", "ValueState", "ListState", "MapState",
-           "STATE_VARIABLES", "plain", "shown"]
+           "STATE_VARIABLES", "plain", "same", "shown"]

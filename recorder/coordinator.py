@@ -90,7 +90,7 @@ class Coordinator:
         self.partitions_seen: dict[int, int] = {}
         # a streaming query's tasks: (stage, [micro-batch, partition]) -> the instance it runs,
         # numbered densely in the order they first report (a retry gets its first run's)
-        self.slots: dict[int, dict[tuple[int, int], int]] = {}
+        self.slots: dict[int, dict[tuple[int, ...], int]] = {}
         self.micro_batch: dict[str, int] = {}      # query -> the latest micro-batch a task began
         self.ended_batches: set[tuple[str, int]] = set()   # micro-batch ends made interactions
         self._batch_lock = threading.Lock()
@@ -285,7 +285,7 @@ class Coordinator:
                 slot = hello.get("slot")
                 if slot is not None:
                     slots = self.slots.setdefault(stage, {})
-                    part = conn.partition = slots.setdefault((int(slot[0]), int(slot[1])), len(slots))
+                    part = conn.partition = slots.setdefault(tuple(int(x) for x in slot), len(slots))
                 book = self.tasks.setdefault((stage, part), TaskBook())
                 attempt = self.next_attempt
                 self.next_attempt += 1

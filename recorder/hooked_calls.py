@@ -7,8 +7,9 @@ user's function through the one runtime (`StageTask`), logged like any operator:
   once per task and pulled by Spark (`StageTask.run_units`);
 - `GroupedCall` and `hooked_udtf_class`: the grouped APIs and UDTFs, called many times
   per task; each call is one unit pushed into the task a `TaskFeed` keeps open;
-- `HookedProcessor`: a transformWithState processor, whose every call becomes units of
-  that task too (core/processor.py).
+- `HookedProcessor`: a transformWithState processor, and `HookedGroupStateFunction`: an
+  applyInPandasWithState function, whose every call becomes units of that task too
+  (core/processor.py, core/group_state.py).
 """
 
 from __future__ import annotations
@@ -56,14 +57,15 @@ class TaskFeed:
         self._task: StageTask | None = None
         self._attempt: int | None = None
 
-    def feed(self, unit: Any, attach: Any = None) -> list:
+    def feed(self, unit: Any, attach: Any = None, run: int = 0) -> list:
         """One unit into this task attempt's stage (opened at its first unit). `attach`: what
-        the operator is given before its first unit (a processor's Spark handle)."""
+        the operator is given before this unit (a processor's Spark handle, a GroupState).
+        `run`: which of the task's Python runs this is, where Spark makes more than one."""
         from pyspark import TaskContext
 
         tc = TaskContext.get()
         if self._task is None or self._attempt != tc.taskAttemptId():
-            attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), **_slot(tc)}
+            attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), **_slot(tc, run)}
             self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
             self._attempt = tc.taskAttemptId()
             self._task.open_units()
@@ -91,13 +93,16 @@ def micro_batch(tc: Any) -> int | None:
     return None if batch is None else int(batch)
 
 
-def _slot(tc: Any) -> dict:
+def _slot(tc: Any, run: int = 0) -> dict:
     """A streaming task's instance is not its partition (every micro-batch runs fresh tasks on
-    the same partitions): the coordinator numbers (micro-batch, partition) slots densely."""
+    the same partitions): the coordinator numbers (micro-batch, partition) slots densely, and
+    (micro-batch, partition, run) for a task's later Python run (applyInPandasWithState's
+    timed-out keys run in a second Python worker, after the keys with data)."""
     batch = micro_batch(tc)
     if batch is None:
         return {}
-    return {"slot": [batch, tc.partitionId()], "query": tc.getLocalProperty("sql.streaming.queryId")}
+    return {"slot": [batch, tc.partitionId()] + ([run] if run else []),
+            "query": tc.getLocalProperty("sql.streaming.queryId")}
 
 
 class _TaskEnd:
@@ -241,6 +246,26 @@ class HookedProcessor:
         return {**self.__dict__, "_unrecorded": False, "_prepared": None, "_copy": None}
 
 
+class HookedGroupStateFunction:
+    """What Spark runs in place of an `applyInPandasWithState` function: each call (one key of
+    one micro-batch) becomes units of the call site's task (core/group_state.py), where the
+    operator runs the user's function on Spark's own GroupState; the key's DataFrames are
+    handed over one by one. Spark runs the keys with data in one Python worker and the
+    timed-out keys in another, after it: each is an instance of its own."""
+
+    def __init__(self, feed: TaskFeed):
+        self.feed = feed
+        self.__name__ = feed.graph.hooked_node(feed.stage_id).name
+
+    def __call__(self, key: Any, chunks: Any, state: Any) -> Iterator:
+        from ..core.group_state import snapshot
+
+        yield from self.feed.feed(("key", key, snapshot(state)), attach=state, run=int(state.hasTimedOut))
+        for chunk in chunks:
+            yield from self.feed.feed(("chunk", chunk))
+        yield from self.feed.feed(("key_end",))
+
+
 class _Prepared:
     """Spark's handle for a streaming task whose `init` ran before tt opened the task: the
     state variables made then are handed out again by name (Spark makes no new ones after
@@ -272,4 +297,4 @@ def _times(tv: Any) -> tuple[int, int]:
     return int(tv.getCurrentProcessingTimeInMs()), int(tv.getCurrentWatermarkInMs())
 
 
-__all__ = ["HookedCall", "TaskFeed", "GroupedCall", "hooked_udtf_class", "HookedProcessor"]
+__all__ = ["HookedCall", "TaskFeed", "GroupedCall", "hooked_udtf_class", "HookedProcessor", "HookedGroupStateFunction"]

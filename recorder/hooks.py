@@ -2,7 +2,8 @@
 
 `install(session)` patches PySpark's methods that take the job's stateful Python
 code (`DataFrame.mapInPandas` / `mapInArrow`, `GroupedData.applyInPandas` /
-`applyInArrow` and their cogrouped forms, the RDD's `mapPartitions`,
+`applyInArrow` and their cogrouped forms, `transformWithState`,
+`transformWithStateInPandas`, `applyInPandasWithState`, the RDD's `mapPartitions`,
 `mapPartitionsWithIndex`, `map`, `flatMap`, `filter`, and Python UDTF classes; classic
 PySpark). A patched method asks the recording session to make its call site an
 operator of the run, and hands Spark what the session returns in place of the
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.hooked import PROCESSOR_KINDS
+from ..core.hooked import GROUP_STATE_KIND, PROCESSOR_KINDS
 from .spark_edges import rdd_upstream, spark_upstream
 
 
@@ -114,6 +115,28 @@ def install(session: Any) -> Callable[[], None]:
             return patched
         return make
 
+    def group_state(original):
+        """`gdf.applyInPandasWithState(func, ...)`: `func` is swapped for tt's stand-in. Spark
+        runs it in streaming queries only (a batch query gets Spark's own error, unhooked)."""
+        import inspect
+
+        signature = inspect.signature(original)
+
+        def patched(self, *args, **kwargs):
+            site = _user_site()
+            try:
+                bound = signature.bind(self, *args, **kwargs)
+            except TypeError:   # PySpark reports the bad call itself
+                return original(self, *args, **kwargs)
+            func = bound.arguments.get("func")
+            if site is None or not callable(func) or not self._df.isStreaming:
+                return original(self, *args, **kwargs)
+            bound.arguments["func"] = session.hook(func, GROUP_STATE_KIND, site, self.session.sparkContext,
+                                                   spark_upstream(session, [self]))
+            session.watch_micro_batches(self.session)
+            return original(*bound.args, **bound.kwargs)
+        return patched
+
     hooked_classes: dict[type, type] = {}   # register() builds a second UDTF from the same class
 
     def udtf(original):
@@ -147,6 +170,7 @@ def install(session: Any) -> Callable[[], None]:
     patch(UserDefinedTableFunction, "_create_judtf", udtf)
     for name in sorted(PROCESSOR_KINDS):
         patch(GroupedData, name, processor(name))
+    patch(GroupedData, GROUP_STATE_KIND, group_state)
 
     def uninstall() -> None:
         for cls, name, original in reversed(originals):

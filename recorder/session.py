@@ -167,9 +167,10 @@ class RecordingSession:
         `upstream`: the hooked operators whose rows reach this one through Spark, and what
         Spark did to them on the way (the DAG's opaque edges)."""
         from ..core.graph import SOURCE
-        from ..core.hooked import GROUP_KINDS, PROCESSOR_KINDS, name_of, operator_for
+        from ..core.hooked import GROUP_KINDS, GROUP_STATE_KIND, PROCESSOR_KINDS, name_of, operator_for
         from ..core.operator import Source
-        from .hooked_calls import GroupedCall, HookedCall, HookedProcessor, TaskFeed, hooked_udtf_class
+        from .hooked_calls import (GroupedCall, HookedCall, HookedGroupStateFunction, HookedProcessor, TaskFeed,
+                                   hooked_udtf_class)
 
         with self._hook_lock:
             if self.graph is None:
@@ -192,10 +193,12 @@ class RecordingSession:
                 self.on_event("begin", {"theta": name, "address": self.coordinator.address})
             self.writer.submit(self._operator_rows([source, node]))
             self.on_event("hooked", {"name": name, "kind": kind, "site": site})
-            if kind in GROUP_KINDS or kind in PROCESSOR_KINDS or kind == "udtf":   # called many times per task
+            if kind in GROUP_KINDS or kind in PROCESSOR_KINDS or kind in (GROUP_STATE_KIND, "udtf"):   # many calls a task
                 feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
                 if kind in PROCESSOR_KINDS:
                     return HookedProcessor(feed)
+                if kind == GROUP_STATE_KIND:
+                    return HookedGroupStateFunction(feed)
                 return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
 
@@ -275,7 +278,7 @@ class RecordingSession:
                g.nodes[g.theta].name, signature)])])
 
     def _micro_batches(self) -> dict[str, list[list[int]]]:
-        """{operator: [[micro-batch, partition] of each instance]} for a streaming query's."""
+        """{operator: [[micro-batch, partition(, run)] of each instance]} for a streaming query's."""
         g, out = self.graph, {}
         for stage, slots in self.coordinator.slots.items():
             by_instance = sorted(slots.items(), key=lambda kv: kv[1])

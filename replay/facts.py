@@ -20,6 +20,16 @@ def label(reader: RunReader, op_id: int, instance: int) -> str:
     return f"{reader.operators[op_id].name}:{instance}"
 
 
+def origin(reader: RunReader, op_id: int, instance: int) -> str | None:
+    """Where a streaming query's instance ran: its micro-batch and partition (and which of the
+    task's Python runs, for applyInPandasWithState's timed-out keys); None outside streaming."""
+    slots = ((reader.run.get("plan") or {}).get("micro_batches") or {}).get(reader.operators[op_id].name)
+    if not slots or instance >= len(slots):
+        return None
+    slot = slots[instance]
+    return f"micro-batch {slot[0]}, partition {slot[1]}" + (", timed-out keys" if slot[2:] == [1] else "")
+
+
 def stored_state(reader: RunReader, key: tuple[int, int], state_hash: bytes | None, k: int) -> Any:
     """The state stored for instance `key` at interaction k, or a one-line RunFileError
     when its blob (or a delta base it needs) cannot be decompressed or decoded."""
@@ -111,6 +121,9 @@ def states_at(reader: RunReader, k: int, op: str | None = None) -> dict:
         if op_id is not None and o != op_id:
             continue
         out[label(reader, o, i)] = {"position": at.position, "state": stored_state(reader, (o, i), at.state, k)}
+        where = origin(reader, o, i)
+        if where:
+            out[label(reader, o, i)]["origin"] = where
     return out
 
 

@@ -8,7 +8,8 @@
 - `Flags` (`transformWithState`, Row-based) flags a payment when the customer's
   previous payment was larger: a ValueState `last`; it counts the rows it saw in a
   plain attribute, and registers a processing-time timer in the past for customer
-  c0, which fires in the same task (`handleExpiredTimer` emits a marker row).
+  c0, which fires in the same task (`handleExpiredTimer` emits a marker row). It
+  leaves customer c4's rows unread.
 
 The data is a pure function of the row id, so the tests compute every customer's
 state with pandas alone (tests/test_hooked_tws.py). Two rows per Arrow batch make
@@ -62,6 +63,9 @@ class Flags(StatefulProcessor):
         self.rows = 0
 
     def handleInputRows(self, key, rows, timerValues):
+        if key[0] == "c4":   # leaves its rows unread: PySpark skips them
+            yield Row(id=-2, customer="c4", note="skipped")
+            return
         for row in rows:
             self.rows += 1
             if row.amount > 50:

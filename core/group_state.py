@@ -1,0 +1,273 @@
+"""`applyInPandasWithState` as an operator of the one runtime, and its `GroupState`.
+
+PySpark calls the job's function once per key and micro-batch, `func(key, chunks, state)`:
+`chunks` a lazy iterator of the key's pandas DataFrames, `state` a `GroupState` holding the
+key's value and timeout, which Spark reads back once the function's output is exhausted
+(docs/PROCESSORS.md §6). `tt record` hands Spark a stand-in (recorder/hooked_calls.py) that
+turns each call into units of the call site's task, one step each:
+
+| unit | what the function is asked to do |
+|---|---|
+| `("key", key, before)` | start `func(key, chunks, state)`; `before` is the GroupState as Spark built it |
+| `("chunk", frame)` | hand it the key's next DataFrame |
+| `("key_end",)` | the key's chunks ran out: run it to its end |
+
+While recording the function gets Spark's own GroupState, so the job runs as without tt.
+A replay has no Spark: it gets tt's `GroupState`, built from `before`, which behaves as
+PySpark's does. The GroupState after each call is logged (`log_result`), and a replay whose
+GroupState ends a call differently stops with a divergence. The state shown is the
+function's own (closure, attributes) plus `state` (`{key: value}`) and `timeouts`
+(`{key: timestamp}`) of the keys this task has called it for.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime
+import json
+import time
+from typing import Any
+
+from .errors import ReplayDivergence
+from .hooked import HookedOperator
+from .operator import CONTEXT, log_result
+from .pulled import Pulled
+from .state_handle import plain, same, shown
+
+NO_TIMESTAMP = -1
+TIMEOUTS = ("NoTimeout", "ProcessingTimeTimeout", "EventTimeTimeout")
+
+
+def snapshot(state: Any) -> dict:
+    """What a GroupState holds (Spark's or tt's): its JSON properties and its value."""
+    return {"props": json.loads(state.json()), "value": plain(state.getOption)}
+
+
+class GroupState:
+    """PySpark's `GroupState` (pyspark/sql/streaming/state.py), without PySpark: the same
+    properties and methods, the same checks, so a replayed call behaves as the recorded one."""
+
+    NO_TIMESTAMP = NO_TIMESTAMP
+
+    def __init__(self, before: dict):
+        p = before["props"]
+        self._value = before["value"]
+        self._batch_processing_time_ms = p["batchProcessingTimeMs"]
+        self._event_time_watermark_ms = p["eventTimeWatermarkMs"]
+        self._timeout_conf = p["timeoutConf"]
+        self._has_timed_out = p["hasTimedOut"]
+        self._watermark_present = p["watermarkPresent"]
+        self._defined = p["defined"]
+        self._updated = p["updated"]
+        self._removed = p["removed"]
+        self._timeout_timestamp = self._old_timeout_timestamp = p["timeoutTimestamp"]
+
+    @property
+    def exists(self) -> bool:
+        return self._defined
+
+    @property
+    def get(self) -> tuple:
+        if not self._defined:
+            raise ValueError("[STATE_NOT_EXISTS] State is either not defined or has already been removed.")
+        return tuple(self._value)
+
+    @property
+    def getOption(self) -> tuple | None:
+        return tuple(self._value) if self._defined else None
+
+    @property
+    def hasTimedOut(self) -> bool:
+        return self._has_timed_out
+
+    @property
+    def oldTimeoutTimestamp(self) -> int:
+        return self._old_timeout_timestamp
+
+    def update(self, newValue: tuple) -> None:
+        if newValue is None:
+            raise TypeError("[CANNOT_BE_NONE] Argument `newValue` cannot be None.")
+        self._value = tuple(_python(v) for v in newValue)
+        self._defined, self._updated, self._removed = True, True, False
+
+    def remove(self) -> None:
+        self._defined, self._updated, self._removed = False, False, True
+
+    def setTimeoutDuration(self, durationMs: int) -> None:
+        if isinstance(durationMs, str):
+            raise TypeError(f"[NOT_EXPECTED_TYPE] Argument `durationMs` should be int, got {type(durationMs).__name__}.")
+        if self._timeout_conf != "ProcessingTimeTimeout":
+            raise RuntimeError("[CANNOT_WITHOUT] Cannot set timeout duration without enabling processing time "
+                               "timeout in applyInPandasWithState.")
+        if durationMs <= 0:
+            raise ValueError(f"[VALUE_NOT_POSITIVE] Value for `durationMs` must be positive, got "
+                             f"'{type(durationMs).__name__}'.")
+        self._timeout_timestamp = durationMs + self._batch_processing_time_ms
+
+    def setTimeoutTimestamp(self, timestampMs: Any) -> None:
+        if self._timeout_conf != "EventTimeTimeout":
+            raise RuntimeError("[CANNOT_WITHOUT] Cannot set timeout duration without enabling processing time "
+                               "timeout in applyInPandasWithState.")
+        if isinstance(timestampMs, datetime.datetime):
+            timestampMs = _timestamp_us(timestampMs) / 1000
+        if timestampMs <= 0:
+            raise ValueError(f"[VALUE_NOT_POSITIVE] Value for `timestampMs` must be positive, got "
+                             f"'{type(timestampMs).__name__}'.")
+        if self._event_time_watermark_ms != NO_TIMESTAMP and timestampMs < self._event_time_watermark_ms:
+            raise ValueError(f"[INVALID_TIMEOUT_TIMESTAMP] Timeout timestamp ({timestampMs}) cannot be earlier "
+                             f"than the current watermark ({self._event_time_watermark_ms}).")
+        self._timeout_timestamp = timestampMs
+
+    def getCurrentWatermarkMs(self) -> int:
+        if not self._watermark_present:
+            raise RuntimeError("[CANNOT_WITHOUT] Cannot get event time watermark timestamp without setting "
+                               "watermark before applyInPandasWithState.")
+        return self._event_time_watermark_ms
+
+    def getCurrentProcessingTimeMs(self) -> int:
+        return self._batch_processing_time_ms
+
+    def json(self) -> str:
+        return json.dumps({
+            "optionalValue": None,
+            "batchProcessingTimeMs": self._batch_processing_time_ms,
+            "eventTimeWatermarkMs": self._event_time_watermark_ms,
+            "timeoutConf": self._timeout_conf,
+            "hasTimedOut": self._has_timed_out,
+            "watermarkPresent": self._watermark_present,
+            "defined": self._defined,
+            "updated": self._updated,
+            "removed": self._removed,
+            "timeoutTimestamp": self._timeout_timestamp,
+        })
+
+    def __str__(self) -> str:
+        return f"GroupState({self.get})" if self.exists else "GroupState(<undefined>)"
+
+
+class GroupStateOperator(HookedOperator):
+    """An `applyInPandasWithState` function, one unit per step (the table above)."""
+
+    def __init__(self, fn: Any, kind: str = "applyInPandasWithState", site: str = ""):
+        super().__init__(fn, kind, site)
+        self._spark_state: Any = None   # recording: Spark's GroupState for the next key
+        self._recording = False
+        self._key: Any = None
+        self._state: Any = None         # the GroupState of the key being called
+        self._group: Pulled | None = None
+        self._values: dict = {}         # {key: value} after each call of this task
+        self._timeouts: dict = {}       # {key: timeout timestamp} where one is set
+
+    def attach(self, spark_state: Any) -> None:
+        """Recording: the next key's call gets Spark's own GroupState."""
+        self._spark_state = spark_state
+
+    def process(self, unit: tuple, port: int = 0) -> list:
+        what = unit[0]
+        if what == "chunk":
+            group = self._group
+            return [] if group.finished else group.feed(unit[1])   # a function may stop pulling early
+        if what == "key":
+            key, fn = unit[1], self._fn
+            self._recording = self._spark_state is not None
+            state = self._spark_state if self._recording else GroupState(unit[2])
+            self._spark_state, self._key, self._state = None, key, state
+            self._group = Pulled(lambda chunks: fn(key, chunks, state))
+            return self._group.start()
+        if what == "key_end":
+            group, self._group = self._group, None
+            out = group.end()
+            self._ended(snapshot(self._state))
+            self._key = self._state = None
+            return out
+        raise ValueError(f"not an applyInPandasWithState unit: {what!r}")
+
+    def _ended(self, after: dict) -> None:
+        """Log the GroupState a call left (replay: check it) and fold it into the view."""
+        logged = log_result(_After(after))
+        runner = CONTEXT.runner
+        if not self._recording and runner is not None and not same(logged, after):
+            raise ReplayDivergence(
+                f"{runner.label} input #{runner.count}: the call for key {shown(self._key)!r} left GroupState "
+                f"{_described(after)} in replay, but {_described(logged)} when recorded",
+                op=runner.name, instance=runner.instance, position=runner.count)
+        self._fold(self._key, after)
+
+    def _fold(self, key: Any, snap: dict) -> None:
+        k, props = shown(key), snap["props"]
+        if props["defined"]:
+            self._values[k] = shown(snap["value"])
+        else:
+            self._values.pop(k, None)
+        if props["timeoutTimestamp"] != NO_TIMESTAMP and props["defined"]:
+            self._timeouts[k] = props["timeoutTimestamp"]
+        else:
+            self._timeouts.pop(k, None)
+
+    @property
+    def failed(self) -> bool:
+        return self._group is not None and self._group.failed
+
+    def state(self) -> dict:
+        out = super().state()
+        values, timeouts = self._values, self._timeouts
+        if self._state is not None:   # in a call: the key's GroupState as it is now
+            values, timeouts = dict(values), dict(timeouts)
+            now = snapshot(self._state)
+            k = shown(self._key)
+            values.pop(k, None)
+            timeouts.pop(k, None)
+            if now["props"]["defined"]:
+                values[k] = shown(now["value"])
+                if now["props"]["timeoutTimestamp"] != NO_TIMESTAMP:
+                    timeouts[k] = now["props"]["timeoutTimestamp"]
+        out["state"] = values
+        if timeouts:
+            out["timeouts"] = timeouts
+        return out
+
+    def __getstate__(self) -> dict:
+        if self._group is not None:
+            raise TypeError(f"{self._tt_name or self._kind}: a call is running and cannot be saved; "
+                            f"tt restores it by replaying its inputs")
+        return {**self.__dict__, "_spark_state": None}
+
+
+class _After:
+    """The GroupState a call left, as `log_result` names it (`GroupState.after`)."""
+
+    __module__ = None   # type: ignore[assignment]  callable_name then gives just the qualname
+
+    def __init__(self, after: dict):
+        self.__qualname__ = "GroupState.after"
+        self._after = after
+
+    def __call__(self) -> dict:
+        return self._after
+
+
+def _described(snap: dict) -> str:
+    p = snap["props"]
+    value = shown(snap["value"]) if p["defined"] else "<undefined>"
+    timeout = p["timeoutTimestamp"]
+    return f"{value!r}" + (f" (timeout {timeout})" if timeout != NO_TIMESTAMP else "")
+
+
+def _python(v: Any) -> Any:
+    """What PySpark's `GroupState.update` makes of a value: numpy and pandas as Python's."""
+    if type(v).__module__ == "numpy" and type(v).__name__ != "ndarray" and hasattr(v, "tolist"):
+        return v.tolist()
+    if hasattr(v, "to_pytimedelta"):
+        return v.to_pytimedelta()
+    if hasattr(v, "to_pydatetime"):
+        return v.to_pydatetime()
+    return v
+
+
+def _timestamp_us(dt: datetime.datetime) -> int:
+    """PySpark's `TimestampType().toInternal`: a naive datetime is local time."""
+    seconds = calendar.timegm(dt.utctimetuple()) if dt.tzinfo else time.mktime(dt.timetuple())
+    return int(seconds) * 1000000 + dt.microsecond
+
+
+__all__ = ["GroupState", "GroupStateOperator", "snapshot", "TIMEOUTS"]

@@ -1,0 +1,218 @@
+"""`applyInPandasWithState` in a Structured Streaming query, recorded through the hooks.
+
+`tests/jobs/hooked_apiws_stream.py` streams three files of click events, one per
+micro-batch, through `sessions`, a session-window function keeping a GroupState per user
+with an event-time timeout. Spark runs each micro-batch's keys with data in one Python
+worker and its timed-out keys in another: each run is an instance, each micro-batch end an
+interaction. The oracles read none of tt's logs: pandas over the events the job writes,
+and PySpark's own `GroupState` for tt's replay stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from plain_jobs import post_mortem, run_plain
+
+from tt.core import values
+from tt.core.group_state import GroupState, snapshot
+from tt.recorder.job import record_job
+from tt.replay.session import DebugSession
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_apiws_stream.py"
+GAP_MS = 60_000
+
+
+def _events() -> pd.DataFrame:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hooked_apiws_stream", JOB)
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    frames = [job.events(f).assign(file=f) for f in range(3)]
+    pdf = pd.concat(frames, ignore_index=True)
+    pdf["ms"] = pd.to_datetime(pdf["ts"]).astype("int64") // 1_000_000
+    return pdf
+
+
+def sessions_after(files: int) -> dict:
+    """Each user's (clicks, total, last event ms) once the first `files` files are in."""
+    pdf = _events()
+    pdf = pdf[pdf["file"] < files]
+    return {u: (len(g), int(g["value"].sum()), int(g["ms"].max())) for u, g in pdf.groupby("user")}
+
+
+def expected_rows() -> list:
+    """The job's output: every user's session after each file it clicked in ("open"), and
+    once closed: u0 clicks in every file and never times out; the others do."""
+    pdf, rows = _events(), []
+    for f in range(3):
+        state = sessions_after(f + 1)
+        rows += [[u, c, t, "open"] for u, (c, t, _) in state.items() if u in set(pdf[pdf["file"] == f]["user"])]
+    rows += [[u, c, t, "closed"] for u, (c, t, _) in sessions_after(3).items() if u != "u0"]
+    return sorted(rows)
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    """(run file, output recorded, output with recording off)."""
+    where = tmp_path_factory.mktemp("hooked_apiws_stream")
+    off, on, run = where / "off.json", where / "on.json", where / "run.db"
+    run_plain(JOB, [str(off), str(where / "in_off"), str(where / "ck_off")])
+    outcome = record_job(JOB, [str(on), str(where / "in_on"), str(where / "ck_on")], run)
+    assert outcome.status == "complete", outcome.error
+    return run, json.loads(on.read_text()), json.loads(off.read_text())
+
+
+def test_recording_does_not_change_the_querys_output(recorded):
+    _, on, off = recorded
+    assert on == off
+    assert on["rows"] == expected_rows()
+
+
+def test_each_python_run_of_a_micro_batch_task_is_an_instance(recorded, capsys):
+    """The keys with data and the timed-out keys of one task are two instances; every
+    micro-batch end is an interaction; `tt inspect` says where each instance ran."""
+    reader = RunReader(recorded[0])
+    assert reader.operator("sessions").kind == "applyInPandasWithState"
+    slots = reader.plan["micro_batches"]["sessions"]
+    batches = recorded[1]["batches"]
+    timeouts = [s for s in slots if len(s) == 3]
+    assert timeouts and all(s[2] == 1 for s in timeouts)
+    assert {s[0] for s in slots} == set(range(batches))
+    ends = [i for i in reader.interactions() if i.trigger == "micro-batch"]
+    assert [i.detail["batch"] for i in ends] == list(range(batches))
+    last = reader.interactions()[-1].k
+    reader.close()
+    from tt.cli.main import main
+
+    assert main(["inspect", str(recorded[0]), "state", "--at", str(last)]) == 0
+    shown = capsys.readouterr().out
+    b, p, _ = timeouts[0]
+    assert f"sessions:{slots.index(timeouts[0])}  (micro-batch {b}, partition {p}, timed-out keys; after" in shown
+
+
+def test_every_group_state_equals_the_pandas_oracle(recorded):
+    """At the end, the instances of the keys with data of micro-batch b hold every user who
+    clicked in file b with the session pandas computes over files 0..b, its timeout 60 s
+    after the last click; the timed-out keys' instances hold nothing (the state removed)."""
+    reader = RunReader(recorded[0])
+    slots = reader.plan["micro_batches"]["sessions"]
+    op = reader.operator("sessions")
+    at = reader.instances_at(reader.interactions()[-1].k)
+    pdf = _events()
+    by_batch: dict = {}
+    for i, slot in enumerate(slots):
+        state = values.decode(reader.state(at[(op.id, i)].state))
+        if len(slot) == 3:
+            assert state["state"] == {} and "timeouts" not in state
+            continue
+        got = by_batch.setdefault(slot[0], {"state": {}, "timeouts": {}})
+        got["state"].update(state["state"])
+        got["timeouts"].update(state.get("timeouts", {}))
+    assert sorted(by_batch) == [0, 1, 2]   # batch 3 only closes u1
+    for b, got in by_batch.items():
+        want = {u: s for u, s in sessions_after(b + 1).items() if u in set(pdf[pdf["file"] == b]["user"])}
+        assert got["state"] == want
+        assert got["timeouts"] == {u: last + GAP_MS for u, (_, _, last) in want.items()}
+    reader.close()
+
+
+def test_verify_and_run_until_without_spark(recorded, capsys):
+    from tt.cli.main import main
+
+    assert main(["verify", str(recorded[0])]) == 0
+    n = len(RunReader(recorded[0]).interactions())
+    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+    session = DebugSession(recorded[0])
+    result = session.run_until("sessions.state.get('u1', (0,))[0] >= 30")
+    assert result.ok, result
+    slot = session.reader.plan["micro_batches"]["sessions"][result.stopped_at.instance]
+    assert slot[0] == 1   # u1's 30th click is in the second file
+    session.reader.close()
+
+
+def test_step_back_puts_the_group_state_back(recorded):
+    """Step into u0's first call in micro-batch 0, one unit at a time, then back."""
+    session = DebugSession(recorded[0])
+    reader = session.reader
+    op = reader.operator("sessions")
+    i = next(i for i, s in enumerate(reader.plan["micro_batches"]["sessions"]) if s == [0, 1] or s == [0, 0])
+    inst = session.engine.instances[(op.id, i)]
+    before = session.engine.states()[(op.id, i)]
+    steps = 0
+    while inst.peek() is not None and inst.peek()[0] != "key_end":
+        session.step_over(session.parse_ref(f"sessions:{i}:{inst.count}"))
+        steps += 1
+    session.step_over(session.parse_ref(f"sessions:{i}:{inst.count}"))
+    after = values.decode(session.engine.states()[(op.id, i)])
+    assert after["state"] != {}
+    for _ in range(steps + 1):
+        session.step_back()
+    assert session.engine.states()[(op.id, i)] == before
+    reader.close()
+
+
+def test_a_function_raising_on_a_timeout_is_debuggable_post_mortem(spark, tmp_path):
+    """`sessions` raises when u1's session times out (micro-batch 3): the replay stops just
+    before that call, with u1's state as Spark handed it, and step-into re-raises."""
+    session = post_mortem(JOB, [str(tmp_path / "o.json"), str(tmp_path / "in"), str(tmp_path / "ck"), "u1"],
+                          tmp_path / "failed.db", "cannot close u1's session", "operator sessions:")
+    op, i = session.reader.operator("sessions"), int(session.failure.label.split(":")[1])
+    assert session.reader.plan["micro_batches"]["sessions"][i][2:] == [1]   # the timed-out keys' run
+    unit = session.engine.instances[(op.id, i)].peek()
+    assert unit[0] == "key" and unit[1][0] == "u1" and unit[2]["props"]["hasTimedOut"]
+    assert tuple(unit[2]["value"]) == sessions_after(3)["u1"]
+    result = session.step_into(session.parse_ref(session.failure.label))
+    assert result.raised is not None and result.raised["message"] == "cannot close u1's session"
+    session.reader.close()
+
+
+# --- tt's GroupState against PySpark's own --------------------------------------------------------
+
+SCENARIOS = [
+    ("EventTimeTimeout", None, [("update", (1, 2.5, "x")), ("setTimeoutTimestamp", 5000)]),
+    ("EventTimeTimeout", (3, 1.0, "y"), [("get",), ("remove",), ("getOption",)]),
+    ("EventTimeTimeout", (3, 1.0, "y"), [("setTimeoutTimestamp", 10)]),              # before the watermark
+    ("EventTimeTimeout", None, [("setTimeoutDuration", 10)]),                          # wrong timeout kind
+    ("ProcessingTimeTimeout", None, [("setTimeoutDuration", 250), ("update", (1, 1.0, "z"))]),
+    ("ProcessingTimeTimeout", None, [("setTimeoutDuration", 0)]),
+    ("ProcessingTimeTimeout", None, [("get",)]),                                       # no state
+    ("NoTimeout", (1, 2.0, "a"), [("update", None)]),
+    ("NoTimeout", None, [("getCurrentWatermarkMs",)]),                                 # no watermark
+]
+
+
+def _run(state, calls) -> list:
+    seen = []
+    for name, *args in calls:
+        try:
+            attr = getattr(state, name)
+            seen.append(("ok", attr(*args) if callable(attr) else attr))
+        except Exception as e:  # noqa: BLE001  both must raise alike
+            seen.append(("raised", [c.__name__ for c in type(e).__mro__ if c.__name__ in
+                                    ("ValueError", "TypeError", "RuntimeError")]))
+    return seen + [("after", snapshot(state))]
+
+
+@pytest.mark.parametrize("conf,value,calls", SCENARIOS)
+def test_tts_group_state_behaves_as_pysparks(conf, value, calls):
+    """Replay hands the function tt's GroupState: every read, write and refusal must be
+    PySpark's. PySpark's own class (pure Python, no JVM needed) is the oracle."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming.state import GroupState as SparkGroupState
+    from pyspark.sql.types import StructType
+
+    props = {"batchProcessingTimeMs": 1000, "eventTimeWatermarkMs": 2000, "timeoutConf": conf,
+             "hasTimedOut": False, "watermarkPresent": conf == "EventTimeTimeout", "defined": value is not None,
+             "updated": False, "removed": False, "timeoutTimestamp": -1}
+    spark_state = SparkGroupState(optionalValue=Row(*value) if value else None, keyAsUnsafe=b"",
+                                  valueSchema=StructType(), **props)
+    ours = GroupState(snapshot(spark_state))
+    assert snapshot(ours) == snapshot(spark_state)
+    assert _run(ours, calls) == _run(spark_state, calls)
