@@ -216,3 +216,23 @@ def test_tts_group_state_behaves_as_pysparks(conf, value, calls):
     ours = GroupState(snapshot(spark_state))
     assert snapshot(ours) == snapshot(spark_state)
     assert _run(ours, calls) == _run(spark_state, calls)
+
+
+def test_the_debugger_says_where_each_instance_ran(recorded):
+    """The state panel labels each instance with its micro-batch and partition, and the
+    timed-out keys' run as such; `c` stops where u1's session reaches 30 clicks."""
+    from test_tui import answer, drive, keys, message, state_text
+    from tt.tui.app import DebuggerApp
+
+    app = DebuggerApp(recorded[0])
+
+    async def script(pilot):
+        shown = state_text(app)
+        assert "sessions:0 (micro-batch 0, partition " in shown, shown
+        assert "timed-out keys)" in shown, shown
+        await keys(pilot, "c")
+        await answer(pilot, "sessions.state.get('u1', (0,))[0] >= 30")
+        assert "stopped after sessions:" in message(app), message(app)
+        held = [values.decode(s)["state"].get("u1") for s in app.shown.states.values()]
+        assert any(u1 and u1[0] == 30 for u1 in held), held
+    drive(app, script, size=(160, 60))

@@ -240,6 +240,9 @@ class DebuggerApp(App):
         edges += [DagEdge(e["src"], e["dst"], True) for e in spark_edges]
         dag = self.query_one(DagView)
         dag.set_graph(nodes, edges)
+        self.query_one(StateInspector).origins = {   # where a streaming query's instances ran
+            facts.label(reader, o.id, i): where for o in ops for i in range(o.instances)
+            if (where := facts.origin(reader, o.id, i))}
         self._refresh_interactions()
         self._update_title()
         if not self._facts_loaded:

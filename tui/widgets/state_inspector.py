@@ -102,6 +102,7 @@ class StateInspector(Vertical):
         self.op: str | None = None
         self.states: dict[str, Any] = {}
         self.changes: dict[str, dict[tuple, tuple]] = {}
+        self.origins: dict[str, str] = {}   # instance -> where it ran (a streaming query's micro-batch)
         self._prefixes: dict[str, set[tuple]] = {}
         self._open_paths: set[tuple[str, tuple]] = set()
         self._cursor: tuple[str, tuple] | None = None
@@ -339,6 +340,8 @@ class StateInspector(Vertical):
         name = str(key)
         if path == ():
             t = Text(name, style="bold")
+            if inst in self.origins:
+                t.append(f" ({self.origins[inst]})", style="italic")
             if _container(value):
                 t.append(f"  {short(value)}", style="dim")
             else:
