@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import List, Optional
 
 import typer
 
@@ -15,6 +16,14 @@ from .output import JSON, emit, require_dataflow, require_intact
 def verify(
     run: Path = typer.Argument(..., help="A run file written by `tt record`."),
     trust: bool = typer.Option(False, "--trust", help="Allow replaying code from a run you did not record."),
+    statestore: bool = typer.Option(
+        False, "--statestore", help="Also compare the replayed state of the run's transformWithState processors "
+        "with Spark's own state store, read from the streaming query's checkpoint, at every micro-batch end "
+        "(and the keys each micro-batch wrote with Spark's change feed). Needs pyspark and Java."),
+    checkpoint: Optional[List[str]] = typer.Option(
+        None, "--checkpoint", metavar="[QUERY=]PATH", help="With --statestore: where the streaming query's "
+        "checkpoint is now, if it moved since the run was recorded (QUERY=PATH, by query id or name, when the run "
+        "has several queries)."),
     json: bool = JSON,
 ):
     """Replay every complete interaction locally and compare states with the recorded ones.
@@ -23,14 +32,29 @@ def verify(
     first operator, instance, state field and input tuple that differ and exits 1.
     Also exits 1 when an interaction is incomplete for any other reason than the run
     having been cut off (only those after the last complete one may be). Needs no Spark.
+
+    With --statestore, a streaming run is also checked against a second oracle that reads
+    none of tt's logs: Spark's state store in the query's checkpoint (recorded with the run;
+    --checkpoint PATH if it moved). At every micro-batch end, each key a processor's replayed
+    view shows, in every state variable, must equal the store's value after that micro-batch,
+    and the keys Spark's change feed says the micro-batch wrote must be those the replay wrote
+    (the change feed needs changelog checkpointing; without it only the values are compared).
+    It prints how many keys it checked over how many micro-batches; a difference names the
+    micro-batch, operator, variable, key and both values, and exits 1. This part starts Spark
+    (local mode) and needs Java: e.g. `tt verify --statestore run.db`.
     """
+    from ..core.errors import UsageError
     from ..replay.verify import verify as run_verify
     from ..store.reader import RunReader
 
+    if checkpoint and not statestore:
+        raise UsageError("--checkpoint names where Spark's state store is, for --statestore; add --statestore")
     reader = RunReader(run)
+    stores: list = []
     try:
         require_intact(reader)
         require_dataflow(reader, "verify")
+        queries = _open_stores(reader, checkpoint or [], stores) if statestore else None
         progress = _progress(len(reader.interactions())) if sys.stderr.isatty() and not json else None
         try:
             results = run_verify(reader, trust=trust, progress=progress.update if progress else None)
@@ -59,19 +83,95 @@ def verify(
                                               else "every interaction was complete)"))
             via = f"; again from the checkpoints for {via_checkpoints}" if via_checkpoints else ""
             text = f"{run}: {done}{via} — every replayed state equals the recorded one{note}"
+        if statestore:
+            store_result, store_text = _statestore(reader, run, queries, stores, trust, json, replay_ok=not failed)
+            data["statestore"] = store_result
+            data["ok"] = data["ok"] and bool(store_result["ok"])
+            text += "\n" + store_text
         emit(data, json=json, text=text)
-        return 1 if failed else 0
+        return 0 if data["ok"] else 1
     finally:
+        for store in stores:
+            store.close()
         reader.close()
 
 
+def _open_stores(reader, checkpoints: list[str], stores: list) -> list[dict]:
+    """The run's streaming queries, each with Spark's store in its checkpoint opened (appended
+    to `stores`): before anything is replayed, so a missing checkpoint, pyspark or Java is
+    reported at once, in one line."""
+    from ..recorder.statestore import check_checkpoint, open_store
+    from ..replay.verify import streaming_queries
+
+    queries = streaming_queries(reader, checkpoints)
+    for q in queries:   # every checkpoint is there before Spark starts
+        check_checkpoint(q["checkpoint"], "the checkpoint given with --checkpoint" if q.get("given") else
+                         f"the checkpoint of {_label(q)}")
+    for q in queries:
+        stores.append(open_store(q["checkpoint"]))
+    return queries
+
+
+def _label(q: dict) -> str:
+    name = q.get("name") or q.get("id")
+    return f"the streaming query {name}" if name else "the streaming query"
+
+
+def _statestore(reader, run: Path, queries: list[dict], stores: list, trust: bool, json: bool,
+                replay_ok: bool) -> tuple[dict, str]:
+    """`tt verify --statestore`'s comparison: its JSON part and its line."""
+    from ..replay.verify import verify_statestore
+
+    where = ", ".join(str(q["checkpoint"]) for q in queries)
+    if not replay_ok:
+        return ({"ok": False, "compared": False, "checkpoints": [q["checkpoint"] for q in queries],
+                 "why": "the replay diverges from the recording"},
+                f"{run}: statestore: not compared with Spark's state store in {where}, as the replay diverges from "
+                f"the recording")
+    progress = _progress(len(reader.interactions()), "comparing with Spark's state store") \
+        if sys.stderr.isatty() and not json else None
+    try:
+        result = verify_statestore(reader, queries, stores, trust=trust,
+                                   progress=progress.update if progress else None)
+    finally:
+        if progress:
+            progress.close()
+    result["compared"] = True
+    n, m = result["keys"], result["micro_batches"]
+    figures = (f"checked {n} key{'s' if n != 1 else ''} over {m} micro-batch{'es' if m != 1 else ''} "
+               f"({result['values']} values) against Spark's state store in {where}")
+    feed = result["change_feed"]
+    if feed["unavailable"]:
+        feed_text = f"; the change feed was not compared: {feed['unavailable']}"
+    elif feed["variables"]:
+        ttl = f" (not for {', '.join(feed['ttl'])}: with a TTL, Spark writes expiries itself)" if feed["ttl"] else ""
+        feed_text = (f"; its change feed names the keys the replay wrote in each of {feed['batches']} "
+                     f"micro-batch{'es' if feed['batches'] != 1 else ''}{ttl}") if result["ok"] else ""
+    else:
+        feed_text = ""
+    skipped = "".join(f"; skipped {_skipped(s)}" for s in result["skipped"][:3])
+    diffs = result["differences"]
+    if diffs:
+        more = f" (and {len(diffs) - 1} more difference{'s' if len(diffs) != 2 else ''})" if len(diffs) > 1 else ""
+        text = f"{run}: statestore: {figures}, and the replay differs from it: {diffs[0]['error']}{more}"
+    else:
+        text = f"{run}: statestore: {figures} — every replayed value equals the store's{feed_text}{skipped}"
+    return result, text
+
+
+def _skipped(s: dict) -> str:
+    what = (f"micro-batch {s['batch']} of {s['operator']}" if "batch" in s else
+            ", ".join(s["operators"]) if "operators" in s else f"{s.get('instances')} task(s)")
+    return f"{what}: {s['why']}"
+
+
 class _progress:
-    def __init__(self, total: int):
+    def __init__(self, total: int, label: str = "verifying"):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.p = Progress(TextColumn("verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        self.p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           transient=True, redirect_stdout=False)
-        self.task = self.p.add_task("verify", total=total)
+        self.task = self.p.add_task(label, total=total)
         self.p.start()
 
     def update(self, done: int, total: int) -> None:

@@ -148,6 +148,8 @@ class GroupState:
 class GroupStateOperator(HookedOperator):
     """An `applyInPandasWithState` function, one unit per step (the table above)."""
 
+    empty_fields = frozenset({"timeouts"})
+
     def __init__(self, fn: Any, kind: str = "applyInPandasWithState", site: str = ""):
         super().__init__(fn, kind, site)
         self._spark_state: Any = None   # recording: Spark's GroupState for the next key

@@ -59,6 +59,9 @@ class HookedOperator(Operator):
     restore_by_replay = False
     done = False      # the function stopped pulling input (only an iterator function can)
     failed = False    # the function raised and can take nothing more
+    #: State fields shown only when they hold something (a processor's `timers`): a condition
+    #: reads them as `{}` meanwhile.
+    empty_fields: frozenset = frozenset()
 
     def __init__(self, fn: Callable, kind: str, site: str = ""):
         self._fn = fn

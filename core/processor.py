@@ -34,6 +34,8 @@ from .state_handle import STATE_VARIABLES, ExpiredTimerInfo, Handle, StoreView, 
 class ProcessorOperator(HookedOperator):
     """A StatefulProcessor, one unit per step (the table above)."""
 
+    empty_fields = frozenset({"timers"})
+
     def __init__(self, processor: Any, kind: str = "transformWithState", site: str = ""):
         super().__init__(processor, kind, site)
         self._store = StoreView()

@@ -91,6 +91,7 @@ class Coordinator:
         # a streaming query's tasks: (stage, [micro-batch, partition]) -> the instance it runs,
         # numbered densely in the order they first report (a retry gets its first run's)
         self.slots: dict[int, dict[tuple[int, ...], int]] = {}
+        self.stage_queries: dict[int, str] = {}   # a hooked stage -> the streaming query its tasks ran in
         self.micro_batch: dict[str, int] = {}      # query -> the latest micro-batch a task began
         self.ended_batches: set[tuple[str, int]] = set()   # micro-batch ends made interactions
         self._batch_lock = threading.Lock()
@@ -273,7 +274,7 @@ class Coordinator:
         """Under `_batch_lock`: a task of a later micro-batch waits until the interaction exists."""
         if (query, batch) not in self.ended_batches:
             self.ended_batches.add((query, batch))
-            self.interaction("micro-batch", {"batch": batch})
+            self.interaction("micro-batch", {"batch": batch, "query": query})
 
     def _register(self, sock: socket.socket, hello: dict) -> Conn:
         stage, part = hello["stage"], hello["partition"]
@@ -284,6 +285,7 @@ class Coordinator:
             with self.lock:
                 slot = hello.get("slot")
                 if slot is not None:
+                    self.stage_queries.setdefault(stage, str(hello.get("query")))
                     slots = self.slots.setdefault(stage, {})
                     part = conn.partition = slots.setdefault(tuple(int(x) for x in slot), len(slots))
                 book = self.tasks.setdefault((stage, part), TaskBook())

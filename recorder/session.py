@@ -69,6 +69,7 @@ class RecordingSession:
         self.unrecorded_calls: list[dict] = []   # hooked APIs whose function ran unrecorded, and why
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
         self._stop_watching: Any = None          # a streaming query's micro-batch listener
+        self.queries: dict[str, dict] = {}       # streaming query id -> {"checkpoint", "name"}
         self.recording: Recording | None = None
         self.finished = False
         self.writer.submit([(
@@ -209,7 +210,11 @@ class RecordingSession:
 
         with self._hook_lock:
             if self._stop_watching is None and self.coordinator is not None:
-                self._stop_watching = watch(spark, self.coordinator)
+                self._stop_watching = watch(spark, self.coordinator, self._query_seen)
+
+    def _query_seen(self, query: str, info: dict) -> None:
+        """A streaming query started: where its checkpoint (Spark's state store) lives."""
+        self.queries[query] = info
 
     def hooked_names(self) -> list[str]:
         """The hooked operators of the run so far (what Spark's plans name them)."""
@@ -274,7 +279,8 @@ class RecordingSession:
              [(g.theta, n.instances, n.id) for n in g.nodes]),
             ("UPDATE run SET plan=?, theta=?, signature=? WHERE id=1",
              [(orjson.dumps({**g.describe(), "unrecorded": self.unrecorded_calls,
-                             "spark_edges": self.spark_edges, "micro_batches": self._micro_batches()}).decode(),
+                             "spark_edges": self.spark_edges, "micro_batches": self._micro_batches(),
+                             "queries": self._queries()}).decode(),
                g.nodes[g.theta].name, signature)])])
 
     def _micro_batches(self) -> dict[str, list[list[int]]]:
@@ -283,6 +289,21 @@ class RecordingSession:
         for stage, slots in self.coordinator.slots.items():
             by_instance = sorted(slots.items(), key=lambda kv: kv[1])
             out[g.hooked_node(stage).name] = [list(slot) for slot, _ in by_instance]
+        return out
+
+    def _queries(self) -> dict[str, dict]:
+        """{query id: {"checkpoint": its resolved root, "name", "operators": [hooked operators it
+        ran]}} for the streaming queries seen, so `tt verify --statestore` finds Spark's store."""
+        g, out = self.graph, {}
+        for query, info in self.queries.items():
+            out[query] = {**info, "operators": []}
+        for stage in self.coordinator.slots:   # the hooked stages with streaming tasks
+            query = self.coordinator.stage_queries.get(stage)
+            if query is None and len(out) == 1:   # one query: it ran them all
+                query = next(iter(out))
+            if query is not None:
+                out.setdefault(query, {"checkpoint": None, "name": None, "operators": []})
+                out[query]["operators"].append(g.hooked_node(stage).name)
         return out
 
     def end(self, *, ok: bool, error: str | None = None, status: str | None = None,

@@ -295,6 +295,8 @@ def _field(op: Any, attr: str) -> Any:
         state = op.state()
         if attr in state:
             return state[attr]
+        if attr in op.empty_fields:
+            return {}
         raise AttributeError(f"{op._tt_name or 'the operator'} has no field {attr!r} "
                              f"(it has: {', '.join(map(str, state)) or 'none yet'})")
     return getattr(op, attr)
@@ -330,7 +332,7 @@ def _has_field(op: Any, attr: str) -> bool:
         getattr(op, attr)
         return True
     except AttributeError:
-        return attr in _state_fields(op)
+        return attr in _state_fields(op) or attr in getattr(op, "empty_fields", ())
     except Exception:  # noqa: BLE001  (a property that raises: the field exists)
         return True
 

@@ -1,19 +1,24 @@
 """`tt verify`: replay every complete interaction and compare with the recorded states.
 
+`verify_statestore` (`tt verify --statestore`) compares a streaming run's transformWithState
+processors with a second oracle, Spark's own state store, which the CLI reads through
+recorder/statestore.py (this module never imports Spark: it is handed the readers).
+
 Kept apart from the engine it drives (and from the checkpoints it re-checks), so
 that `engine.py` is only the replay machinery and nothing imports in a circle.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import cloudpickle
 import orjson
 
 from ..core import values
-from ..core.errors import ReplayDivergence, RunFileError, TTError
+from ..core.errors import ReplayDivergence, RunFileError, TTError, UsageError
 from ..core.runtime import OperatorFailure
+from ..core.state_handle import StoreView, same, shown
 from ..store import blobs
 from ..store.reader import RunReader
 from .checkpoints import Restorer
@@ -270,3 +275,317 @@ def _verify_checkpoints(reader: RunReader, engine: Engine, interactions) -> list
     return out
 
 
+
+
+# --- tt verify --statestore: Spark's own state store as a second oracle --------------------------
+
+_WRITES = frozenset({"update", "clear", "put", "appendValue", "appendList", "updateValue", "removeKey"})
+
+
+def streaming_queries(reader: RunReader, checkpoints: Sequence[str] = ()) -> list[dict]:
+    """The streaming queries of a run whose transformWithState processors `--statestore` can
+    compare: `[{"id", "name", "checkpoint", "operators": [names]}]`, the checkpoint where the
+    run recorded it (`plan["queries"]`) unless `checkpoints` (`--checkpoint [QUERY=]PATH`) says
+    otherwise. Raises a one-line `UsageError` when there is nothing to compare or a checkpoint
+    is not known. Needs no Spark."""
+    from ..core.hooked import PROCESSOR_KINDS
+
+    plan = reader.plan
+    batches = plan.get("micro_batches") or {}
+    kinds = {o.name: o.kind for o in reader.operators}
+    procs = [name for name in batches if kinds.get(name) in PROCESSOR_KINDS]
+    if not procs:
+        why = ("its streaming query runs no transformWithState processor" if batches else
+               "it recorded no streaming query (a batch run)")
+        raise UsageError(f"{reader.path}: there is no streaming query to compare with Spark's state store: {why}; "
+                         f"--statestore checks runs of transformWithState(InPandas) in Structured Streaming")
+    queries = [{"id": q, "name": info.get("name"), "checkpoint": info.get("checkpoint"),
+                "operators": [o for o in info.get("operators", []) if o in procs]}
+               for q, info in (plan.get("queries") or {}).items()]
+    # the queries that ran processors; with none known, the one query the run saw (if it saw one)
+    queries = [q for q in queries if q["operators"]] or (queries if len(queries) == 1 else [])
+    unassigned = [p for p in procs if not any(p in q["operators"] for q in queries)]
+    if unassigned:
+        if len(queries) == 1:
+            queries[0]["operators"] += unassigned
+        else:   # recorded by a tt that did not note the queries
+            queries.append({"id": None, "name": None, "checkpoint": None, "operators": unassigned})
+    for given in checkpoints:
+        which, _, path = given.rpartition("=")
+        named = [q for q in queries if which and which in (q["id"], q["name"])
+                 or which and q["id"] and q["id"].startswith(which)]
+        if which and not named and len(queries) > 1:
+            raise UsageError(f"--checkpoint {given}: the run has no streaming query {which!r} (its queries: "
+                             f"{', '.join(_query_label(q) for q in queries)})")
+        if not named:
+            if len(queries) > 1:
+                raise UsageError(f"--checkpoint {given}: the run has {len(queries)} streaming queries; say whose "
+                                 f"checkpoint it is with --checkpoint QUERY=PATH (queries: "
+                                 f"{', '.join(_query_label(q) for q in queries)})")
+            named, path = queries, given
+        for q in named:
+            q["checkpoint"], q["given"] = path, True
+    for q in queries:
+        if not q["checkpoint"]:
+            name = q["name"] or q["id"]
+            raise UsageError(f"{reader.path} does not say where the checkpoint of its streaming query"
+                             f"{' ' + name if name else ''} is (a run recorded before tt noted it, or Spark did not "
+                             f"tell); give it with --checkpoint PATH")
+    return queries
+
+
+def _query_label(q: dict) -> str:
+    return q["name"] or q["id"] or "(unknown)"
+
+
+class _Saw:
+    """Stands in for a checked instance's `StoreView.saw`: folds the call into the view as
+    before, and notes which keys the call wrote and which (variable, key) the view now knows
+    whole: a call that answers for the key's whole value (a ValueState's get, update or clear,
+    a ListState's get, put or clear, a MapState's iterator or clear, `exists()` false). A key
+    known whole and not shown has no value; otherwise the view holds only what its calls showed
+    (the elements appended to a list, some entries of a map)."""
+
+    WHOLE = {"value": {"get", "update", "clear"}, "list": {"get", "put", "clear"}, "map": {"iterator", "clear"}}
+
+    def __init__(self, view: Any, whole: set, wrote: dict):
+        self.view, self.whole, self.wrote = view, whole, wrote
+
+    def __call__(self, name: str, method: str, key: Any, args: tuple, answer: Any) -> None:
+        type(self.view).saw(self.view, name, method, key, args, answer)
+        if name == "timers":
+            return
+        if method == "deleteIfExists":   # the variable is gone, for every key
+            self.whole.difference_update({w for w in self.whole if w[0] == name})
+            return
+        k = shown(key)
+        if method in _WRITES:
+            self.wrote.setdefault(name, set()).add(k)
+        if method in self.WHOLE.get(self.view.kinds.get(name), ()) or (method == "exists" and answer is False):
+            self.whole.add((name, k))
+
+
+class _Tracker:
+    """Puts a `_Saw` on the view of every instance `--statestore` checks, as it is replayed."""
+
+    def __init__(self, keys: set):
+        self.keys = keys
+        self.views: dict[Key, Any] = {}
+        self.whole: dict[Key, set] = {}
+        self.wrote: dict[Key, dict] = {}
+
+    def on_consume(self, inst: Instance, position: int, channel: Any) -> None:
+        if inst.key not in self.keys:
+            return
+        view = getattr(inst.runner.op, "_store", None)
+        if not isinstance(view, StoreView) or self.views.get(inst.key) is view:
+            return
+        self.views[inst.key] = view   # a fresh operator (the start, a reset): a fresh account
+        whole, wrote = set(), {}
+        self.whole[inst.key], self.wrote[inst.key] = whole, wrote
+        view.saw = _Saw(view, whole, wrote)
+
+
+_NONE = object()
+
+
+def _agrees(kind: str, replayed: Any, stored: Any, whole: bool) -> bool:
+    """A replayed value against the store's: a view that holds only what its calls showed (an
+    appended list, some entries of a map) must be a suffix, or a part, of the store's."""
+    if stored is _NONE:
+        return False
+    if kind == "list" and not whole:
+        n = len(replayed)
+        return isinstance(stored, list) and len(stored) >= n and same(stored[len(stored) - n:], replayed)
+    if kind == "map" and not whole:
+        return isinstance(stored, dict) and all(uk in stored and same(stored[uk], v) for uk, v in replayed.items())
+    return same(replayed, stored)
+
+
+def _keys_text(keys: Any) -> str:
+    return "[" + ", ".join(values.render(values.encode(k), 40) for k in sorted(keys, key=repr)[:8]) + \
+        (", …" if len(keys) > 8 else "") + "]"
+
+
+def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any], *, trust: bool = False,
+                      progress: Callable[[int, int], None] | None = None) -> dict:
+    """Replay every micro-batch end and compare each transformWithState processor's replayed
+    view with Spark's state store (`stores[i]` reads `queries[i]`'s checkpoint: see
+    recorder/statestore.py `StateStore`).
+
+    At the end of micro-batch b, every instance that ran micro-batch b (a task: one partition)
+    shows the keys its calls touched; each (variable, key) it shows must equal the store's
+    value after batch b in that partition (a view that holds only what its calls showed, an
+    appended list or some entries of a map, must be a suffix, or a part, of it), and a key its
+    calls cleared or found empty (and did not write again) must have no value there. Then, per
+    variable, the keys Spark's change feed says batch b wrote must be the keys the replay's
+    calls wrote in batch b (not for a TTL'd variable, whose expiries Spark writes itself;
+    skipped with the reason when the change feed cannot be read). Returns `{"ok", "keys",
+    "values", "micro_batches", "differences", "change_feed", "skipped", ...}`."""
+    slots = reader.plan.get("micro_batches") or {}
+    checks: dict[Key, dict] = {}
+    for qi, q in enumerate(queries):
+        for name in q["operators"]:
+            op = reader.operator(name)
+            for i, slot in enumerate(slots.get(name, [])):
+                checks[(op.id, i)] = {"query": qi, "op": name, "instance": i, "batch": int(slot[0]),
+                                      "partition": int(slot[1])}
+    engine = Engine(reader, trust=trust)
+    skipped: list[dict] = []
+    outside = sorted({c["op"] for key, c in checks.items() if key not in engine.instances})
+    if outside:
+        skipped.append({"operators": outside, "why": "not replayed: outside G(θ) (record with --watch on it)"})
+    checks = {key: c for key, c in checks.items() if key in engine.instances}
+    tracker = _Tracker(set(checks))
+    differences: list[dict] = []
+    mapped: dict[tuple[int, str], dict | None] = {}   # (query, operator) -> the store's operator
+    per_batch: dict[tuple[int, str, int], list] = {}  # (query, operator, batch) -> [instances, checked]
+    for c in checks.values():
+        per_batch.setdefault((c["query"], c["op"], c["batch"]), [0, 0])[0] += 1
+    wrote: dict[tuple[int, str, int], dict[str, set]] = {}
+    counted = {"keys": 0, "values": 0}
+    batches: set[tuple[int, int]] = set()
+
+    def store_operator(qi: int, name: str, declared: set) -> dict | None:
+        if (qi, name) not in mapped:
+            found = [o for o in stores[qi].operators() if "transformwithstate" in o["name"].lower()]
+            fits = [o for o in found if declared <= set(o["variables"])] or found
+            taken = {id(o) for (q, _), o in mapped.items() if q == qi and o is not None}
+            mapped[(qi, name)] = next((o for o in fits if id(o) not in taken), fits[0] if fits else None)
+            if not found:
+                differences.append({"operator": name, "query": _query_label(queries[qi]),
+                                    "error": f"the checkpoint {queries[qi]['checkpoint']} holds no transformWithState "
+                                             f"operator's state: is it the checkpoint of {name}'s query?"})
+        return mapped[(qi, name)]
+
+    def check(key: Key) -> None:
+        c = checks[key]
+        qi, name, b, part = c["query"], c["op"], c["batch"], c["partition"]
+        inst = engine.instances[key]
+        view = tracker.views.get(key)
+        if view is None:
+            return
+        sop = store_operator(qi, name, set(view.kinds))
+        if sop is None:
+            return
+        where = f"micro-batch {b}: {inst.label} (partition {part})"
+        if b > sop["max_batch"]:
+            differences.append({"batch": b, "operator": name, "instance": inst.i, "partition": part,
+                                "error": f"{where} ran, but Spark's state store in {queries[qi]['checkpoint']} ends "
+                                         f"at micro-batch {sop['max_batch']}: is it this run's checkpoint?"})
+            return
+        if b < sop["min_batch"]:
+            skipped.append({"batch": b, "operator": name, "instance": inst.i,
+                            "why": f"Spark keeps micro-batches {sop['min_batch']} to {sop['max_batch']} only"})
+            return
+        keys = set()
+        whole = tracker.whole.get(key, set())
+        for var, kind in view.kinds.items():
+            per_key = view.vars.get(var, {})
+            absent = sorted((k for v, k in whole if v == var and k not in per_key), key=repr)   # found no value
+            if not per_key and not absent:
+                continue
+            meta = sop["variables"].get(var)
+            if meta is None:
+                differences.append({"batch": b, "operator": name, "instance": inst.i, "partition": part,
+                                    "variable": var, "error": f"{where}: the replay's {var} is not a state "
+                                                              f"variable of Spark's operator {sop['id']}"})
+                continue
+            stored = stores[qi].read(sop["id"], var, b, kind, meta["ttl"], partition=part)
+            for k, replayed in [*per_key.items(), *((k, _NONE) for k in absent)]:
+                keys.add(k)
+                counted["values"] += 1
+                have = stored.get(k, _NONE)
+                known = kind == "value" or (var, k) in whole
+                if have is _NONE if replayed is _NONE else _agrees(kind, replayed, have, known):
+                    continue
+                k_text = values.render(values.encode(k), 40)
+                s_text = "no value for this key" if have is _NONE else values.render(values.encode(have), 80)
+                if replayed is _NONE:
+                    r_text = "has no value in the replay (its calls cleared it or found none)"
+                else:
+                    r_text = f"is {values.render(values.encode(replayed), 80)} in the replay" + (
+                        "" if known else " (the part its calls showed)" if kind == "map" else
+                        " (the elements its calls appended)")
+                differences.append({
+                    "batch": b, "operator": name, "instance": inst.i, "partition": part, "variable": var,
+                    "key": values.encode(k), "replayed": None if replayed is _NONE else values.encode(replayed),
+                    "store": None if have is _NONE else values.encode(have), "whole": known,
+                    "error": f"{where}: {var}[{k_text}] {r_text}, but Spark's state store has {s_text}"})
+        counted["keys"] += len(keys)
+        batches.add((qi, b))
+        per_batch[(qi, name, b)][1] += 1
+        acc = wrote.setdefault((qi, name, b), {})
+        for var, ks in tracker.wrote.get(key, {}).items():
+            acc.setdefault(var, set()).update(ks)
+
+    interactions = reader.interactions()
+    pending = dict(checks)
+    with engine.hooks(on_consume=tracker.on_consume):
+        for n, interaction in enumerate(interactions):
+            batch = interaction.detail.get("batch") if interaction.trigger == "micro-batch" else None
+            last = n == len(interactions) - 1
+            due = [key for key, c in pending.items() if c["batch"] == batch or last]
+            if due:
+                engine.jump(interaction.k)
+                for key in due:
+                    inst = engine.instances[key]
+                    if inst.count < inst.total:   # its task had not ended (batch b of another query)
+                        continue
+                    del pending[key]
+                    check(key)
+            if progress is not None:
+                progress(n + 1, len(interactions))
+    if pending:
+        skipped.append({"instances": len(pending), "why": "their tasks did not end in the recording"})
+    feed = _compare_change_feeds(queries, stores, mapped, per_batch, wrote, differences)
+    return {"ok": not differences, "keys": counted["keys"], "values": counted["values"], "micro_batches": len(batches),
+            "queries": [{**q, "operator_ids": {name: o["id"] for (qi, name), o in mapped.items()
+                                               if qi == i and o is not None}} for i, q in enumerate(queries)],
+            "differences": differences, "change_feed": feed, "skipped": skipped}
+
+
+def _compare_change_feeds(queries: list[dict], stores: list[Any], mapped: dict, per_batch: dict, wrote: dict,
+                          differences: list[dict]) -> dict:
+    """Per operator and variable: the keys Spark's change feed says each fully checked
+    micro-batch wrote, against the keys the replay's calls wrote in it."""
+    feed: dict = {"batches": 0, "variables": 0, "unavailable": None, "ttl": []}
+    seen_batches = set()
+    for (qi, name), sop in mapped.items():
+        if sop is None:
+            continue
+        done = sorted(b for (q, o, b), (n, checked) in per_batch.items() if q == qi and o == name and n == checked)
+        done = [b for b in done if sop["min_batch"] <= b <= sop["max_batch"]]
+        if not done:
+            continue
+        for var, meta in sop["variables"].items():
+            if meta["kind"] not in ("value", "list", "map"):
+                continue
+            if meta["ttl"]:   # Spark writes its own expiries, which no call of the processor made
+                feed["ttl"].append(var)
+                continue
+            try:
+                changed = stores[qi].changes(sop["id"], var, done[0], done[-1])
+            except TTError as e:
+                feed["unavailable"] = str(e)
+                return feed
+            feed["variables"] += 1
+            for b in done:
+                spark_keys, ours = changed.get(b, set()), wrote.get((qi, name, b), {}).get(var, set())
+                seen_batches.add((qi, b))
+                if spark_keys == ours:
+                    continue
+                extra, missing = spark_keys - ours, ours - spark_keys
+                text = []
+                if extra:
+                    text.append(f"Spark's change feed says it wrote {var} for {_keys_text(extra)}, which no call "
+                                f"of the replay wrote")
+                if missing:
+                    text.append(f"the replay wrote {var} for {_keys_text(missing)}, which Spark's change feed "
+                                f"does not list")
+                differences.append({"batch": b, "operator": name, "variable": var, "change_feed": True,
+                                    "only_in_store": [values.encode(k) for k in sorted(extra, key=repr)],
+                                    "only_in_replay": [values.encode(k) for k in sorted(missing, key=repr)],
+                                    "error": f"micro-batch {b}: {name}: " + "; ".join(text)})
+    feed["batches"] = len(seen_batches)
+    return feed

@@ -14,6 +14,7 @@ import runpy
 import sys
 from pathlib import Path
 
+from tt.core import values
 from tt.recorder.job import record_job
 from tt.replay.session import DebugSession
 
@@ -72,3 +73,18 @@ def post_mortem(job: Path, args: list[str], out: Path, *errors: str) -> DebugSes
     assert session.failure is not None
     session.goto_failure()
     return session
+
+
+def each_step(session: DebugSession, op: str):
+    """Step over every unit of every instance of the hooked operator `op`, one instance after
+    the other, in a replay: (instance, the unit, or None for the END step, and the instance's
+    state after it, decoded) after each step."""
+    node = session.reader.operator(op)
+    for i in range(node.instances):
+        inst = session.engine.instances[(node.id, i)]
+        while not inst.runner.finished:
+            unit = inst.peek()
+            session.step_over(session.parse_ref(f"{op}:{i}:{inst.count}"))
+            yield i, unit, values.decode(session.engine.states()[(node.id, i)])
+            if unit is None:
+                break

@@ -236,3 +236,12 @@ def test_the_debugger_says_where_each_instance_ran(recorded):
         held = [values.decode(s)["state"].get("u1") for s in app.shown.states.values()]
         assert any(u1 and u1[0] == 30 for u1 in held), held
     drive(app, script, size=(160, 60))
+
+
+def test_a_condition_on_timeouts_before_any_is_set_reads_none(recorded):
+    """`timeouts` is shown only once a key has one; a condition reads it as empty before, with
+    no error (and the first instance's first call sets u1's)."""
+    session = DebugSession(recorded[0])
+    result = session.run_until("'u1' in sessions.timeouts")
+    assert result.ok and "raised" not in result.note, result
+    session.reader.close()

@@ -136,6 +136,10 @@ COVERED_ELSEWHERE: dict[tuple[str, str], tuple[str, list[str]]] = {
         "opens the terminal debugger on the plain PySpark sample; driven in Textual's pilot with the "
         "README's condition (`c`), then a step and a step back",
         ["tests/test_fraud_pyspark.py::test_tt_debug_runs_until_the_enrichment_reads_the_yen_as_dollars"]),
+    _key("A streaming query: sessions that close too early", "tt debug sessions.db"): (
+        "opens the terminal debugger on the streaming sample; driven in Textual's pilot with the README's "
+        "condition (`c`), `/` alice twice (her session, then her timer), and a step back (`N`)",
+        ["tests/test_sessions_streaming.py::test_tt_debug_stops_where_alices_timer_is_set_in_seconds_and_steps_back"]),
     _key("How it works", "tt debug run.db"): (
         "opens the terminal debugger on the failed run; driven in Textual's pilot (`s` re-raises)",
         ["tests/test_postmortem.py::test_tt_debug_opens_before_the_failing_tuple_and_s_re_raises"]),
@@ -550,6 +554,50 @@ def _verify_tws(r: Result, c: Ctx) -> None:
     # replays the processor without Spark, its state calls answered from the log
     ok(r)
     assert re.search(r"^tws\.db: verified (\d+) of \1 interactions", r.out, re.M), str(r)
+
+
+SESSIONS = "A streaming query: sessions that close too early"
+ALICE_SESSION, ALICE_TIMER = 1772442000000, 1772443800   # her first click, 09:00 UTC, in ms; + 30 min, in seconds
+
+
+@runs(SESSIONS, "tt record sample_runs/sessions_streaming/job.py -o sessions.db", timeout=RECORD_TIMEOUT)
+def _record_sessions(r: Result, c: Ctx) -> None:
+    # sessions closed: 10 (alice 3, bob 3, carol 3, dave 1)
+    ok(r)
+    assert re.search(r"^recorded sessions\.db: \d+ interactions, [\d,]+ tuples into θ = SessionProcessor", r.out,
+                     re.M), str(r)
+    assert r.command.claim in r.out.splitlines(), str(r)   # the job's own line: the bug is recorded, not fixed
+    # the prose: one JSON file a step, and the query stopped after the fifth
+    clicks = c.dir / "sample_runs" / "sessions_streaming" / "data" / "clicks"
+    assert sorted(p.name for p in clicks.iterdir()) == [f"step-{i}.json" for i in range(5)], str(r)
+
+
+@runs(SESSIONS, "tt replay sessions.db --run-until \"'alice' in SessionProcessor.timers\"")
+def _until_sessions(r: Result, c: Ctx) -> None:
+    # stops at Alice's first click: session {alice: (1772442000000, 1772442000000, 1)}, timers {alice: [1772443800]}
+    ok(r)
+    assert f"({ALICE_SESSION}, " in r.command.claim and f"[{ALICE_TIMER}]" in r.command.claim
+    assert ALICE_TIMER == ALICE_SESSION // 1000 + 30 * 60   # the bug: her click plus 30 minutes, in seconds
+    assert re.search(r"^  stopped after SessionProcessor:\d:\d+: the condition holds", r.out, re.M), str(r)
+    assert re.search(r"^  SessionProcessor:\d:\d+ \('row', \(\S+, 'alice', 'home'\)\)$", r.out, re.M), str(r)
+    assert re.search(rf"^  SessionProcessor:\d\.session: \(absent\) → \{{alice: \({ALICE_SESSION}, {ALICE_SESSION}, "
+                     rf"1\)\}}$", r.out, re.M), str(r)
+    assert re.search(rf"^  SessionProcessor:\d\.timers: \(absent\) → \{{alice: \[{ALICE_TIMER}\]\}}$", r.out,
+                     re.M), str(r)
+
+
+@runs(SESSIONS, "tt verify sessions.db")
+def _verify_sessions(r: Result, c: Ctx) -> None:
+    # replays every micro-batch's task without Spark
+    ok(r)
+    assert re.search(r"^sessions\.db: verified (\d+) of \1 interactions", r.out, re.M), str(r)
+    from tt.store.reader import RunReader
+
+    reader = RunReader(c.dir / "sessions.db")
+    try:   # each instance of the processor is one micro-batch's task
+        assert len(reader.plan["micro_batches"]["SessionProcessor"]) == reader.operator("SessionProcessor").instances > 1
+    finally:
+        reader.close()
 
 
 # --- How it works: a run that failed ---------------------------------------------------------------
