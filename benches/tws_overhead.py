@@ -14,7 +14,7 @@ repetition (one SparkSession, one process):
 Prints median wall times and ratios to `off`, and the run file's size; writes the same as
 markdown to benches/results/. Goal (issue 14): on ≤ 1.05 × off for both.
 
-    python benches/tws_overhead.py [--reps 3] [--rows 1000000] [--keys 10000] [--files 4]
+    python benches/tws_overhead.py [--reps 3] [--rows 1000000] [--keys 10000] [--files 4] [--workloads keyed,stream]
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--files", type=int, default=4)
+    ap.add_argument("--workloads", default="keyed,stream", help="which to run, comma-separated")
     args = ap.parse_args()
 
     import tt
@@ -132,6 +133,7 @@ def main() -> None:
                    lambda d: ["--job", "stream", str(d / "answer.json"), str(d / "in"), str(d / "ck"),
                               str(args.files), str(args.keys)], want_stream),
     }
+    workloads = {w: workloads[w] for w in args.workloads.split(",")}
     times = {(w, v): [] for w in workloads for v in ("off", "10s")}
     sizes: dict[str, int] = {}
     keyed_job(min(args.rows, 100_000), args.keys)   # warm up the JVM and the workers, outside the figures
@@ -180,7 +182,7 @@ def main() -> None:
     report.write_text(
         f"# StatefulProcessor recording overhead ({today})\n\n"
         f"    python benches/tws_overhead.py --reps {args.reps} --rows {args.rows} --keys {args.keys} "
-        f"--files {args.files}\n\n"
+        f"--files {args.files} --workloads {args.workloads}\n\n"
         f"{head}. Spark {spark_version} `local[2]`, Python {platform.python_version()}, {os.cpu_count()} cores. "
         f"Variants interleaved in each repetition, one process; every answer checked.\n\n"
         + "\n".join(table) + f"\n\n{verdict[0].upper() + verdict[1:]}.\n\nWall times per repetition:\n\n{per_rep}\n")
