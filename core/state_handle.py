@@ -52,15 +52,23 @@ class ExpiredTimerInfo:
         return f"ExpiredTimerInfo({self._expiry})"
 
 
+_SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+
+
 def plain(x: Any) -> Any:
-    """A key or value as Python values (numpy scalars and Rows arrive from PySpark)."""
+    """A key or value as Python values (numpy scalars and Rows arrive from PySpark). Called
+    on every state call's key, arguments and answer: the common cases come first."""
+    t = type(x)
+    if t in _SCALARS:
+        return x
     if isinstance(x, tuple):   # a Row is a tuple
-        return tuple(plain(v) for v in x)
+        return tuple([v if type(v) in _SCALARS else plain(v) for v in x])
     if isinstance(x, list):
-        return [plain(v) for v in x]
-    item = getattr(x, "item", None)
-    if callable(item) and type(x).__module__ == "numpy":
-        return item()
+        return [v if type(v) in _SCALARS else plain(v) for v in x]
+    if t.__module__ == "numpy":
+        item = getattr(x, "item", None)
+        if callable(item):
+            return item()
     return x
 
 
