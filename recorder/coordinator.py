@@ -121,8 +121,9 @@ class Coordinator:
 
         self.server = Server((bind, 0), Handler)
         self.address = (host, self.server.server_address[1])
-        self._thread = threading.Thread(target=self.server.serve_forever, name="tt-coordinator",
-                                        daemon=True)
+        # shutdown() waits for the serving loop's next poll: a short one ends the run sooner
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL},
+                                        name="tt-coordinator", daemon=True)
         self._thread.start()
         self._timer: threading.Thread | None = None
         self._stop = threading.Event()
@@ -483,6 +484,7 @@ def state_hash(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
+SHUTDOWN_POLL = 0.05  # seconds between the serving loop's looks at shutdown() (Python's default: 0.5)
 LOAD_BYTES_PER_SECOND = 100e6  # unpickling a checkpoint's states (a conservative figure)
 DEFAULT_SECONDS_PER_INPUT = 5e-6  # an executor's time per input, until tasks report theirs
 REPLAY_FACTOR = 3.0  # local replay time / executor time per input (measured: tt checkpoint prints it)
