@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import post_mortem, record_on_and_off
+from plain_jobs import each_step, post_mortem, record_on_and_off
 
 from tt.core import values
 from tt.replay.session import DebugSession
@@ -109,25 +109,15 @@ def test_replay_holds_each_keys_oracle_state_when_its_rows_end(recorded):
     """Step over every unit of every Totals instance, in a replay with no Spark: when a key's
     rows end, its ValueState, ListState and MapState hold what pandas computes for it."""
     session = DebugSession(recorded[0])
-    totals = session.reader.operator("Totals")
-    want, checked = oracle(), []
-    for i in range(totals.instances):
-        inst = session.engine.instances[(totals.id, i)]
-        key = None
-        while not inst.runner.finished:
-            ref = session.parse_ref(f"Totals:{i}:{inst.count}")
-            unit = inst.peek()
-            session.step_over(ref)
-            if unit is None:
-                break
-            if unit[0] == "rows":
-                key = unit[1][0]
-            elif unit[0] == "rows_end":
-                state = values.decode(session.engine.states()[(totals.id, i)])
-                assert state["total"][key] == want["total"][key]
-                assert state["recent"][key] == want["recent"][key]
-                assert state["by_kind"][key] == want["by_kind"][key]
-                checked.append(key)
+    want, checked, key = oracle(), [], None
+    for _, unit, state in each_step(session, "Totals"):
+        if unit is not None and unit[0] == "rows":
+            key = unit[1][0]
+        elif unit is not None and unit[0] == "rows_end":
+            assert state["total"][key] == want["total"][key]
+            assert state["recent"][key] == want["recent"][key]
+            assert state["by_kind"][key] == want["by_kind"][key]
+            checked.append(key)
     assert sorted(checked) == sorted(want["total"])
     session.reader.close()
 

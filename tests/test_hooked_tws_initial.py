@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import record_on_and_off
+from plain_jobs import each_step, record_on_and_off
 
 from tt.core import values
 from tt.replay.session import DebugSession
@@ -69,19 +69,11 @@ def test_replay_steps_over_each_initial_state(recorded, capsys):
     assert main(["verify", str(recorded[0])]) == 0
     assert "every replayed state equals the recorded one" in capsys.readouterr().out
     session = DebugSession(recorded[0])
-    op = session.reader.operator("Opening")
     seen = []
-    for i in range(op.instances):
-        inst = session.engine.instances[(op.id, i)]
-        while not inst.runner.finished:
-            unit = inst.peek()
-            session.step_over(session.parse_ref(f"Opening:{i}:{inst.count}"))
-            if unit is None:
-                break
-            if unit[0] == "initial":
-                key = unit[1][0]
-                state = values.decode(session.engine.states()[(op.id, i)])
-                assert state["balance"][key] == (100.0 * int(key[1:]), 0)
-                seen.append(key)
+    for _, unit, state in each_step(session, "Opening"):
+        if unit is not None and unit[0] == "initial":
+            key = unit[1][0]
+            assert state["balance"][key] == (100.0 * int(key[1:]), 0)
+            seen.append(key)
     assert sorted(seen) == [f"c{i}" for i in range(1, 6)]
     session.reader.close()
