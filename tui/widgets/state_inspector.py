@@ -57,6 +57,18 @@ def short(value: Any, limit: int = 60) -> str:
     return render(value, limit)
 
 
+def _whole_if_small(value: Any, limit: int) -> str:
+    """The detail line's rendering: a small container in full (`[1772443800]`), not just its
+    size, when it fits on the line."""
+    if _container(value) and len(value) <= 10:
+        from ...core.values import render
+
+        text = render(value, limit=None)
+        if len(text) <= limit:
+            return text
+    return short(value, limit)
+
+
 def _container(value: Any) -> bool:
     if isinstance(value, dict):
         return not (len(value) == 1 and next(iter(value)).startswith("$"))
@@ -405,7 +417,7 @@ class StateInspector(Vertical):
         value = state_paths.lookup(self.states.get(slot.instance), slot.path)
         where = " › ".join([slot.instance, *map(str, slot.path)])
         t = Text(where, style="bold")
-        t.append(f" = {short(value, 200)}")
+        t.append(f" = {_whole_if_small(value, 200)}")
         change = self.changes.get(slot.instance, {}).get(slot.path)
         if change is not None:
             t.append("   new since the last position" if change[0] == MISSING else f"   was {short(change[0], 120)}",
