@@ -193,18 +193,7 @@ class GroupStateOperator(HookedOperator):
                 f"{runner.label} input #{runner.count}: the call for key {shown(self._key)!r} left GroupState "
                 f"{_described(after)} in replay, but {_described(logged)} when recorded",
                 op=runner.name, instance=runner.instance, position=runner.count)
-        self._fold(self._key, after)
-
-    def _fold(self, key: Any, snap: dict) -> None:
-        k, props = shown(key), snap["props"]
-        if props["defined"]:
-            self._values[k] = shown(snap["value"])
-        else:
-            self._values.pop(k, None)
-        if props["timeoutTimestamp"] != NO_TIMESTAMP and props["defined"]:
-            self._timeouts[k] = props["timeoutTimestamp"]
-        else:
-            self._timeouts.pop(k, None)
+        _folded(self._values, self._timeouts, self._key, after)
 
     @property
     def failed(self) -> bool:
@@ -215,14 +204,7 @@ class GroupStateOperator(HookedOperator):
         values, timeouts = self._values, self._timeouts
         if self._state is not None:   # in a call: the key's GroupState as it is now
             values, timeouts = dict(values), dict(timeouts)
-            now = snapshot(self._state)
-            k = shown(self._key)
-            values.pop(k, None)
-            timeouts.pop(k, None)
-            if now["props"]["defined"]:
-                values[k] = shown(now["value"])
-                if now["props"]["timeoutTimestamp"] != NO_TIMESTAMP:
-                    timeouts[k] = now["props"]["timeoutTimestamp"]
+            _folded(values, timeouts, self._key, snapshot(self._state))
         out["state"] = values
         if timeouts:
             out["timeouts"] = timeouts
@@ -246,6 +228,17 @@ class _After:
 
     def __call__(self) -> dict:
         return self._after
+
+
+def _folded(values: dict, timeouts: dict, key: Any, snap: dict) -> None:
+    """Put a key's GroupState into the view: its value while defined, its timeout while set."""
+    k, props = shown(key), snap["props"]
+    values.pop(k, None)
+    timeouts.pop(k, None)
+    if props["defined"]:
+        values[k] = shown(snap["value"])
+        if props["timeoutTimestamp"] != NO_TIMESTAMP:
+            timeouts[k] = props["timeoutTimestamp"]
 
 
 def _described(snap: dict) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from ..core.graph import Graph
+from ..core.group_state import snapshot
 from .task import Recording, StageTask
 
 
@@ -258,8 +259,6 @@ class HookedGroupStateFunction:
         self.__name__ = feed.graph.hooked_node(feed.stage_id).name
 
     def __call__(self, key: Any, chunks: Any, state: Any) -> Iterator:
-        from ..core.group_state import snapshot
-
         yield from self.feed.feed(("key", key, snapshot(state)), attach=state, run=int(state.hasTimedOut))
         for chunk in chunks:
             yield from self.feed.feed(("chunk", chunk))

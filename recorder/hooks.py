@@ -88,9 +88,12 @@ def install(session: Any) -> Callable[[], None]:
             return patched
         return make
 
-    def processor(kind: str):
-        """`gdf.transformWithStateInPandas(statefulProcessor=..., ...)` and `transformWithState`:
-        the processor is swapped for tt's stand-in; an initial state is a second upstream."""
+    def stateful(kind: str, argument: str, streaming_only: bool = False):
+        """`gdf.transformWithStateInPandas(statefulProcessor=..., ...)`, `transformWithState`,
+        and `applyInPandasWithState(func, ...)`: the processor (the function) named `argument` is
+        swapped for tt's stand-in; an initial state is a second upstream; a streaming query's
+        micro-batch ends are watched. `streaming_only`: Spark refuses the API in a batch query,
+        so that one runs unhooked and Spark's own error shows."""
         def make(original):
             import inspect
 
@@ -102,40 +105,17 @@ def install(session: Any) -> Callable[[], None]:
                     bound = signature.bind(self, *args, **kwargs)
                 except TypeError:   # PySpark reports the bad call itself
                     return original(self, *args, **kwargs)
-                proc = bound.arguments.get("statefulProcessor")
-                if site is None or proc is None:
+                user, streaming = bound.arguments.get(argument), self._df.isStreaming
+                if site is None or user is None or (streaming_only and not (streaming and callable(user))):
                     return original(self, *args, **kwargs)
                 initial = bound.arguments.get("initialState")
                 upstream = spark_upstream(session, [self] + ([initial] if initial is not None else []))
-                bound.arguments["statefulProcessor"] = session.hook(
-                    proc, kind, site, self.session.sparkContext, upstream)
-                if self._df.isStreaming:
+                bound.arguments[argument] = session.hook(user, kind, site, self.session.sparkContext, upstream)
+                if streaming:
                     session.watch_micro_batches(self.session)
                 return original(*bound.args, **bound.kwargs)
             return patched
         return make
-
-    def group_state(original):
-        """`gdf.applyInPandasWithState(func, ...)`: `func` is swapped for tt's stand-in. Spark
-        runs it in streaming queries only (a batch query gets Spark's own error, unhooked)."""
-        import inspect
-
-        signature = inspect.signature(original)
-
-        def patched(self, *args, **kwargs):
-            site = _user_site()
-            try:
-                bound = signature.bind(self, *args, **kwargs)
-            except TypeError:   # PySpark reports the bad call itself
-                return original(self, *args, **kwargs)
-            func = bound.arguments.get("func")
-            if site is None or not callable(func) or not self._df.isStreaming:
-                return original(self, *args, **kwargs)
-            bound.arguments["func"] = session.hook(func, GROUP_STATE_KIND, site, self.session.sparkContext,
-                                                   spark_upstream(session, [self]))
-            session.watch_micro_batches(self.session)
-            return original(*bound.args, **bound.kwargs)
-        return patched
 
     hooked_classes: dict[type, type] = {}   # register() builds a second UDTF from the same class
 
@@ -169,8 +149,8 @@ def install(session: Any) -> Callable[[], None]:
                                                 lambda cg: [cg._gd1, cg._gd2]))
     patch(UserDefinedTableFunction, "_create_judtf", udtf)
     for name in sorted(PROCESSOR_KINDS):
-        patch(GroupedData, name, processor(name))
-    patch(GroupedData, GROUP_STATE_KIND, group_state)
+        patch(GroupedData, name, stateful(name, "statefulProcessor"))
+    patch(GroupedData, GROUP_STATE_KIND, stateful(GROUP_STATE_KIND, "func", streaming_only=True))
 
     def uninstall() -> None:
         for cls, name, original in reversed(originals):

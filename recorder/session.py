@@ -297,13 +297,9 @@ class RecordingSession:
         g, out = self.graph, {}
         for query, info in self.queries.items():
             out[query] = {**info, "operators": []}
-        for stage in self.coordinator.slots:   # the hooked stages with streaming tasks
-            query = self.coordinator.stage_queries.get(stage)
-            if query is None and len(out) == 1:   # one query: it ran them all
-                query = next(iter(out))
-            if query is not None:
-                out.setdefault(query, {"checkpoint": None, "name": None, "operators": []})
-                out[query]["operators"].append(g.hooked_node(stage).name)
+        for stage, query in self.coordinator.stage_queries.items():   # the hooked stages with streaming tasks
+            out.setdefault(query, {"checkpoint": None, "name": None, "operators": []})
+            out[query]["operators"].append(g.hooked_node(stage).name)
         return out
 
     def end(self, *, ok: bool, error: str | None = None, status: str | None = None,

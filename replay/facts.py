@@ -23,7 +23,7 @@ def label(reader: RunReader, op_id: int, instance: int) -> str:
 def origin(reader: RunReader, op_id: int, instance: int) -> str | None:
     """Where a streaming query's instance ran: its micro-batch and partition (and which of the
     task's Python runs, for applyInPandasWithState's timed-out keys); None outside streaming."""
-    slots = ((reader.run.get("plan") or {}).get("micro_batches") or {}).get(reader.operators[op_id].name)
+    slots = reader.plan.get("micro_batches", {}).get(reader.operators[op_id].name)
     if not slots or instance >= len(slots):
         return None
     slot = slots[instance]

@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
+sys.path.insert(1, str(TESTS / "jobs"))   # the jobs' shared job_settings, and the jobs' data functions
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TT_SPARK_LOG_LEVEL", "ERROR")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from hooked_apiws_stream import events   # tests/jobs/: what the job writes
 from plain_jobs import post_mortem, run_plain
 
 from tt.core import values
@@ -29,12 +30,7 @@ GAP_MS = 60_000
 
 
 def _events() -> pd.DataFrame:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("hooked_apiws_stream", JOB)
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
-    frames = [job.events(f).assign(file=f) for f in range(3)]
+    frames = [events(f).assign(file=f) for f in range(3)]
     pdf = pd.concat(frames, ignore_index=True)
     pdf["ms"] = pd.to_datetime(pdf["ts"]).astype("int64") // 1_000_000
     return pdf

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from job_settings import spark_settings
 from plain_jobs import run_plain
 from test_hooked_tws_stream import FILES, JOB, PER_FILE, _record
 
@@ -157,14 +158,10 @@ def test_the_checkpoint_set_for_the_session_is_found(spark, tmp_path, capsys):
     job = tmp_path / "session_checkpoint_job.py"
     job.write_text(text.replace('.option("checkpointLocation", ckpt)', ""))
     assert job.read_text() != text
-    setting, root = "spark.sql.streaming.checkpointLocation", tmp_path / "root"
-    before = spark.conf.get(setting, None)
-    spark.conf.set(setting, str(root))
-    try:
+    root = tmp_path / "root"
+    with spark_settings(spark, {"spark.sql.streaming.checkpointLocation": str(root)}):
         outcome = record_job(job, [str(tmp_path / "on.json"), str(tmp_path / "in"), str(tmp_path / "q"),
                                    str(FILES), str(PER_FILE)], tmp_path / "run.db")
-    finally:
-        spark.conf.unset(setting) if before is None else spark.conf.set(setting, before)
     assert outcome.status == "complete", outcome.error
     (query,) = RunReader(tmp_path / "run.db").plan["queries"].values()
     assert local_path(query["checkpoint"]) == root / "balances_q"

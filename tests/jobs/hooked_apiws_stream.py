@@ -23,6 +23,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from job_settings import spark_settings   # tests/jobs/job_settings.py
+
 GAP_MS = 60_000
 BASE = 1_790_000_000   # seconds: Spark's first watermark is 0, and an event at 0 would be late
 FAIL = None
@@ -70,10 +72,7 @@ def main(out: str, in_dir: str, ckpt: str, fail: str | None = None) -> None:
     write_files(Path(in_dir))
     spark = SparkSession.builder.master("local[2]").appName("hooked-apiws-stream").getOrCreate()
     settings = {"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
-    before = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    try:
+    with spark_settings(spark, settings):   # the session may be a test suite's
         clicks = (spark.readStream.schema("user string, ts timestamp, value long")
                   .option("maxFilesPerTrigger", 1).option("header", True).csv(in_dir)
                   .withWatermark("ts", "10 seconds"))
@@ -86,9 +85,6 @@ def main(out: str, in_dir: str, ckpt: str, fail: str | None = None) -> None:
         query.awaitTermination()
         result = {"rows": sorted([list(r) for r in spark.sql(f"SELECT * FROM {name}").collect()]),
                   "batches": query.lastProgress["batchId"] + 1}
-    finally:   # the session may be a test suite's: leave it as it was
-        for k, v in before.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
     with open(out, "w") as f:
         json.dump(result, f)
 

@@ -24,6 +24,8 @@ import pandas as pd
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.streaming import StatefulProcessor
 
+from job_settings import spark_settings   # tests/jobs/job_settings.py
+
 
 class Totals(StatefulProcessor):
     def __init__(self, fail_key: str = "-"):
@@ -86,10 +88,7 @@ def main(out: str, rows: int = 120, fail_key: str = "-") -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-tws").getOrCreate()
     settings = {"spark.sql.execution.arrow.maxRecordsPerBatch": "2",   # several chunks per key
                 "spark.sql.shuffle.partitions": "3", "spark.sql.adaptive.enabled": "false"}
-    before = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    try:
+    with spark_settings(spark, settings):   # the session may be a test suite's
         payments = spark.range(0, rows, numPartitions=2).selectExpr(
             "id", "concat('c', id % 5) AS customer", "CAST((id * 37) % 101 AS DOUBLE) AS amount",
             "IF(id % 3 = 0, 'card', 'cash') AS kind")
@@ -102,9 +101,6 @@ def main(out: str, rows: int = 120, fail_key: str = "-") -> None:
             "totals": sorted([list(r) for r in totals.collect()]),
             "flags": sorted([list(r) for r in flags.collect()]),
         }
-    finally:   # the session may be a test suite's: leave it as it was
-        for k, v in before.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
     with open(out, "w") as f:
         json.dump(result, f)
 

@@ -16,6 +16,8 @@ import pandas as pd
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.streaming import StatefulProcessor
 
+from job_settings import spark_settings   # tests/jobs/job_settings.py
+
 
 class Opening(StatefulProcessor):
     def init(self, handle):
@@ -62,10 +64,7 @@ class RowOpening(StatefulProcessor):
 def main(out: str, rows: int = 60) -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-tws-initial").getOrCreate()
     settings = {"spark.sql.shuffle.partitions": "2", "spark.sql.adaptive.enabled": "false"}
-    before = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    try:
+    with spark_settings(spark, settings):   # the session may be a test suite's
         payments = spark.range(0, rows, numPartitions=2).selectExpr(
             "id", "concat('c', id % 5) AS customer", "CAST(id % 7 AS DOUBLE) AS amount")
         starts = spark.createDataFrame([(f"c{i}", 100.0 * i) for i in range(1, 6)], "customer string, start double")
@@ -77,9 +76,6 @@ def main(out: str, rows: int = 60) -> None:
             RowOpening(), schema, "Update", "None", initialState=starts.groupBy("customer"))
         result = {"pandas": sorted([list(r) for r in pandas_out.collect()]),
                   "row": sorted([list(r) for r in row_out.collect()])}
-    finally:   # the session may be a test suite's: leave it as it was
-        for k, v in before.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
     with open(out, "w") as f:
         json.dump(result, f)
 

@@ -22,6 +22,8 @@ import pandas as pd
 from pyspark.sql import Row, SparkSession
 from pyspark.sql.streaming import StatefulProcessor
 
+from job_settings import spark_settings   # tests/jobs/job_settings.py
+
 
 class Balance(StatefulProcessor):
     def init(self, handle):
@@ -82,10 +84,7 @@ def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 40, m
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
                 "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
                 "spark.sql.shuffle.partitions": "2"}
-    before = {k: spark.conf.get(k, None) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
-    try:
+    with spark_settings(spark, settings):   # the session may be a test suite's
         payments = (spark.readStream.schema("id long, customer string, amount double, kind string")
                     .option("maxFilesPerTrigger", 1).option("header", True).csv(in_dir))
         grouped = payments.groupBy("customer")
@@ -101,9 +100,6 @@ def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 40, m
         query.awaitTermination()
         result = {"balances": sorted([list(r) for r in spark.sql(f"SELECT * FROM {name}").collect()]),
                   "batches": query.lastProgress["batchId"] + 1}
-    finally:   # the session may be a test suite's: leave it as it was
-        for k, v in before.items():
-            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
     with open(out, "w") as f:
         json.dump(result, f)
 
