@@ -138,6 +138,8 @@ def _summary_text(s: dict) -> str:
                  + (f" = {100 * s['control_log_ratio']:.2f}% of {human_bytes(s['input_bytes'])} input"
                     if s["control_log_ratio"] else "")
                  + f"; recorded tuples {human_bytes(sz['recorded_tuples'])}; states {human_bytes(sz['states'])}")
+    for src in s.get("sources", []):
+        lines.append(f"source   {src['source']}: " + _source_text(src, sz))
     for f in s["failures"]:
         lines.append(f"failure  {f['op']}:{f['instance']} input #{f['position']}: {f['error']}")
     wal = s.get("wal") or {}
@@ -145,6 +147,22 @@ def _summary_text(s: dict) -> str:
         lines.append(f"wal      {human_bytes(wal['bytes'])} in {Path(s['file']).name}-wal, not yet in the file: "
                      + (wal["note"] or "a recorder is writing it (copy both files, or wait until it ends)"))
     return "\n".join(lines)
+
+
+def _source_text(src: dict, sizes: dict) -> str:
+    """`copied (why)`, or `by reference to N Parquet files (…)` with each file's state here."""
+    if src["stored"] == "copied":
+        return f"rows copied into the run file ({src['why']})"
+    if src["stored"] == "packed":
+        return f"rows copied into the run file by `tt pack` from {len(src['files'])} {src['format'].capitalize()} file(s)"
+    bad = [f for f in src["files"] if f["here"] != "unchanged"]
+    n = len(src["files"])
+    text = (f"by reference: {sizes['referenced_rows']:,} rows as {human_bytes(sizes['row_references'])} of "
+            f"positions in {n} {src['format'].capitalize()} file{'s' if n != 1 else ''}, ")
+    if not bad:
+        return text + ("all " if n > 1 else "") + "here and unchanged"
+    return text + "; ".join(f"{f['uri']} {f['here']}" for f in bad[:3]) + (" …" if len(bad) > 3 else "") \
+        + " (replaying needs them: `tt pack` where they are)"
 
 
 def _interactions_text(rows: list[dict]) -> str:
@@ -286,10 +304,10 @@ def _recorded_tuple(reader, op_id: int, instance: int, position: int, trust: boo
     port, src, seq = ch
     for rowid, p, s_, start, n, codec in reader.entry_index(op_id, instance):
         if (p, s_) == (port, src) and start <= seq < start + n:
-            if codec != blobs.ARROW:
+            if codec not in (blobs.ARROW, blobs.REF):
                 if not (trust or reader.signed_by_me):
                     return None
                 reader.vouch(trust)
-            rows = blobs.unpack_tuples(codec, reader.entry_data(rowid))
+            rows = reader.entry_tuples(codec, rowid)
             return values.encode(rows[seq - start])
     return None

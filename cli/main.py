@@ -38,7 +38,7 @@ def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks f
 
 
 def _register() -> None:
-    from . import checkpoint, debug, demo, inspect, migrate, record, replay, verify  # noqa: F401  (each adds a command)
+    from . import checkpoint, debug, demo, inspect, migrate, pack, record, replay, verify  # noqa: F401  (each adds a command)
 
 
 def _escape_help(command) -> None:

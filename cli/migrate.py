@@ -35,8 +35,8 @@ def migrate(
         emit({"file": str(run), "from": before, "to": current, "migrated": False}, json=json,
              text=f"{run}: already in the current format ({current}); nothing to do")
         return 0
-    steps = [v for v, _ in schema.MIGRATIONS if v > (before or 0)]
-    if not steps or max(steps) < current:
+    steps = sorted(v for v, _ in schema.MIGRATIONS if v > (before or 0))
+    if steps != list(range((before or 0) + 1, current + 1)):   # each format's step, none missing
         raise RunFileError(f"{run} uses format {before}, and this tt has no migration from it to format {current}; "
                            f"record the job again with this tt (or open the file with the tt that recorded it)")
     conn = schema.open_existing(run, write=True)  # applies the migrations

@@ -37,6 +37,9 @@ def record(
                                                   "run `tt checkpoint RUN --tau ...` afterwards."),
     tau: Optional[str] = typer.Option(None, "--tau", metavar="DURATION",
                                       help="The longest a jump may take, e.g. 2s (with --checkpoint online)."),
+    copy_sources: bool = typer.Option(False, "--copy-sources", help="Copy the rows of Parquet sources into the "
+                                      "run file instead of their file positions (as `tt pack` does afterwards): "
+                                      "a bigger file that replays without the data files."),
     tui: bool = typer.Option(False, "--tui", help="Open the debugger live while recording."),
     spark_log: bool = typer.Option(False, "--spark-log", help="Show Spark's own output instead of writing "
                                    "it to RUN.log."),
@@ -48,6 +51,10 @@ def record(
     Arguments after `--` go to the job. Interactions (tuple-consistent snapshots of
     θ and everything downstream) are taken --every DURATION, when --when EXPR holds
     on θ's input, when you press Enter (or send SIGUSR1), and at the end.
+
+    Rows a source reads from Parquet files (a read, filters and a choice of
+    columns) are recorded by reference: their files and row positions, not the
+    rows. Replaying needs the files where they were; `tt pack` copies the rows in.
 
     Example: tt record sample_runs/fraud/job.py --watch FE --every 1s -o fraud.db
     """
@@ -66,7 +73,8 @@ def record(
         from ..recorder.job import record_job as recorder
 
         rc = record_with_tui(job, list(ctx.args), out, watch=watch, every=every_s, when=when,
-                             master=master, force=force, recorder=recorder, checkpoint_tau=tau_s)
+                             master=master, force=force, recorder=recorder, checkpoint_tau=tau_s,
+                             copy_sources=copy_sources)
         if rc == 0:
             warning = incomplete_warning(out)
             if warning:
@@ -79,7 +87,7 @@ def record(
     log = None if spark_log else Path(str(out) + ".log")
     outcome = record_job(job, list(ctx.args), out, watch=watch, every=every_s, when=when, master=master,
                          checkpoint_tau=tau_s, force=force, on_event=status.event, on_session=sessions.append,
-                         debug=debugging(), spark_log=log)
+                         debug=debugging(), spark_log=log, copy_sources=copy_sources)
     status.stop()
     if outcome.status != "complete":
         kept = f"{out} keeps what was recorded (status {_status(out, outcome.status)})" if out.exists() \

@@ -31,6 +31,10 @@ class RunFileError(TTError):
     """A run.db that is missing, corrupt, foreign, or from a newer tt."""
 
 
+class SourceFileError(RunFileError):
+    """A file a run reads by reference is missing, unreadable here, or changed since the recording."""
+
+
 class UntrustedRunError(RunFileError):
     """Replaying would unpickle code from a run.db that this user did not record."""
 

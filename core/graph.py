@@ -130,6 +130,12 @@ class Graph:
         """An edge that brings tuples into G(θ) from outside it: they are recorded."""
         return edge.dst in self.in_g and edge.src not in self.in_g
 
+    def records_source(self, source: int) -> bool:
+        """Whether a source's own rows are recorded: it is in G(θ), or feeds G(θ) directly
+        without a shuffle (the task then logs the batches it reads; `StageTask._source_captures`)."""
+        return source in self.in_g or any(
+            not self.edges[e].shuffle and self.is_entry(self.edges[e]) for e in self.nodes[source].outputs)
+
     # --- compiling --------------------------------------------------------
 
     def choose_theta(self, name: str | None) -> Node:

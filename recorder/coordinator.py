@@ -381,11 +381,15 @@ class Coordinator:
         a = conn.attempt
         barriers_at = self.graph.takes_barriers
         seal = sealer_for(self.run_id)  # blobs that replay unpickles are sealed (store/trust.py)
-        chunks, entries, tuples = [], [], 0
+        chunks, entries, schemas, tuples = [], [], [], 0
         for rec in header.get("records", ()):
             if "entry_for" in rec:
                 for nid, port, src, start, n, codec, bi in rec["entry_for"]:
                     entries.append((a, nid, conn.partition, port, src, start, n, codec, seal.entry(codec, blobs[bi])))
+                continue
+            if "source_schema" in rec:  # the Arrow schema a source read by reference had in the tasks
+                source, bi = rec["source_schema"]
+                schemas.append((blobs[bi], source))
                 continue
             op, i, start, end = rec["op"], rec["i"], rec["start"], rec["end"]
             tuples += end - start
@@ -437,6 +441,9 @@ class Coordinator:
             statements.append(("INSERT INTO log_chunks VALUES (?,?,?,?,?,?,?,?)", chunks))
         if entries:
             statements.append(("INSERT INTO entry_chunks VALUES (?,?,?,?,?,?,?,?,?)", entries))
+        if schemas:
+            statements.append(("UPDATE source_scans SET arrow_schema=? WHERE source=? AND arrow_schema IS NULL",
+                               schemas))
         if barriers:
             statements.append(("INSERT OR REPLACE INTO barriers VALUES (?,?,?,?,?,?)", barriers))
         if checkpoints:

@@ -41,10 +41,13 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
     _prepare_spark(spark, graph)
     session = sessions.active()
     recording = None
+    refs: dict = {}
     if session is not None:
         recording = session.begin(graph, spark, _main_dir())
+        if recording is not None:
+            refs = _reference_sources(flow, graph, session)
     try:
-        outputs = _run_stages(flow, graph, spark, recording)
+        outputs = _run_stages(flow, graph, spark, recording, refs)
     except KeyboardInterrupt:
         if session is not None and recording is not None:
             session.end(ok=False, status="interrupted", error="interrupted by the user")
@@ -60,7 +63,29 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
     return Result(outputs, str(session.out) if session is not None and recording is not None else None)
 
 
-def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording) -> dict[str, Any]:
+def _reference_sources(flow: Dataflow, graph: Graph, session: Any) -> dict[int, Any]:
+    """The recorded source DataFrames whose rows can be stored as file positions
+    (recorder/sources.py); stored in the run file with why the others are copied."""
+    from pyspark.sql import DataFrame
+
+    from . import sources
+
+    refs, copied, first_id = {}, {}, 1
+    for nid, data in flow.sources.items():
+        if not isinstance(data, DataFrame) or not graph.records_source(nid):
+            continue
+        ref, why = (None, "tt record --copy-sources") if session.copy_sources else sources.reference(data)
+        if ref is None:
+            copied[nid] = why
+            continue
+        ref.first_id, first_id = first_id, first_id + len(ref.files)
+        refs[nid] = ref
+    if refs or copied:
+        session.write_sources(refs, copied)
+    return refs
+
+
+def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording, refs: dict[int, Any]) -> dict[str, Any]:
     from pyspark import StorageLevel
     from pyspark.sql import DataFrame
     from pyspark.sql import functions as F
@@ -80,6 +105,12 @@ def _run_stages(flow: Dataflow, graph: Graph, spark: Any, recording) -> dict[str
         fn = StageFunction(graph.for_stage(stage.id), stage.id, recording, token, *numbering.get(stage.id, (0, None)))
         if stage.source is not None:
             data = flow.sources[stage.source]
+            ref = refs.get(stage.source)
+            if ref is not None:
+                from .sources import augment
+
+                data = augment(data, ref)
+                fn.source_ref = ref.task_ref(stage.source)
             if isinstance(data, DataFrame):
                 df = data.mapInArrow(fn, ENVELOPE_DDL)
             else:

@@ -42,8 +42,9 @@ def active() -> "RecordingSession | None":
 class RecordingSession:
     def __init__(self, out: str | Path, job: str | Path, argv: list[str], *, watch: str | None = None,
                  every: float | None = None, when: str | None = None, checkpoint_tau: float | None = None,
-                 on_event: Callable[[str, dict], None] | None = None):
+                 on_event: Callable[[str, dict], None] | None = None, copy_sources: bool = False):
         self.out = Path(out)
+        self.copy_sources = copy_sources  # copy Parquet sources' rows, not their positions (store/sources.py)
         self.job = Path(job)
         self.watch = watch
         self.every = every
@@ -77,7 +78,8 @@ class RecordingSession:
             "VALUES (1,?,?,?,?,?,?,?)",
             [("recording", str(self.job), orjson.dumps(argv).decode(), time.time(),
               orjson.dumps({"watch": watch, "every": every, "when": when,
-                            "checkpoint": "online" if checkpoint_tau else None, "tau": checkpoint_tau}).decode(),
+                            "checkpoint": "online" if checkpoint_tau else None, "tau": checkpoint_tau,
+                            "copy_sources": copy_sources}).decode(),
               os.getpid(),
               socket.gethostname())])])
 
@@ -143,6 +145,18 @@ class RecordingSession:
              [(plan, theta, master, spark_version, signature)]),
             ("INSERT INTO interactions VALUES (0, ?, 'start', '{}')", [(time.time(),)]),
         ])
+
+    def write_sources(self, refs: dict[int, Any], copied: dict[int, str]) -> None:
+        """Store which sources are read by reference (their files) and why the others are copied."""
+        scans, files = [], []
+        for source, ref in refs.items():
+            scans.append((source, "parquet", orjson.dumps(ref.columns).decode(), orjson.dumps(ref.info).decode()))
+            files += [(fid, source, f.uri, f.size, f.mtime_ms, f.footer) for fid, f in ref.file_ids()]
+        for source, why in copied.items():
+            scans.append((source, None, "[]", orjson.dumps({"copied": why}).decode()))
+        self.writer.submit([
+            ("INSERT INTO source_scans (source, format, columns, info) VALUES (?,?,?,?)", scans),
+            ("INSERT INTO source_files VALUES (?,?,?,?,?,?)", files)])
 
     def _operator_rows(self, nodes: list) -> list:
         """The statements that store `nodes`: code, kind, place in G(θ), initial state."""

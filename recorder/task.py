@@ -31,7 +31,7 @@ from ..core.logs import pack_dests, pack_results, pack_runs
 from ..core.runtime import (INF, InstanceLog, OperatorFailure, RecordingRunner, Runner,
                             ThetaRunner, capture_target, narrow_target)
 from ..core.operator import CONTEXT
-from ..store import blobs
+from ..store import blobs, positions
 
 ENVELOPE_DDL = "route int, dest int, epoch int, src int, seq long, payload binary"
 #: How a hooked operator's unit is stored, by the operator's kind; rows (the RDD APIs) are
@@ -85,6 +85,8 @@ class StageFunction:
         # the instance is TaskContext.partitionId() - offset, below limit when one is set.
         self.offset = offset
         self.limit = limit
+        # a source read by reference: its batches end with position columns (recorder/sources.py)
+        self.source_ref = None
 
     def __call__(self, batches: Iterator) -> Iterator:
         from pyspark import TaskContext
@@ -92,6 +94,7 @@ class StageFunction:
         tc = TaskContext.get()
         attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
         task = StageTask(self.graph, self.stage_id, self.instance(tc.partitionId()), self.recording, attempt)
+        task.source_ref = self.source_ref
         yield from task.run_arrow(batches)
 
     def instance(self, partition_id: int) -> int:
@@ -239,6 +242,10 @@ class StageTask:
         self.arrow_entries: list[tuple[int, int, int, Any]] = []  # (node, port, src, batch)
         self.unit_entries: list[tuple[int, int, int, str, Any]] = []  # (node, port, src, codec, unit): hooked
         self.blob_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, payload)
+        self.ref_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, positions)
+        self.source_ref = None       # a TaskRef when the source is read by reference
+        self.schema_sent = False     # the referenced source's Arrow schema went to the coordinator
+        self.source_schema: bytes | None = None  # ... and is due in the next flush
         self.last_flush = time.monotonic()
         self.since_flush = 0
         self._build(recording.when if recording else None)
@@ -446,8 +453,14 @@ class StageTask:
         feed = src.feed
         for batch in batches:
             if arrow:
+                refs = None
+                if self.source_ref is not None:
+                    batch, refs = self._split_positions(batch, bool(captures))
                 for nid, port in captures:
-                    self.arrow_entries.append((nid, port, self.partition, batch))
+                    if refs is not None:
+                        self.ref_entries.append((nid, port, self.partition, batch.num_rows, refs))
+                    else:
+                        self.arrow_entries.append((nid, port, self.partition, batch))
                 rows = batch.to_pylist()
             else:
                 rows = batch
@@ -462,6 +475,33 @@ class StageTask:
             cols = self.outbox.take()
             if cols:
                 yield cols
+
+    def _split_positions(self, batch: Any, logged: bool) -> tuple[Any, bytes | None]:
+        """A referenced source's batch without its position columns, and the positions packed
+        (None when the batch must be copied: a file the driver did not list)."""
+        import numpy as np
+
+        ref = self.source_ref
+        width = batch.num_columns - (2 if ref.hashes else 1)
+        rows = batch.column(width).to_numpy()
+        data = batch.select(list(range(width)))
+        if not logged:
+            return data, None
+        if ref.hashes:
+            hashes, which = np.unique(batch.column(width + 1).to_numpy(), return_inverse=True)
+            ids = [ref.hashes.get(int(h)) for h in hashes]
+            if None in ids:
+                return data, None
+            files = np.asarray(ids, np.int64)[which]
+        else:
+            fid = ref.file_of(self.partition)
+            if fid is None:
+                return data, None
+            files = np.full(len(rows), fid, np.int64)
+        if not self.schema_sent:
+            self.schema_sent = True
+            self.source_schema = data.schema.serialize().to_pybytes()
+        return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files)))
 
     def _run_shuffled(self, batches: Iterator) -> Iterator[list[list]]:
         g = self.g
@@ -575,7 +615,8 @@ class StageTask:
             return
         every = FLUSH_SECONDS if self.checkpointer is None else FLUSH_SECONDS / 4  # online policy: fresher figures
         if (self.since_flush >= FLUSH_ROWS or time.monotonic() - self.last_flush >= every
-                or len(self.arrow_entries) > 16 or len(self.blob_entries) > 256 or len(self.unit_entries) > 16):
+                or len(self.arrow_entries) > 16 or len(self.blob_entries) > 256 or len(self.unit_entries) > 16
+                or len(self.ref_entries) > 256):
             self.flush()
 
     def _collect(self) -> tuple[list[dict], list[bytes]]:
@@ -628,9 +669,14 @@ class StageTask:
         for nid, port, src, codec, unit in self.unit_entries:
             extra.append([nid, port, src, self._entry_start(nid, port, src, 1), 1, codec,
                           blob(blobs.pack_unit(codec, unit))])
-        self.arrow_entries, self.blob_entries, self.unit_entries = [], [], []
+        for nid, port, src, n, data in self.ref_entries:
+            extra.append([nid, port, src, self._entry_start(nid, port, src, n), n, blobs.REF, blob(data)])
+        self.arrow_entries, self.blob_entries, self.unit_entries, self.ref_entries = [], [], [], []
         if extra:
             records.append({"entry_for": extra})
+        if self.source_schema is not None:
+            records.append({"source_schema": [self.source_ref.source, blob(self.source_schema)]})
+            self.source_schema = None
         return records, out_blobs
 
     def _entry_start(self, nid: int, port: int, src: int, n: int) -> int:
@@ -683,6 +729,7 @@ class StageTask:
                 rows.clear()
             log.start = r.count
         self.arrow_entries, self.blob_entries, self.unit_entries, self.pending_barriers = [], [], [], []
+        self.ref_entries = []
 
     def _finish(self) -> None:
         if self.mode != "record":

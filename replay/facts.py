@@ -86,7 +86,41 @@ def summary(reader: RunReader) -> dict:
         "control_log_ratio": (control / input_bytes) if input_bytes else None,
         "failures": [{k: f[k] for k in ("op", "instance", "position", "error", "row")}
                      for f in reader.failures()],
+        "sources": sources(reader),
     }
+
+
+def sources(reader: RunReader) -> list[dict]:
+    """How each recorded source's rows are kept: copied (and why), or by reference to files,
+    each file checked from here (present and unchanged, changed, or unreadable)."""
+    from ..core.errors import SourceFileError
+    from ..store.sources import FileRecord, describe_change
+
+    out = []
+    for scan in reader.source_scans():
+        name = reader.operators[scan["source"]].name
+        info = scan["info"]
+        if scan["format"] is None:
+            out.append({"source": name, "stored": "copied", "why": info.get("copied")})
+            continue
+        if info.get("packed"):
+            out.append({"source": name, "stored": "packed", "format": scan["format"], "columns": scan["columns"],
+                        "files": [{"uri": f["uri"], "size": f["size"]} for f in scan["files"]]})
+            continue
+        files = []
+        for f in scan["files"]:
+            rec = FileRecord(f["id"], scan["source"], f["uri"], f["size"], f["mtime_ms"],
+                             bytes.fromhex(f["footer"]) if f["footer"] else None)
+            try:
+                change = describe_change(rec)
+                here = "unchanged" if change is None else f"changed: {change}"
+            except SourceFileError as e:
+                here = f"unreadable: {getattr(e, 'reason', e)}"
+            files.append({"uri": f["uri"], "size": f["size"], "here": here})
+        out.append({"source": name, "stored": "referenced",
+                    "format": scan["format"], "columns": scan["columns"], "files": files,
+                    "filters": info.get("data_filters", [])})
+    return out
 
 
 def interactions(reader: RunReader) -> list[dict]:

@@ -38,6 +38,7 @@ def verify(reader: RunReader, *, trust: bool = False,
     completed, or a later interaction is complete) is a failure too (`"incomplete"`).
     """
 
+    reader.sources().check_all()  # a changed source file: one line now, not a divergence later
     engine = Engine(reader, trust=trust)
     results = []
     interactions = reader.interactions()

@@ -3,10 +3,11 @@
 Executors compress before sending (the coordinator only writes bytes), so this
 module is imported inside Spark workers: keep it free of sqlite and Spark.
 
-Recorded tuples (those entering G(θ) from outside it) use one of two codecs:
+Recorded tuples (those entering G(θ) from outside it) use one of these codecs:
 `arrow` keeps a source DataFrame's Arrow batch as it arrived (cheap to write, and
 `to_pylist()` gives the exact rows the operator saw), `pickle` stores the Python
-rows themselves.
+rows themselves, the unit codecs keep a hooked function's DataFrame or batch, and
+`ref` stores only where the rows are in a source's Parquet files.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ PANDAS = "pandas"    # one pandas DataFrame (a hooked mapInPandas unit), as an A
 ARROW_BATCH = "arrow-batch"  # one Arrow RecordBatch (a hooked mapInArrow unit), kept whole
 PANDAS_GROUP = "pandas-group"  # (key, DataFrame, ...): a hooked applyInPandas unit, Arrow streams
 ARROW_GROUP = "arrow-group"    # (key, Table, ...): a hooked applyInArrow unit
+REF = "ref"          # row positions in a source's files, compressed (store/positions.py, store/sources.py)
 #: Codecs whose data cannot run code when read: stored unsealed (store/trust.py).
-INERT = frozenset({ARROW, PANDAS, ARROW_BATCH, PANDAS_GROUP, ARROW_GROUP})
+INERT = frozenset({ARROW, PANDAS, ARROW_BATCH, PANDAS_GROUP, ARROW_GROUP, REF})
 
 
 def pack_rows(rows: list) -> bytes:
@@ -124,4 +126,6 @@ def unpack_tuples(codec: str, data: bytes) -> list:
         import pyarrow as pa
 
         return [pa.ipc.open_stream(data).read_next_batch()]  # pack_arrow wrote exactly one
+    if codec == REF:
+        raise ValueError("rows stored by reference are read with a SourceReader (RunReader.entry_tuples)")
     raise ValueError(f"unknown tuple codec {codec!r}")

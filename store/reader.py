@@ -8,6 +8,7 @@ barrier). A run interrupted at any moment lists only its complete interactions.
 
 from __future__ import annotations
 
+import collections
 import os
 import socket
 import sqlite3
@@ -69,6 +70,7 @@ class RunReader:
         # Whether the user trusts this run (--trust): None until a replay engine says (`vouch`).
         self.trust: bool | None = None
         self.wal_note: str | None = None  # why a write-ahead log could not be folded in, if it could not
+        self._sources = None  # a SourceReader, made when a chunk stored by reference is first read
         self._fold_wal()
 
     def close(self) -> None:
@@ -398,6 +400,40 @@ class RunReader:
             "SELECT rowid, port, src, start, n, codec FROM entry_chunks WHERE op=? AND instance=? "
             "AND attempt=? ORDER BY port, src, start", (op_id, instance, att[0])))
 
+    def entry_tuples(self, codec: str, rowid: int) -> list:
+        """One chunk's tuples, decoded; rows stored by reference are read from their files."""
+        if codec == blobs.REF:
+            return self.sources().rows(blobs.decompress(self.entry_data(rowid)))
+        return blobs.unpack_tuples(codec, self.entry_data(rowid))
+
+    def sources(self) -> Any:
+        """The reader of this run's sources read by reference (store/sources.py)."""
+        if self._sources is None:
+            from .sources import SourceReader
+
+            self._sources = SourceReader(self.conn if self.has_table("source_scans") else None, self.path.name)
+        return self._sources
+
+    def source_scans(self) -> list[dict]:
+        """Per source read by reference: its node, columns, info and files."""
+        if not self.has_table("source_scans"):
+            return []
+        files = collections.defaultdict(list)
+        for fid, source, uri, size, mtime, footer in self.conn.execute(
+                "SELECT id, source, uri, size, mtime_ms, footer FROM source_files ORDER BY id"):
+            files[source].append({"id": fid, "uri": uri, "size": size, "mtime_ms": mtime,
+                                  "footer": footer.hex() if footer else None})
+        out = []
+        for source, fmt, columns, info in self.conn.execute(
+                "SELECT source, format, columns, info FROM source_scans ORDER BY source"):
+            out.append({"source": source, "format": fmt, "columns": orjson.loads(columns),
+                        "info": orjson.loads(info or "{}"), "files": files[source]})
+        return out
+
+    def has_table(self, name: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                                 (name,)).fetchone() is not None
+
     def entry_data(self, rowid: int) -> bytes:
         """One chunk's data for `blobs.unpack_tuples`; a pickled chunk is checked (`open_blob`)."""
         codec, data = self.conn.execute("SELECT codec, data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()
@@ -499,7 +535,10 @@ class RunReader:
         for kind, label in (("in", "input_log"), ("out", "output_log"), ("dest", "output_log_dests"),
                             ("res", "logged_results")):
             out[label] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM log_chunks WHERE kind=?", (kind,)).fetchone()[0]
-        out["recorded_tuples"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks").fetchone()[0]
+        out["recorded_tuples"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks WHERE codec != 'ref'"
+                                   ).fetchone()[0]
+        out["row_references"], out["referenced_rows"] = q(
+            "SELECT COALESCE(SUM(LENGTH(data)),0), COALESCE(SUM(n),0) FROM entry_chunks WHERE codec = 'ref'").fetchone()
         out["states"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM states").fetchone()[0]
         out["code"] = q("SELECT COALESCE(SUM(LENGTH(code)),0) FROM operators").fetchone()[0]
         out["file"] = self.path.stat().st_size + sum(

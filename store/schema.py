@@ -23,7 +23,28 @@ from pathlib import Path
 from ..core.errors import RunFileError
 
 APP_ID = 0x74740001  # "tt" + format 1, in SQLite's application_id header field
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The oldest format this tt reads without migrating: later formats only add tables, which
+#: readers treat as empty when a file lacks them.
+READS_FROM = 1
+
+# Version 2: sources read by reference (store/sources.py). Their entry chunks hold row
+# positions (codec 'ref'), and these tables say which files and columns they point into.
+_SOURCES = """
+CREATE TABLE IF NOT EXISTS source_scans (
+    source INTEGER PRIMARY KEY,    -- the source node
+    format TEXT,                   -- 'parquet'
+    columns TEXT,                  -- JSON: the file columns read, in the order the operator saw them
+    arrow_schema BLOB,             -- the Arrow schema the operator saw (from the first task's batch)
+    info TEXT                      -- JSON for tt inspect: paths, filters; "packed": copied by tt pack
+);
+CREATE TABLE IF NOT EXISTS source_files (
+    id INTEGER PRIMARY KEY, source INTEGER, uri TEXT,
+    size INTEGER, mtime_ms INTEGER,
+    footer BLOB,                   -- blake2b-128 of the Parquet footer; NULL if the driver could not read it
+    UNIQUE (source, uri)
+);
+"""
 
 _TABLES = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
@@ -88,6 +109,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     position INTEGER, kind TEXT, size INTEGER, data BLOB,
     PRIMARY KEY (plan, op, instance, attempt, seq)
 );
+""" + _SOURCES + """
 CREATE INDEX IF NOT EXISTS log_chunks_by_instance ON log_chunks (op, instance, kind, attempt, start);
 CREATE INDEX IF NOT EXISTS entry_chunks_by_channel ON entry_chunks (op, instance, port, src, attempt, start);
 CREATE INDEX IF NOT EXISTS barriers_by_k ON barriers (k, op, instance);
@@ -102,7 +124,7 @@ CREATE VIEW IF NOT EXISTS visible_attempts AS
 
 # Migrations from version N to N+1, applied in order when an older file is opened
 # for writing. Version 1 is the first; add (version, sql) pairs here.
-MIGRATIONS: list[tuple[int, str]] = []
+MIGRATIONS: list[tuple[int, str]] = [(2, _SOURCES)]
 
 
 def create(path: str | Path):
@@ -156,7 +178,7 @@ def open_existing(path: str | Path, *, write: bool = False) -> sqlite3.Connectio
     if version > SCHEMA_VERSION:
         raise RunFileError(f"{path} was written by a newer tt (format {version}; this tt reads up to "
                            f"{SCHEMA_VERSION}); upgrade tt to open it")
-    if version < SCHEMA_VERSION:
+    if version < SCHEMA_VERSION and (write or version < READS_FROM):
         if not write:
             raise RunFileError(f"{path} uses an older format ({version}); run `tt migrate {path}`")
         migrate(conn, version)

@@ -202,15 +202,33 @@ def test_migrate(copy, capsys, monkeypatch):
     assert main(["inspect", str(path)]) == 1
     _one_line(capsys, "older format (0)", f"tt migrate {path}")
     assert main(["migrate", str(path)]) == 1  # this tt has no migration from format 0
-    _one_line(capsys, "no migration from it to format 1", "record the job again")
+    _one_line(capsys, f"no migration from it to format {schema.SCHEMA_VERSION}", "record the job again")
 
-    monkeypatch.setattr(schema, "MIGRATIONS", [(1, "CREATE TABLE IF NOT EXISTS migrated_to_1 (x);")])
+    monkeypatch.setattr(schema, "MIGRATIONS", [(1, "CREATE TABLE IF NOT EXISTS migrated_to_1 (x);"),
+                                               *schema.MIGRATIONS])
     assert main(["migrate", str(path)]) == 0
-    assert "migrated from format 0 to 1" in capsys.readouterr().out
+    assert f"migrated from format 0 to {schema.SCHEMA_VERSION}" in capsys.readouterr().out
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name='migrated_to_1'").fetchone()[0] == 1
     conn.close()
     assert main(["inspect", str(path)]) == 0
     capsys.readouterr()
     assert main(["migrate", str(path)]) == 0
-    assert "already in the current format (1)" in capsys.readouterr().out
+    assert f"already in the current format ({schema.SCHEMA_VERSION})" in capsys.readouterr().out
+
+
+def test_a_format_1_file_opens_unmigrated_and_migrates_to_2(copy, capsys):
+    """Format 2 only adds the tables of sources read by reference: a format-1 run (which
+    has none) is read as it is, and `tt migrate` adds the tables."""
+    path = copy("v1.db")
+    conn = sqlite3.connect(path)
+    conn.executescript("DROP TABLE source_scans; DROP TABLE source_files; PRAGMA user_version=1;")
+    conn.close()
+    assert main(["inspect", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "complete"
+    assert main(["migrate", str(path)]) == 0
+    assert "migrated from format 1 to 2" in capsys.readouterr().out
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'source_%'").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()

@@ -1,0 +1,72 @@
+"""`tt pack`: copy the rows a run reads by reference into the run file.
+
+A run that read Parquet sources by reference needs those files to replay. Packing
+reads every referenced chunk back (checked against the recorded file identity)
+and stores it as a copied chunk with the same place in the Input log, so that
+the run travels without its data and replays exactly as before: replay cannot
+tell a packed chunk from one copied while recording.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Callable
+
+import orjson
+
+from ..core.errors import RunFileError
+from . import blobs, schema
+from .sources import SourceReader
+
+
+def pack(run: Path, out: Path | None = None,
+         progress: Callable[[int, int], None] | None = None) -> dict:
+    """Copy referenced rows into `run` (in place) or into a new file `out`; returns what was done.
+    All or nothing: the chunks are replaced in one transaction after every file is checked."""
+    if out is not None:
+        out = Path(out)
+        if out.exists():
+            raise RunFileError(f"{out} exists; choose another file with -o, or remove it")
+        src = schema.open_existing(run)
+        try:
+            src.execute("VACUUM INTO ?", (str(out),))
+        except sqlite3.Error as e:
+            raise RunFileError(f"cannot write {out}: {e}") from None
+        finally:
+            src.close()
+        run = out
+    conn = schema.open_existing(run, write=True)
+    try:
+        return _pack(conn, Path(run).name, progress)
+    finally:
+        schema.settle(conn)
+        conn.close()
+
+
+def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], None] | None) -> dict:
+    reader = SourceReader(conn, name)
+    reader.check_all()   # every file first: a changed one stops the pack before anything is written
+    chunks = conn.execute("SELECT rowid, n FROM entry_chunks WHERE codec = ?", (blobs.REF,)).fetchall()
+    rows = 0
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for done, (rowid, n) in enumerate(chunks, 1):
+            (data,) = conn.execute("SELECT data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()
+            table = reader.table(blobs.decompress(data))
+            if table.num_rows != n:
+                raise RunFileError(f"a chunk of {n} referenced rows read back as {table.num_rows}; the run "
+                                   f"file or its source files are damaged")
+            conn.execute("UPDATE entry_chunks SET codec=?, data=? WHERE rowid=?",
+                         (blobs.ARROW, blobs.pack_arrow(table), rowid))
+            rows += n
+            if progress is not None:
+                progress(done, len(chunks))
+        for source, info in conn.execute("SELECT source, info FROM source_scans WHERE format IS NOT NULL").fetchall():
+            conn.execute("UPDATE source_scans SET info=? WHERE source=?",
+                         (orjson.dumps({**orjson.loads(info or "{}"), "packed": True}).decode(), source))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return {"chunks": len(chunks), "rows": rows, "files": len(reader.files)}

@@ -1,0 +1,95 @@
+"""Row positions of a file source: which rows of which files a chunk of input was.
+
+A source read from Parquet files is not copied into the run file: each chunk of
+its rows is stored as references, a list of (file id, row positions), the
+positions as runs of consecutive rows. Spark hands a task the rows of a file in
+position order, so a whole split is one run and a filter leaves few; only the
+gaps cost bytes.
+
+This module runs in Spark's Python workers and in replay: numpy is the only
+thing it needs beyond the standard library, and it imports it when called.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from ..core import errors
+
+_HEAD = struct.Struct("<IIq")   # format version, source node, segments
+_SEG = struct.Struct("<qq")      # file id, runs
+VERSION = 1
+
+
+def runs(rows: Any) -> tuple[Any, Any]:
+    """(starts, lengths) of the runs of consecutive values in an int64 array."""
+    import numpy as np
+
+    if len(rows) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    first = np.concatenate(([0], breaks))
+    last = np.concatenate((breaks - 1, [len(rows) - 1]))
+    return rows[first], rows[last] - rows[first] + 1
+
+
+def segments(rows: Any, files: Any) -> list[tuple[int, Any]]:
+    """Split a chunk's positions where the file changes: [(file id, positions)]."""
+    import numpy as np
+
+    if len(rows) == 0:
+        return []
+    cut = np.flatnonzero(np.diff(files) != 0) + 1
+    bounds = np.concatenate(([0], cut, [len(rows)]))
+    return [(int(files[a]), rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def pack(source: int, parts: list[tuple[int, Any]]) -> bytes:
+    """A chunk's references: the source node, then per file its runs, as int64 arrays.
+
+    Starts are stored as the gap after the previous run, so that zstd sees small
+    numbers; the caller compresses (store/blobs.py)."""
+    import numpy as np
+
+    out = [_HEAD.pack(VERSION, source, len(parts))]
+    for fid, rows in parts:
+        starts, lengths = runs(np.asarray(rows, dtype=np.int64))
+        gaps = np.diff(starts, prepend=0) - np.concatenate(([0], lengths[:-1]))
+        out.append(_SEG.pack(fid, len(starts)))
+        out.append(np.stack((gaps, lengths), axis=1).astype("<i8").tobytes())
+    return b"".join(out)
+
+
+def unpack(data: bytes) -> tuple[int, list[tuple[int, Any]]]:
+    """(source node, [(file id, positions as an int64 array)]) of a packed chunk."""
+    import numpy as np
+
+    version, source, n = _HEAD.unpack_from(data, 0)
+    if version != VERSION:
+        raise errors.RunFileError(f"row references in format {version}, this tt reads {VERSION}; upgrade tt")
+    at, parts = _HEAD.size, []
+    for _ in range(n):
+        fid, count = _SEG.unpack_from(data, at)
+        at += _SEG.size
+        pairs = np.frombuffer(data, dtype="<i8", count=2 * count, offset=at).reshape(count, 2)
+        at += 16 * count
+        gaps, lengths = pairs[:, 0], pairs[:, 1]
+        ends = np.cumsum(gaps + lengths)
+        starts = ends - lengths
+        parts.append((fid, expand(starts, lengths)))
+    return source, parts
+
+
+def expand(starts: Any, lengths: Any) -> Any:
+    """Every position of the runs, in order."""
+    import numpy as np
+
+    total = int(lengths.sum())
+    if total == 0:
+        return np.empty(0, np.int64)
+    # each run's first element steps from the last run's end; the rest step by one
+    steps = np.ones(total, np.int64)
+    heads = np.concatenate(([0], np.cumsum(lengths[:-1])))
+    steps[heads] = starts - np.concatenate(([0], starts[:-1] + lengths[:-1] - 1))
+    return np.cumsum(steps)

@@ -1,0 +1,223 @@
+"""Reading a source's rows back from its files, for replay: no Spark, only pyarrow.
+
+A run that read a Parquet source by reference stores, per chunk of input, the
+file and row positions (`store/positions.py`); the files themselves are named in
+`source_files` with their size, modification time and a hash of their footer.
+`SourceReader` turns a chunk back into the rows the operator saw: it opens the
+file, checks it is the one recorded, reads the row groups that hold the
+positions, casts them to the Arrow schema the operator's batches had (Spark's
+types, its session time zone) and takes the rows. A file that is gone or changed
+is a `SourceFileError` naming it and the way out (`tt pack` where the files are).
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ..core.errors import SourceFileError
+from . import positions
+
+_CACHED_GROUPS = 4   # row groups kept decoded: a chunk lies in one or two
+
+
+@dataclass
+class FileRecord:
+    id: int
+    source: int
+    uri: str
+    size: int
+    mtime_ms: int
+    footer: bytes | None
+
+
+def open_file(uri: str) -> tuple[Any, str]:
+    """A pyarrow filesystem and path for one of Spark's URIs (`file:/x`, `s3a://b/x`, …)."""
+    from pyarrow import fs
+
+    for alias in ("s3a://", "s3n://"):
+        if uri.startswith(alias):
+            uri = "s3://" + uri[len(alias):]
+    if uri.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        return fs.LocalFileSystem(), unquote(urlparse(uri).path)
+    return fs.FileSystem.from_uri(uri)
+
+
+def footer_digest(uri: str) -> bytes:
+    """blake2b-128 of a Parquet file's footer: its schema, row groups and statistics."""
+    filesystem, path = open_file(uri)
+    with filesystem.open_input_file(path) as f:
+        size = f.size()
+        f.seek(size - 8)
+        tail = f.read(8)
+        length = int.from_bytes(tail[:4], "little")
+        if tail[4:] != b"PAR1" or length + 8 > size:
+            raise ValueError(f"{uri} is not a Parquet file")
+        f.seek(size - 8 - length)
+        return hashlib.blake2b(f.read(length), digest_size=16).digest()
+
+
+def describe_change(rec: FileRecord, run: str = "RUN") -> str | None:
+    """What differs between a file now and when it was recorded, or None if nothing does.
+    Raises `SourceFileError` (naming the run file `run`) when it cannot be read from here."""
+    from pyarrow import fs
+
+    try:
+        filesystem, path = open_file(rec.uri)
+        info = filesystem.get_file_info(path)
+    except Exception as e:
+        raise unreadable(rec.uri, str(e).splitlines()[0] if str(e) else type(e).__name__, run) from None
+    if info.type == fs.FileType.NotFound:
+        raise unreadable(rec.uri, "it is missing", run)
+    changes = []
+    if info.size != rec.size:
+        changes.append(f"size {rec.size:,} → {info.size:,}")
+    mtime = int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else None
+    if mtime is not None and mtime != rec.mtime_ms:
+        changes.append(f"modified {_when(rec.mtime_ms)} → {_when(mtime)}")
+    if not changes and rec.footer is not None:
+        try:
+            if footer_digest(rec.uri) != rec.footer:
+                changes.append("its Parquet footer differs")
+        except Exception as e:
+            raise unreadable(rec.uri, str(e).splitlines()[0], run) from None
+    return ", ".join(changes) or None
+
+
+def unreadable(uri: str, why: str, run: str = "RUN") -> SourceFileError:
+    e = SourceFileError(f"{run} reads {uri} by reference and it cannot be read from here ({why}); restore "
+                        f"it, or run `tt pack {run}` where it can be read, to copy its rows into the run file")
+    e.reason = why
+    return e
+
+
+def changed(uri: str, what: str, run: str = "RUN") -> SourceFileError:
+    return SourceFileError(f"{run} reads {uri} by reference and it changed since the recording ({what}); "
+                           f"restore it, or run `tt pack {run}` where the recorded file is, to copy its rows "
+                           f"into the run file")
+
+
+def _when(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+class SourceReader:
+    """Rows of `ref` chunks, read from the recorded files (checked on first use)."""
+
+    def __init__(self, conn: Any | None, run: str = "RUN"):
+        """`conn`: the run file (`run` names it in errors); None for a run without sources read by reference."""
+        self.run = run
+        self.scans: dict[int, dict] = {}
+        self.files: dict[int, FileRecord] = {}
+        if conn is not None:
+            for source, columns, schema, info in conn.execute(
+                    "SELECT source, columns, arrow_schema, info FROM source_scans"):
+                self.scans[source] = {"columns": orjson.loads(columns), "schema": schema,
+                                      "info": orjson.loads(info or "{}")}
+            for row in conn.execute("SELECT id, source, uri, size, mtime_ms, footer FROM source_files"):
+                self.files[row[0]] = FileRecord(*row)
+        self._opened: dict[int, Any] = {}
+        self._schemas: dict[int, Any] = {}
+        self._groups: collections.OrderedDict = collections.OrderedDict()
+
+    def check(self, file_id: int) -> None:
+        """Raise `SourceFileError` unless the file is here and is the one recorded."""
+        rec = self.files[file_id]
+        what = describe_change(rec, self.run)
+        if what is not None:
+            raise changed(rec.uri, what, self.run)
+
+    def check_all(self) -> None:
+        """Every file still referenced, before a long replay starts (`tt verify`, `tt pack`);
+        a packed source's rows are in the run file, its files only say where they came from."""
+        for fid in sorted(self.files):
+            if not self.scans[self.files[fid].source]["info"].get("packed"):
+                self.check(fid)
+
+    def table(self, data: bytes) -> Any:
+        """One chunk's rows as an Arrow table in the operator's schema."""
+        import pyarrow as pa
+
+        source, parts = positions.unpack(data)
+        schema = self.schema(source)
+        tables = [self._take(source, fid, rows) for fid, rows in parts]
+        if not tables:
+            return schema.empty_table()
+        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+
+    def rows(self, data: bytes) -> list[dict]:
+        """One chunk as the rows a tt.Dataflow source hands its operators."""
+        return self.table(data).to_pylist()
+
+    def schema(self, source: int) -> Any:
+        import pyarrow as pa
+
+        if source not in self._schemas:
+            blob = self.scans[source]["schema"]
+            if blob is None:
+                raise SourceFileError(f"the run file lacks the schema of source {source}; it was not recorded "
+                                      f"completely")
+            self._schemas[source] = pa.ipc.read_schema(pa.py_buffer(blob))
+        return self._schemas[source]
+
+    def _parquet(self, file_id: int) -> Any:
+        f = self._opened.get(file_id)
+        if f is None:
+            import pyarrow.parquet as pq
+
+            self.check(file_id)
+            rec = self.files[file_id]
+            filesystem, path = open_file(rec.uri)
+            pf = pq.ParquetFile(filesystem.open_input_file(path), coerce_int96_timestamp_unit="us")
+            import numpy as np
+
+            bounds = np.cumsum([0] + [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)])
+            f = self._opened[file_id] = (pf, bounds)
+        return f
+
+    def _take(self, source: int, file_id: int, rows: Any) -> Any:
+        import numpy as np
+        import pyarrow as pa
+
+        pf, bounds = self._parquet(file_id)
+        if len(rows) and (rows.min() < 0 or rows.max() >= bounds[-1]):
+            raise changed(self.files[file_id].uri, f"it has {int(bounds[-1]):,} rows, the recording read row "
+                                                   f"{int(rows.max()):,}", self.run)
+        groups = np.unique(np.searchsorted(bounds, rows, side="right") - 1)
+        pieces = [self._group(source, file_id, int(g)) for g in groups]
+        if not pieces:
+            return self.schema(source).empty_table()
+        table = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+        # a position's row in the concatenated groups: its offset in its group, plus the rows before it
+        starts = bounds[groups]
+        before = np.concatenate(([0], np.cumsum([p.num_rows for p in pieces[:-1]], dtype=np.int64)))
+        which = np.searchsorted(starts, rows, side="right") - 1
+        local = rows - starts[which] + before[which]
+        return table.take(pa.array(local, type=pa.int64()))
+
+    def _group(self, source: int, file_id: int, group: int) -> Any:
+        key = (source, file_id, group)
+        t = self._groups.get(key)
+        if t is not None:
+            self._groups.move_to_end(key)
+            return t
+        pf, _ = self._parquet(file_id)
+        schema = self.schema(source)
+        columns = self.scans[source]["columns"]
+        names = {n.lower(): n for n in pf.schema_arrow.names}
+        missing = [c for c in columns if c.lower() not in names]
+        if missing:
+            raise changed(self.files[file_id].uri, f"it has no column {missing[0]!r}", self.run)
+        raw = pf.read_row_group(group, columns=[names[c.lower()] for c in columns], use_threads=False)
+        t = raw.rename_columns(schema.names).cast(schema)  # Spark's types: time zone, string_view → string
+        self._groups[key] = t
+        while len(self._groups) > _CACHED_GROUPS:
+            self._groups.popitem(last=False)
+        return t

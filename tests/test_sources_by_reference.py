@@ -1,0 +1,252 @@
+"""Parquet sources recorded by reference (issue 15): positions in, the very rows back out.
+
+The same job is recorded twice over the same files: by reference (file positions) and
+with `copy_sources` (the Arrow batches Spark handed the task, as before). The copied run
+is the oracle: it never reads tt's positions. Every recorded tuple read back through the
+positions must equal the copied one, in order, for one file per task, several files per
+task (per-row file ids) and files split across tasks; both runs verify; the job's output
+is the same recorded or not. Then the ways it can go wrong for a user: a file changed or
+missing (one line naming it and `tt pack`), and `tt pack` making the run travel.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from plain_jobs import record_on_and_off
+from tt.cli.main import main
+from tt.core import values
+from tt.core.errors import SourceFileError
+from tt.recorder.job import record_job
+from tt.replay.verify import verify
+from tt.store import positions
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "parquet_totals.py"
+ROWS = 20_000   # per file
+
+
+def write_files(d: Path, files: int) -> Path:
+    d.mkdir(parents=True)
+    for f in range(files):
+        ids = range(f * ROWS, (f + 1) * ROWS)
+        base = datetime.datetime(2024, 3, 9, 12, 0, tzinfo=datetime.timezone.utc)  # spans New York's DST change
+        pq.write_table(pa.table({
+            "id": pa.array(ids, pa.int64()), "g": [i % 7 for i in ids], "v": [i * 3 % 101 for i in ids],
+            "s": [f"ü{i}" if i % 11 else "" for i in ids],
+            "ts": pa.array([base + datetime.timedelta(minutes=i) for i in ids], pa.timestamp("us", tz="UTC")),
+            "d": pa.array([decimal.Decimal(i) / 100 for i in ids], pa.decimal128(15, 2))}),
+            d / f"part-{f}.parquet", row_group_size=3_000)
+    return d
+
+
+def entry_tuples(run: Path) -> dict:
+    """Every recorded tuple, per (op, instance, port, src) channel in order, as values."""
+    reader = RunReader(run)
+    try:
+        out = {}
+        for op in reader.operators:
+            for i in range(op.instances):
+                for rowid, port, src, start, n, codec in reader.entry_index(op.id, i):
+                    out.setdefault((op.id, i, port, src), []).extend(
+                        values.encode(r) for r in reader.entry_tuples(codec, rowid))
+        return out
+    finally:
+        reader.close()
+
+
+def codecs(run: Path) -> set[str]:
+    reader = RunReader(run)
+    try:
+        return {r[0] for r in reader.conn.execute("SELECT DISTINCT codec FROM entry_chunks")}
+    finally:
+        reader.close()
+
+
+def verified(run: Path) -> list[dict]:
+    reader = RunReader(run)
+    try:
+        return verify(reader)
+    finally:
+        reader.close()
+
+
+ONE_TASK = ["spark.sql.files.openCostInBytes=1024", "spark.sql.files.minPartitionNum=1"]
+LAYOUTS = {   # name: (files, Spark settings that shape the tasks)
+    "one file per task": (1, ["spark.sql.session.timeZone=UTC"]),
+    "several files per task": (3, ["spark.sql.session.timeZone=America/New_York", *ONE_TASK]),
+    "files split across tasks": (2, ["spark.sql.files.maxPartitionBytes=100k"]),
+}
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def pair(request, spark, tmp_path_factory):
+    files, settings = LAYOUTS[request.param]
+    d = tmp_path_factory.mktemp("by_ref")
+    data = write_files(d / "data", files)
+    args = [str(data), *settings]
+    run, on, off = record_on_and_off(JOB, d, args)
+    (d / "copied").mkdir()
+    copied = d / "copied" / "run.db"
+    outcome = record_job(JOB, [str(d / "copied.json"), *args], copied, copy_sources=True)
+    assert outcome.status == "complete", outcome.error
+    return request.param, run, copied, on, off, json.loads((d / "copied.json").read_text())
+
+
+def test_recording_by_reference_changes_nothing_the_job_computes(pair):
+    _, _, _, on, off, copied = pair
+    assert on == off == copied
+    assert len(on) == sum(1 for f in range(LAYOUTS[pair[0]][0]) for i in range(ROWS) if (f * ROWS + i) % 5)
+
+
+def test_every_tuple_read_back_equals_the_one_spark_gave(pair):
+    name, run, copied, *_ = pair
+    assert codecs(run) == {"ref"} and codecs(copied) == {"arrow"}
+    by_ref, oracle = entry_tuples(run), entry_tuples(copied)
+    assert by_ref.keys() == oracle.keys()
+    for ch in oracle:
+        assert len(by_ref[ch]) == len(oracle[ch]) > 0
+        assert by_ref[ch] == oracle[ch], f"{name}: channel {ch} differs"
+
+
+def test_both_runs_verify(pair):
+    _, run, copied, *_ = pair
+    for r in (run, copied):
+        results = verified(r)
+        assert results and all(x["ok"] for x in results), results
+
+
+def test_positions_are_a_small_fraction_of_the_copied_rows(pair):
+    _, run, copied, *_ = pair
+    a, b = RunReader(run), RunReader(copied)
+    try:
+        ref, copy = a.sizes(), b.sizes()
+        assert ref["recorded_tuples"] == 0 and ref["referenced_rows"] == copy_rows(b)
+        assert 0 < ref["row_references"] < copy["recorded_tuples"] / 20, (ref, copy)
+    finally:
+        a.close()
+        b.close()
+
+
+def copy_rows(reader: RunReader) -> int:
+    return reader.conn.execute("SELECT SUM(n) FROM entry_chunks").fetchone()[0]
+
+
+def test_several_files_per_task_use_per_row_file_ids(pair):
+    """The layouts do what their names say (else the test above proves less than it claims)."""
+    name, run, *_ = pair
+    reader = RunReader(run)
+    try:
+        files_per_chunk = []
+        for (data,) in reader.conn.execute("SELECT data FROM entry_chunks"):
+            from tt.store import blobs
+            _, parts = positions.unpack(blobs.decompress(data))
+            files_per_chunk.append({fid for fid, _ in parts})
+        tasks = reader.conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+        files = len(reader.source_scans()[0]["files"])
+    finally:
+        reader.close()
+    if name == "several files per task":
+        assert files == 3 and tasks == 1 and any(len(f) > 1 for f in files_per_chunk)
+    elif name == "files split across tasks":
+        assert files == 2 and tasks > 2
+    else:
+        assert files == 1 and all(len(f) == 1 for f in files_per_chunk)
+
+
+# --- a user's ways out --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def referenced(spark, tmp_path_factory) -> Path:
+    """One run that reads one Parquet file by reference."""
+    d = tmp_path_factory.mktemp("ways_out")
+    data = write_files(d / "data", 1)
+    run, _, _ = record_on_and_off(JOB, d, [str(data)])
+    return run
+
+
+@pytest.fixture
+def moved(referenced, tmp_path):
+    """A copy of the referenced run, and its data directory (renamed away by a test, put back after)."""
+    copy = tmp_path / "run.db"
+    shutil.copy(referenced, copy)
+    data = referenced.parent / "data"
+    away = referenced.parent / "data-away"
+    yield copy, data, away
+    if away.exists():
+        away.rename(data)
+
+
+def test_a_changed_file_stops_replay_with_one_line(moved, capsys):
+    run, data, _ = moved
+    f = data / "part-0.parquet"
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    try:
+        assert main(["verify", str(run)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert "part-0.parquet by reference and it changed since the recording (modified" in err
+        assert f"tt pack {run.name}" in err
+    finally:
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(["verify", str(run)]) == 0
+
+
+def test_a_missing_file_is_named_and_tt_pack_makes_the_run_travel(moved, capsys, tmp_path):
+    run, data, away = moved
+    packed = tmp_path / "packed.db"
+    assert main(["pack", str(run), "-o", str(packed)]) == 0
+    assert "packed 16,000 rows from 1 file" in capsys.readouterr().out
+    data.rename(away)
+    assert main(["inspect", str(run)]) == 0
+    assert "part-0.parquet unreadable: it is missing" in capsys.readouterr().out
+    with pytest.raises(SourceFileError, match="cannot be read from here \\(it is missing\\)"):
+        verified(run)
+    assert main(["pack", str(run)]) == 1   # nothing to pack from: the run is left as it was
+    assert "it is missing" in capsys.readouterr().err
+    assert codecs(run) == {"ref"}
+    results = verified(packed)      # the packed run replays without the files
+    assert results and all(r["ok"] for r in results)
+    assert main(["inspect", str(packed)]) == 0
+    assert "copied into the run file by `tt pack`" in capsys.readouterr().out
+
+
+def test_a_source_that_is_not_a_plain_scan_is_copied_and_says_why(spark, record, tmp_path, capsys):
+    import tt
+    from parquet_totals import Totals   # tests/jobs is on the path
+
+    data = write_files(tmp_path / "data", 1)
+
+    def build(spark):
+        flow = tt.Dataflow("repartitioned")
+        df = spark.read.parquet(str(data)).repartition(2)
+        flow.source("U", df).process(Totals(), name="T").collect("out")
+        return flow
+
+    run = record(build)
+    assert codecs(run) == {"arrow"}
+    assert main(["inspect", str(run)]) == 0
+    assert "source   U: rows copied into the run file (its plan has a Repartition" in capsys.readouterr().out
+
+
+def test_positions_round_trip():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(0, 400))
+        rows = np.sort(rng.choice(10_000, size=n, replace=False)).astype(np.int64)
+        files = np.sort(rng.integers(1, 4, size=n))
+        parts = positions.segments(rows, files)
+        source, back = positions.unpack(positions.pack(5, parts))
+        assert source == 5
+        assert [(f, list(r)) for f, r in back] == [(f, list(r)) for f, r in parts]
