@@ -24,9 +24,7 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -110,23 +108,10 @@ def job(data: str) -> list[tuple]:
 
 
 def lineitem_parquet(scale: float) -> Path:
-    """`lineitem` at `scale` as one Parquet file from tpchgen-cli, generated once per scale."""
-    cache = Path(tempfile.gettempdir()) / f"tt-bench-tpch-sf{scale:g}"
-    data = cache / "lineitem.parquet"
-    if data.exists():
-        return data
-    cli = Path(sys.executable).parent / "tpchgen-cli"
-    cli = str(cli) if cli.exists() else shutil.which("tpchgen-cli")
-    if cli is None:
-        raise SystemExit("tpchgen-cli not found: pip install 'tpchgen-cli>=4,<5' (the bench extra)")
-    partial = Path(tempfile.mkdtemp(prefix=f"tt-bench-tpch-sf{scale:g}-"))
-    print(f"generating lineitem at scale {scale:g} with tpchgen-cli ...", flush=True)
-    subprocess.run([cli, "parquet", "--scale-factor", f"{scale:g}", "--tables", "lineitem",
-                    "--output-dir", str(partial), "--quiet"], check=True)
-    cache.mkdir(parents=True, exist_ok=True)
-    os.replace(partial / "lineitem.parquet", data)
-    shutil.rmtree(partial, ignore_errors=True)
-    return data
+    """`lineitem` at `scale` as one Parquet file from tpchgen-cli, generated once per scale (benches/tpch.py)."""
+    from tpch import tpch_parquet
+
+    return tpch_parquet(scale) / "lineitem.parquet"
 
 
 def check(rows: list[tuple], reference: list[tuple], what: str) -> None:

@@ -41,6 +41,13 @@ class Operator:
     def is_stateful(self) -> bool:
         return bool(self.state())
 
+    #: Optional, for operators whose state is a big dict that grows: `changed_keys()`
+    #: returns {field: keys whose value changed since the previous call}. Such a field
+    #: must only gain keys or change values; the recorder then stores each interaction's
+    #: state as the changed and the new keys instead of comparing the whole dict
+    #: (core/state_deltas.py). The built-in Aggregate and HashJoin keep it.
+    changed_keys: Callable[[], dict[str, Iterable]] | None = None
+
     def log_result(self, fn: Callable, *args, **kwargs):
         """Call non-deterministic `fn` while recording; replay returns the logged value."""
         return log_result(fn, *args, **kwargs)
@@ -136,6 +143,7 @@ class Aggregate(Operator):
         self._fold = fold
         self._emit = emit or (lambda k, acc: {"key": k, "value": acc})
         self.groups: dict = {}
+        self._changed: dict | None = None   # keys changed since the last changed_keys(), once asked
 
     def process(self, row, port=0):
         k = self._key(row)
@@ -143,7 +151,13 @@ class Aggregate(Operator):
         if acc is _MISSING:
             acc = self._zero if isinstance(self._zero, _IMMUTABLE) else copy.deepcopy(self._zero)
         self.groups[k] = self._fold(acc, row)
+        if self._changed is not None:
+            self._changed[k] = None
         return None
+
+    def changed_keys(self) -> dict:
+        changed, self._changed = self._changed or {}, {}
+        return {"groups": changed}
 
     def finish(self):
         return [self._emit(k, acc) for k, acc in self.groups.items()]
@@ -158,17 +172,26 @@ class HashJoin(Operator):
         self._merge = merge or _merge_rows
         self.left: dict = {}
         self.right: dict = {}
+        self._changed: tuple[dict, dict] | None = None   # per port, once changed_keys() was asked
 
     def process(self, row, port=0):
         k = self._keys[port](row)
         mine, other = (self.left, self.right) if port == 0 else (self.right, self.left)
         mine.setdefault(k, []).append(row)
         matches = other.get(k)
+        if self._changed is not None:
+            self._changed[port][k] = None
+            if matches:   # `merge` gets the stored rows too, and might change them
+                self._changed[1 - port][k] = None
         if not matches:
             return None
         if port == 0:
             return [self._merge(row, r) for r in matches]
         return [self._merge(l, row) for l in matches]
+
+    def changed_keys(self) -> dict:
+        (left, right), self._changed = self._changed or ({}, {}), ({}, {})
+        return {"left": left, "right": right}
 
 
 class Sink(Operator):

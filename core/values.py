@@ -11,10 +11,12 @@ key starts with `$` (`{"$tuple": [...]}`, `{"$set": [...]}`, ...).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import decimal
+import gc
 import math
-from typing import Any
+from typing import Any, Iterator
 
 import orjson
 
@@ -173,8 +175,25 @@ def _hashable(v: Any) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """Encode and serialize; keys sorted so equal states give equal bytes."""
-    return orjson.dumps(encode(value), option=orjson.OPT_SORT_KEYS)
+    """Encode and serialize; keys sorted so equal states give equal bytes.
+
+    The cyclic garbage collector is paused meanwhile: encoding a big state makes
+    millions of containers, none of them in a cycle, and the collector's passes over
+    them took more time than the encoding itself (a join's 500k rows: 2-3 s, 1 s without)."""
+    with gc_paused():
+        return orjson.dumps(encode(value), option=orjson.OPT_SORT_KEYS)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: for encoding big values (see `dumps`)."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def loads(data: bytes) -> Any:

@@ -450,7 +450,6 @@ class StageTask:
     def _run_source(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
         src = self.runners[self.stage.source]
         captures = self._source_captures() if self.mode == "record" else []
-        feed = src.feed
         for batch in batches:
             if arrow:
                 refs = None
@@ -467,8 +466,7 @@ class StageTask:
                 for nid, port in captures:
                     self.runners[nid].log.entry.setdefault((port, self.partition), []).extend(rows)
             t0 = time.perf_counter()
-            for row in rows:
-                feed(row, 0)
+            src.feed_rows(rows, 0)
             self.busy += time.perf_counter() - t0
             self.since_flush += len(rows)
             self._after_input()
@@ -599,7 +597,8 @@ class StageTask:
         last = self.last_state.get(r.node_id)
         if last is not None and last[0] == r.count:
             return last[1]  # state changes only by consuming an input: nothing to encode
-        h, data, size = self.state_encoder.encode(r.node_id, r.op.state())
+        changed_keys = getattr(r.op, "changed_keys", None)
+        h, data, size = self.state_encoder.encode(r.node_id, r.op.state(), changed_keys and changed_keys())
         if data and h not in self.sent_states and h not in self.new_states:
             self.new_states[h] = (blobs.compress(data), size)
         self.last_state[r.node_id] = (r.count, h)

@@ -309,9 +309,8 @@ class RunReader:
                 chain.append((h, self._states[h]))
                 break
         value = chain[-1][1]
-        for h, stored in reversed(chain[:-1]):
-            value = state_deltas.apply(value, stored)
-            self._remember_state(h, value)
+        if len(chain) > 1:
+            value = state_deltas.apply_chain(value, [stored for _, stored in reversed(chain[:-1])])
         self._remember_state(state_hash, value)
         return value
 
