@@ -16,7 +16,9 @@ Variants, interleaved in every repetition (their order rotates), one SparkSessio
   10/s   tt record, ten interactions a second
 Every variant's answer is checked against Spark SQL's. Prints median wall time and median
 CPU time (this process and every process under it: the JVM and its Python workers), the
-ratios to the floor and to `off`, and the run file as a share of the Parquet input; writes
+ratios to the floor and to `off`, the run file as a share of the Parquet input, the rate it
+was written at (run file / wall time) and the CPU time of this process alone, where tt's
+coordinator receives and writes it (is the driver the bottleneck? issue 15 item 4); writes
 the same as markdown to benches/results/.
 
     python benches/tpch.py [--workloads W1 W2] [--reps 3] [--scale 1] [--partitions 4]
@@ -378,14 +380,16 @@ def bench(spark, w: Workload, data: Path, reps: int, partitions: int, work: Path
     check(w.answer(w.flow(spark, data, partitions).run()), reference, f"{w.name} warm-up")  # JVM and workers
     wall: dict[str, list[float]] = {v: [] for v, _ in VARIANTS}
     cpu: dict[str, list[float]] = {v: [] for v, _ in VARIANTS}
+    driver: dict[str, list[float]] = {v: [] for v, _ in VARIANTS}   # this process: tt's coordinator and writer
     sizes: dict[str, int] = {}
     for rep in range(reps):
         for variant, every in VARIANTS[rep % len(VARIANTS):] + VARIANTS[:rep % len(VARIANTS)]:
             out = work / f"{w.name}-{variant.replace('/', 'per')}.db"
-            c, t = cpu_seconds(), time.perf_counter()
+            c, d, t = cpu_seconds(), sum(os.times()[:2]), time.perf_counter()
             rows, size = run_variant(spark, w, variant, every, data, partitions, out)
             wall[variant].append(time.perf_counter() - t)
             cpu[variant].append(cpu_seconds() - c)
+            driver[variant].append(sum(os.times()[:2]) - d)
             check(rows, reference, f"{w.name} rep {rep + 1} {variant}")
             if size is not None:
                 sizes[variant] = size
@@ -393,25 +397,27 @@ def bench(spark, w: Workload, data: Path, reps: int, partitions: int, work: Path
                     p.unlink()
             print(f"  {w.name} rep {rep + 1} {variant:5} {wall[variant][-1]:7.2f} s wall "
                   f"{cpu[variant][-1]:7.2f} s CPU", flush=True)
-    return {"wall": wall, "cpu": cpu, "sizes": sizes,
+    return {"wall": wall, "cpu": cpu, "driver": driver, "sizes": sizes,
             "input": sum((data / f"{t}.parquet").stat().st_size for t in w.tables)}
 
 
 def report(w: Workload, r: dict) -> tuple[list[str], list[str]]:
     """Printed lines and markdown table rows for one workload."""
-    med = {k: {v: statistics.median(r[k][v]) for v, _ in VARIANTS} for k in ("wall", "cpu")}
+    med = {k: {v: statistics.median(r[k][v]) for v, _ in VARIANTS} for k in ("wall", "cpu", "driver")}
     lines = [f"{w.name}: {w.what}; input {r['input'] / 1e6:.1f} MB Parquet",
              f"  {'variant':7} {'wall s':>7} {'CPU s':>7} {'wall×floor':>10} {'wall×off':>8} {'CPU×off':>7} "
-             f"{'run file':>9} {'/ input':>8}"]
-    table = [f"| {w.name} variant | wall s | CPU s | wall × floor | wall × off | CPU × off | run file | run file / input |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"{'run file':>9} {'/ input':>8} {'written':>10} {'driver CPU':>10}"]
+    table = [f"| {w.name} variant | wall s | CPU s | wall × floor | wall × off | CPU × off | run file | "
+             "run file / input | written | driver CPU s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for v, _ in VARIANTS:
         mb = f"{r['sizes'][v] / 1e6:.1f} MB" if v in r["sizes"] else "–"
         share = f"{100 * r['sizes'][v] / r['input']:.2f} %" if v in r["sizes"] else "–"
+        rate = f"{r['sizes'][v] / 1e6 / med['wall'][v]:.1f} MB/s" if v in r["sizes"] else "–"
         cells = (f"{med['wall'][v]:.2f}", f"{med['cpu'][v]:.2f}", f"{med['wall'][v] / med['wall']['floor']:.3f}",
-                 f"{med['wall'][v] / med['wall']['off']:.3f}", f"{med['cpu'][v] / med['cpu']['off']:.3f}", mb, share)
+                 f"{med['wall'][v] / med['wall']['off']:.3f}", f"{med['cpu'][v] / med['cpu']['off']:.3f}", mb, share,
+                 rate, f"{med['driver'][v]:.2f}")
         lines.append(f"  {v:7} {cells[0]:>7} {cells[1]:>7} {cells[2]:>10} {cells[3]:>8} {cells[4]:>7} "
-                     f"{cells[5]:>9} {cells[6]:>8}")
+                     f"{cells[5]:>9} {cells[6]:>8} {cells[7]:>10} {cells[8]:>10}")
         table.append(f"| {v} | " + " | ".join(cells) + " |")
     return lines, table
 
