@@ -82,10 +82,12 @@ def stream_job(in_dir: str, ckpt: str, files: int, keys: int) -> list[tuple]:
     from pyspark.sql import SparkSession
 
     Path(in_dir).mkdir(parents=True, exist_ok=True)
+    t0 = time.time() - files - 10
     for f in range(files):
         ids = range(f * STREAM_ROWS, (f + 1) * STREAM_ROWS)
         pd.DataFrame({"k": [i % keys for i in ids], "amount": [float(i % 101) for i in ids]}).to_csv(
             Path(in_dir) / f".p{f}.csv", index=False)
+        os.utime(Path(in_dir) / f".p{f}.csv", (t0 + f, t0 + f))   # Spark takes files in mtime order
         os.replace(Path(in_dir) / f".p{f}.csv", Path(in_dir) / f"p{f}.csv")
     spark = SparkSession.builder.getOrCreate()
     src = spark.readStream.schema("k long, amount double").option("header", True) \

@@ -23,6 +23,7 @@ from typing import Any
 
 import cloudpickle
 
+from . import code_pickle
 from .state_deltas import changed_entries
 
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
@@ -100,7 +101,7 @@ class CheckpointWriter:
         try:
             data = pickle.dumps(delta, protocol=5)
         except (pickle.PicklingError, TypeError, AttributeError):
-            data = cloudpickle.dumps(delta)
+            data = code_pickle.dumps(delta)
         if memo.delta_bytes + len(data) > memo.full_bytes:
             return self._full(key, op)  # the chain would cost more to restore than a full one
         memo.chain += 1
@@ -109,7 +110,7 @@ class CheckpointWriter:
         return DELTA, data
 
     def _full(self, key: Any, op: Any) -> tuple[str, bytes]:
-        data = cloudpickle.dumps(op)
+        data = code_pickle.dumps(op)
         self.memos[key] = self._remember(op, _Memo(len(data)))
         return FULL, data
 

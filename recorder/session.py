@@ -20,10 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import cloudpickle
 import orjson
 
-from ..core import values
+from ..core import code_pickle, values
 from ..core.errors import RunFileWriteError, UsageError
 from ..core.graph import Graph
 from ..store import blobs, schema
@@ -131,7 +130,7 @@ class RecordingSession:
         return master
 
     def _write_plan(self, graph: Graph, master: str, spark_version: str, job_dir: Path | None) -> None:
-        keys = [(e.id, cloudpickle.dumps(e.key)) for e in graph.edges if e.key is not None]
+        keys = [(e.id, code_pickle.dumps(e.key)) for e in graph.edges if e.key is not None]
         files = _job_files(self.job, job_dir)
         plan = orjson.dumps(graph.describe()).decode()
         theta = graph.nodes[graph.theta].name
@@ -163,7 +162,7 @@ class RecordingSession:
         g = self.graph
         ops, initial, states = [], [], {}
         for n in nodes:
-            code = self._codes[n.id] = cloudpickle.dumps(n.op)
+            code = self._codes[n.id] = code_pickle.dumps(n.op)
             data = values.dumps(n.op.state())
             h = hashlib.blake2b(data, digest_size=16).digest()
             states[h] = blobs.compress(data)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 import cloudpickle
 import orjson
 
-from ..core import values
+from ..core import code_pickle, values
 from ..core.errors import ReplayDivergence, RunFileError, TTError
 from ..core.graph import Graph
 from ..core.hooked import HookedOperator
@@ -280,7 +280,7 @@ class Instance:
         if self.restored_by_replay:
             return None
         try:
-            return cloudpickle.dumps(self.runner.op)
+            return code_pickle.dumps(self.runner.op)
         except Exception:  # noqa: BLE001  (pickle raises TypeError, PicklingError, and more)
             if isinstance(self.runner.op, HookedOperator):
                 return None

@@ -438,7 +438,9 @@ def _checkpoints_json(r: Result, c: Ctx) -> None:
     ok(r)
     plans = json_objects(r.out)
     [plan] = [p for p in plans if p["active"]]
-    assert plan["policy"] == "offline" and plan["tau"] == 2.0 and plan["checkpoints"], plan
+    assert plan["policy"] == "offline" and plan["tau"] == 2.0, plan
+    # the cheapest plan: none at all on a machine where every jump from the start meets τ
+    assert plan["checkpoints"] or max(i["predicted"] for i in plan["interactions"]) <= 2.0, plan
     ks = [i["k"] for i in plan["interactions"]]
     assert set(plan["checkpoints"]) <= set(ks), plan["checkpoints"]
     assert {i["k"] for i in plan["interactions"] if i["checkpoint"]} == set(plan["checkpoints"])

@@ -16,7 +16,9 @@ Usage: python hooked_apiws_stream.py OUT.json IN_DIR CKPT [FAIL]
 """
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -60,9 +62,11 @@ def events(f: int) -> pd.DataFrame:
 
 def write_files(in_dir: Path) -> None:
     in_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time() - 10
     for f in range(3):
         tmp = in_dir / f".part-{f}.csv"
         events(f).to_csv(tmp, index=False)
+        os.utime(tmp, (t0 + f, t0 + f))   # Spark takes files in mtime order, ties in any order
         tmp.rename(in_dir / f"part-{f}.csv")   # whole files only: the stream lists the folder
 
 

@@ -15,7 +15,9 @@ Usage: python hooked_tws_stream.py OUT.json IN_DIR CKPT [FILES] [PER_FILE] [MODE
 """
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -66,6 +68,7 @@ class RowBalance(Balance):
 
 def write_files(in_dir: Path, files: int, per_file: int) -> None:
     in_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time() - files - 10
     for f in range(files):
         ids = range(f * per_file, (f + 1) * per_file)
         pdf = pd.DataFrame({"id": list(ids)})
@@ -74,6 +77,7 @@ def write_files(in_dir: Path, files: int, per_file: int) -> None:
         pdf["kind"] = ["card" if i % 3 == 0 else "cash" for i in ids]
         tmp = in_dir / f".part-{f:03d}.csv"
         pdf.to_csv(tmp, index=False)
+        os.utime(tmp, (t0 + f, t0 + f))   # Spark takes files in mtime order, ties in any order
         tmp.rename(in_dir / f"part-{f:03d}.csv")   # whole files only: the stream lists the folder
 
 
