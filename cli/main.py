@@ -38,7 +38,8 @@ def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks f
 
 
 def _register() -> None:
-    from . import checkpoint, debug, demo, inspect, migrate, pack, record, replay, verify  # noqa: F401  (each adds a command)
+    from . import (checkpoint, debug, demo, inspect, lineage, migrate, pack,  # noqa: F401  (each adds a command)
+                   record, replay, verify)
 
 
 def _escape_help(command) -> None:

@@ -48,6 +48,13 @@ class Operator:
     #: (core/state_deltas.py). The built-in Aggregate and HashJoin keep it.
     changed_keys: Callable[[], dict[str, Iterable]] | None = None
 
+    #: Optional, for row lineage (replay/lineage.py, docs/LINEAGE.md), never called while
+    #: recording: `emitted_from(row, port, n)` says, for each of the n tuples just emitted for
+    #: `row` (None, port -1: by `finish()`), which state it was made from, as a list of paths
+    #: `(field, key)` or `(field, key, i)` (item i of a list stored under key). Without it, an
+    #: output is made from every state its call read before emitting it.
+    emitted_from: Callable[[Any, int, int], list[list[tuple]]] | None = None
+
     def log_result(self, fn: Callable, *args, **kwargs):
         """Call non-deterministic `fn` while recording; replay returns the logged value."""
         return log_result(fn, *args, **kwargs)
@@ -162,6 +169,10 @@ class Aggregate(Operator):
     def finish(self):
         return [self._emit(k, acc) for k, acc in self.groups.items()]
 
+    def emitted_from(self, row, port, n):
+        """The j-th row `finish()` emits is made from the j-th group alone."""
+        return [[("groups", k)] for k in self.groups] if port == -1 else [[]] * n
+
 
 class HashJoin(Operator):
     """Symmetric hash join of port 0 (left) and port 1 (right) on their keys."""
@@ -193,6 +204,13 @@ class HashJoin(Operator):
         (left, right), self._changed = self._changed or ({}, {}), ({}, {})
         return {"left": left, "right": right}
 
+    def emitted_from(self, row, port, n):
+        """Output j of a probing row is made from the j-th stored row of its key on the other side
+        (and from the probing row itself, which lineage knows)."""
+        if port == -1:
+            return []
+        return [[("right" if port == 0 else "left", self._keys[port](row), j)] for j in range(n)]
+
 
 class Sink(Operator):
     """The end of a dataflow: passes rows to Spark (a DataFrame, files, the driver)."""
@@ -203,6 +221,10 @@ class Sink(Operator):
     def process(self, row, port=0):
         self.rows += 1
         return (row,)
+
+    def emitted_from(self, row, port, n):
+        """A sink passes its row on: the count of rows is no part of it."""
+        return [[]] * n
 
 
 def _merge_rows(left, right):

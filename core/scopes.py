@@ -165,6 +165,11 @@ class Provenance:
 
     def origin(self, ref: TupleRef) -> TupleRef | None:
         """The producer input whose processing emitted `ref` (None: it entered G(θ) here, or is END)."""
+        emitted = self.emitted_by(ref)
+        return emitted[0] if emitted is not None else None
+
+    def emitted_by(self, ref: TupleRef) -> tuple[TupleRef, int] | None:
+        """(origin, j): `ref` is the j-th output of its origin's processing (None as for `origin`)."""
         ch = self.index(ref.op, ref.instance).channel_at(ref.position)
         if ch is None:
             return None
@@ -174,13 +179,19 @@ class Provenance:
         edge = self.graph.edges[self.graph.nodes[ref.op].inputs[port]]
         prod = self.index(edge.src, src)
         g = prod.by_dest[edge.id][ref.instance][seq] if edge.shuffle else seq
-        return TupleRef(edge.src, src, prod.input_of_output(g))
+        n = prod.input_of_output(g)
+        return TupleRef(edge.src, src, n), g - prod.cum[n]
 
     def children(self, ref: TupleRef) -> list[TupleRef]:
         """Where the outputs of input `ref` were consumed (those consumed so far in the logs)."""
+        return [c for _, _, c in self.consumers(ref) if c is not None]
+
+    def consumers(self, ref: TupleRef) -> list[tuple[int, int, TupleRef | None]]:
+        """(out edge, j, where it was consumed) for the j-th output of input `ref` on each of its
+        operator's out edges, edge by edge; None where it was not consumed (by the end of the logs)."""
         idx = self.index(ref.op, ref.instance)
         outs = idx.outputs_of(ref.position)
-        kids = []
+        found = []
         for e in self.graph.out_edges(self.graph.nodes[ref.op]):
             for g in outs:
                 if e.shuffle:
@@ -188,9 +199,8 @@ class Provenance:
                 else:
                     d, seq = ref.instance, g
                 pos = self.index(e.dst, d).position_of((e.port, ref.instance), seq)
-                if pos is not None:
-                    kids.append(TupleRef(e.dst, d, pos))
-        return kids
+                found.append((e.id, g - outs.start, None if pos is None else TupleRef(e.dst, d, pos)))
+        return found
 
     def scope(self, ref: TupleRef) -> ScopeNode:
         root = ScopeNode(ref)

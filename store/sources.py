@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from ..core.errors import SourceFileError
+from ..core.errors import RunFileError, SourceFileError
 from . import positions
 
 _CACHED_GROUPS = 4   # row groups kept decoded: a chunk lies in one or two
@@ -155,6 +155,16 @@ class SourceReader:
     def rows(self, data: bytes) -> list[dict]:
         """One chunk as the rows a tt.Dataflow source hands its operators."""
         return self.table(data).to_pylist()
+
+    def where(self, data: bytes, offset: int) -> tuple[str, int]:
+        """(file URI, row number in the file, from 0) of a chunk's `offset`-th row: where a
+        row of lineage came from. Reads no file."""
+        _, parts = positions.unpack(data)
+        for fid, rows in parts:
+            if offset < len(rows):
+                return self.files[fid].uri, int(rows[offset])
+            offset -= len(rows)
+        raise RunFileError("the run file's row references are damaged: a chunk holds fewer rows than its log says")
 
     def schema(self, source: int) -> Any:
         import pyarrow as pa

@@ -1,0 +1,192 @@
+"""`tt lineage`: which tuples a row was made from (--back), or what a tuple became (--forward)."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Optional
+
+import orjson
+import typer
+
+from ..core.errors import UsageError
+from .main import app
+from .output import CSV, JSON, Activity, cut_hint, emit, only_one, require_dataflow, require_intact, row_text
+
+TEXT_WRITERS = 5   # writers of one state path listed under a row in the text view (--json lists all)
+
+_CSV_COLUMNS = ["root", "from", "kind", "state", "read_by", "to", "row", "note"]
+
+
+@app.command()
+def lineage(
+    run: Path = typer.Argument(..., help="A run file written by `tt record`."),
+    target: str = typer.Argument(..., help="A tuple, OP:INSTANCE:INPUT#, or an operator, sink or source "
+                                           "name with --where choosing among the rows it emitted."),
+    back: bool = typer.Option(False, "--back", help="What the row was made from, down to where it entered G(θ)."),
+    forward: bool = typer.Option(False, "--forward", help="What the row became, up to where each path ended."),
+    where: Optional[str] = typer.Option(None, "--where", help="A Python expression over a row's fields "
+                                        "(the whole row is `row`): one tree per row it holds for."),
+    depth: Optional[int] = typer.Option(None, "--depth", min=0, help="Follow at most N links from the row."),
+    trust: bool = typer.Option(False, "--trust", help="Allow replaying code (and decoding pickled tuples) "
+                               "from a run you did not record."),
+    json: bool = JSON, csv: bool = CSV,
+):
+    """Row lineage: the tuples a row was made from (--back), or what a tuple became (--forward).
+
+    Each link says how two rows are related: "emitted while processing" (the row is an
+    output of that tuple's call, from the logs), or "through state" (the call that emitted
+    the row read an operator's state that the other tuple's call wrote, found by replaying
+    the run with the state tracked; the link names the instance, field and key).
+    Backward lineage stops at the tuples that entered G(θ): θ's inputs and the other side of
+    a join, with the source row's file and row number when the source was read by
+    reference. Forward lineage says where each path ended: a sink, a call that emitted
+    nothing from it (filtered or absorbed), or a row still pending at the end of the run.
+    --json prints a list with one document per row (its tuples and links); --csv one line
+    per link. See docs/LINEAGE.md.
+
+    Examples (the fraud sample, sample_runs/fraud/):
+      tt record sample_runs/fraud/job.py --watch FE -o fraud.db
+      tt lineage fraud.db FD --where "customer == 'Bob' and label == 'Fraud'" --back --depth 2
+      tt lineage fraud.db U --where "amount == '¥5000'" --forward
+      tt lineage fraud.db FF:0:17 --back --json
+    """
+    from ..replay.lineage import Lineage
+    from ..replay.session import DebugSession
+    from ..store.reader import RunReader
+
+    only_one(json=json, csv=csv)
+    if back == forward:
+        raise UsageError("choose one direction: --back (what the row was made from) or --forward (what it became)")
+    reader = RunReader(run)
+    try:
+        require_intact(reader)
+        require_dataflow(reader, "trace")
+        session = DebugSession(reader, trust=trust)
+        lineage = Lineage(session)
+        with Activity("replaying the run with the operators' state tracked"):
+            roots = _roots(session, lineage, target, where)
+            trees = [lineage.back(r, depth) if back else lineage.forward(r, depth) for r in roots]
+        if json:
+            emit([lineage.as_dict(t) for t in trees], json=True)
+        elif csv:
+            emit([row for t in trees for row in _csv_rows(lineage, t)], csv_=True, columns=_CSV_COLUMNS)
+        else:
+            texts, cut = zip(*(_tree_text(lineage, t) for t in trees))
+            stops = sorted({s for s in (lineage.stops(t) for t in trees) if s})
+            again = f"`tt lineage {run} {target}{' --where ' + repr(where) if where else ''} " \
+                    f"{'--back' if back else '--forward'} --json`"
+            emit(None, text="\n\n".join(texts) + "".join("\n" + s for s in stops)
+                 + ("\n" + cut_hint(again) if any(cut) else ""))
+    finally:
+        reader.close()
+
+
+def _roots(session, lineage, target: str, where: str | None) -> list:
+    if ":" not in target:
+        if where is None:
+            raise UsageError(f"which of {target}'s rows? choose them with --where, e.g. --where \"customer == 'Bob'\" "
+                             f"(or name one tuple as OP:INSTANCE:INPUT#)")
+        return lineage.rows_of(target, where)
+    if where is not None:
+        raise UsageError(f"{target} names one tuple; --where chooses among the rows an operator emitted "
+                         f"(tt lineage RUN OP --where EXPR)")
+    op = session.reader.operator(target.split(":", 1)[0])
+    if not op.in_g:
+        raise UsageError(f"{op.name} is not in G(θ) (θ = {session.reader.theta.name}): its tuples are not logged; "
+                         f"choose among the rows it sent into G(θ) with `tt lineage RUN {op.name} --where EXPR`")
+    return [session.parse_ref(target)]
+
+
+def _link_text(lineage, link, back: bool) -> str:
+    if link.kind == "consumed":
+        return "consumed at"
+    if link.kind == "emitted":
+        return "emitted while processing" if back else "emitted as"
+    if back:
+        return f"through state {link.state}, written by"
+    return f"through state {link.state}, read by {lineage.label(link.by)}, as"
+
+
+def _note(tree, node) -> str:
+    """Where a leaf entered G(θ), or where a path ended."""
+    e = tree.entered.get(node)
+    if e is not None:
+        if e["as"] == "end of input":
+            return f"← the end of input of {e['at']} (its finish())"
+        how = "θ's input" if e["as"] == "theta input" else "a free tuple"
+        where = f"{e['file']} row {e['row']}" if "file" in e else \
+            "copied into the run file" if e["source"] else "lineage stops here"
+        return f"← entered G(θ) at {e['at']} ({how}) from {'source ' if e['source'] else ''}{e['from']}: {where}"
+    end = tree.ends.get(node)
+    if end is not None:
+        return {"sink": f"→ reached sink {end['at']}",
+                "pending": f"→ still pending at {end['at']} when the run ended",
+                "absorbed": f"→ consumed with no output at {end['at']} (filtered or absorbed)"}[end["end"]]
+    return ""
+
+
+def _tree_text(lineage, tree) -> tuple[str, bool]:
+    """The tree, depth first, each row once ("shown above" where it comes again), at most
+    TEXT_WRITERS writers per state path; (text, whether a row was cut)."""
+    back = tree.direction == "back"
+    by_src = collections.defaultdict(list)
+    for link in tree.links:
+        by_src[link.src].append(link)
+    lines, shown, cut = [], set(), False
+
+    def describe(node) -> str:
+        nonlocal cut
+        text, c = row_text(tree.rows.get(node))
+        cut |= c
+        note = _note(tree, node)
+        more = "  … (more beyond --depth)" if node in tree.cut else ""
+        return f"{lineage.label(node)}  {text}" + (f"  {note}" if note else "") + more
+
+    def children(node) -> list:
+        """The links to show under a node, and one line per state path with writers left out."""
+        out, per_state = [], collections.Counter()
+        # emitted first, then state by keys (the telling kind), then whole fields (counters and such)
+        links = sorted(by_src.get(node, ()), key=lambda k: (k.kind == "state", "[" not in (k.state or "")))
+        for link in links:
+            if link.kind == "state":
+                per_state[link.state] += 1
+                if per_state[link.state] > TEXT_WRITERS:
+                    continue
+            out.append(link)
+        for state, n in per_state.items():
+            if n > TEXT_WRITERS:
+                out.append(f"… {n - TEXT_WRITERS} more through state {state} (--json lists them)")
+        return out
+
+    def walk(node, prefix: str) -> None:
+        shown.add(node)
+        items = children(node)
+        for i, item in enumerate(items):
+            last = i == len(items) - 1
+            head, pad = ("└─ ", "   ") if last else ("├─ ", "│  ")
+            if isinstance(item, str):
+                lines.append(prefix + head + item)
+                continue
+            if item.to in shown:
+                lines.append(f"{prefix}{head}{_link_text(lineage, item, back)} {lineage.label(item.to)} (shown above)")
+                continue
+            lines.append(f"{prefix}{head}{_link_text(lineage, item, back)} {describe(item.to)}")
+            walk(item.to, prefix + pad)
+
+    lines.append(describe(tree.root))
+    walk(tree.root, "")
+    return "\n".join(lines), cut
+
+
+def _csv_rows(lineage, tree) -> list[dict]:
+    root = lineage.label(tree.root)
+
+    def row(node) -> str:
+        return orjson.dumps(tree.rows.get(node)).decode()
+    rows = [{"root": root, "kind": "root", "to": root, "row": row(tree.root), "note": _note(tree, tree.root)}]
+    for link in tree.links:
+        rows.append({"root": root, "from": lineage.label(link.src), "kind": link.kind, "state": link.state or "",
+                     "read_by": lineage.label(link.by) if link.by is not None else "",
+                     "to": lineage.label(link.to), "row": row(link.to), "note": _note(tree, link.to)})
+    return rows

@@ -1,0 +1,478 @@
+"""Row lineage: which tuples a row of a recorded run was made from, and what a tuple became.
+
+A row is related to a tuple in one of two ways (docs/LINEAGE.md):
+
+* *emitted while processing*: it is an output of the call that processed the tuple;
+  exact, from the Input and Output logs alone (`Provenance.emitted_by`, `consumers`);
+* *through state*: the call that emitted it read state that the tuple's call wrote;
+  found by replaying the run with the operators' state tracked (`state_access.py`),
+  which the recording never does.
+
+Backward lineage follows both kinds down to the tuples that entered G(θ) (θ's inputs,
+the other side of a join) and stops there, saying so; a source row shows its values
+and, when the source was read by reference, its file and row number. Forward lineage
+follows them up from a tuple to where each path ended: a sink, a call that emitted
+nothing from it (filtered or absorbed), or an output still pending when the run ended.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import collections
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from ..core import values
+from ..core.errors import UsageError
+from ..core.graph import SOURCE
+from ..core.logs import END
+from ..core.scopes import TupleRef
+from ..store import blobs
+from .conditions import BUILTINS
+from .engine import Engine, Instance, Key
+from .state_access import Made, StateAccess, path_text, positions
+
+EMITTED, STATE, CONSUMED = "emitted", "state", "consumed"
+
+
+@dataclass(frozen=True)
+class Output:
+    """The index-th tuple a call emitted: a row no consumer names (a sink's row, a row still
+    pending), or a row chosen among an operator's outputs with --where."""
+
+    call: TupleRef
+    index: int
+
+
+Node = TupleRef | Output
+
+
+@dataclass(frozen=True)
+class Link:
+    """Backward: `src` was made from `to`; forward: `to` was made from `src`."""
+
+    src: Node
+    to: Node
+    kind: str                     # EMITTED, STATE, or CONSUMED (forward from an Output: where it went)
+    state: str | None = None      # through state: the instance and the path, "R:1 seen['c2']"
+    by: TupleRef | None = None    # forward through state: the call that read it
+
+
+@dataclass
+class Tree:
+    direction: str                # "back" or "forward"
+    root: Node
+    nodes: list[Node]             # breadth first, each once
+    links: list[Link] = field(default_factory=list)
+    cut: set[Node] = field(default_factory=set)                 # more beyond --depth
+    entered: dict[Node, dict] = field(default_factory=dict)     # back: where each leaf entered G(θ)
+    ends: dict[Node, dict] = field(default_factory=dict)        # forward: where each path ended
+    rows: dict[Node, Any] = field(default_factory=dict)         # JSON-encoded values
+
+
+class Lineage:
+    """Lineage queries over one run (a `DebugSession`), answered by one replay of its own
+    with every operator's state tracked, advanced as far as the queries need."""
+
+    def __init__(self, session):
+        self.session = session
+        self.graph = session.graph
+        self.provenance = session.provenance
+        self.reader = session.reader
+        self.engine = Engine(self.reader, trust=True)   # (the session established trust)
+        self.access = {key: StateAccess(inst.runner.op) for key, inst in self.engine.instances.items()}
+        self._calls = _Calls(self.engine, lambda key, fn: self.access[key].traced(fn))
+        self._channel: dict[Key, tuple] = {}
+        self._readers: dict[Key, _Readers] = {}
+        self._rows: dict[Node, Any] = {}
+        self._chunks: dict[int, bytes] = {}
+
+    def label(self, node: Node) -> str:
+        if isinstance(node, Output):
+            return f"{node.call.label(self.graph)}/{node.index}"
+        return node.label(self.graph)
+
+    # --- choosing rows ------------------------------------------------------------------
+
+    def rows_of(self, name: str, where: str) -> list[Node]:
+        """The rows operator `name` emitted for which `where` holds: its outputs, for an
+        operator of G(θ); the tuples it sent into G(θ), for one outside it (a source)."""
+        node = self.graph.node(name)
+        test = Where(where)
+        if node.id in self.graph.in_g:
+            found, checked = self._outputs_where(node, test)
+        else:
+            found, checked = self._entries_where(node, test)
+        if found:
+            return found
+        if not checked:
+            raise UsageError(f"{name} sent no rows into G(θ) (θ = {self.graph.nodes[self.graph.theta].name}); "
+                             f"lineage reaches G(θ) and the tuples entering it (whole-job lineage, "
+                             f"`tt record --lineage`, is not built yet)")
+        if test.error is not None and not test.held:
+            raise UsageError(f"--where {where!r} raised {test.error} on {name}'s rows "
+                             f"(their fields: {', '.join(test.fields) or 'none; the row is `row`'})")
+        raise UsageError(f"none of the {checked} rows {name} emitted matches --where {where!r}")
+
+    def _outputs_where(self, node, test: "Where") -> tuple[list[Node], int]:
+        found: list[Output] = []
+        checked = 0
+
+        def outputs(key: Key, position: int, outs: list) -> None:
+            nonlocal checked
+            if key[0] != node.id:
+                return
+            for j, row in enumerate(outs):
+                checked += 1
+                if test(row):
+                    out = Output(TupleRef(key[0], key[1], position), j)
+                    found.append(out)
+                    self._rows[out] = values.encode(row)
+        self._shadow({(node.id, i): _end(self.engine.instances[(node.id, i)]) for i in range(node.instances)},
+                     on_outputs=outputs)
+        return sorted(found, key=lambda o: (o.call, o.index)), checked
+
+    def _entries_where(self, node, test: "Where") -> tuple[list[Node], int]:
+        found, checked = [], 0
+        for e in self.graph.out_edges(node):
+            if e.dst not in self.graph.in_g:
+                continue
+            for d in range(self.graph.nodes[e.dst].instances):
+                inst = self.engine.instances[(e.dst, d)]
+                for ch, entry in inst.entry.items():
+                    if ch[0] != e.port:
+                        continue
+                    for seq in range(len(entry)):
+                        row = entry.get(seq)
+                        checked += 1
+                        position = self.provenance.index(e.dst, d).position_of(ch, seq)
+                        if position is not None and test(row):
+                            ref = TupleRef(e.dst, d, position)
+                            found.append(ref)
+                            self._rows[ref] = values.encode(row)
+        return sorted(found), checked
+
+    # --- the two directions -------------------------------------------------------------
+
+    def back(self, root: Node, depth: int | None = None) -> Tree:
+        """What `root` was made from, down to the tuples that entered G(θ)."""
+        call = root.call if isinstance(root, Output) else root
+        self._replay({(call.op, call.instance): call.position + 1})
+        return self._walk(Tree("back", root, [root]), depth, self._made_of)
+
+    def forward(self, root: Node, depth: int | None = None) -> Tree:
+        """What `root` contributed to, up to where each path ended."""
+        self._replay({key: _end(inst) for key, inst in self.engine.instances.items()})
+        visited: dict[Key, set] = collections.defaultdict(set)
+        return self._walk(Tree("forward", root, [root]), depth, lambda node, tree: self._uses(node, tree, visited))
+
+    def _walk(self, tree: Tree, depth: int | None, step: Callable[[Node, Tree], list[Link]]) -> Tree:
+        level = {tree.root: 0}
+        queue = collections.deque([tree.root])
+        while queue:
+            node = queue.popleft()
+            links = step(node, tree)
+            if links and depth is not None and level[node] >= depth:
+                tree.cut.add(node)
+                continue
+            for link in links:
+                tree.links.append(link)
+                if link.to not in level:
+                    level[link.to] = level[node] + 1
+                    tree.nodes.append(link.to)
+                    queue.append(link.to)
+        if tree.direction == "back":
+            for node in tree.nodes:
+                if node not in tree.cut and isinstance(node, TupleRef) and self.provenance.emitted_by(node) is None:
+                    tree.entered[node] = self._entered(node)
+        tree.rows = self._values(tree.nodes)
+        return tree
+
+    def _made_of(self, node: Node, tree: Tree) -> list[Link]:
+        """Backward links of a row: the call that emitted it, and the writers of the state it was made from."""
+        if isinstance(node, Output):
+            call, j = node.call, node.index
+        else:
+            emitted = self.provenance.emitted_by(node)
+            if emitted is None:
+                return []
+            call, j = emitted
+        links = [Link(node, call, EMITTED)]
+        per_output = self.access[(call.op, call.instance)].made.get(call.position)
+        if per_output:
+            where = f"{self.graph.nodes[call.op].name}:{call.instance}"
+            for path, writers in per_output[j]:
+                state = f"{where} {path_text(path)}"
+                links += [Link(node, TupleRef(call.op, call.instance, w), STATE, state) for w in positions(writers)]
+        return links
+
+    def _uses(self, node: Node, tree: Tree, visited: dict[Key, set]) -> list[Link]:
+        """Forward links of a tuple: where its call's outputs went, and the later outputs made
+        from state its call wrote (each reached once per walk: `visited`)."""
+        if isinstance(node, Output):
+            return [Link(node, to, CONSUMED) for to in self._went(node.call, tree)[node.index] if to != node]
+        links = [Link(node, to, EMITTED) for tos in self._went(node, tree) for to in tos]
+        key = (node.op, node.instance)
+        readers = self._readers.get(key)
+        if readers is None:
+            readers = self._readers[key] = _Readers(self.access[key].made)
+        where = f"{self.graph.nodes[node.op].name}:{node.instance}"
+        for c, j, path in readers.read_from(node.position, visited[key]):
+            if c == node.position:
+                continue   # its own outputs: linked as emitted already
+            reader = TupleRef(node.op, node.instance, c)
+            links += [Link(node, to, STATE, f"{where} {path_text(path)}", reader)
+                      for to in self._went(reader, tree)[j]]
+        if not links:
+            tree.ends[node] = {"end": "absorbed", "at": self.graph.nodes[node.op].name}
+        return links
+
+    def _went(self, call: TupleRef, tree: Tree) -> list[list[Node]]:
+        """Per output of `call`, where it went: its consumers, or the output itself where it ended
+        (an operator without consumers: a sink; not consumed by the end of the run: pending)."""
+        node = self.graph.nodes[call.op]
+        n = len(self.provenance.index(call.op, call.instance).outputs_of(call.position))
+        went: list[list[Node]] = [[] for _ in range(n)]
+        if not node.outputs:
+            for j in range(n):
+                went[j].append(Output(call, j))
+                tree.ends[Output(call, j)] = {"end": "sink", "at": node.name}
+            return went
+        for e, j, consumer in self.provenance.consumers(call):
+            if consumer is None:
+                consumer = Output(call, j)
+                tree.ends[consumer] = {"end": "pending", "at": self.graph.nodes[self.graph.edges[e].dst].name}
+            if consumer not in went[j]:
+                went[j].append(consumer)
+        return went
+
+    def as_dict(self, tree: Tree) -> dict:
+        """A tree as JSON: its tuples (each once, with its row and where it entered or ended)
+        and its links."""
+        tuples = []
+        for node in tree.nodes:
+            t = {"tuple": self.label(node), "row": tree.rows.get(node)}
+            if node in tree.entered:
+                t["entered"] = tree.entered[node]
+            if node in tree.ends:
+                t["end"] = tree.ends[node]
+            if node in tree.cut:
+                t["more"] = True
+            tuples.append(t)
+        links = []
+        for link in tree.links:
+            d = {"from": self.label(link.src), "to": self.label(link.to), "kind": link.kind}
+            if link.state is not None:
+                d["state"] = link.state
+            if link.by is not None:
+                d["read_by"] = self.label(link.by)
+            links.append(d)
+        doc = {"direction": tree.direction, "root": self.label(tree.root), "tuples": tuples, "links": links}
+        stops = self.stops(tree)
+        if stops is not None:
+            doc["stops"] = stops
+        return doc
+
+    # --- where tuples entered G(θ) ----------------------------------------------------------
+
+    def _entered(self, t: TupleRef) -> dict:
+        """How a tuple without an origin came into G(θ): as θ's input, as a free tuple, or it is
+        an END step; from which operator, and for a source read by reference, which file row."""
+        port, src, seq = self.provenance.index(t.op, t.instance).channel_at(t.position)
+        node = self.graph.nodes[t.op]
+        if (port, src) == END:
+            return {"as": "end of input", "at": node.name}
+        sender = self.graph.nodes[self.graph.edges[node.inputs[port]].src]
+        info = {"as": "theta input" if t.op == self.graph.theta else "free tuple", "at": node.name,
+                "from": sender.name, "source": sender.kind == SOURCE}
+        if sender.kind == SOURCE:
+            info.update(self._file_row(self.engine.instances[(t.op, t.instance)], (port, src), seq))
+        return info
+
+    def _file_row(self, inst: Instance, channel: tuple[int, int], seq: int) -> dict:
+        entry = inst.entry.get(channel)
+        for start, n, codec, rowid in entry.chunks if entry is not None else ():
+            if start <= seq < start + n and codec == blobs.REF:
+                data = self._chunks.get(rowid)
+                if data is None:
+                    data = self._chunks[rowid] = blobs.decompress(self.reader.entry_data(rowid))
+                uri, row = self.reader.sources().where(data, seq - start)
+                return {"file": uri, "row": row}
+        return {}
+
+    def stops(self, tree: Tree) -> str | None:
+        """Where backward lineage stopped short of the sources (tuples from operators outside G(θ))."""
+        senders = sorted({e["from"] for e in tree.entered.values() if "from" in e and not e["source"]})
+        if not senders:
+            return None
+        theta = self.graph.nodes[self.graph.theta].name
+        return (f"lineage stops where tuples entered G(θ) (θ = {theta}) from {', '.join(senders)}; whole-job "
+                f"lineage (`tt record --lineage`) is not built yet")
+
+    # --- replays ------------------------------------------------------------------------------
+
+    def _replay(self, targets: dict[Key, int]) -> None:
+        """Advance the tracked replay until each instance in `targets` has consumed that many
+        tuples, producers as far as they need to go."""
+        with self.engine.hooks(self._before, self._after):
+            _advance(self.engine, targets)
+
+    def _before(self, inst: Instance, position: int, channel: tuple) -> None:
+        self.access[inst.key].begin(position)
+        self._channel[inst.key] = channel
+        self._calls.before(inst, position, channel)
+
+    def _after(self, inst: Instance, position: int, row: Any) -> None:
+        self._calls.after(inst, position, row)
+        self.access[inst.key].end(row, self._channel[inst.key][0])
+
+    def _values(self, nodes: list[Node]) -> dict[Node, Any]:
+        """The rows at `nodes`, JSON-encoded: those already known, the rest by one replay."""
+        wanted_in = {n for n in nodes if isinstance(n, TupleRef) and n not in self._rows}
+        wanted_out = {n for n in nodes if isinstance(n, Output) and n not in self._rows}
+        targets: dict[Key, int] = {}
+        for n in (*wanted_in, *(o.call for o in wanted_out)):
+            targets[(n.op, n.instance)] = max(targets.get((n.op, n.instance), 0), n.position + 1)
+
+        def consumed(key: Key, position: int, row: Any) -> None:
+            ref = TupleRef(key[0], key[1], position)
+            if ref in wanted_in:
+                self._rows[ref] = None if row is None else values.encode(row)
+
+        def emitted(key: Key, position: int, outs: list) -> None:
+            for j, row in enumerate(outs):
+                out = Output(TupleRef(key[0], key[1], position), j)
+                if out in wanted_out:
+                    self._rows[out] = values.encode(row)
+        if targets:
+            self._shadow(targets, on_input=consumed, on_outputs=emitted)
+        return {n: self._rows.get(n) for n in nodes}
+
+    def _shadow(self, targets: dict[Key, int], on_input: Callable[[Key, int, Any], None] | None = None,
+                on_outputs: Callable[[Key, int, list], None] | None = None) -> None:
+        """Replay on an engine of its own, state untracked, until each instance in `targets` has
+        consumed that many tuples: `on_input` sees each tuple consumed, `on_outputs` what each
+        call emitted."""
+        engine = Engine(self.reader, trust=True)
+        emitted: dict[Key, list] = {}
+
+        def capture(key: Key, fn: Callable) -> Callable:
+            def call(*args):
+                outs = fn(*args)
+                if outs is not None and type(outs) not in (list, tuple, dict):
+                    outs = list(outs)
+                emitted[key] = outs
+                return outs
+            return call
+        calls = _Calls(engine, capture)
+
+        def after(inst: Instance, position: int, row: Any) -> None:
+            calls.after(inst, position, row)
+            if on_input is not None:
+                on_input(inst.key, position, row)
+            outs = emitted.pop(inst.key, None)
+            if outs and on_outputs is not None:
+                on_outputs(inst.key, position, outs)
+        with engine.hooks(calls.before, after):
+            _advance(engine, targets)
+
+
+class Where:
+    """A --where expression over a row's fields (`customer == 'Bob'`; the whole row is `row`),
+    with a few builtins. A row it raises on does not match; the first error is kept."""
+
+    def __init__(self, source: str):
+        try:
+            tree = ast.parse(source, mode="eval")
+        except SyntaxError as e:
+            raise UsageError(f"bad --where expression {source!r}: {e.msg}") from None
+        self.code = compile(tree, "<--where>", "eval")
+        self.builtins = {k: getattr(builtins, k) for k in BUILTINS}
+        self.error: str | None = None
+        self.fields: list[str] = []
+        self.held = False
+
+    def __call__(self, row: Any) -> bool:
+        env = {k: v for k, v in row.items() if type(k) is str} if isinstance(row, dict) else {}
+        env["row"] = row
+        try:
+            held = bool(eval(self.code, {"__builtins__": self.builtins}, env))
+        except Exception as e:  # noqa: BLE001  (the user's expression: false for this row, reported once)
+            if self.error is None:
+                self.error = f"{type(e).__name__}: {e}"
+                self.fields = sorted(k for k in env if k != "row")
+            return False
+        self.held |= held
+        return held
+
+
+class _Calls:
+    """Every call of an engine's operators passed through `wrap(key, fn)`: `process` for good,
+    `finish` during each END step only (an attribute of the operator, removed afterwards)."""
+
+    def __init__(self, engine: Engine, wrap: Callable[[Key, Callable], Callable]):
+        self.wrap = wrap
+        self._ending: set[Key] = set()
+        for key, inst in engine.instances.items():
+            inst.runner.call = wrap(key, inst.runner.call)
+
+    def before(self, inst: Instance, position: int, channel: tuple) -> None:
+        if channel == END:
+            op = inst.runner.op
+            op.finish = self.wrap(inst.key, op.finish)
+            self._ending.add(inst.key)
+
+    def after(self, inst: Instance, position: int, row: Any) -> None:
+        if inst.key in self._ending:
+            self._ending.discard(inst.key)
+            del inst.runner.op.finish
+
+
+class _Readers:
+    """Forward through state, for one instance: which outputs read each chain of writers.
+
+    Chains share their tails, so the outputs that read what call p wrote are those reading
+    a chain through a link headed by p: found by walking from those links towards newer
+    ones. A walk visits each link once (`visited`): a row is reached once per tree."""
+
+    def __init__(self, made: dict[int, list[Made]]):
+        self.at: dict[int, list] = collections.defaultdict(list)      # position -> links headed by it
+        self.newer: dict[int, list] = collections.defaultdict(list)   # id(link) -> links whose tail it is
+        self.readers: dict[int, list] = collections.defaultdict(list)  # id(link) -> (call, j, path)
+        self._keep = []   # the links, alive while their ids are keys
+        seen: set[int] = set()
+        for c, per_output in made.items():
+            for j, m in enumerate(per_output):
+                for path, w in m:
+                    self.readers[id(w)].append((c, j, path))
+                    while w is not None and id(w) not in seen:
+                        seen.add(id(w))
+                        self._keep.append(w)
+                        self.at[w[0]].append(w)
+                        if w[1] is not None:
+                            self.newer[id(w[1])].append(w)
+                        w = w[1]
+
+    def read_from(self, position: int, visited: set[int]) -> Iterator[tuple[int, int, tuple]]:
+        stack = list(self.at.get(position, ()))
+        while stack:
+            w = stack.pop()
+            if id(w) in visited:
+                continue
+            visited.add(id(w))
+            yield from self.readers.get(id(w), ())
+            stack.extend(self.newer.get(id(w), ()))
+
+
+def _advance(engine: Engine, targets: dict[Key, int]) -> None:
+    """Each instance in `targets` to at least that position, producers pulled as far as needed:
+    consumers first, since a producer's own target may lie before what a consumer needs."""
+    for key in sorted(targets, reverse=True):
+        if engine.instances[key].count < targets[key]:
+            engine.advance_to({key: targets[key]}, pull=True)
+
+
+def _end(inst: Instance) -> int:
+    """How far an instance's log goes (a failed run: up to the input it raised on)."""
+    return inst.failed_at if inst.failed_at is not None else inst.total

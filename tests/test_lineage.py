@@ -1,0 +1,175 @@
+"""Row lineage (issue 16), against an oracle that does not use tt's logs.
+
+The job (tests/jobs/lineage_orders.py) carries in every row, as plain data, the ids of
+the orders and lineitems it was computed from: through a join, a keyed aggregate, a
+union of two paths, a flat_map and a user operator with a dict state. tt's lineage
+never reads those ids; it must find them anyway: backward from every sink row down to
+the source rows, forward from every source row up to exactly the sink rows that carry
+its id. Then the fraud sample: Bob's Fraud rows come from his ¥5,000 payment through
+FD's state. Then the command: --json, text, --csv and one-line errors.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tt.cli.main import main
+from tt.replay.lineage import Lineage, Output
+from tt.replay.session import DebugSession
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "tests" / "jobs" / "lineage_orders.py"
+FRAUD = ROOT / "sample_runs" / "fraud" / "job.py"
+
+
+@pytest.fixture(scope="module")
+def orders(spark, tmp_path_factory):
+    """(run file, the sink rows as the job computed them on Spark)."""
+    d = tmp_path_factory.mktemp("lineage")
+    run, out = d / "run.db", d / "out.json"
+    assert main(["record", str(JOB), "--watch", "T", "-o", str(run), "--", str(out), str(d / "data")]) == 0
+    return run, json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def orders_lineage(orders):
+    session = DebugSession(orders[0])
+    yield Lineage(session)
+    session.reader.close()
+
+
+def source_id(row: dict) -> str:
+    """A source row's id, from its own columns (not from the `ids` the job adds)."""
+    return f"l{row['l_id']}" if "l_id" in row else f"o{row['o_id']}"
+
+
+def source_ids(tree) -> set[str]:
+    return {source_id(tree.rows[n]) for n, e in tree.entered.items() if e.get("source")}
+
+
+def test_backward_lineage_of_every_sink_row_is_the_ids_it_carries(orders, orders_lineage):
+    lin, (_, spark_rows) = orders_lineage, orders
+    sink_rows = lin.rows_of("OUT", "True")
+    trees = [lin.back(r) for r in sink_rows]
+    replayed = [t.rows[t.root] for t in trees]
+    assert sorted(map(json.dumps, replayed)) == sorted(map(json.dumps, spark_rows)), "the rows are Spark's"
+    assert {r["kind"] for r in replayed} == {"customer", "running"}
+    for tree in trees:
+        assert source_ids(tree) == set(tree.rows[tree.root]["ids"]), lin.label(tree.root)
+        kinds = {e["as"] for e in tree.entered.values()}
+        assert kinds <= {"theta input", "free tuple", "end of input"}
+        assert lin.stops(tree) is None, "every leaf is a source row: nothing lies outside G(θ)"
+    customer = next(t for t in trees if t.rows[t.root]["kind"] == "customer")
+    states = {link.state.split(" ")[1].split("[")[0] for link in customer.links if link.kind == "state"}
+    assert "groups" in states and states - {"groups"} and states <= {"groups", "left", "right"}, \
+        "through A's groups, then the join's stored rows"
+
+
+def test_forward_lineage_of_every_source_row_reaches_exactly_its_sink_rows(orders_lineage):
+    lin = orders_lineage
+    sink = {}
+    for r in lin.rows_of("OUT", "True"):
+        sink[r] = set(lin.back(r, depth=0).rows[r]["ids"])
+    sources = lin.rows_of("ORDERS", "True") + lin.rows_of("ITEMS", "True")
+    assert len(sources) == 14 + 30
+    absorbed = 0
+    for ref in sources:
+        tree = lin.forward(ref)
+        sid = source_id(tree.rows[ref])
+        reached = {n for n, end in tree.ends.items() if end["end"] == "sink"}
+        assert reached == {r for r, ids in sink.items() if sid in ids}, sid
+        assert not any(end["end"] == "pending" for end in tree.ends.values())
+        absorbed += any(end["end"] == "absorbed" for end in tree.ends.values())
+    assert absorbed, "orders without lineitems, lineitems without orders and filtered rows end early"
+
+
+def test_source_rows_read_by_reference_show_file_and_row(orders_lineage):
+    lin = orders_lineage
+    (ref,) = lin.rows_of("ORDERS", "o_id == 9")
+    tree = lin.back(ref)
+    entered = tree.entered[ref]
+    assert entered["as"] == "theta input" and entered["from"] == "ORDERS" and entered["source"]
+    assert entered["file"].endswith("orders/part-1.parquet") and entered["row"] == 9 - 8
+    (item,) = lin.rows_of("ITEMS", "l_id == 107")
+    entered = lin.back(item).entered[item]
+    assert entered["as"] == "free tuple" and entered["at"] == "J" and "file" not in entered, \
+        "ITEMS enters through a shuffle: its rows are copied"
+
+
+def test_json_text_and_csv(orders, capsys):
+    run = str(orders[0])
+    assert main(["lineage", run, "OUT", "--where", "kind == 'customer' and cust == 'c3'", "--back", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    assert doc["direction"] == "back" and doc["root"].startswith("OUT:")
+    root_row = doc["tuples"][0]["row"]
+    entered = [t for t in doc["tuples"] if t.get("entered", {}).get("source")]
+    assert {source_id(t["row"]) for t in entered} == set(root_row["ids"])
+    assert any(link["kind"] == "state" and link["state"].startswith("A:") for link in doc["links"])
+
+    assert main(["lineage", run, "OUT", "--where", "kind == 'customer' and cust == 'c3'", "--back"]) == 0
+    text = capsys.readouterr().out
+    assert "emitted while processing" in text and "through state A:" in text and "groups['c3']" in text
+    assert "entered G(θ) at T (θ's input) from source ORDERS: file:" in text and ".parquet row " in text
+
+    assert main(["lineage", run, "ITEMS", "--where", "l_id == 107", "--forward"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("J:") and "reached sink OUT" in text, "a lineitem enters G(θ) at the join"
+
+    assert main(["lineage", run, "ORDERS", "--where", "o_id == 9", "--forward", "--csv", "--depth", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "root,from,kind,state,read_by,to,row,note" and len(lines) >= 3
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["NOPE", "--where", "True", "--back"], "unknown operator 'NOPE'"),
+    (["T:0:99", "--back"], "T:0 has inputs #0..#"),
+    (["OUT", "--where", "cust == 'nobody'", "--back"], "none of the 42 rows OUT emitted matches"),
+    (["OUT", "--where", "custmer == 'c3'", "--back"], "NameError"),
+    (["OUT", "--back"], "choose them with --where"),
+    (["T:0:1", "--back", "--forward"], "choose one direction"),
+])
+def test_bad_input_gets_one_line(orders, capsys, args, needle):
+    assert main(["lineage", str(orders[0]), *args]) != 0
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tt: error: ") and needle in lines[0], lines
+
+
+@pytest.fixture(scope="module")
+def fraud(spark, tmp_path_factory):
+    d = tmp_path_factory.mktemp("lineage_fraud")
+    run = d / "fraud.db"
+    assert main(["record", str(FRAUD), "--watch", "FE", "-o", str(run), "--",
+                 "--rows", "3000", "--data", str(d / "payments.parquet")]) == 0
+    return run
+
+
+def test_bobs_fraud_rows_come_from_his_yen_payment_through_fd_state(fraud, capsys):
+    session = DebugSession(fraud)
+    try:
+        lin = Lineage(session)
+        rows = lin.rows_of("FD", "customer == 'Bob' and label == 'Fraud'")
+        trees = [lin.back(r) for r in rows]   # in the order FD processed them (one instance: Bob's)
+        assert len(trees) >= 2
+        for tree in trees:
+            yen = [link for link in tree.links if link.kind == "state" and "blacklist['Bob']" in link.state
+                   and link.state.startswith("FD:") and tree.rows[link.to]["amount"] == "¥5000"]
+            assert yen, f"{lin.label(tree.root)} does not come from the ¥5000 payment through FD's state"
+            assert any(tree.rows[n]["amount"] == "¥5000" for n, e in tree.entered.items() if e.get("from") == "U"), \
+                "down to the source row"
+        first = trees[0]
+        assert first.rows[first.root]["amount"] == "¥5000", "his first Fraud row is the ¥5000 payment itself, " \
+            "labelled from the blacklist entry its own call wrote"
+        assert isinstance(first.root, Output)
+    finally:
+        session.reader.close()
+
+    assert main(["lineage", str(fraud), "FD", "--where", "customer == 'Bob' and label == 'Fraud'",
+                 "--back", "--depth", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "through state FD:" in text and "blacklist['Bob'], written by FD:" in text and "¥5000" in text
