@@ -66,7 +66,7 @@ def lineage(
         lineage = Lineage(session)
         with Activity("replaying the run with the operators' state tracked"):
             roots = _roots(session, lineage, target, where)
-            trees = [lineage.back(r, depth) if back else lineage.forward(r, depth) for r in roots]
+            trees = lineage.trees(roots, back, depth)
         if json:
             emit([lineage.as_dict(t) for t in trees], json=True)
         elif csv:

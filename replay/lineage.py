@@ -155,19 +155,32 @@ class Lineage:
 
     # --- the two directions -------------------------------------------------------------
 
-    def back(self, root: Node, depth: int | None = None) -> Tree:
-        """What `root` was made from, down to the tuples that entered G(θ)."""
+    def back(self, root: Node, depth: int | None = None, *, rows: bool = True) -> Tree:
+        """What `root` was made from, down to the tuples that entered G(θ); `rows=False`
+        leaves `tree.rows` empty (`trees` reads them for many trees in one replay)."""
         call = root.call if isinstance(root, Output) else root
         self._replay({(call.op, call.instance): call.position + 1})
-        return self._walk(Tree("back", root, [root]), depth, self._made_of)
+        return self._walk(Tree("back", root, [root]), depth, self._made_of, rows)
 
-    def forward(self, root: Node, depth: int | None = None) -> Tree:
+    def forward(self, root: Node, depth: int | None = None, *, rows: bool = True) -> Tree:
         """What `root` contributed to, up to where each path ended."""
         self._replay({key: _end(inst) for key, inst in self.engine.instances.items()})
         visited: dict[Key, set] = collections.defaultdict(set)
-        return self._walk(Tree("forward", root, [root]), depth, lambda node, tree: self._uses(node, tree, visited))
+        return self._walk(Tree("forward", root, [root]), depth, lambda node, tree: self._uses(node, tree, visited),
+                          rows)
 
-    def _walk(self, tree: Tree, depth: int | None, step: Callable[[Node, Tree], list[Link]]) -> Tree:
+    def trees(self, roots: list[Node], back: bool, depth: int | None = None) -> list[Tree]:
+        """One tree per root, their rows read by one replay for all of them (not one per tree)."""
+        walk = self.back if back else self.forward
+        order = sorted(range(len(roots)), key=lambda i: _order(roots[i]))
+        built = {i: walk(roots[i], depth, rows=False) for i in order}
+        trees = [built[i] for i in range(len(roots))]   # walked in the replay's order, listed in the roots'
+        known = self._values([n for t in trees for n in t.nodes])
+        for t in trees:
+            t.rows = {n: known[n] for n in t.nodes}
+        return trees
+
+    def _walk(self, tree: Tree, depth: int | None, step: Callable[[Node, Tree], list[Link]], rows: bool) -> Tree:
         level = {tree.root: 0}
         queue = collections.deque([tree.root])
         while queue:
@@ -186,7 +199,8 @@ class Lineage:
             for node in tree.nodes:
                 if node not in tree.cut and isinstance(node, TupleRef) and self.provenance.emitted_by(node) is None:
                     tree.entered[node] = self._entered(node)
-        tree.rows = self._values(tree.nodes)
+        if rows:
+            tree.rows = self._values(tree.nodes)
         return tree
 
     def _made_of(self, node: Node, tree: Tree) -> list[Link]:
@@ -471,6 +485,12 @@ def _advance(engine: Engine, targets: dict[Key, int]) -> None:
     for key in sorted(targets, reverse=True):
         if engine.instances[key].count < targets[key]:
             engine.advance_to({key: targets[key]}, pull=True)
+
+
+def _order(node: Node) -> tuple:
+    """Roots in the order of the replay (a backward walk replays up to its root)."""
+    call = node.call if isinstance(node, Output) else node
+    return (call.position, call.op, call.instance, node.index if isinstance(node, Output) else -1)
 
 
 def _end(inst: Instance) -> int:

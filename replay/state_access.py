@@ -18,7 +18,8 @@ or `(field,)`. The rules (docs/LINEAGE.md):
 * an item appended to a list value is written by the call that appended it alone;
 * output j of a call is made from the writers of the slots the call read before
   emitting it (for a generator: since its previous output) and of every non-dict
-  field, unless the operator's `emitted_from` names the paths it was made from.
+  field but the counters (fields the class's code only updates with `+=` and the like,
+  `counters`), unless the operator's `emitted_from` names the paths it was made from.
 
 Writers are chains `(position, earlier writers)`, newest first, shared between slots
 and calls, so a counter that every call bumps costs one pair per call.
@@ -26,6 +27,8 @@ and calls, so a counter that every call bumps costs one pair per call.
 
 from __future__ import annotations
 
+import dis
+import types
 from typing import Any, Callable, Iterator
 
 from ..core import values
@@ -63,6 +66,45 @@ def _within(tail: Writers, chain: Writers | None) -> bool:
 def path_text(path: tuple) -> str:
     """('seen', 'c2') -> "seen['c2']"; ('right', 3, 0) -> 'right[3][0]'."""
     return path[0] + "".join(f"[{k!r}]" for k in path[1:])
+
+
+def counters(cls: type) -> frozenset[str]:
+    """The fields that the operator's own code only ever updates by augmented assignment
+    (`self.scored += 1`): a counter's value goes into itself alone, so no output is made from
+    it. Read from the bytecode of every function of the class (not `tt.Operator`'s); a class
+    that reaches its fields by name (`getattr`, `vars`, `__dict__`) has none."""
+    codes: list[types.CodeType] = []
+    for klass in cls.__mro__:
+        if klass is Operator or klass is object:
+            continue
+        for v in vars(klass).values():
+            if isinstance(v, (staticmethod, classmethod)):
+                v = v.__func__
+            if isinstance(v, property):
+                codes += [f.__code__ for f in (v.fget, v.fset, v.fdel) if f is not None]
+            elif isinstance(v, types.FunctionType):
+                codes.append(v.__code__)
+    augmented: set[str] = set()
+    read: set[str] = set()
+    while codes:
+        code = codes.pop()
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        if {"getattr", "vars", "__dict__", "__getattribute__"} & set(code.co_names):
+            return frozenset()
+        ins = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "EXTENDED_ARG")]
+        for n, i in enumerate(ins):
+            if i.opname != "LOAD_ATTR":
+                continue
+            name = i.argval
+            store = next((k for k in range(n + 1, len(ins)) if ins[k].opname == "STORE_ATTR"
+                          and ins[k].argval == name), None)
+            if (n >= 1 and ins[n - 1].opname == "COPY" and ins[n - 1].arg == 1 and store is not None
+                    and ins[store - 1].opname == "SWAP" and ins[store - 2].opname == "BINARY_OP"
+                    and ins[store - 2].argrepr.endswith("=") and ins[store - 2].argrepr != "=="):
+                augmented.add(name)
+            else:
+                read.add(name)
+    return frozenset(augmented - read)
 
 
 def fingerprint(value: Any) -> Any:
@@ -236,6 +278,7 @@ class StateAccess:
         self.made: dict[int, list[Made]] = {}
         self.outputs: list | tuple = ()           # what the current call emitted
         self._own_state = type(op).state is not Operator.state
+        self._counters = frozenset() if self._own_state else counters(type(op))
         self._dicts: dict[str, TrackedDict] = {}
         self._plain: dict[str, Any] = {}           # field -> fingerprint after the last call
         self._paused = False
@@ -356,7 +399,8 @@ class StateAccess:
                 self._paused = False
             if paths is not None:
                 return [tuple((p, w) for p in ps if (w := self._writers_of(p)) is not None) for ps in paths]
-        plain = tuple(((s,), w) for s in self._plain if (w := self.writers.get((s,))) is not None)
+        plain = tuple(((s,), w) for s in self._plain
+                      if s not in self._counters and (w := self.writers.get((s,))) is not None)
         return [m + plain for m in self._per_output]
 
     def _writers_of(self, path: tuple) -> Writers | None:

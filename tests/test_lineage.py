@@ -125,6 +125,26 @@ def test_json_text_and_csv(orders, capsys):
     assert lines[0] == "root,from,kind,state,read_by,to,row,note" and len(lines) >= 3
 
 
+def test_a_counter_field_is_written_but_read_by_no_output():
+    """`self.scored += 1` in every call must not make each output depend on every earlier input."""
+    import tt
+    from tt.replay.state_access import counters
+
+    class Counting(tt.Operator):
+        def process(self, row, port=0):
+            self.calls += 1
+            self.total = self.total + row["x"]    # a plain assignment: read
+            self.seen -= 1
+            yield {"x": row["x"], "seen": self.seen}   # read again: not a counter
+
+    class ByName(Counting):
+        def dump(self):
+            return vars(self)    # reaches its fields by name: nothing is a counter
+
+    assert counters(Counting) == {"calls"}
+    assert counters(ByName) == frozenset()
+
+
 @pytest.mark.parametrize("args, needle", [
     (["NOPE", "--where", "True", "--back"], "unknown operator 'NOPE'"),
     (["T:0:99", "--back"], "T:0 has inputs #0..#"),
@@ -160,8 +180,10 @@ def test_bobs_fraud_rows_come_from_his_yen_payment_through_fd_state(fraud, capsy
             yen = [link for link in tree.links if link.kind == "state" and "blacklist['Bob']" in link.state
                    and link.state.startswith("FD:") and tree.rows[link.to]["amount"] == "¥5000"]
             assert yen, f"{lin.label(tree.root)} does not come from the ¥5000 payment through FD's state"
-            assert any(tree.rows[n]["amount"] == "¥5000" for n, e in tree.entered.items() if e.get("from") == "U"), \
-                "down to the source row"
+            sources = [tree.rows[n] for n, e in tree.entered.items() if e.get("from") == "U"]
+            assert any(r["amount"] == "¥5000" for r in sources), "down to the source row"
+            assert {r["customer"] for r in sources} == {"Bob"}, \
+                "Bob's keys alone: FD.scored, a counter no output reads, links no other customer's payment"
         first = trees[0]
         assert first.rows[first.root]["amount"] == "¥5000", "his first Fraud row is the ¥5000 payment itself, " \
             "labelled from the blacklist entry its own call wrote"
