@@ -28,6 +28,8 @@ def lineage(
     where: Optional[str] = typer.Option(None, "--where", help="A Python expression over a row's fields "
                                         "(the whole row is `row`): one tree per row it holds for."),
     depth: Optional[int] = typer.Option(None, "--depth", min=0, help="Follow at most N links from the row."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="At most N of the rows --where chooses: "
+                                        "the first by instance, then position (the others are counted)."),
     trust: bool = typer.Option(False, "--trust", help="Allow replaying code (and decoding pickled tuples) "
                                "from a run you did not record."),
     json: bool = JSON, csv: bool = CSV,
@@ -47,7 +49,7 @@ def lineage(
 
     Examples (the fraud sample, sample_runs/fraud/):
       tt record sample_runs/fraud/job.py --watch FE -o fraud.db
-      tt lineage fraud.db FD --where "customer == 'Bob' and label == 'Fraud'" --back --depth 2
+      tt lineage fraud.db FD --where "customer == 'Bob' and label == 'Fraud'" --back --depth 2 --limit 3
       tt lineage fraud.db U --where "amount == '¥5000'" --forward
       tt lineage fraud.db FF:0:17 --back --json
     """
@@ -66,7 +68,8 @@ def lineage(
         lineage = Lineage(session)
         with Activity("replaying the run with the operators' state tracked"):
             roots = _roots(session, lineage, target, where)
-            trees = lineage.trees(roots, back, depth)
+            left_out = len(roots) - limit if limit is not None and len(roots) > limit else 0
+            trees = lineage.trees(roots[:len(roots) - left_out], back, depth)
         if json:
             emit([lineage.as_dict(t) for t in trees], json=True)
         elif csv:
@@ -77,6 +80,7 @@ def lineage(
             again = f"`tt lineage {run} {target}{' --where ' + repr(where) if where else ''} " \
                     f"{'--back' if back else '--forward'} --json`"
             emit(None, text="\n\n".join(texts) + "".join("\n" + s for s in stops)
+                 + (f"\n… {left_out} more row(s) match --where (--limit {limit})" if left_out else "")
                  + ("\n" + cut_hint(again) if any(cut) else ""))
     finally:
         reader.close()

@@ -42,12 +42,28 @@ def _register() -> None:
                    record, replay, verify)
 
 
+def _reflowed(text: str) -> str:
+    """A docstring's prose paragraphs on one line each, for the terminal to wrap (rich keeps
+    every line break of a help text, so a docstring's lines came out cut in two); a paragraph
+    with an indented line or a list item keeps its lines."""
+    out = []
+    for para in text.split("\n\n"):
+        lines = para.splitlines()
+        keep = any(line[:1].isspace() or line.lstrip()[:2] in ("- ", "* ") for line in lines)
+        out.append(para if keep else " ".join(line.strip() for line in lines))
+    return "\n\n".join(out)
+
+
 def _escape_help(command) -> None:
     """Help texts are rendered as rich markup, where "[default: 0]" is a style tag and
-    vanishes: escape such brackets in every option's and argument's help (once)."""
+    vanishes: escape such brackets in every option's and argument's help (once), and
+    reflow each command's docstring (`_reflowed`)."""
     from rich.markup import escape
 
     for cmd in [command, *getattr(command, "commands", {}).values()]:
+        if cmd.help and not getattr(cmd, "_tt_reflowed", False):
+            cmd.help = _reflowed(cmd.help)
+            cmd._tt_reflowed = True
         for param in cmd.params:
             text = getattr(param, "help", None)
             if text and "[" in text and not getattr(param, "_tt_escaped", False):

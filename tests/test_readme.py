@@ -419,6 +419,39 @@ def _overlaps(r: Result, c: Ctx) -> None:
         assert len(re.findall(r"\b[A-Z]+:\d+:\d+\b", r.out)) >= 2 * without, str(r)
 
 
+# --- Why is this row here: lineage ------------------------------------------------------------------
+
+LINEAGE = "Why is this row here: lineage"
+
+
+@runs(LINEAGE, "tt lineage run.db FD --where \"customer == 'Bob' and label == 'Fraud' and amount != '¥5000'\" "
+               "--limit 1 --back --depth 2")
+def _lineage_back(r: Result, c: Ctx) -> None:
+    # through state FD:0 blacklist['Bob'], written by his ¥5000 payment
+    ok(r)
+    lines = r.out.splitlines()
+    assert re.match(r"FD:\d+:\d+/0  \{.*customer: 'Bob'.*label: 'Fraud'", lines[0]), str(r)
+    assert "¥5000" not in lines[0], str(r)
+    written = [line for line in lines if "through state FD:" in line and "blacklist['Bob'], written by FD:" in line]
+    assert written and "amount: '¥5000'" in written[0], str(r)
+    # down from there: the ¥5,000 payment as it entered G(θ) from the source
+    assert any(f"{YEN}  {{id: 66666" in line and "amount: '¥5000'" in line
+               and "entered G(θ) at FE (θ's input) from source U" in line for line in lines), str(r)
+    assert re.search(r"^… \d+ more row\(s\) match --where \(--limit 1\)$", r.out, re.M), str(r)
+
+
+@runs(LINEAGE, f"tt lineage run.db {YEN} --forward --depth 1")
+def _lineage_forward(r: Result, c: Ctx) -> None:
+    # what the ¥5000 payment became: FD's input, and through FE:1 highest['Bob'] the rows after it
+    ok(r)
+    lines = r.out.splitlines()
+    assert lines[0].startswith(f"{YEN}  ") and "amount: '¥5000'" in lines[0], str(r)
+    emitted = [line for line in lines if re.match(r"\W*emitted as FD:\d+:\d+ ", line)]
+    assert len(emitted) == 1 and "usd: 5000.0" in emitted[0], str(r)
+    later = [line for line in lines if "through state FE:1 highest['Bob'], read by FE:1:" in line]
+    assert later and all("customer: 'Bob'" in line and "highest: 5000.0" in line for line in later), str(r)
+
+
 # --- Responsive jumps: checkpoints ------------------------------------------------------------------
 
 JUMPS = "Responsive jumps: checkpoints"
