@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -21,7 +22,8 @@ _CSV_COLUMNS = ["root", "from", "kind", "state", "read_by", "to", "row", "note"]
 @app.command()
 def lineage(
     run: Path = typer.Argument(..., help="A run file written by `tt record`."),
-    target: str = typer.Argument(..., help="A tuple, OP:INSTANCE:INPUT#, or an operator, sink or source "
+    target: str = typer.Argument(..., help="A tuple, OP:INSTANCE:INPUT#; a state value at the end of the run, "
+                                           "OP:INSTANCE.FIELD.KEY (--back); or an operator, sink or source "
                                            "name with --where choosing among the rows it emitted."),
     back: bool = typer.Option(False, "--back", help="What the row was made from, down to where it entered G(θ)."),
     forward: bool = typer.Option(False, "--forward", help="What the row became, up to where each path ended."),
@@ -52,6 +54,7 @@ def lineage(
       tt lineage fraud.db FD --where "customer == 'Bob' and label == 'Fraud'" --back --depth 2 --limit 3
       tt lineage fraud.db U --where "amount == '¥5000'" --forward
       tt lineage fraud.db FF:0:17 --back --json
+      tt lineage fraud.db FD:0.blacklist.Bob --back     # who put Bob on the blacklist
     """
     from ..replay.lineage import Lineage
     from ..replay.session import DebugSession
@@ -87,6 +90,11 @@ def lineage(
 
 
 def _roots(session, lineage, target: str, where: str | None) -> list:
+    state = re.fullmatch(r"([^:.]+:\d+)\.(.+)", target)
+    if state is not None:   # OP:I.field.key: a state value, at the end of the run
+        if where is not None:
+            raise UsageError(f"{target} names one state value; --where chooses among the rows an operator emitted")
+        return [lineage.state_value(*state.groups())]
     if ":" not in target:
         if where is None:
             raise UsageError(f"which of {target}'s rows? choose them with --where, e.g. --where \"customer == 'Bob'\" "

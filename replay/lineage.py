@@ -33,6 +33,8 @@ from .conditions import BUILTINS
 from .engine import Engine, Instance, Key
 from .state_access import Made, StateAccess, path_text, positions
 
+_MISSING = object()
+
 EMITTED, STATE, CONSUMED = "emitted", "state", "consumed"
 
 
@@ -45,7 +47,18 @@ class Output:
     index: int
 
 
-Node = TupleRef | Output
+@dataclass(frozen=True)
+class StateValue:
+    """A state field's value (or one key's, or one item of a key's list) where the tracked replay
+    stands: the root of a backward tree whose links are the calls that wrote it."""
+
+    op: int
+    instance: int
+    path: tuple                   # (field,), (field, key) or (field, key, item)
+    position: int                 # the instance's inputs consumed when it was read
+
+
+Node = TupleRef | Output | StateValue
 
 
 @dataclass(frozen=True)
@@ -87,11 +100,49 @@ class Lineage:
         self._readers: dict[Key, _Readers] = {}
         self._rows: dict[Node, Any] = {}
         self._chunks: dict[int, bytes] = {}
+        self._on_outputs: Callable[[Key, int, list], None] | None = None   # sees each tracked call's outputs
 
     def label(self, node: Node) -> str:
         if isinstance(node, Output):
             return f"{node.call.label(self.graph)}/{node.index}"
+        if isinstance(node, StateValue):
+            return f"{self.graph.nodes[node.op].name}:{node.instance} {path_text(node.path)}"
         return node.label(self.graph)
+
+    def state_value(self, instance: str, dotted: str) -> StateValue:
+        """The value of `dotted` ("blacklist.Bob", "groups.8242", "seen") in the state of
+        `instance` ("FD:0") at the end of the run (a failed run: where it failed), as a root
+        for `back`: its links are the calls that wrote it."""
+        key = self.session.parse_instance(instance)
+        self._replay({key: _end(self.engine.instances[key])})
+        access = self.access[key]
+        field_name, *rest = dotted.split(".")
+        fields = access.fields()
+        if field_name not in fields:
+            raise UsageError(f"{instance} has no field {field_name!r} "
+                             f"(its fields: {', '.join(sorted(fields)) or 'none'})")
+        value, path = fields[field_name], (field_name,)
+        if not rest and isinstance(value, dict):
+            if not value:
+                raise UsageError(f"{instance}.{dotted} is an empty dict at the end of the run: no key to trace")
+            some = ", ".join(f"{instance}.{dotted}.{k}" for k in list(value)[:3])
+            raise UsageError(f"{instance}.{dotted} is a dict: its keys are written one by one; name one, e.g. {some}")
+        for part in rest:
+            found = _MISSING
+            if isinstance(value, dict):
+                found = next((k for k in value if k == part or str(k) == part), _MISSING)
+                if found is not _MISSING:
+                    value, path = dict.__getitem__(value, found), path + (found,)
+            elif isinstance(value, list) and part.isdigit() and int(part) < len(value) and len(path) == 2:
+                value, path = value[int(part)], path + (int(part),)
+                found = part
+            if found is _MISSING:
+                raise UsageError(f"{instance}.{dotted}: {path_text(path)} has no {part!r} at the end of the run")
+            if len(path) == 3:
+                break
+        root = StateValue(key[0], key[1], path, self.engine.instances[key].count)
+        self._rows[root] = values.encode(value)
+        return root
 
     # --- choosing rows ------------------------------------------------------------------
 
@@ -129,8 +180,15 @@ class Lineage:
                     out = Output(TupleRef(key[0], key[1], position), j)
                     found.append(out)
                     self._rows[out] = values.encode(row)
-        self._shadow({(node.id, i): _end(self.engine.instances[(node.id, i)]) for i in range(node.instances)},
-                     on_outputs=outputs)
+        targets = {(node.id, i): _end(self.engine.instances[(node.id, i)]) for i in range(node.instances)}
+        if any(self.engine.instances[key].count for key in targets):
+            self._shadow(targets, on_outputs=outputs)   # the tracked replay is past some of them
+        else:   # read them on the way: the tracked replay goes there anyway
+            self._on_outputs = outputs
+            try:
+                self._replay(targets)
+            finally:
+                self._on_outputs = None
         return sorted(found, key=lambda o: (o.call, o.index)), checked
 
     def _entries_where(self, node, test: "Where") -> tuple[list[Node], int]:
@@ -158,12 +216,18 @@ class Lineage:
     def back(self, root: Node, depth: int | None = None, *, rows: bool = True) -> Tree:
         """What `root` was made from, down to the tuples that entered G(θ); `rows=False`
         leaves `tree.rows` empty (`trees` reads them for many trees in one replay)."""
-        call = root.call if isinstance(root, Output) else root
-        self._replay({(call.op, call.instance): call.position + 1})
+        if isinstance(root, StateValue):
+            if self.engine.instances[(root.op, root.instance)].count != root.position:
+                raise ValueError(f"{self.label(root)} was read at another position of the tracked replay")
+        else:
+            call = root.call if isinstance(root, Output) else root
+            self._replay({(call.op, call.instance): call.position + 1})
         return self._walk(Tree("back", root, [root]), depth, self._made_of, rows)
 
     def forward(self, root: Node, depth: int | None = None, *, rows: bool = True) -> Tree:
         """What `root` contributed to, up to where each path ended."""
+        if isinstance(root, StateValue):
+            raise UsageError(f"{self.label(root)} is a state value: its lineage runs --back, to the calls that wrote it")
         self._replay({key: _end(inst) for key, inst in self.engine.instances.items()})
         visited: dict[Key, set] = collections.defaultdict(set)
         return self._walk(Tree("forward", root, [root]), depth, lambda node, tree: self._uses(node, tree, visited),
@@ -205,6 +269,10 @@ class Lineage:
 
     def _made_of(self, node: Node, tree: Tree) -> list[Link]:
         """Backward links of a row: the call that emitted it, and the writers of the state it was made from."""
+        if isinstance(node, StateValue):
+            state = self.label(node)
+            writers = self.access[(node.op, node.instance)].writers_of(node.path)
+            return [Link(node, TupleRef(node.op, node.instance, w), STATE, state) for w in positions(writers)]
         if isinstance(node, Output):
             call, j = node.call, node.index
         else:
@@ -339,7 +407,10 @@ class Lineage:
 
     def _after(self, inst: Instance, position: int, row: Any) -> None:
         self._calls.after(inst, position, row)
-        self.access[inst.key].end(row, self._channel[inst.key][0])
+        access = self.access[inst.key]
+        if self._on_outputs is not None and access.outputs:
+            self._on_outputs(inst.key, position, list(access.outputs))
+        access.end(row, self._channel[inst.key][0])
 
     def _values(self, nodes: list[Node]) -> dict[Node, Any]:
         """The rows at `nodes`, JSON-encoded: those already known, the rest by one replay."""
@@ -489,6 +560,8 @@ def _advance(engine: Engine, targets: dict[Key, int]) -> None:
 
 def _order(node: Node) -> tuple:
     """Roots in the order of the replay (a backward walk replays up to its root)."""
+    if isinstance(node, StateValue):
+        return (node.position, node.op, node.instance, -1)
     call = node.call if isinstance(node, Output) else node
     return (call.position, call.op, call.instance, node.index if isinstance(node, Output) else -1)
 

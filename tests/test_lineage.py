@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tt.cli.main import main
+from tt.core.errors import UsageError
 from tt.replay.lineage import Lineage, Output
 from tt.replay.session import DebugSession
 
@@ -88,6 +89,24 @@ def test_forward_lineage_of_every_source_row_reaches_exactly_its_sink_rows(order
     assert absorbed, "orders without lineitems, lineitems without orders and filtered rows end early"
 
 
+def test_a_state_values_writers_are_the_ids_its_customers_row_carries(orders, orders_lineage):
+    """`A:i.groups.c`, the aggregate's accumulator of customer c at the end, comes from exactly the
+    source rows whose ids A's row for c carries (Spark's output, not tt's logs)."""
+    lin, (_, spark_rows) = orders_lineage, orders
+    expected = {r["cust"]: set(r["ids"]) for r in spark_rows if r["kind"] == "customer"}
+    found = {}
+    for i in range(2):
+        for cust in expected:
+            try:
+                root = lin.state_value(f"A:{i}", f"groups.{cust}")
+            except UsageError:
+                continue   # that customer's key went to the other instance
+            tree = lin.back(root)
+            found[cust] = source_ids(tree)
+            assert {link.kind for link in tree.links if link.src == root} == {"state"}
+    assert found == expected
+
+
 def test_source_rows_read_by_reference_show_file_and_row(orders_lineage):
     lin = orders_lineage
     (ref,) = lin.rows_of("ORDERS", "o_id == 9")
@@ -152,6 +171,9 @@ def test_a_counter_field_is_written_but_read_by_no_output():
     (["OUT", "--where", "custmer == 'c3'", "--back"], "NameError"),
     (["OUT", "--back"], "choose them with --where"),
     (["T:0:1", "--back", "--forward"], "choose one direction"),
+    (["A:1.groups", "--back"], "A:1.groups is a dict: its keys are written one by one; name one, e.g. A:1.groups.c"),
+    (["A:0.nope", "--back"], "A:0 has no field 'nope' (its fields: groups)"),
+    (["A:0.groups.nobody", "--back"], "groups has no 'nobody' at the end of the run"),
 ])
 def test_bad_input_gets_one_line(orders, capsys, args, needle):
     assert main(["lineage", str(orders[0]), *args]) != 0
@@ -195,3 +217,30 @@ def test_bobs_fraud_rows_come_from_his_yen_payment_through_fd_state(fraud, capsy
                  "--back", "--depth", "1"]) == 0
     text = capsys.readouterr().out
     assert "through state FD:" in text and "blacklist['Bob'], written by FD:" in text and "¥5000" in text
+
+
+def test_who_put_bob_on_the_blacklist(fraud, capsys):
+    """A state value as the root: `FD:i.blacklist.Bob` was written by one call, the ¥5000 payment's,
+    whose id is the value itself; the oracle is the sample's Parquet input, read with pyarrow."""
+    import pyarrow.parquet as pq
+
+    payments = pq.read_table(fraud.parent / "payments.parquet").to_pylist()
+    (yen,) = [p for p in payments if p["customer"] == "Bob" and p["amount"] == "¥5000"]
+    session = DebugSession(fraud)
+    try:
+        assert session.jump(session.interactions()[-1].k).ok
+        [i] = [i for i in range(session.reader.operator("FD").instances)
+               if "Bob" in session.engine.instances[(session.reader.operator("FD").id, i)].state()["blacklist"]]
+    finally:
+        session.reader.close()
+    assert main(["lineage", str(fraud), f"FD:{i}.blacklist.Bob", "--back", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    assert doc["root"] == f"FD:{i} blacklist['Bob']" and doc["tuples"][0]["row"] == yen["id"]
+    writers = [link for link in doc["links"] if link["from"] == doc["root"]]
+    assert len(writers) == 1 and writers[0]["kind"] == "state"
+    rows = {t["tuple"]: t["row"] for t in doc["tuples"]}
+    assert rows[writers[0]["to"]]["id"] == yen["id"] and rows[writers[0]["to"]]["usd"] == 5000.0
+    entered = [t["row"] for t in doc["tuples"] if t.get("entered", {}).get("from") == "U"]
+    assert yen in entered, "down to the source row as the Parquet file has it"
+    assert main(["lineage", str(fraud), f"FD:{i}.blacklist.Bob", "--forward"]) != 0
+    assert "is a state value: its lineage runs --back" in capsys.readouterr().err
