@@ -55,6 +55,11 @@ class Operator:
     #: output is made from every state its call read before emitting it.
     emitted_from: Callable[[Any, int, int], list[list[tuple]]] | None = None
 
+    #: True when the operator changes the lists it stores only by appending to them (the built-in
+    #: join): row lineage then tells what a call did to a list by its length alone, instead of
+    #: comparing the whole list before and after every call (replay/state_access.py).
+    appends_only: bool = False
+
     def log_result(self, fn: Callable, *args, **kwargs):
         """Call non-deterministic `fn` while recording; replay returns the logged value."""
         return log_result(fn, *args, **kwargs)
@@ -176,6 +181,8 @@ class Aggregate(Operator):
 
 class HashJoin(Operator):
     """Symmetric hash join of port 0 (left) and port 1 (right) on their keys."""
+
+    appends_only = True
 
     def __init__(self, left_key: Callable, right_key: Callable,
                  merge: Callable[[Any, Any], Any] | None = None):

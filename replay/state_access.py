@@ -292,6 +292,7 @@ class StateAccess:
         # list item only by replacing it, as the recorder's state deltas assume: its lists are compared
         # by their items' identities, not encoded (a join's list of a thousand rows, on every call)
         self._items_kept = getattr(op, "changed_keys", None) is not None
+        self._appends_only = getattr(op, "appends_only", False)
         self._dicts: dict[str, TrackedDict] = {}
         self._plain: dict[str, Any] = {}           # field -> fingerprint after the last call
         self._paused = False
@@ -393,8 +394,11 @@ class StateAccess:
             self._before[slot] = (self._fp(v) if v is not _MISSING else _MISSING, length, self.writers.get(slot))
 
     def _fp(self, value: Any) -> Any:
-        if self._items_kept and type(value) is list:
-            return "items", tuple(map(id, value))
+        if type(value) is list:
+            if self._appends_only:
+                return "length", len(value)
+            if self._items_kept:
+                return "items", tuple(map(id, value))
         return fingerprint(value)
 
     def _add_writer(self, slot: Slot) -> None:
