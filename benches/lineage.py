@@ -1,20 +1,23 @@
-"""Row lineage on TPC-H Q10 (IcedTea's W2, benches/tpch.py): how long `tt lineage` takes on a big run.
+"""Row lineage on TPC-H Q10 (IcedTea's W2, benches/tpch.py): what `tt record --lineage` costs, and
+how long `tt lineage` takes on a big run.
 
-Records W2 once (lineitem ⋈ orders ⋈ customer ⋈ nation, revenue per customer; θ = the first
-join J1, one interaction every 10 s), then times, in this process from the command's start
-(Python's own start-up excluded, as issue 16 asks), the two queries of issue 16 item 5:
+1. Overhead of whole-job lineage: W2 recorded with θ = REV (the aggregate at the end, so the three
+   joins and the four sources lie outside G(θ)) without and with `--lineage`, interleaved, --reps
+   times, medians: the ratio, and the bytes `--lineage` adds (the logs of the operators outside
+   G(θ)) as a share of the Parquet input.
+2. Queries on that `--lineage` run (θ = REV): the top customer's sink row of `rev` back down to the
+   source rows, and one order of `O` (a source row) forward to the sink row it reached. Outside
+   G(θ) lineage walks the logs; nothing there is replayed.
+3. Queries on a run with θ = J1 (the first join; every join in G(θ)): the same two questions,
+   answered by replaying the run with the joins' state tracked (--skip-replay to leave out).
 
-  back     the top customer's sink row of `rev`, down to the lineitems and orders it came from
-  forward  one order of `O` (a source row), up to the sink row it reached
+Query times are taken in this process from the command's start (Python's own start-up
+excluded, as issue 16 asks), each query twice on the same run file.
 
-each run twice on the same run file (a new `tt lineage` process each time would pay the
-first run's cost again). Prints the seconds, the tuples the run holds, the run file as a
-share of the Parquet input, and where `tt record --lineage` would be compared (not built).
+    python benches/lineage.py [--scale 1] [--partitions 4] [--reps 3] [--skip-replay]
 
-    python benches/lineage.py [--scale 1] [--partitions 4]
-
-Goals (issue 16): each query ≤ 0.2 s on a run of ≥ 1M tuples; `--lineage` ≤ 1.5 % recording
-overhead and ≤ 1 % extra log bytes.
+Goals (issue 16): `--lineage` ≤ 1.5 % recording overhead and ≤ 1 % extra log bytes; each query
+≤ 0.2 s on a run of ≥ 1M tuples.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import io
 import os
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -41,7 +45,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 GOAL_SECONDS = 0.2
 
 
-def record(data: Path, partitions: int, out: Path) -> tuple[list[tuple], float]:
+def record(data: Path, partitions: int, out: Path, theta: str, lineage: bool = False) -> tuple[list[tuple], float]:
     """W2 recorded into `out`: (its top 20, seconds)."""
     import tt
     from tt.recorder.session import RecordingSession
@@ -52,7 +56,7 @@ def record(data: Path, partitions: int, out: Path) -> tuple[list[tuple], float]:
                                    "spark.sql.shuffle.partitions": partitions})
     flow = q10_flow(spark, data, partitions)
     start = time.perf_counter()
-    session = RecordingSession(out, Path(__file__), [], watch="J1", every=10.0)
+    session = RecordingSession(out, Path(__file__), [], watch=theta, every=10.0, lineage=lineage)
     try:
         with session:
             result = flow.run()
@@ -61,6 +65,35 @@ def record(data: Path, partitions: int, out: Path) -> tuple[list[tuple], float]:
     seconds = time.perf_counter() - start
     spark.stop()
     return q10_tt(result), seconds
+
+
+def lineage_bytes(run: Path) -> int:
+    """The bytes of the logs kept outside G(θ) (what --lineage adds to a run file)."""
+    from tt.store.reader import RunReader
+
+    reader = RunReader(run)
+    try:
+        ops = [o.id for o in reader.operators if not o.in_g]
+        marks = ",".join("?" * len(ops)) or "NULL"
+        logs = reader.conn.execute(f"SELECT COALESCE(SUM(length(data)), 0) FROM log_chunks WHERE op IN ({marks})",
+                                   ops).fetchone()[0]
+        entries = reader.conn.execute(f"SELECT COALESCE(SUM(length(data)), 0) FROM entry_chunks WHERE op IN ({marks})",
+                                      ops).fetchone()[0]
+        return logs + entries
+    finally:
+        reader.close()
+
+
+def tuples_of(run: Path, where: str = "1") -> int:
+    """Tuples the run's logs cover (inputs consumed by logged instances)."""
+    from tt.store.reader import RunReader
+
+    reader = RunReader(run)
+    try:
+        return reader.conn.execute(f"SELECT COALESCE(SUM(n), 0) FROM log_chunks WHERE kind='out' AND {where}"
+                                   ).fetchone()[0]
+    finally:
+        reader.close()
 
 
 def query(run: Path, args: list[str]) -> tuple[float, str]:
@@ -81,55 +114,87 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (1 = 6M lineitem rows)")
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=3, help="recordings per variant (interleaved)")
+    ap.add_argument("--skip-replay", action="store_true", help="leave out the queries on the θ = J1 run")
     args = ap.parse_args()
 
     data = tpch_parquet(args.scale)
-    work = Path(tempfile.mkdtemp(prefix="tt-bench-lineage-"))
-    run = work / "w2.db"
-    top, rec_seconds = record(data, args.partitions, run)
-
-    from tt.store.reader import RunReader
-
-    reader = RunReader(run)
-    tuples = reader.conn.execute("SELECT COALESCE(SUM(n), 0) FROM entry_chunks").fetchone()[0]
-    file_bytes = reader.sizes()["file"]
-    reader.close()
     input_bytes = sum((data / f"{t}.parquet").stat().st_size for t in TABLES)
+    work = Path(tempfile.mkdtemp(prefix="tt-bench-lineage-"))
+    lines = [f"TPC-H scale {args.scale:g}, W2 (Q10), {args.partitions} partitions; Python "
+             f"{platform.python_version()}, {os.cpu_count()} cores; input {input_bytes / 1e6:.0f} MB of Parquet"]
 
+    # 1. recording without and with --lineage, θ = REV
+    seconds: dict[str, list[float]] = {"plain": [], "lineage": []}
+    extra: list[int] = []
+    tops = set()
+    whole = work / "rev-lineage.db"
+    record(data, args.partitions, work / "warm-up.db", "REV")   # Spark's and Python's first-run costs, unmeasured
+    for rep in range(args.reps):
+        for variant in (("plain", "lineage") if rep % 2 == 0 else ("lineage", "plain")):
+            run = whole if variant == "lineage" else work / "rev-plain.db"
+            if run.exists():
+                run.unlink()
+            top, s = record(data, args.partitions, run, "REV", lineage=variant == "lineage")
+            tops.add(tuple(map(tuple, top)))
+            seconds[variant].append(s)
+            if variant == "lineage":
+                extra.append(lineage_bytes(run))
+            print(f"rep {rep + 1} {variant}: {s:.1f} s", flush=True)
+    assert len(tops) == 1, "every recording gives Q10's answer"
+    med = {k: statistics.median(v) for k, v in seconds.items()}
+    ratio = med["lineage"] / med["plain"]
+    logged = tuples_of(whole)
+    lines += [
+        f"recording θ = REV: without --lineage {', '.join(f'{s:.1f}' for s in seconds['plain'])} s (median "
+        f"{med['plain']:.1f}), with --lineage {', '.join(f'{s:.1f}' for s in seconds['lineage'])} s (median "
+        f"{med['lineage']:.1f}): ratio {ratio:.3f} ({100 * (ratio - 1):+.1f} %; goal ≤ +1.5 %)",
+        f"--lineage logs {logged:,} tuples outside G(θ) in {statistics.median(extra) / 1e6:.2f} MB = "
+        f"{100 * statistics.median(extra) / input_bytes:.2f} % of the input (goal ≤ 1 %)",
+    ]
+
+    top = next(iter(tops))
     custkey = top[0][0]
     order = _an_order_of(data, custkey)
     queries = {
-        "back": ["rev", "--where", f"row[0] == {custkey}", "--back", "--depth", "3"],
+        "back": ["rev", "--where", f"row[0] == {custkey}", "--back"],
         "forward": ["O", "--where", f"o_orderkey == {order}", "--forward"],
     }
-    timings: dict[str, list[float]] = {}
-    for name, q in queries.items():
-        timings[name] = []
-        for _ in range(2):
-            seconds, text = query(run, q)
-            timings[name].append(seconds)
-        print(f"{name}: {', '.join(f'{s:.2f}' for s in timings[name])} s — {text.splitlines()[0][:100]}")
+    # 2. queries on the --lineage run: walks over the logs outside G(θ)
+    lines += _timed(whole, queries, f"on the --lineage run (θ = REV, {logged:,} tuples logged)")
+
+    # 3. queries on a run with every join in G(θ): a replay with state tracked
+    if not args.skip_replay:
+        run = work / "j1.db"
+        record(data, args.partitions, run, "J1")
+        q = {"back": queries["back"] + ["--depth", "3"], "forward": queries["forward"]}
+        lines += _timed(run, q, f"on a run with θ = J1 ({tuples_of(run):,} tuples in G(θ)), replayed")
     shutil.rmtree(work, ignore_errors=True)
 
-    today = datetime.date.today().isoformat()
-    head = (f"TPC-H scale {args.scale:g}, W2 (Q10), θ = J1, {args.partitions} partitions; Python "
-            f"{platform.python_version()}, {os.cpu_count()} cores")
-    lines = [
-        head,
-        f"recorded in {rec_seconds:.1f} s; {tuples:,} tuples entered G(θ); "
-        f"run file {file_bytes / 1e6:.1f} MB = {100 * file_bytes / input_bytes:.2f} % of the "
-        f"{input_bytes / 1e6:.0f} MB input",
-        *(f"{name} query (`tt lineage RUN {' '.join(q)}`): first {timings[name][0]:.2f} s, again "
-          f"{timings[name][1]:.2f} s; goal {GOAL_SECONDS} s: x{min(timings[name]) / GOAL_SECONDS:.0f} over"
-          for name, q in queries.items()),
-        "tt record --lineage (whole-job logs): not built, so no overhead ratio and no extra log bytes to report",
-    ]
     print("\n".join(lines))
+    today = datetime.date.today().isoformat()
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{today}-lineage-w2-sf{args.scale:g}.md"
-    out.write_text(f"# tt lineage on TPC-H W2 ({today})\n\n    python benches/lineage.py --scale {args.scale:g} "
-                   f"--partitions {args.partitions}\n\n" + "\n".join(f"- {line}" for line in lines) + "\n")
+    out.write_text(f"# tt record --lineage and tt lineage on TPC-H W2 ({today})\n\n    python benches/lineage.py "
+                   f"--scale {args.scale:g} --partitions {args.partitions} --reps {args.reps}"
+                   f"{' --skip-replay' if args.skip_replay else ''}\n\n"
+                   + "\n".join(f"- {line}" for line in lines) + "\n")
     print(f"wrote {out}")
+
+
+def _timed(run: Path, queries: dict[str, list[str]], where: str) -> list[str]:
+    lines = []
+    for name, q in queries.items():
+        times = []
+        for _ in range(2):
+            s, text = query(run, q)
+            times.append(s)
+        print(f"{name} {where}: {', '.join(f'{t:.2f}' for t in times)} s; {len(text.splitlines())} lines, first: "
+              f"{text.splitlines()[0][:100]}", flush=True)
+        lines.append(f"{name} query {where} (`tt lineage RUN {' '.join(q)}`): first {times[0]:.2f} s, again "
+                     f"{times[1]:.2f} s; {len(text.splitlines())} lines of tree; goal {GOAL_SECONDS} s "
+                     f"({'met' if min(times) <= GOAL_SECONDS else f'x{min(times) / GOAL_SECONDS:.0f} over'})")
+    return lines
 
 
 def _an_order_of(data: Path, custkey: int) -> int:

@@ -114,9 +114,12 @@ def _summary_text(s: dict) -> str:
         lines.append(f"time     {s['started']} · {s['seconds']:.1f}s")
     lines.append(f"θ        {s['theta']}   (G(θ) = {', '.join(o['name'] for o in s['operators'] if o['in_g'])})"
                  + (f"; {s['theta_tuples']:,} tuples into θ" if s.get("theta_tuples") is not None else ""))
+    logged = [o["name"] for o in s["operators"] if o.get("lineage")]
+    if logged:
+        lines.append(f"lineage  {', '.join(logged)} outside G(θ) logged for lineage too (tt record --lineage)")
     lines.append("")
     lines.append(table([[o["name"], o["kind"], o["site"] or o["class"].rsplit(".", 1)[-1], o["stage"],
-                         o["instances"], ("θ" if o["theta"] else "G") if o["in_g"] else "",
+                         o["instances"], ("θ" if o["theta"] else "G") if o["in_g"] else "lineage" if o["lineage"] else "",
                          f"{o['tuples']:,}" if o.get("tuples") is not None else ""] for o in s["operators"]],
                        ["operator", "kind", "class or call", "stage", "instances", "in G(θ)", "tuples in"]))
     lines.append("")
@@ -242,7 +245,10 @@ def _state_positions(reader, states: dict, k: int) -> None:
 
 
 def _count_tuples(reader, s: dict) -> None:
-    """Per operator of G(θ): the tuples its instances consumed in the whole run."""
+    """Per operator of G(θ) (and outside it with --lineage): the tuples its instances consumed in
+    the whole run."""
+    from ..core.logs import END
+
     ends = _end_steps(reader)
     for o, info in zip(s["operators"], reader.operators):
         total = None
@@ -251,6 +257,9 @@ def _count_tuples(reader, s: dict) -> None:
                 final = reader.final(info.id, i)
                 if final is not None:
                     total = (total or 0) + _tuples(ends, (info.id, i), final.position)[0]
+        elif o.get("lineage"):   # outside G(θ), --lineage: its Input log, END steps left out
+            total = sum(n for i in range(info.instances) for port, src, n in reader.input_runs(info.id, i)
+                        if (port, src) != END)
         o["tuples"] = total
     s["theta_tuples"] = next((o["tuples"] for o in s["operators"] if o["theta"]), None)
 

@@ -103,11 +103,7 @@ def _roots(session, lineage, target: str, where: str | None) -> list:
     if where is not None:
         raise UsageError(f"{target} names one tuple; --where chooses among the rows an operator emitted "
                          f"(tt lineage RUN OP --where EXPR)")
-    op = session.reader.operator(target.split(":", 1)[0])
-    if not op.in_g:
-        raise UsageError(f"{op.name} is not in G(θ) (θ = {session.reader.theta.name}): its tuples are not logged; "
-                         f"choose among the rows it sent into G(θ) with `tt lineage RUN {op.name} --where EXPR`")
-    return [session.parse_ref(target)]
+    return [lineage.parse_ref(target)]
 
 
 def _link_text(lineage, link, back: bool) -> str:
@@ -125,7 +121,13 @@ def _note(tree, node) -> str:
     e = tree.entered.get(node)
     if e is not None:
         if e["as"] == "end of input":
-            return f"← the end of input of {e['at']} (its finish())"
+            outside = ", outside G(θ): what it was made from is not known" if e.get("outside") else ""
+            return f"← the end of input of {e['at']} (its finish(){outside})"
+        if e["as"] == "source row":
+            where = f"{e['file']} row {e['row']}" if "file" in e else \
+                f"partition {e['partition']}, row #{e['index']} of its read (values not recorded)"
+            by = "" if e["at"] == e["from"] else f" read by {e['at']}"
+            return f"← a row of source {e['from']}{by}: {where}"
         how = "θ's input" if e["as"] == "theta input" else "a free tuple"
         where = f"{e['file']} row {e['row']}" if "file" in e else \
             "copied into the run file" if e["source"] else "lineage stops here"
@@ -150,6 +152,8 @@ def _tree_text(lineage, tree) -> tuple[str, bool]:
     def describe(node) -> str:
         nonlocal cut
         text, c = row_text(tree.rows.get(node))
+        if tree.rows.get(node) is None and getattr(node, "op", None) in lineage.graph.lineage:
+            text = "(row not recorded: outside G(θ))"
         cut |= c
         note = _note(tree, node)
         more = "  … (more beyond --depth)" if node in tree.cut else ""

@@ -40,6 +40,9 @@ def record(
     copy_sources: bool = typer.Option(False, "--copy-sources", help="Copy the rows of Parquet sources into the "
                                       "run file instead of their file positions (as `tt pack` does afterwards): "
                                       "a bigger file that replays without the data files."),
+    lineage: bool = typer.Option(False, "--lineage", help="Whole-job lineage: every operator outside G(θ) "
+                                 "also logs which input each of its outputs came from (ids and counts, not "
+                                 "rows), so `tt lineage` reaches the sources however far θ is from them."),
     tui: bool = typer.Option(False, "--tui", help="Open the debugger live while recording."),
     spark_log: bool = typer.Option(False, "--spark-log", help="Show Spark's own output instead of writing "
                                    "it to RUN.log."),
@@ -74,7 +77,7 @@ def record(
 
         rc = record_with_tui(job, list(ctx.args), out, watch=watch, every=every_s, when=when,
                              master=master, force=force, recorder=recorder, checkpoint_tau=tau_s,
-                             copy_sources=copy_sources)
+                             copy_sources=copy_sources, lineage=lineage)
         if rc == 0:
             warning = incomplete_warning(out)
             if warning:
@@ -87,7 +90,7 @@ def record(
     log = None if spark_log else Path(str(out) + ".log")
     outcome = record_job(job, list(ctx.args), out, watch=watch, every=every_s, when=when, master=master,
                          checkpoint_tau=tau_s, force=force, on_event=status.event, on_session=sessions.append,
-                         debug=debugging(), spark_log=log, copy_sources=copy_sources)
+                         debug=debugging(), spark_log=log, copy_sources=copy_sources, lineage=lineage)
     status.stop()
     if outcome.status != "complete":
         kept = f"{out} keeps what was recorded (status {_status(out, outcome.status)})" if out.exists() \

@@ -72,6 +72,8 @@ class Graph:
         self.stages: list[Stage] = []
         self.theta: int | None = None
         self.in_g: set[int] = set()
+        self.lineage: set[int] = set()   # outside G(θ), logged for lineage alone (`tt record --lineage`)
+        self.untracked: set[int] = set()  # ... of them, those with state lineage cannot see into
 
     # --- building ---------------------------------------------------------
 
@@ -120,6 +122,26 @@ class Graph:
                     seen.add(d)
                     stack.append(d)
         return seen
+
+    @property
+    def logged(self) -> set[int]:
+        """The nodes whose instances keep Input and Output logs: G(θ), and with
+        `tt record --lineage` every other operator (a source: where it shuffles to)."""
+        return self.in_g | self.lineage
+
+    def log_lineage(self) -> None:
+        """Whole-job lineage: every operator outside G(θ) but the sources logs which input
+        each output came from (ids and counts, never rows; docs/LINEAGE.md §5)."""
+        self.lineage = {n.id for n in self.nodes
+                        if n.id not in self.in_g and n.kind != SOURCE and n.kind not in HOOKED_KINDS}
+        # a source feeding one of them through a shuffle logs where each row went (a narrow edge
+        # needs nothing: the consumer's n-th input is the source's n-th row)
+        self.lineage |= {n.id for n in self.nodes if n.kind == SOURCE and any(
+            self.edges[e].shuffle and self.edges[e].dst in self.lineage for e in n.outputs)}
+        # their state is not replayed: only operators that say where they keep rows (`kept_in`) log
+        # what their outputs were made from; lineage through any other's state is not known
+        self.untracked = {i for i in self.lineage
+                          if self.nodes[i].op.is_stateful() and self.nodes[i].op.kept_in is None}
 
     def takes_barriers(self, node_id: int) -> bool:
         """Whether the node's instances take interactions between two of their own inputs:
@@ -220,12 +242,15 @@ class Graph:
         g.stages = self.stages
         g.theta = self.theta
         g.in_g = set(self.in_g)
+        g.lineage = set(self.lineage)
+        g.untracked = set(self.untracked)
         return g
 
     def describe(self) -> dict:
         """The plan as JSON, stored in run.db (code is stored separately)."""
         return {
             "theta": self.theta,
+            **({"lineage": sorted(self.lineage), "untracked": sorted(self.untracked)} if self.lineage else {}),
             "nodes": [{"id": n.id, "name": n.name, "kind": n.kind, "class": _qualname(n.op),
                        "stage": n.stage, "instances": n.instances, "inputs": n.inputs,
                        "outputs": n.outputs, "in_g": n.id in self.in_g, "sink_mode": n.sink_mode,
@@ -252,6 +277,8 @@ class Graph:
                                   source=s["source"], inputs=s["inputs"], head=s["head"]))
         g.theta = desc["theta"]
         g.in_g = {n["id"] for n in desc["nodes"] if n["in_g"]}
+        g.lineage = set(desc.get("lineage", ()))
+        g.untracked = set(desc.get("untracked", ()))
         return g
 
 

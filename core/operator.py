@@ -60,6 +60,15 @@ class Operator:
     #: comparing the whole list before and after every call (replay/state_access.py).
     appends_only: bool = False
 
+    #: Optional, for whole-job lineage (`tt record --lineage`), called right after `process(row,
+    #: port)`: `kept_in(row, port)` gives `(kept, matched)`, the state path `(field, key)` where
+    #: the call kept what it took from `row` (a join's stored row, an aggregate's group) and the
+    #: path whose item j the call's output j was made from (a join: the stored rows of the other
+    #: side), each or None. With `emitted_from` for `finish()`'s outputs, it lets an operator
+    #: outside G(θ), whose state is never replayed, log which earlier inputs each output was made
+    #: from (core/runtime.py `LineageRunner`): the built-in join and aggregate declare both.
+    kept_in: Callable[[Any, int], tuple] | None = None
+
     def log_result(self, fn: Callable, *args, **kwargs):
         """Call non-deterministic `fn` while recording; replay returns the logged value."""
         return log_result(fn, *args, **kwargs)
@@ -178,6 +187,9 @@ class Aggregate(Operator):
         """The j-th row `finish()` emits is made from the j-th group alone."""
         return [[("groups", k)] for k in self.groups] if port == -1 else [[]] * n
 
+    def kept_in(self, row, port):
+        return ("groups", self._key(row)), None
+
 
 class HashJoin(Operator):
     """Symmetric hash join of port 0 (left) and port 1 (right) on their keys."""
@@ -217,6 +229,10 @@ class HashJoin(Operator):
         if port == -1:
             return []
         return [[("right" if port == 0 else "left", self._keys[port](row), j)] for j in range(n)]
+
+    def kept_in(self, row, port):
+        k = self._keys[port](row)
+        return ("left", k) if port == 0 else ("right", k), ("right", k) if port == 0 else ("left", k)
 
 
 class Sink(Operator):

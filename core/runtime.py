@@ -14,7 +14,9 @@ kept short on purpose: it is the hot loop of every recorded job.
 
 from __future__ import annotations
 
+import itertools
 import traceback
+from array import array
 from typing import Any, Callable
 
 from .errors import OperatorError, ReplayDivergence
@@ -123,9 +125,9 @@ class Runner:
 
 
 class InstanceLog:
-    """What one instance in G(θ) has logged since the last flush."""
+    """What one instance in G(θ) (or outside it, with `tt record --lineage`) has logged since the last flush."""
 
-    __slots__ = ("start", "counts", "dests", "inputs", "results", "entry", "_call_pos", "_call_n")
+    __slots__ = ("start", "counts", "dests", "inputs", "results", "entry", "made", "_call_pos", "_call_n")
 
     def __init__(self, shuffle_edges: list[int]):
         self.start = 0                        # position of the first unflushed input
@@ -134,6 +136,7 @@ class InstanceLog:
         self.inputs = InputRuns()
         self.results: list[LoggedResult] = []
         self.entry: dict[tuple[int, int], list] = {}  # (port, src) -> rows, recorded tuples
+        self.made = array("I")                # LineageRunner: per output, n, then n input positions
         self._call_pos = -1
         self._call_n = 0
 
@@ -186,13 +189,83 @@ class RecordingRunner(Runner):
         self.finished = True
         self.log.inputs.add(*END)
         self.log.counts.append(len(outs))
+        self._ended(outs)
         self._emit_all(outs)
+
+    def _ended(self, outs: list) -> None:
+        """What `finish()` emitted, before it goes downstream."""
 
     def log_result(self, fn, args, kwargs):
         value = fn(*args, **kwargs)
         call = self.log.next_call(self.count)
         self.log.results.append(LoggedResult(self.count, call, callable_name(fn), value))
         return value
+
+
+class SourceLineageRunner(RecordingRunner):
+    """A source outside G(θ) that feeds a shuffle, with `tt record --lineage`: lineage needs
+    which instance each row went to (the shuffle's dests); its one output per row is logged
+    per batch, not per row."""
+
+    def feed_rows(self, rows: list, port: int) -> None:
+        CONTEXT.runner = self
+        targets = self.targets
+        for self.count, row in enumerate(rows, self.count + 1):
+            for t in targets:
+                t(row)
+        self.log.counts.extend(itertools.repeat(1, len(rows)))
+
+
+class LineageRunner(RecordingRunner):
+    """An operator outside G(θ) with `tt record --lineage` that says where it keeps rows and
+    what its outputs are made of (`kept_in`; `emitted_from` for `finish()`): the built-in join
+    and aggregate. Its state is never replayed, so besides its Input and Output logs it logs,
+    for each output, the input positions of the kept rows the output was made from (a join's
+    output: the stored row it matched; an aggregate's row: every input of its group)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kept: dict[tuple, array] = {}   # state path -> positions of the inputs kept there
+
+    def feed(self, row, port):
+        position = self.count
+        RecordingRunner.feed(self, row, port)
+        keep, match = self.op.kept_in(row, port)
+        kept = self.kept
+        if keep is not None:
+            at = kept.get(keep)
+            if at is None:
+                at = kept[keep] = array("I")
+            at.append(position)
+        n = self.log.counts[-1]
+        if n:   # output j: made from item j of `match` (a join's j-th stored row of the other side)
+            at = kept.get(match) if match is not None else None
+            made = self.log.made
+            for j in range(n):
+                if at is not None and j < len(at):
+                    made.append(1)
+                    made.append(at[j])
+                else:
+                    made.append(0)
+
+    def _ended(self, outs: list) -> None:
+        """`finish()`'s outputs, made from what `emitted_from` names (an aggregate's groups)."""
+        if not outs:
+            return
+        made, kept = self.log.made, self.kept
+        for paths in self.op.emitted_from(None, -1, len(outs)):
+            at = len(made)
+            made.append(0)
+            for path in paths:
+                positions = kept.get(path[:2])
+                if positions is None:
+                    continue
+                if len(path) == 3:
+                    made.append(positions[path[2]])
+                    made[at] += 1
+                else:
+                    made.extend(positions)
+                    made[at] += len(positions)
 
 
 class ThetaRunner(RecordingRunner):

@@ -163,18 +163,24 @@ class Provenance:
         node = self.graph.nodes[op]
         return port >= 0 and port < len(node.inputs) and self.graph.edges[node.inputs[port]].src in self.graph.in_g
 
+    def is_logged(self, op: int, port: int) -> bool:
+        """Whether the sender on `port` kept logs: in G(θ), or outside it with `tt record --lineage`."""
+        node = self.graph.nodes[op]
+        return 0 <= port < len(node.inputs) and self.graph.edges[node.inputs[port]].src in self.graph.logged
+
     def origin(self, ref: TupleRef) -> TupleRef | None:
         """The producer input whose processing emitted `ref` (None: it entered G(θ) here, or is END)."""
         emitted = self.emitted_by(ref)
         return emitted[0] if emitted is not None else None
 
-    def emitted_by(self, ref: TupleRef) -> tuple[TupleRef, int] | None:
-        """(origin, j): `ref` is the j-th output of its origin's processing (None as for `origin`)."""
+    def emitted_by(self, ref: TupleRef, whole: bool = False) -> tuple[TupleRef, int] | None:
+        """(origin, j): `ref` is the j-th output of its origin's processing (None as for `origin`).
+        `whole`: follow the logs kept outside G(θ) too (`tt record --lineage`), for lineage."""
         ch = self.index(ref.op, ref.instance).channel_at(ref.position)
         if ch is None:
             return None
         port, src, seq = ch
-        if (port, src) == END or not self.is_internal(ref.op, port):
+        if (port, src) == END or not (self.is_logged(ref.op, port) if whole else self.is_internal(ref.op, port)):
             return None
         edge = self.graph.edges[self.graph.nodes[ref.op].inputs[port]]
         prod = self.index(edge.src, src)

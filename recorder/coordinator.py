@@ -392,7 +392,8 @@ class Coordinator:
                 schemas.append((blobs[bi], source))
                 continue
             op, i, start, end = rec["op"], rec["i"], rec["start"], rec["end"]
-            tuples += end - start
+            if op in self.graph.in_g:   # (not the --lineage logs outside G(θ): not replayed)
+                tuples += end - start
             if barriers_at(op):
                 # a failing θ logs its failing input too, but that one's condition never fired
                 failed = header.get("failure") or {}
@@ -400,7 +401,7 @@ class Coordinator:
                 with self.lock:
                     book = self.tasks[(conn.stage, conn.partition)]
                     book.theta_flushed = max(book.theta_flushed, fired)
-            for kind in ("out", "in", "res"):
+            for kind in ("out", "in", "res", "made"):
                 if kind in rec:
                     chunks.append((a, op, i, kind, -1, start, end - start,
                                    seal("res", blobs[rec[kind]]) if kind == "res" else blobs[rec[kind]]))
@@ -417,9 +418,9 @@ class Coordinator:
             self.last_report[a] = time.monotonic()
             self.busy[stage] = self.busy.get(stage, 0.0) + header.get("busy", 0.0)
             self.consumes[stage] = self.consumes.get(stage, 0) + sum(
-                r["end"] - r["start"] for r in header.get("records", ()) if "op" in r)
+                r["end"] - r["start"] for r in header.get("records", ()) if r.get("op") in self.graph.in_g)
             self.since[stage] = self.since.get(stage, 0) + sum(
-                r["end"] - r["start"] for r in header.get("records", ()) if "op" in r)
+                r["end"] - r["start"] for r in header.get("records", ()) if r.get("op") in self.graph.in_g)
             sizes = {h: raw for h, raw, _ in states}
             for b in header.get("barriers", ()):
                 if b["state"] in sizes:

@@ -72,11 +72,14 @@ def _reference_sources(flow: Dataflow, graph: Graph, session: Any) -> dict[int, 
 
     refs, copied, first_id = {}, {}, 1
     for nid, data in flow.sources.items():
-        if not isinstance(data, DataFrame) or not graph.records_source(nid):
+        recorded = graph.records_source(nid)
+        feeds_lineage = nid in graph.lineage or any(graph.edges[e].dst in graph.lineage for e in graph.nodes[nid].outputs)
+        if not isinstance(data, DataFrame) or not (recorded or feeds_lineage):
             continue
         ref, why = (None, "tt record --copy-sources") if session.copy_sources else sources.reference(data)
         if ref is None:
-            copied[nid] = why
+            if recorded:   # (a source only --lineage reads is not copied: its rows stay unnamed)
+                copied[nid] = why
             continue
         ref.first_id, first_id = first_id, first_id + len(ref.files)
         refs[nid] = ref

@@ -40,7 +40,8 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
                checkpoint_tau: float | None = None,
                force: bool = False, on_event: Callable[[str, dict], None] | None = None,
                on_session: Callable[[RecordingSession], None] | None = None,
-               debug: bool = False, spark_log: Path | None = None, copy_sources: bool = False) -> RecordOutcome:
+               debug: bool = False, spark_log: Path | None = None, copy_sources: bool = False,
+               lineage: bool = False) -> RecordOutcome:
     """Record `job`; Spark's own output (JVM and executors) goes to `spark_log` if given."""
     job = Path(job)
     out = Path(out)
@@ -69,7 +70,8 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--master {master} pyspark-shell"
     try:
         session = RecordingSession(out, job, args, watch=watch, every=every, when=when,
-                                   checkpoint_tau=checkpoint_tau, on_event=on_event, copy_sources=copy_sources)
+                                   checkpoint_tau=checkpoint_tau, on_event=on_event, copy_sources=copy_sources,
+                                   lineage=lineage)
     except (sqlite3.Error, OSError) as e:
         cause = describe_failure(e, str(out)) if _disk_full(e) else f"cannot create the run file {out} ({e})"
         raise RunFileWriteError(str(cause)) from None

@@ -41,9 +41,11 @@ def active() -> "RecordingSession | None":
 class RecordingSession:
     def __init__(self, out: str | Path, job: str | Path, argv: list[str], *, watch: str | None = None,
                  every: float | None = None, when: str | None = None, checkpoint_tau: float | None = None,
-                 on_event: Callable[[str, dict], None] | None = None, copy_sources: bool = False):
+                 on_event: Callable[[str, dict], None] | None = None, copy_sources: bool = False,
+                 lineage: bool = False):
         self.out = Path(out)
         self.copy_sources = copy_sources  # copy Parquet sources' rows, not their positions (store/sources.py)
+        self.lineage = lineage            # log every operator's Input/Output for lineage (docs/LINEAGE.md §5)
         self.job = Path(job)
         self.watch = watch
         self.every = every
@@ -78,7 +80,7 @@ class RecordingSession:
             [("recording", str(self.job), orjson.dumps(argv).decode(), time.time(),
               orjson.dumps({"watch": watch, "every": every, "when": when,
                             "checkpoint": "online" if checkpoint_tau else None, "tau": checkpoint_tau,
-                            "copy_sources": copy_sources}).decode(),
+                            "copy_sources": copy_sources, "lineage": lineage}).decode(),
               os.getpid(),
               socket.gethostname())])])
 
@@ -101,6 +103,8 @@ class RecordingSession:
             self.on_event("warning", {"message": "the job runs a second dataflow; tt records only the first"})
             return None
         theta = graph.choose_theta(self.watch)
+        if self.lineage:
+            graph.log_lineage()
         plan_id = None
         if self.checkpoint_tau is not None:
             plan_id = self.writer.call(lambda conn: conn.execute(
@@ -254,6 +258,10 @@ class RecordingSession:
         self.hooked = True
         use_this_python(sc)
         master = self._start(Graph(), sc)
+        if self.lineage:
+            self.on_event("warning", {"message": "--lineage applies to tt.Dataflow jobs: a hooked job's "
+                                                 "functions are all recorded already, and lineage stops at "
+                                                 "Spark's own operators between them"})
         self.writer.submit([
             ("INSERT OR REPLACE INTO job_files VALUES (?,?)", list(_job_files(self.job, self.job.parent).items())),
             ("UPDATE run SET master=?, spark_version=? WHERE id=1", [(master, sc.version)]),

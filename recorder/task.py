@@ -26,10 +26,10 @@ from typing import Any, Iterator
 
 from ..core import values
 from ..core.state_deltas import StateEncoder
-from ..core.graph import SINK, Graph, stable_hash
+from ..core.graph import SINK, SOURCE, Graph, stable_hash
 from ..core.logs import pack_dests, pack_results, pack_runs
-from ..core.runtime import (INF, InstanceLog, OperatorFailure, RecordingRunner, Runner,
-                            ThetaRunner, capture_target, narrow_target)
+from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
+                            SourceLineageRunner, ThetaRunner, capture_target, narrow_target)
 from ..core.operator import CONTEXT
 from ..store import blobs, positions
 
@@ -232,7 +232,8 @@ class StageTask:
         if recording is not None:
             self._connect(recording, attempt)
         self.runners: dict[int, Runner] = {}
-        self.recorders: list[RecordingRunner] = []
+        self.recorders: list[RecordingRunner] = []   # G(θ): logs, snapshots, checkpoints
+        self.loggers: list[RecordingRunner] = []     # every instance with logs: G(θ), and --lineage's
         self.theta: ThetaRunner | None = None
         self.pending_barriers: list[dict] = []
         self.new_states: dict[str, tuple[bytes, int]] = {}  # hash -> (compressed JSON, full size)
@@ -291,8 +292,21 @@ class StageTask:
                 if nid == self.stage.source or (len(node.inputs) == 1 and nid != self.stage.head):
                     r.implicit_channel = (0, p)
                 self.recorders.append(r)
+            elif logging and nid in g.lineage:   # tt record --lineage: ids and counts, nothing else
+                if node.kind == SOURCE:
+                    kind = SourceLineageRunner     # where its rows went
+                elif node.op.kept_in is not None and node.op.emitted_from is not None:
+                    kind = LineageRunner           # and what each output was made from
+                else:
+                    kind = RecordingRunner
+                r = kind(node.name, p, node.op, nid, InstanceLog([e for e in node.outputs if g.edges[e].shuffle]),
+                         len(node.inputs) > 1 and nid != self.stage.head)
+                if nid == self.stage.source or (len(node.inputs) == 1 and nid != self.stage.head):
+                    r.implicit_channel = (0, p)
             else:
                 r = Runner(node.name, p, node.op, nid)
+            if isinstance(r, RecordingRunner):
+                self.loggers.append(r)
             self.runners[nid] = r
         source = self.stage.source
         for nid in self.stage.nodes:
@@ -325,13 +339,23 @@ class StageTask:
         """(node, port) whose recorded input is the source's Arrow batch itself."""
         g, src = self.g, self.stage.source
         out = []
-        if isinstance(self.runners[src], RecordingRunner):
+        if src in g.in_g:
             out.append((src, 0))
         for eid in g.nodes[src].outputs:
             e = g.edges[eid]
             if not e.shuffle and isinstance(self.runners[e.dst], RecordingRunner) and g.is_entry(e):
                 out.append((e.dst, e.port))
         return out
+
+    def _lineage_captures(self) -> list[tuple[int, int]]:
+        """(node, port) outside G(θ) fed by a source read by reference, with `--lineage`: the
+        rows' file positions are kept (never the rows), so lineage names a source row's file and row."""
+        g, src = self.g, self.stage.source
+        if self.source_ref is None or self.mode != "record":
+            return []
+        own = [(src, 0)] if src in g.lineage else []   # a source logged where its rows went (a shuffle)
+        return own + [(g.edges[e].dst, g.edges[e].port) for e in g.nodes[src].outputs
+                      if not g.edges[e].shuffle and g.edges[e].dst in g.lineage]
 
     # --- running ----------------------------------------------------------------
 
@@ -450,11 +474,14 @@ class StageTask:
     def _run_source(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
         src = self.runners[self.stage.source]
         captures = self._source_captures() if self.mode == "record" else []
+        lineage_captures = self._lineage_captures()
         for batch in batches:
             if arrow:
                 refs = None
                 if self.source_ref is not None:
-                    batch, refs = self._split_positions(batch, bool(captures))
+                    batch, refs = self._split_positions(batch, bool(captures or lineage_captures))
+                for nid, port in lineage_captures if refs is not None else ():
+                    self.ref_entries.append((nid, port, self.partition, batch.num_rows, refs))
                 for nid, port in captures:
                     if refs is not None:
                         self.ref_entries.append((nid, port, self.partition, batch.num_rows, refs))
@@ -627,7 +654,7 @@ class StageTask:
             return len(out_blobs) - 1
 
         p = self.partition
-        for r in self.recorders:
+        for r in self.loggers:
             log = r.log
             rec: dict = {"op": r.node_id, "i": p, "start": log.start, "end": r.count}
             if log.counts:
@@ -648,6 +675,9 @@ class StageTask:
             if log.results:
                 rec["res"] = blob(blobs.compress(pack_results(log.results)))
                 log.results = []
+            if log.made:
+                rec["made"] = blob(blobs.compress(log.made.tobytes()))
+                del log.made[:]
             entries = []
             for (port, src), rows in log.entry.items():
                 if rows:
@@ -717,13 +747,14 @@ class StageTask:
         self.client.send(header, out_blobs)
 
     def _discard_logs(self) -> None:
-        for r in self.recorders:
+        for r in self.loggers:
             log = r.log
             del log.counts[:]
             for d in log.dests.values():
                 del d[:]
             log.inputs.take()
             log.results = []
+            del log.made[:]
             for rows in log.entry.values():
                 rows.clear()
             log.start = r.count

@@ -67,6 +67,7 @@ def summary(reader: RunReader) -> dict:
         "options": run["options"],
         "operators": [{"name": o.name, "kind": o.kind, "class": o.cls, "stage": o.stage,
                        "instances": o.instances, "in_g": o.in_g, "theta": o.is_theta,
+                       "lineage": o.id in plan.get("lineage", ()),   # logged outside G(θ) (tt record --lineage)
                        "site": nodes.get(o.id, {}).get("site"), "unit": nodes.get(o.id, {}).get("unit")}
                       for o in reader.operators],
         "unrecorded": plan.get("unrecorded", []),   # hooked calls whose function ran without tt

@@ -98,6 +98,7 @@ class Lineage:
         self._calls = _Calls(self.engine, lambda key, fn: self.access[key].traced(fn))
         self._channel: dict[Key, tuple] = {}
         self._readers: dict[Key, _Readers] = {}
+        self._kept: dict[Key, _Kept] = {}
         self._rows: dict[Node, Any] = {}
         self._chunks: dict[int, bytes] = {}
         self._on_outputs: Callable[[Key, int, list], None] | None = None   # sees each tracked call's outputs
@@ -144,6 +145,27 @@ class Lineage:
         self._rows[root] = values.encode(value)
         return root
 
+    def parse_ref(self, text: str) -> TupleRef:
+        """'OP:I:N' as a root: a tuple of G(θ), or of an operator outside it that kept its logs
+        for lineage (`tt record --lineage`)."""
+        op = self.session.reader.operator(text.split(":", 1)[0])
+        if op.in_g:
+            return self.session.parse_ref(text)
+        if op.id not in self.graph.lineage:
+            raise UsageError(f"{op.name} is not in G(θ) (θ = {self.graph.nodes[self.graph.theta].name}): its tuples "
+                             f"are not logged; record with --lineage to trace them, or choose among the rows it "
+                             f"sent into G(θ) with `tt lineage RUN {op.name} --where EXPR`")
+        parts = text.split(":")
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            raise UsageError(f"bad tuple {text!r}; write OP:INSTANCE:POSITION, e.g. {op.name}:0:42")
+        i, pos = int(parts[1]), int(parts[2])
+        if not 0 <= i < op.instances:
+            raise UsageError(f"{op.name} has instances 0..{op.instances - 1}, not {i}")
+        total = self.provenance.index(op.id, i).total
+        if not 0 <= pos < total:
+            raise UsageError(f"{op.name}:{i} has inputs #0..#{total - 1}, not #{pos}")
+        return TupleRef(op.id, i, pos)
+
     # --- choosing rows ------------------------------------------------------------------
 
     def rows_of(self, name: str, where: str) -> list[Node]:
@@ -158,9 +180,13 @@ class Lineage:
         if found:
             return found
         if not checked:
-            raise UsageError(f"{name} sent no rows into G(θ) (θ = {self.graph.nodes[self.graph.theta].name}); "
-                             f"lineage reaches G(θ) and the tuples entering it (whole-job lineage, "
-                             f"`tt record --lineage`, is not built yet)")
+            theta = self.graph.nodes[self.graph.theta].name
+            if self.graph.lineage:
+                raise UsageError(f"{name}'s rows are not recorded (it is outside G(θ), θ = {theta}, and not a "
+                                 f"source read by reference): name one of its tuples as {name}:INSTANCE:INPUT#, "
+                                 f"or choose among the rows a source read by reference sent")
+            raise UsageError(f"{name} sent no rows into G(θ) (θ = {theta}); lineage reaches G(θ) and the tuples "
+                             f"entering it: record with --lineage to reach further")
         if test.error is not None and not test.held:
             raise UsageError(f"--where {where!r} raised {test.error} on {name}'s rows "
                              f"(their fields: {', '.join(test.fields) or 'none; the row is `row`'})")
@@ -193,7 +219,26 @@ class Lineage:
 
     def _entries_where(self, node, test: "Where") -> tuple[list[Node], int]:
         found, checked = [], 0
+        if node.id in self.graph.lineage:   # --lineage: a source that logged where its rows went
+            for d in range(node.instances):
+                for _, seq, row, _ in self._referenced_rows(node.id, d, 0):
+                    checked += 1
+                    if test(row):
+                        ref = TupleRef(node.id, d, seq)
+                        found.append(ref)
+                        self._rows[ref] = values.encode(row)
+            return found, checked
         for e in self.graph.out_edges(node):
+            if e.dst in self.graph.lineage:   # --lineage: a source's rows, read from their files
+                for d in range(self.graph.nodes[e.dst].instances):
+                    for (port, src), seq, row, _ in self._referenced_rows(e.dst, d, e.port):
+                        checked += 1
+                        position = self.provenance.index(e.dst, d).position_of((port, src), seq)
+                        if position is not None and test(row):
+                            ref = TupleRef(e.dst, d, position)
+                            found.append(ref)
+                            self._rows[ref] = values.encode(row)
+                continue
             if e.dst not in self.graph.in_g:
                 continue
             for d in range(self.graph.nodes[e.dst].instances):
@@ -261,7 +306,8 @@ class Lineage:
                     queue.append(link.to)
         if tree.direction == "back":
             for node in tree.nodes:
-                if node not in tree.cut and isinstance(node, TupleRef) and self.provenance.emitted_by(node) is None:
+                if node not in tree.cut and isinstance(node, TupleRef) and \
+                        self.provenance.emitted_by(node, whole=True) is None:
                     tree.entered[node] = self._entered(node)
         if rows:
             tree.rows = self._values(tree.nodes)
@@ -276,12 +322,17 @@ class Lineage:
         if isinstance(node, Output):
             call, j = node.call, node.index
         else:
-            emitted = self.provenance.emitted_by(node)
+            emitted = self.provenance.emitted_by(node, whole=True)
             if emitted is None:
                 return []
             call, j = emitted
         links = [Link(node, call, EMITTED)]
-        per_output = self.access[(call.op, call.instance)].made.get(call.position)
+        access = self.access.get((call.op, call.instance))
+        if access is None:   # outside G(θ), --lineage: what its own log says the output was made from
+            kept = self._kept_of(call)
+            g = self.provenance.index(call.op, call.instance).cum[call.position] + j
+            return links + [Link(node, TupleRef(call.op, call.instance, w), STATE, kept.state) for w in kept.of(g)]
+        per_output = access.made.get(call.position)
         if per_output:
             where = f"{self.graph.nodes[call.op].name}:{call.instance}"
             for path, writers in per_output[j]:
@@ -296,6 +347,17 @@ class Lineage:
             return [Link(node, to, CONSUMED) for to in self._went(node.call, tree)[node.index] if to != node]
         links = [Link(node, to, EMITTED) for tos in self._went(node, tree) for to in tos]
         key = (node.op, node.instance)
+        if key not in self.access:   # outside G(θ), --lineage: the outputs its own log says it made
+            kept = self._kept_of(node)
+            idx = self.provenance.index(node.op, node.instance)
+            for g in kept.readers(node.position):
+                c = idx.input_of_output(g)
+                if c != node.position:
+                    reader = TupleRef(node.op, node.instance, c)
+                    links += [Link(node, to, STATE, kept.state, reader) for to in self._went(reader, tree)[g - idx.cum[c]]]
+            if not links:
+                tree.ends[node] = {"end": "absorbed", "at": self.graph.nodes[node.op].name}
+            return links
         readers = self._readers.get(key)
         if readers is None:
             readers = self._readers[key] = _Readers(self.access[key].made)
@@ -363,9 +425,23 @@ class Lineage:
         an END step; from which operator, and for a source read by reference, which file row."""
         port, src, seq = self.provenance.index(t.op, t.instance).channel_at(t.position)
         node = self.graph.nodes[t.op]
+        if node.kind == SOURCE:   # --lineage: a source that logged where its rows went; its n-th row
+            info = {"as": "source row", "at": node.name, "from": node.name, "source": True,
+                    "partition": t.instance, "index": t.position}
+            for _, _, row, where in self._referenced_rows(t.op, t.instance, 0, t.position):
+                info.update(file=where[0], row=where[1])
+                self._rows[t] = values.encode(row)
+            return info
         if (port, src) == END:
-            return {"as": "end of input", "at": node.name}
+            return {"as": "end of input", "at": node.name, **({"outside": True} if t.op in self.graph.untracked else {})}
         sender = self.graph.nodes[self.graph.edges[node.inputs[port]].src]
+        if t.op not in self.graph.in_g:   # --lineage: a source row, upstream of G(θ)
+            info = {"as": "source row", "at": node.name, "from": sender.name, "source": sender.kind == SOURCE,
+                    "partition": src, "index": seq}
+            for _, _, row, where in self._referenced_rows(t.op, t.instance, port, seq):
+                info.update(file=where[0], row=where[1])
+                self._rows[t] = values.encode(row)
+            return info
         info = {"as": "theta input" if t.op == self.graph.theta else "free tuple", "at": node.name,
                 "from": sender.name, "source": sender.kind == SOURCE}
         if sender.kind == SOURCE:
@@ -384,13 +460,43 @@ class Lineage:
         return {}
 
     def stops(self, tree: Tree) -> str | None:
-        """Where backward lineage stopped short of the sources (tuples from operators outside G(θ))."""
+        """Where backward lineage stopped short of the sources: tuples from operators outside G(θ)
+        without logs, and (with --lineage) rows an operator outside G(θ) emitted from its state."""
+        lines = []
         senders = sorted({e["from"] for e in tree.entered.values() if "from" in e and not e["source"]})
-        if not senders:
-            return None
-        theta = self.graph.nodes[self.graph.theta].name
-        return (f"lineage stops where tuples entered G(θ) (θ = {theta}) from {', '.join(senders)}; whole-job "
-                f"lineage (`tt record --lineage`) is not built yet")
+        if senders:
+            theta = self.graph.nodes[self.graph.theta].name
+            lines.append(f"lineage stops where tuples entered G(θ) (θ = {theta}) from {', '.join(senders)}; "
+                         f"record with --lineage to reach the sources")
+        untracked = sorted({self.graph.nodes[n.op].name for n in tree.nodes
+                            if isinstance(n, TupleRef) and n.op in self.graph.untracked})
+        if untracked:
+            lines.append(f"lineage does not see into the state of {', '.join(untracked)}: outside G(θ) it is not "
+                         f"replayed, so a row links only to the input whose call emitted it (--watch it to trace "
+                         f"its state)")
+        return "\n".join(lines) or None
+
+    def _kept_of(self, call: TupleRef) -> "_Kept":
+        key = (call.op, call.instance)
+        kept = self._kept.get(key)
+        if kept is None:
+            kept = self._kept[key] = _Kept(self.reader.made_from(*key), f"{self.label(call).rsplit(':', 1)[0]} kept rows")
+        return kept
+
+    def _referenced_rows(self, op: int, instance: int, port: int, seq: int | None = None) -> Iterator[tuple]:
+        """((port, src), seq, row, (file, row#)) of the source rows an instance outside G(θ) got on
+        `port` from a source read by reference (--lineage keeps their file positions): all of them,
+        or the one at `seq`."""
+        for rowid, p, src, start, n, codec in self.reader.entry_index(op, instance):
+            if p != port or codec != blobs.REF or (seq is not None and not start <= seq < start + n):
+                continue
+            data = self._chunks.get(rowid)
+            if data is None:
+                data = self._chunks[rowid] = blobs.decompress(self.reader.entry_data(rowid))
+            rows = self.reader.entry_tuples(codec, rowid)
+            offsets = range(n) if seq is None else (seq - start,)
+            for k in offsets:
+                yield (p, src), start + k, rows[k], self.reader.sources().where(data, k)
 
     # --- replays ------------------------------------------------------------------------------
 
@@ -414,6 +520,10 @@ class Lineage:
 
     def _values(self, nodes: list[Node]) -> dict[Node, Any]:
         """The rows at `nodes`, JSON-encoded: those already known, the rest by one replay."""
+        for n in nodes:
+            if isinstance(n, TupleRef) and n.op not in self.graph.in_g and n not in self._rows:
+                self._entered(n)   # outside G(θ) (--lineage): a source row read by reference has values
+                self._rows.setdefault(n, None)   # any other row there was not recorded
         wanted_in = {n for n in nodes if isinstance(n, TupleRef) and n not in self._rows}
         wanted_out = {n for n in nodes if isinstance(n, Output) and n not in self._rows}
         targets: dict[Key, int] = {}
@@ -548,6 +658,37 @@ class _Readers:
             visited.add(id(w))
             yield from self.readers.get(id(w), ())
             stack.extend(self.newer.get(id(w), ()))
+
+
+class _Kept:
+    """What the outputs of an operator outside G(θ) were made from, as it logged it itself
+    (`tt record --lineage`, core/runtime.py `LineageRunner`): per output, the input positions
+    of the rows it kept (a join's stored row, an aggregate's group); and the other way round."""
+
+    def __init__(self, data, state: str):
+        self.data = data
+        self.state = state            # how a link through it is labelled: "J1:0 kept rows"
+        self.at = []                  # output -> offset of its count in data
+        i = 0
+        while i < len(data):
+            self.at.append(i)
+            i += 1 + data[i]
+        self._readers: dict[int, list[int]] | None = None
+
+    def of(self, g: int) -> list[int]:
+        if g >= len(self.at):
+            return []
+        i = self.at[g]
+        return list(self.data[i + 1:i + 1 + self.data[i]])
+
+    def readers(self, position: int) -> list[int]:
+        """The outputs made from input `position`."""
+        if self._readers is None:
+            self._readers = collections.defaultdict(list)
+            for g, i in enumerate(self.at):
+                for p in self.data[i + 1:i + 1 + self.data[i]]:
+                    self._readers[p].append(g)
+        return self._readers.get(position, [])
 
 
 def _advance(engine: Engine, targets: dict[Key, int]) -> None:

@@ -129,8 +129,13 @@ class DebugSession:
     # --- set-up -------------------------------------------------------------------
 
     def _logs(self, op: int, i: int):
-        inst = self.engine.instances[(op, i)]
-        return inst.runs, inst.counts, inst.dests
+        inst = self.engine.instances.get((op, i))
+        if inst is not None:
+            return inst.runs, inst.counts, inst.dests
+        # outside G(θ): the logs `tt record --lineage` kept, for lineage (none without it)
+        r, node = self.reader, self.graph.nodes[op]
+        return (r.input_runs(op, i), r.output_counts(op, i),
+                {e: r.dests(op, i, e) for e in node.outputs if self.graph.edges[e].shuffle})
 
     def _barriers(self) -> dict[Key, list[int]]:
         theta = self.graph.theta

@@ -357,6 +357,15 @@ class RunReader:
             out.frombytes(data)
         return out
 
+    def made_from(self, op_id: int, instance: int) -> array:
+        """An operator outside G(θ) recorded with --lineage that keeps rows (core/runtime.py
+        `LineageRunner`): for each of its outputs in order, n, then the n input positions of the
+        kept rows it was made from. Empty for any other."""
+        out = array("I")
+        for data in self._chunks(op_id, instance, "made"):
+            out.frombytes(data)
+        return out
+
     def dests(self, op_id: int, instance: int, edge: int) -> array:
         """The destination instance of each output this instance sent on a shuffle edge."""
         out = array("I")

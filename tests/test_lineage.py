@@ -244,3 +244,163 @@ def test_who_put_bob_on_the_blacklist(fraud, capsys):
     assert yen in entered, "down to the source row as the Parquet file has it"
     assert main(["lineage", str(fraud), f"FD:{i}.blacklist.Bob", "--forward"]) != 0
     assert "is a state value: its lineage runs --back" in capsys.readouterr().err
+
+
+# --- whole-job lineage: tt record --lineage ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def far(spark, tmp_path_factory):
+    """The oracle job with θ = J, the join: T (which tags each order with its id) lies outside G(θ).
+    (run recorded with --lineage, run recorded without, the sink rows Spark computed)."""
+    d = tmp_path_factory.mktemp("lineage_far")
+    out = d / "out.json"
+    runs = []
+    for name, extra in (("whole.db", ["--lineage"]), ("plain.db", [])):
+        runs.append(d / name)
+        assert main(["record", str(JOB), "--watch", "J", *extra, "-o", str(runs[-1]), "--",
+                     str(out), str(d / f"{name}.data")]) == 0   # (the job writes its data: a run's own files)
+    return runs[0], runs[1], json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def deep(spark, tmp_path_factory):
+    """The oracle job with θ = R, near the end: the join J and the aggregate A lie outside G(θ),
+    recorded with --lineage. (run, the sink rows Spark computed)"""
+    d = tmp_path_factory.mktemp("lineage_deep")
+    run, out = d / "run.db", d / "out.json"
+    assert main(["record", str(JOB), "--watch", "R", "--lineage", "-o", str(run), "--", str(out), str(d / "data"),
+                 "--items-by-reference"]) == 0
+    return run, json.loads(out.read_text())
+
+
+def test_with_lineage_every_sink_row_traces_to_its_source_rows_across_theta(far):
+    """θ is the join; the orders reach it through T, outside G(θ). With --lineage the backward
+    lineage of every sink row still ends at exactly the source rows whose ids the row carries: the
+    orders as rows of their Parquet files (file, row number and values, read back from the files),
+    the lineitems as θ's inputs at the join."""
+    import pyarrow.parquet as pq
+
+    whole, _, spark_rows = far
+    session = DebugSession(whole)
+    try:
+        lin = Lineage(session)
+        assert lin.graph.lineage == {lin.graph.node("T").id}
+        trees = [lin.back(r) for r in lin.rows_of("OUT", "True")]
+        assert sorted(json.dumps(t.rows[t.root]) for t in trees) == sorted(map(json.dumps, spark_rows))
+        files: dict[str, list] = {}
+        for tree in trees:
+            assert source_ids(tree) == set(tree.rows[tree.root]["ids"]), lin.label(tree.root)
+            assert lin.stops(tree) is None
+            for n, e in tree.entered.items():
+                if e["as"] == "source row":
+                    assert e["at"] == "T" and e["from"] == "ORDERS" and n.op == lin.graph.node("T").id
+                    rows = files.setdefault(e["file"], pq.read_table(e["file"]).to_pylist())
+                    assert rows[e["row"]] == tree.rows[n], "the row the file holds at that number"
+                elif e["as"] != "end of input":   # (A's finish(): the aggregate's rows)
+                    assert e["from"] == "ITEMS" and e["as"] == "theta input"   # (θ is the join)
+        assert len(files) == 2
+        # the link from the join's input to T's call was emitted while T processed the order
+        tree = trees[0]
+        t_links = [k for k in tree.links if k.kind == "emitted" and k.to.op == lin.graph.node("T").id]
+        assert t_links and all(k.src.op == lin.graph.node("J").id for k in t_links)
+    finally:
+        session.reader.close()
+
+
+def test_with_lineage_forward_from_a_source_row_outside_g_theta(far):
+    whole, _, _ = far
+    session = DebugSession(whole)
+    try:
+        lin = Lineage(session)
+        sink = {r: set(lin.back(r, depth=0).rows[r]["ids"]) for r in lin.rows_of("OUT", "True")}
+        orders = lin.rows_of("ORDERS", "True")
+        assert len(orders) == 14 and {o.op for o in orders} == {lin.graph.node("T").id}
+        for ref in orders:
+            tree = lin.forward(ref)
+            sid = source_id(tree.rows[ref])
+            reached = {n for n, end in tree.ends.items() if end["end"] == "sink"}
+            assert reached == {r for r, ids in sink.items() if sid in ids}, sid
+    finally:
+        session.reader.close()
+
+
+def test_without_lineage_it_stops_at_theta_and_says_how_to_go_further(far, capsys):
+    whole, plain, _ = far
+    assert main(["lineage", str(plain), "OUT", "--where", "kind == 'customer' and cust == 'c1'", "--back"]) == 0
+    text = capsys.readouterr().out
+    assert "lineage stops where tuples entered G(θ) (θ = J) from T; record with --lineage" in text
+    assert main(["lineage", str(plain), "T:0:0", "--forward"]) != 0
+    assert "record with --lineage to trace them" in capsys.readouterr().err
+    assert main(["lineage", str(whole), "OUT", "--where", "kind == 'customer' and cust == 'c1'", "--back"]) == 0
+    text = capsys.readouterr().out
+    assert "lineage stops" not in text and "← a row of source ORDERS read by T: " in text
+    assert "part-0.parquet row" in text or "part-1.parquet row" in text
+
+
+def test_lineage_logs_leave_replay_and_verify_unchanged(far, capsys):
+    """The logs --lineage adds are ids and counts outside G(θ): the run replays and verifies as
+    the plain one does, and holds no copied rows of T's input; `tt inspect` says what was logged."""
+    from tt.store.reader import RunReader
+
+    whole, plain, _ = far
+    assert main(["verify", str(whole)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(whole)]) == 0
+    text = capsys.readouterr().out
+    assert "lineage  T outside G(θ) logged for lineage too (tt record --lineage)" in text
+    (t_line,) = [line for line in text.splitlines() if line.startswith("T ")]
+    assert t_line.split()[-2:] == ["lineage", "14"], "T consumed the 14 orders"
+    assert main(["inspect", str(plain)]) == 0
+    assert "lineage " not in capsys.readouterr().out
+    a, b = RunReader(whole), RunReader(plain)
+    try:
+        t = a.operator("T").id
+        assert a.input_runs(t, 0) and a.output_counts(t, 0) and not b.output_counts(t, 0)
+        codecs = {c for (_, _, _, _, _, c) in a.entry_index(t, 0)}
+        assert codecs == {"ref"}, "T's source rows are kept as file positions, never copied"
+        assert [i.k for i in a.interactions()] == [i.k for i in b.interactions()]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_with_lineage_a_join_and_an_aggregate_outside_g_theta_log_what_they_kept(deep):
+    """θ = R: the join and the aggregate are outside G(θ), their state never replayed. They log
+    which kept rows each output was made from, so every sink row (a customer's row of A enters
+    G(θ) at U as a free tuple) still traces to exactly the orders and lineitems whose ids it
+    carries: source rows read by reference, ORDERS through a narrow edge into T, ITEMS through a
+    shuffle into J (the source logs where each row went); their values are read back from the
+    files, and checked against the files with pyarrow."""
+    import pyarrow.parquet as pq
+
+    run, spark_rows = deep
+    session = DebugSession(run)
+    try:
+        lin = Lineage(session)
+        names = {lin.graph.nodes[i].name for i in lin.graph.lineage}
+        assert {"J", "A", "T", "F", "X"} <= names and not lin.graph.untracked
+        trees = [lin.back(r) for r in lin.rows_of("OUT", "True")]
+        assert sorted(json.dumps(t.rows[t.root]) for t in trees) == sorted(map(json.dumps, spark_rows))
+        files: dict[str, list] = {}
+        for tree in trees:
+            leaves = [(n, e) for n, e in tree.entered.items() if e["as"] == "source row"]
+            assert {source_id(tree.rows[n]) for n, _ in leaves} == set(tree.rows[tree.root]["ids"]), \
+                lin.label(tree.root)
+            for n, e in leaves:
+                assert (e["from"], e["at"]) in {("ORDERS", "T"), ("ITEMS", "ITEMS")}
+                rows = files.setdefault(e["file"], pq.read_table(e["file"]).to_pylist())
+                assert rows[e["row"]] == tree.rows[n], "the row the file holds at that number"
+            assert lin.stops(tree) is None
+        kept = {link.state for t in trees for link in t.links if link.kind == "state"}
+        assert any(k.startswith("J:") and k.endswith("kept rows") for k in kept)
+        assert any(k.startswith("A:") and k.endswith("kept rows") for k in kept)
+        # forward from an order, outside G(θ): exactly the sink rows carrying its id
+        sink = {t.root: set(t.rows[t.root]["ids"]) for t in trees}
+        for ref in lin.rows_of("ORDERS", "o_id in (2, 5, 13)"):
+            tree = lin.forward(ref)
+            sid = source_id(tree.rows[ref])
+            assert {n for n, e in tree.ends.items() if e["end"] == "sink"} == \
+                {r for r, ids in sink.items() if sid in ids}, sid
+    finally:
+        session.reader.close()

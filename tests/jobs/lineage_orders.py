@@ -1,6 +1,8 @@
 """Orders ⋈ lineitems whose rows carry, as plain data, the ids of the inputs that made them.
 
-    python lineage_orders.py OUT.json DATA_DIR
+    python lineage_orders.py OUT.json DATA_DIR [--items-by-reference]
+
+(--items-by-reference also makes Spark hand the stages Arrow batches of 4 rows.)
 
 The oracle of tests/test_lineage.py: every row keeps in its field `ids` the orders
 ("o3") and lineitems ("l107") it was computed from, so a sink row says which source
@@ -27,7 +29,7 @@ ITEMS = [(100 + n, 1 + (n * 5) % 17, 1 + n % 5) for n in range(30)]       # (l_i
 
 def write_data(d: Path) -> tuple[str, str]:
     """Parquet files: ORDERS, two files read by reference (a plain scan feeding θ), ITEMS copied
-    (it enters G(θ) through a shuffle)."""
+    (it enters G(θ) through a shuffle; read by reference with --items-by-reference)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -59,11 +61,12 @@ def joined(order, item):
     return {"cust": order["cust"], "qty": item["qty"], "ids": order["ids"] + [f"l{item['l_id']}"]}
 
 
-def build(spark, orders: str, items: str) -> tt.Dataflow:
+def build(spark, orders: str, items: str, items_by_reference: bool = False) -> tt.Dataflow:
     flow = tt.Dataflow("lineage_orders")
     t = flow.source("ORDERS", spark.read.parquet(orders)).map(
         lambda r: {**r, "ids": [f"o{r['o_id']}"]}, name="T")
-    li = flow.source("ITEMS", spark.read.parquet(items).repartition(2))
+    items = spark.read.parquet(items)
+    li = flow.source("ITEMS", items if items_by_reference else items.repartition(2))
     j = t.key_by(lambda r: r["o_id"], partitions=2).join(li.key_by(lambda r: r["o_id"], partitions=2),
                                                           merge=joined, name="J")
     a = j.key_by(lambda r: r["cust"], partitions=2).aggregate(
@@ -79,5 +82,13 @@ def build(spark, orders: str, items: str) -> tt.Dataflow:
 if __name__ == "__main__":
     out, data = sys.argv[1], Path(sys.argv[2])
     spark = tt.spark_session("lineage_orders")
-    rows = build(spark, *write_data(data)).run()["OUT"]
+    by_reference = "--items-by-reference" in sys.argv
+    batch = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(batch)
+    if by_reference:   # many small Arrow batches per partition: many chunks of positions
+        spark.conf.set(batch, "4")
+    try:
+        rows = build(spark, *write_data(data), items_by_reference=by_reference).run()["OUT"]
+    finally:
+        spark.conf.set(batch, before)
     Path(out).write_text(json.dumps(rows))
