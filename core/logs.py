@@ -100,14 +100,14 @@ def pack_dests(dests: array, n_dest: int) -> bytes:
     if w >= 8:
         return bytes([w]) + array({8: "B", 16: "H", 32: "I"}[w], dests).tobytes()
     per = 8 // w
-    out = bytearray([w])
     n = len(dests)
-    for i in range(0, n, per):
-        b = 0
-        for j, d in enumerate(dests[i:i + per]):
-            b |= d << (j * w)
-        out.append(b)
-    return bytes(out)
+    # one byte per destination, padded to whole bytes; then destination i*per+j lands in bits j*w of
+    # byte i by shifting the big integer made of every per-th byte (values < 2**w: nothing carries)
+    raw = array("B", dests).tobytes() + bytes(-n % per)
+    packed = 0
+    for j in range(per):
+        packed |= int.from_bytes(raw[j::per], "little") << (j * w)
+    return bytes([w]) + packed.to_bytes((n + per - 1) // per, "little")
 
 
 def unpack_dests(data: bytes, n: int) -> array:

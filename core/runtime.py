@@ -225,7 +225,9 @@ class LineageRunner(RecordingRunner):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.kept: dict[tuple, array] = {}   # state path -> positions of the inputs kept there
+        # state path -> the positions of the inputs kept there: one int until a second comes (most
+        # keys of a join hold one row: an array each would cost more than the join's own list)
+        self.kept: dict[tuple, int | array] = {}
 
     def feed(self, row, port):
         position = self.count
@@ -235,14 +237,17 @@ class LineageRunner(RecordingRunner):
         if keep is not None:
             at = kept.get(keep)
             if at is None:
-                at = kept[keep] = array("I")
-            at.append(position)
+                kept[keep] = position
+            elif type(at) is int:
+                kept[keep] = array("I", (at, position))
+            else:
+                at.append(position)
         n = self.log.counts[-1]
         if n:   # output j: made from item j of `match` (a join's j-th stored row of the other side)
-            at = kept.get(match) if match is not None else None
+            at = _positions(kept.get(match)) if match is not None else ()
             made = self.log.made
             for j in range(n):
-                if at is not None and j < len(at):
+                if j < len(at):
                     made.append(1)
                     made.append(at[j])
                 else:
@@ -257,8 +262,8 @@ class LineageRunner(RecordingRunner):
             at = len(made)
             made.append(0)
             for path in paths:
-                positions = kept.get(path[:2])
-                if positions is None:
+                positions = _positions(kept.get(path[:2]))
+                if not positions:
                     continue
                 if len(path) == 3:
                     made.append(positions[path[2]])
@@ -266,6 +271,10 @@ class LineageRunner(RecordingRunner):
                 else:
                     made.extend(positions)
                     made[at] += len(positions)
+
+
+def _positions(kept: int | array | None) -> tuple | array:
+    return () if kept is None else (kept,) if type(kept) is int else kept
 
 
 class ThetaRunner(RecordingRunner):

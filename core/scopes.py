@@ -24,6 +24,7 @@ a tuple of x: stepping over x would first require processing that later root.
 from __future__ import annotations
 
 import bisect
+import itertools
 from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -92,12 +93,7 @@ class InstanceIndex:
         self.total = pos
         self.channel_totals = seqs
         self._channel_seq_starts = {ch: [self.run_seq[i] for i in idxs] for ch, idxs in self.channel_runs.items()}
-        cum = array("q", [0])
-        acc = 0
-        for c in counts:
-            acc += c
-            cum.append(acc)
-        self.cum = cum                    # outputs before input #n: cum[n]
+        self.cum = array("q", itertools.accumulate(counts, initial=0))   # outputs before input #n: cum[n]
         self.dests = dests
         self.rank: dict[int, array] = {}  # edge -> per output: its sequence number at its destination
         self.by_dest: dict[int, list[array]] = {}

@@ -494,9 +494,9 @@ class Lineage:
             if data is None:
                 data = self._chunks[rowid] = blobs.decompress(self.reader.entry_data(rowid))
             rows = self.reader.entry_tuples(codec, rowid)
-            offsets = range(n) if seq is None else (seq - start,)
-            for k in offsets:
-                yield (p, src), start + k, rows[k], self.reader.sources().where(data, k)
+            places = self.reader.sources().places(data)
+            for k in range(n) if seq is None else (seq - start,):
+                yield (p, src), start + k, rows[k], places[k]
 
     # --- replays ------------------------------------------------------------------------------
 

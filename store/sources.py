@@ -156,6 +156,11 @@ class SourceReader:
         """One chunk as the rows a tt.Dataflow source hands its operators."""
         return self.table(data).to_pylist()
 
+    def places(self, data: bytes) -> list[tuple[str, int]]:
+        """(file URI, row number) of every row of a chunk, in order (`where` for all of them)."""
+        _, parts = positions.unpack(data)
+        return [(self.files[fid].uri, int(r)) for fid, rows in parts for r in rows.tolist()]
+
     def where(self, data: bytes, offset: int) -> tuple[str, int]:
         """(file URI, row number in the file, from 0) of a chunk's `offset`-th row: where a
         row of lineage came from. Reads no file."""
