@@ -69,6 +69,11 @@ class Operator:
     #: from (core/runtime.py `LineageRunner`): the built-in join and aggregate declare both.
     kept_in: Callable[[Any, int], tuple] | None = None
 
+    #: True when the state paths `emitted_from` names hold the input rows themselves, unchanged
+    #: (the built-in join's stored rows): `--lineage` then finds their positions by identity
+    #: instead of calling `kept_in` for every input (core/runtime.py `StoredLineageRunner`).
+    stores_inputs: bool = False
+
     def log_result(self, fn: Callable, *args, **kwargs):
         """Call non-deterministic `fn` while recording; replay returns the logged value."""
         return log_result(fn, *args, **kwargs)
@@ -195,6 +200,7 @@ class HashJoin(Operator):
     """Symmetric hash join of port 0 (left) and port 1 (right) on their keys."""
 
     appends_only = True
+    stores_inputs = True
 
     def __init__(self, left_key: Callable, right_key: Callable,
                  merge: Callable[[Any, Any], Any] | None = None):

@@ -273,6 +273,34 @@ class LineageRunner(RecordingRunner):
                     made[at] += len(positions)
 
 
+class StoredLineageRunner(RecordingRunner):
+    """`LineageRunner` for an operator that keeps its inputs themselves in its state and names
+    them with `emitted_from` (`Operator.stores_inputs`: the built-in join). Remembering each
+    input's position by the object's identity costs one dict entry per input; what an output was
+    made from is looked up only for calls that emitted something (a join's probes)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.position_of: dict[int, int] = {}   # id(input row) -> its position; the state keeps it alive
+
+    def feed(self, row, port):
+        self.position_of[id(row)] = self.count
+        RecordingRunner.feed(self, row, port)
+        n = self.log.counts[-1]
+        if n:
+            op, made, position_of = self.op, self.log.made, self.position_of
+            for paths in op.emitted_from(row, port, n):
+                at = len(made)
+                made.append(0)
+                for field, key, *item in paths:
+                    stored = getattr(op, field).get(key, ())
+                    for r in (stored[item[0]:item[0] + 1] if item else stored):
+                        p = position_of.get(id(r))
+                        if p is not None:
+                            made.append(p)
+                            made[at] += 1
+
+
 def _positions(kept: int | array | None) -> tuple | array:
     return () if kept is None else (kept,) if type(kept) is int else kept
 

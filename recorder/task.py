@@ -29,7 +29,8 @@ from ..core.state_deltas import StateEncoder
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
 from ..core.logs import pack_dests, pack_results, pack_runs
 from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
-                            SourceLineageRunner, ThetaRunner, capture_target, narrow_target)
+                            SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
+                            narrow_target)
 from ..core.operator import CONTEXT
 from ..store import blobs, positions
 
@@ -295,6 +296,8 @@ class StageTask:
             elif logging and nid in g.lineage:   # tt record --lineage: ids and counts, nothing else
                 if node.kind == SOURCE:
                     kind = SourceLineageRunner     # where its rows went
+                elif node.op.stores_inputs and node.op.emitted_from is not None:
+                    kind = StoredLineageRunner     # and the stored rows each output was made from
                 elif node.op.kept_in is not None and node.op.emitted_from is not None:
                     kind = LineageRunner           # and what each output was made from
                 else:
