@@ -99,6 +99,7 @@ class Lineage:
         self._channel: dict[Key, tuple] = {}
         self._readers: dict[Key, _Readers] = {}
         self._kept: dict[Key, _Kept] = {}
+        self._read_chunks: dict[int, tuple[list, list]] = {}   # entry chunk -> (rows, (file, row#) each)
         self._rows: dict[Node, Any] = {}
         self._chunks: dict[int, bytes] = {}
         self._on_outputs: Callable[[Key, int, list], None] | None = None   # sees each tracked call's outputs
@@ -490,11 +491,13 @@ class Lineage:
         for rowid, p, src, start, n, codec in self.reader.entry_index(op, instance):
             if p != port or codec != blobs.REF or (seq is not None and not start <= seq < start + n):
                 continue
-            data = self._chunks.get(rowid)
-            if data is None:
-                data = self._chunks[rowid] = blobs.decompress(self.reader.entry_data(rowid))
-            rows = self.reader.entry_tuples(codec, rowid)
-            places = self.reader.sources().places(data)
+            read = self._read_chunks.get(rowid)
+            if read is None:
+                data = blobs.decompress(self.reader.entry_data(rowid))
+                read = (self.reader.entry_tuples(codec, rowid), self.reader.sources().places(data))
+                if seq is not None:   # leaves often share chunks: each read from its files once (a scan: not kept)
+                    self._read_chunks[rowid] = read
+            rows, places = read
             for k in range(n) if seq is None else (seq - start,):
                 yield (p, src), start + k, rows[k], places[k]
 
