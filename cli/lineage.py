@@ -124,8 +124,9 @@ def _note(tree, node) -> str:
             outside = ", outside G(θ): what it was made from is not known" if e.get("outside") else ""
             return f"← the end of input of {e['at']} (its finish(){outside})"
         if e["as"] == "source row":
+            copied = "copied into the run file" if tree.rows.get(node) is not None else "values not recorded"
             where = f"{e['file']} row {e['row']}" if "file" in e else \
-                f"partition {e['partition']}, row #{e['index']} of its read (values not recorded)"
+                f"partition {e['partition']}, row #{e['index']} of its read ({copied})"
             by = "" if e["at"] == e["from"] else f" read by {e['at']}"
             return f"← a row of source {e['from']}{by}: {where}"
         how = "θ's input" if e["as"] == "theta input" else "a free tuple"

@@ -430,7 +430,7 @@ class Lineage:
             info = {"as": "source row", "at": node.name, "from": node.name, "source": True,
                     "partition": t.instance, "index": t.position}
             for _, _, row, where in self._referenced_rows(t.op, t.instance, 0, t.position):
-                info.update(file=where[0], row=where[1])
+                info.update({} if where is None else {"file": where[0], "row": where[1]})
                 self._rows[t] = values.encode(row)
             return info
         if (port, src) == END:
@@ -440,7 +440,7 @@ class Lineage:
             info = {"as": "source row", "at": node.name, "from": sender.name, "source": sender.kind == SOURCE,
                     "partition": src, "index": seq}
             for _, _, row, where in self._referenced_rows(t.op, t.instance, port, seq):
-                info.update(file=where[0], row=where[1])
+                info.update({} if where is None else {"file": where[0], "row": where[1]})
                 self._rows[t] = values.encode(row)
             return info
         info = {"as": "theta input" if t.op == self.graph.theta else "free tuple", "at": node.name,
@@ -485,16 +485,17 @@ class Lineage:
         return kept
 
     def _referenced_rows(self, op: int, instance: int, port: int, seq: int | None = None) -> Iterator[tuple]:
-        """((port, src), seq, row, (file, row#)) of the source rows an instance outside G(θ) got on
-        `port` from a source read by reference (--lineage keeps their file positions): all of them,
-        or the one at `seq`."""
+        """((port, src), seq, row, (file, row#) or None) of the source rows an instance outside G(θ)
+        got on `port` from a source read by reference (--lineage keeps their file positions; after
+        `tt pack`, the rows themselves): all of them, or the one at `seq`."""
         for rowid, p, src, start, n, codec in self.reader.entry_index(op, instance):
-            if p != port or codec != blobs.REF or (seq is not None and not start <= seq < start + n):
-                continue
+            if p != port or codec not in (blobs.REF, blobs.ARROW) or (seq is not None and not start <= seq < start + n):
+                continue   # (ARROW: the rows `tt pack` copied in; where they were is no longer known)
             read = self._read_chunks.get(rowid)
             if read is None:
-                data = blobs.decompress(self.reader.entry_data(rowid))
-                read = (self.reader.entry_tuples(codec, rowid), self.reader.sources().places(data))
+                places = self.reader.sources().places(blobs.decompress(self.reader.entry_data(rowid))) \
+                    if codec == blobs.REF else [None] * n
+                read = (self.reader.entry_tuples(codec, rowid), places)
                 if seq is not None:   # leaves often share chunks: each read from its files once (a scan: not kept)
                     self._read_chunks[rowid] = read
             rows, places = read

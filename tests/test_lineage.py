@@ -404,3 +404,29 @@ def test_with_lineage_a_join_and_an_aggregate_outside_g_theta_log_what_they_kept
                 {r for r, ids in sink.items() if sid in ids}, sid
     finally:
         session.reader.close()
+
+
+def test_a_packed_lineage_run_keeps_its_source_rows(deep, tmp_path, capsys):
+    """`tt pack` copies the referenced rows in, those --lineage kept outside G(θ) too: lineage
+    then shows the same source rows without the files (where they were is no longer shown)."""
+    run, _ = deep
+    packed = tmp_path / "packed.db"
+    assert main(["pack", str(run), "-o", str(packed)]) == 0
+    trees = {}
+    for path in (run, packed):
+        session = DebugSession(path)
+        try:
+            lin = Lineage(session)
+            (root,) = lin.rows_of("OUT", "kind == 'customer' and cust == 'c2'")
+            tree = lin.back(root)
+            trees[path] = ({lin.label(n): tree.rows[n] for n, e in tree.entered.items() if e["as"] == "source row"},
+                           {lin.label(n): "file" in e for n, e in tree.entered.items() if e["as"] == "source row"})
+        finally:
+            session.reader.close()
+    (rows, files), (packed_rows, packed_files) = trees[run], trees[packed]
+    assert rows == packed_rows and all(r is not None for r in rows.values()) and len(rows) > 2
+    assert all(files.values()) and not any(packed_files.values())
+    capsys.readouterr()
+    assert main(["lineage", str(packed), "OUT", "--where", "kind == 'customer' and cust == 'c2'", "--back"]) == 0
+    text = capsys.readouterr().out
+    assert "of its read (copied into the run file)" in text and ".parquet row" not in text
