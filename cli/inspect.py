@@ -142,7 +142,7 @@ def _summary_text(s: dict) -> str:
                     if s["control_log_ratio"] else "")
                  + f"; recorded tuples {human_bytes(sz['recorded_tuples'])}; states {human_bytes(sz['states'])}")
     for src in s.get("sources", []):
-        lines.append(f"source   {src['source']}: " + _source_text(src, sz))
+        lines.append(f"source   {src['source']}: " + _source_text(src))
     for f in s["failures"]:
         lines.append(f"failure  {f['op']}:{f['instance']} input #{f['position']}: {f['error']}")
     wal = s.get("wal") or {}
@@ -152,7 +152,7 @@ def _summary_text(s: dict) -> str:
     return "\n".join(lines)
 
 
-def _source_text(src: dict, sizes: dict) -> str:
+def _source_text(src: dict) -> str:
     """`copied (why)`, or `by reference to N Parquet files (…)` with each file's state here."""
     if src["stored"] == "copied":
         return f"rows copied into the run file ({src['why']})"
@@ -160,7 +160,7 @@ def _source_text(src: dict, sizes: dict) -> str:
         return f"rows copied into the run file by `tt pack` from {len(src['files'])} {src['format'].capitalize()} file(s)"
     bad = [f for f in src["files"] if f["here"] != "unchanged"]
     n = len(src["files"])
-    text = (f"by reference: {sizes['referenced_rows']:,} rows as {human_bytes(sizes['row_references'])} of "
+    text = (f"by reference: {src['rows']:,} rows as {human_bytes(src['position_bytes'])} of "
             f"positions in {n} {src['format'].capitalize()} file{'s' if n != 1 else ''}, ")
     if not bad:
         return text + ("all " if n > 1 else "") + "here and unchanged"

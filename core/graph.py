@@ -74,6 +74,10 @@ class Graph:
         self.in_g: set[int] = set()
         self.lineage: set[int] = set()   # outside G(θ), logged for lineage alone (`tt record --lineage`)
         self.untracked: set[int] = set()  # ... of them, those with state lineage cannot see into
+        # shuffle edges from a source read by reference into G(θ): the tuples they carry are not
+        # recorded where they enter, but rebuilt from the source's logs (its rows' positions and
+        # where each row went; the source is then in `lineage` too)
+        self.by_reference: set[int] = set()
 
     # --- building ---------------------------------------------------------
 
@@ -244,6 +248,7 @@ class Graph:
         g.in_g = set(self.in_g)
         g.lineage = set(self.lineage)
         g.untracked = set(self.untracked)
+        g.by_reference = set(self.by_reference)
         return g
 
     def describe(self) -> dict:
@@ -251,6 +256,7 @@ class Graph:
         return {
             "theta": self.theta,
             **({"lineage": sorted(self.lineage), "untracked": sorted(self.untracked)} if self.lineage else {}),
+            **({"by_reference": sorted(self.by_reference)} if self.by_reference else {}),
             "nodes": [{"id": n.id, "name": n.name, "kind": n.kind, "class": _qualname(n.op),
                        "stage": n.stage, "instances": n.instances, "inputs": n.inputs,
                        "outputs": n.outputs, "in_g": n.id in self.in_g, "sink_mode": n.sink_mode,
@@ -279,6 +285,7 @@ class Graph:
         g.in_g = {n["id"] for n in desc["nodes"] if n["in_g"]}
         g.lineage = set(desc.get("lineage", ()))
         g.untracked = set(desc.get("untracked", ()))
+        g.by_reference = set(desc.get("by_reference", ()))
         return g
 
 

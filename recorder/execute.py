@@ -74,7 +74,8 @@ def _reference_sources(flow: Dataflow, graph: Graph, session: Any) -> dict[int, 
     for nid, data in flow.sources.items():
         recorded = graph.records_source(nid)
         feeds_lineage = nid in graph.lineage or any(graph.edges[e].dst in graph.lineage for e in graph.nodes[nid].outputs)
-        if not isinstance(data, DataFrame) or not (recorded or feeds_lineage):
+        shuffled = [e for e in graph.nodes[nid].outputs if graph.edges[e].shuffle and graph.is_entry(graph.edges[e])]
+        if not isinstance(data, DataFrame) or not (recorded or feeds_lineage or shuffled):
             continue
         ref, why = (None, "tt record --copy-sources") if session.copy_sources else sources.reference(data)
         if ref is None:
@@ -83,8 +84,13 @@ def _reference_sources(flow: Dataflow, graph: Graph, session: Any) -> dict[int, 
             continue
         ref.first_id, first_id = first_id, first_id + len(ref.files)
         refs[nid] = ref
+        if shuffled:   # what it shuffles into G(θ): rebuilt at replay from its positions and destinations
+            graph.by_reference.update(shuffled)
+            graph.lineage.add(nid)
     if refs or copied:
         session.write_sources(refs, copied)
+    if graph.by_reference:
+        session.update_plan(graph)
     return refs
 
 

@@ -161,6 +161,10 @@ class RecordingSession:
             ("INSERT INTO source_scans (source, format, columns, info) VALUES (?,?,?,?)", scans),
             ("INSERT INTO source_files VALUES (?,?,?,?,?,?)", files)])
 
+    def update_plan(self, graph: Graph) -> None:
+        """Store the plan again: choosing how sources are recorded changed it (`Graph.by_reference`)."""
+        self.writer.submit([("UPDATE run SET plan=? WHERE id=1", [(orjson.dumps(graph.describe()).decode(),)])])
+
     def _operator_rows(self, nodes: list) -> list:
         """The statements that store `nodes`: code, kind, place in G(θ), initial state."""
         g = self.graph

@@ -360,6 +360,11 @@ class StageTask:
         return own + [(g.edges[e].dst, g.edges[e].port) for e in g.nodes[src].outputs
                       if not g.edges[e].shuffle and g.edges[e].dst in g.lineage]
 
+    def _replays_from_source(self) -> bool:
+        """Whether replay rebuilds what this stage's source shuffles into G(θ) from the source's
+        own logs (`Graph.by_reference`): then a batch whose positions cannot be kept is copied."""
+        return self.mode == "record" and any(e in self.g.by_reference for e in self.g.nodes[self.stage.source].outputs)
+
     # --- running ----------------------------------------------------------------
 
     def run_arrow(self, batches: Iterator) -> Iterator:
@@ -478,13 +483,17 @@ class StageTask:
         src = self.runners[self.stage.source]
         captures = self._source_captures() if self.mode == "record" else []
         lineage_captures = self._lineage_captures()
+        replayed = self._replays_from_source()
         for batch in batches:
             if arrow:
                 refs = None
                 if self.source_ref is not None:
                     batch, refs = self._split_positions(batch, bool(captures or lineage_captures))
-                for nid, port in lineage_captures if refs is not None else ():
-                    self.ref_entries.append((nid, port, self.partition, batch.num_rows, refs))
+                for nid, port in lineage_captures:
+                    if refs is not None:
+                        self.ref_entries.append((nid, port, self.partition, batch.num_rows, refs))
+                    elif replayed and nid == self.stage.source:   # replay needs these rows: copied
+                        self.arrow_entries.append((nid, port, self.partition, batch))
                 for nid, port in captures:
                     if refs is not None:
                         self.ref_entries.append((nid, port, self.partition, batch.num_rows, refs))
@@ -536,7 +545,7 @@ class StageTask:
         head = self.runners[self.stage.head]
         ports = {eid: g.edges[eid].port for eid in self.stage.inputs}
         logged = isinstance(head, RecordingRunner)
-        entry = ({eid for eid in self.stage.inputs if g.is_entry(g.edges[eid])}
+        entry = ({eid for eid in self.stage.inputs if g.is_entry(g.edges[eid]) and eid not in g.by_reference}
                  if logged and self.mode == "record" else set())
         feed = head.feed
         hid = head.node_id

@@ -34,6 +34,7 @@ from ..core.runtime import OperatorFailure, ReplayRunner, ResultSource
 from ..store import blobs
 from ..store.reader import RunReader
 from ..store.trust import require_trust
+from .entries import ShuffledEntryReader, SourceShuffles
 
 Key = tuple[int, int]  # (node id, instance)
 
@@ -78,6 +79,16 @@ class EntryReader:
         self._cached = (start, rows)
         return rows[seq - start]
 
+    def place(self, seq: int) -> tuple[str, int] | None:
+        """(file, row number) of the seq-th tuple when it was recorded by reference."""
+        idx = bisect.bisect_right(self.starts, seq) - 1
+        if idx < 0:
+            return None
+        start, n, codec, rowid = self.chunks[idx]
+        if codec != blobs.REF or seq >= start + n:
+            return None
+        return self.reader.sources().where(blobs.decompress(self.reader.entry_data(rowid)), seq - start)
+
     def __len__(self) -> int:
         return max((s + n for s, n, _, _ in self.chunks), default=0)
 
@@ -110,6 +121,12 @@ class Instance:
             by_channel[(port, src)].append((start, n, codec, rowid))
         self.entry = {ch: EntryReader(reader, chunks) for ch, chunks in by_channel.items()}
         g = engine.graph
+        for e in g.in_edges(node):   # from a source read by reference through a shuffle: rebuilt
+            if e.id in g.by_reference:
+                n_src = g.nodes[e.src].instances
+                for src in range(n_src):
+                    self.entry[(e.port, src)] = ShuffledEntryReader(engine.shuffles, e.src, src, e.id,
+                                                                    node.instances, i)
         self.internal_ports = {e.port for e in g.in_edges(node) if e.src in g.in_g}
         self._shuffle_edges = [e.id for e in g.out_edges(node) if e.shuffle]
         self._dests: dict[int, array] | None = None
@@ -404,6 +421,7 @@ class Engine:
         self.on_consume: Callable[[Instance, int, tuple], None] | None = None   # before a consume
         self.after_consume: Callable[[Instance, int, Any], None] | None = None  # after, with the row
         self.instances: dict[Key, Instance] = {}
+        self.shuffles = SourceShuffles(reader)   # sources read by reference that shuffle into G(θ)
         # where visible attempts failed (post-mortem): (op, instance) -> failure
         self.failures: dict[Key, dict] = {}
         for f in reader.failure_points():

@@ -52,6 +52,8 @@ def summary(reader: RunReader) -> dict:
     control = reader.control_log_bytes()
     plan = run.get("plan") or {}
     nodes = {n["id"]: n for n in plan.get("nodes", [])}
+    by_reference = {e["src"] for e in plan.get("edges", []) if e["id"] in set(plan.get("by_reference", ()))}
+    lineage = set(plan.get("lineage", ())) - (set() if (run.get("options") or {}).get("lineage") else by_reference)
     return {
         "file": str(reader.path),
         "status": reader.status,
@@ -67,7 +69,7 @@ def summary(reader: RunReader) -> dict:
         "options": run["options"],
         "operators": [{"name": o.name, "kind": o.kind, "class": o.cls, "stage": o.stage,
                        "instances": o.instances, "in_g": o.in_g, "theta": o.is_theta,
-                       "lineage": o.id in plan.get("lineage", ()),   # logged outside G(θ) (tt record --lineage)
+                       "lineage": o.id in lineage,   # logged outside G(θ) (tt record --lineage)
                        "site": nodes.get(o.id, {}).get("site"), "unit": nodes.get(o.id, {}).get("unit")}
                       for o in reader.operators],
         "unrecorded": plan.get("unrecorded", []),   # hooked calls whose function ran without tt
@@ -98,6 +100,7 @@ def sources(reader: RunReader) -> list[dict]:
     from ..store.sources import FileRecord, describe_change
 
     out = []
+    referenced = reader.referenced()
     for scan in reader.source_scans():
         name = reader.operators[scan["source"]].name
         info = scan["info"]
@@ -118,9 +121,10 @@ def sources(reader: RunReader) -> list[dict]:
             except SourceFileError as e:
                 here = f"unreadable: {getattr(e, 'reason', e)}"
             files.append({"uri": f["uri"], "size": f["size"], "here": here})
+        rows, size = referenced.get(scan["source"], (0, 0))
         out.append({"source": name, "stored": "referenced",
                     "format": scan["format"], "columns": scan["columns"], "files": files,
-                    "filters": info.get("data_filters", [])})
+                    "filters": info.get("data_filters", []), "rows": rows, "position_bytes": size})
     return out
 
 

@@ -101,7 +101,6 @@ class Lineage:
         self._kept: dict[Key, _Kept] = {}
         self._read_chunks: dict[int, tuple[list, list]] = {}   # entry chunk -> (rows, (file, row#) each)
         self._rows: dict[Node, Any] = {}
-        self._chunks: dict[int, bytes] = {}
         self._on_outputs: Callable[[Key, int, list], None] | None = None   # sees each tracked call's outputs
 
     def label(self, node: Node) -> str:
@@ -451,14 +450,8 @@ class Lineage:
 
     def _file_row(self, inst: Instance, channel: tuple[int, int], seq: int) -> dict:
         entry = inst.entry.get(channel)
-        for start, n, codec, rowid in entry.chunks if entry is not None else ():
-            if start <= seq < start + n and codec == blobs.REF:
-                data = self._chunks.get(rowid)
-                if data is None:
-                    data = self._chunks[rowid] = blobs.decompress(self.reader.entry_data(rowid))
-                uri, row = self.reader.sources().where(data, seq - start)
-                return {"file": uri, "row": row}
-        return {}
+        place = entry.place(seq) if entry is not None else None
+        return {} if place is None else {"file": place[0], "row": place[1]}
 
     def stops(self, tree: Tree) -> str | None:
         """Where backward lineage stopped short of the sources: tuples from operators outside G(θ)

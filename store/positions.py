@@ -61,6 +61,11 @@ def pack(source: int, parts: list[tuple[int, Any]]) -> bytes:
     return b"".join(out)
 
 
+def source_of(data: bytes) -> int:
+    """The source node a packed chunk's positions belong to (its header alone)."""
+    return _HEAD.unpack_from(data, 0)[1]
+
+
 def unpack(data: bytes) -> tuple[int, list[tuple[int, Any]]]:
     """(source node, [(file id, positions as an int64 array)]) of a packed chunk."""
     import numpy as np

@@ -23,7 +23,7 @@ import orjson
 
 from ..core import logs, state_deltas
 from ..core.errors import RunFileError
-from . import blobs, schema, trust
+from . import blobs, positions, schema, trust
 
 
 _noted: set[str] = set()
@@ -541,7 +541,7 @@ class RunReader:
             + q("SELECT 40*COUNT(*) FROM barriers").fetchone()[0],
         }
         for kind, label in (("in", "input_log"), ("out", "output_log"), ("dest", "output_log_dests"),
-                            ("res", "logged_results")):
+                            ("res", "logged_results"), ("made", "lineage_made")):
             out[label] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM log_chunks WHERE kind=?", (kind,)).fetchone()[0]
         out["recorded_tuples"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks WHERE codec != 'ref'"
                                    ).fetchone()[0]
@@ -553,7 +553,17 @@ class RunReader:
             Path(str(self.path) + s).stat().st_size for s in ("-wal",) if Path(str(self.path) + s).exists())
         return out
 
+    def referenced(self) -> dict[int, tuple[int, int]]:
+        """Per source read by reference: (rows kept as positions, bytes of those positions)."""
+        out: dict[int, tuple[int, int]] = {}
+        for data, n in self.conn.execute("SELECT data, n FROM entry_chunks WHERE codec = 'ref'"):
+            source = positions.source_of(blobs.decompress(data))
+            rows, size = out.get(source, (0, 0))
+            out[source] = (rows + n, size + len(data))
+        return out
+
     def control_log_bytes(self) -> int:
         """Interactions + Input/Output logs + logged results (the paper's log size)."""
         s = self.sizes()
-        return s["interactions"] + s["input_log"] + s["output_log"] + s["output_log_dests"] + s["logged_results"]
+        return (s["interactions"] + s["input_log"] + s["output_log"] + s["output_log_dests"] + s["logged_results"]
+                + s["lineage_made"])

@@ -1,0 +1,96 @@
+"""Tuples that entered G(θ) through a shuffle from a source read by reference, rebuilt.
+
+Such tuples are not recorded where they enter G(θ) (`Graph.by_reference`): the source
+kept its rows' file positions (or copies of the batches whose positions it could not
+keep) and, for each row, the instance it went to. The s-th tuple instance d got from
+source partition p is then the row of p that was the s-th to go to d, read back from
+its file: what was sent, in the order it was sent, without a copy in the run file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+from array import array
+from typing import Any
+
+from ..core.errors import RunFileError
+from ..store import blobs
+from ..store.reader import RunReader
+
+ROW_CHUNKS_KEPT = 16   # decoded source chunks kept for all instances (each is read by every consumer)
+
+
+class SourceShuffles:
+    """What every instance of the engine needs of the shuffled sources, computed once: per source
+    partition, its rows' destinations grouped by destination, and recently decoded chunks."""
+
+    def __init__(self, reader: RunReader):
+        self.reader = reader
+        self._by_dest: dict[tuple[int, int, int], list[array]] = {}
+        self._rows: collections.OrderedDict[int, list] = collections.OrderedDict()
+
+    def sent_to(self, op: int, src: int, edge: int, n_dest: int, dest: int) -> array:
+        """The numbers of the rows source partition `src` sent to instance `dest` on `edge`, in order."""
+        key = (op, src, edge)
+        groups = self._by_dest.get(key)
+        if groups is None:
+            groups = [array("q") for _ in range(n_dest)]
+            appends = [g.append for g in groups]
+            for g, d in enumerate(self.reader.dests(op, src, edge)):
+                appends[d](g)
+            self._by_dest[key] = groups
+        return groups[dest]
+
+    def rows(self, codec: str, rowid: int) -> list:
+        rows = self._rows.get(rowid)
+        if rows is None:
+            rows = self._rows[rowid] = self.reader.entry_tuples(codec, rowid)
+            if len(self._rows) > ROW_CHUNKS_KEPT:
+                self._rows.popitem(last=False)
+        else:
+            self._rows.move_to_end(rowid)
+        return rows
+
+
+class ShuffledEntryReader:
+    """The tuples one instance got from one source partition over a shuffle by reference; the
+    same interface as `engine.EntryReader`."""
+
+    def __init__(self, shared: SourceShuffles, op: int, src: int, edge: int, n_dest: int, dest: int):
+        self.shared = shared
+        self._sent = (op, src, edge, n_dest, dest)
+        self._outputs: array | None = None
+        self.chunks = sorted((start, n, codec, rowid) for rowid, port, _, start, n, codec
+                             in shared.reader.entry_index(op, src) if port == 0)
+        self.starts = [c[0] for c in self.chunks]
+
+    @property
+    def outputs(self) -> array:
+        if self._outputs is None:   # (on first use: an engine loads without reading every source's logs)
+            self._outputs = self.shared.sent_to(*self._sent)
+        return self._outputs
+
+    def _chunk(self, seq: int) -> tuple[int, tuple[int, int, str, int]]:
+        """(row number in the source partition, the chunk that holds it)."""
+        if not 0 <= seq < len(self.outputs):
+            raise RunFileError(f"recorded tuple #{seq} is missing from the run file")
+        g = self.outputs[seq]
+        idx = bisect.bisect_right(self.starts, g) - 1
+        if idx < 0 or g >= self.chunks[idx][0] + self.chunks[idx][1]:
+            raise RunFileError(f"row #{g} of a source read by reference is missing from the run file")
+        return g, self.chunks[idx]
+
+    def get(self, seq: int) -> Any:
+        g, (start, _, codec, rowid) = self._chunk(seq)
+        return self.shared.rows(codec, rowid)[g - start]
+
+    def place(self, seq: int) -> tuple[str, int] | None:
+        """(file, row number) of the seq-th tuple, where the source kept its position."""
+        g, (start, _, codec, rowid) = self._chunk(seq)
+        if codec != blobs.REF:
+            return None
+        return self.shared.reader.sources().where(blobs.decompress(self.shared.reader.entry_data(rowid)), g - start)
+
+    def __len__(self) -> int:
+        return len(self.outputs)
