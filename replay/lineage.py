@@ -110,12 +110,16 @@ class Lineage:
             return f"{self.graph.nodes[node.op].name}:{node.instance} {path_text(node.path)}"
         return node.label(self.graph)
 
-    def state_value(self, instance: str, dotted: str) -> StateValue:
+    def state_value(self, instance: str, dotted: str, at: int | None = None) -> StateValue:
         """The value of `dotted` ("blacklist.Bob", "groups.8242", "seen") in the state of
-        `instance` ("FD:0") at the end of the run (a failed run: where it failed), as a root
-        for `back`: its links are the calls that wrote it."""
+        `instance` ("FD:0") at the end of the run (a failed run: where it failed), or when it had
+        consumed `at` tuples, as a root for `back`: its links are the calls that wrote it. The
+        tracked replay only goes forward: `at` must not lie behind where it stands."""
         key = self.session.parse_instance(instance)
-        self._replay({key: _end(self.engine.instances[key])})
+        target = _end(self.engine.instances[key]) if at is None else at
+        if self.engine.instances[key].count > target:
+            raise ValueError(f"the tracked replay is past {instance}:{target}")
+        self._replay({key: target})
         access = self.access[key]
         field_name, *rest = dotted.split(".")
         fields = access.fields()

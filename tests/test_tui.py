@@ -278,7 +278,7 @@ def test_every_call_into_the_session_runs_on_one_engine_thread(fraud_run, monkey
             await keys(pilot, "e")
             await answer(pilot, "len(FD.blacklist)")
             assert message(app).startswith("len(FD.blacklist) = "), message(app)
-            await keys(pilot, "w")
+            await keys(pilot, "plus")
             await answer(pilot, "FE[1].highest.get('Bob')")
             assert message(app) == "watching FE[1].highest.get('Bob')"
             app.query_one(DagView).focus()
@@ -960,7 +960,7 @@ def test_a_crash_in_the_debugger_exits_non_zero(fraud_run, monkeypatch, capsys):
 
 
 def test_evaluate_watch_and_step_back_after_a_jump(fraud_run):
-    """Issue 11 (Also): `e` evaluates an expression once, `w` watches it after every action, `W`
+    """Issue 11 (Also): `e` evaluates an expression once, `+` watches it after every action, `-`
     removes it; `N` at a fresh position (after a jump) steps back over θ's previous input."""
     from tt.replay.session import DebugSession
     from tt.core.scopes import TupleRef
@@ -982,12 +982,12 @@ def test_evaluate_watch_and_step_back_after_a_jump(fraud_run):
         await answer(pilot, "FD.nosuch")
         assert "unknown field 'nosuch' of FD" in message(app), message(app)
 
-        await keys(pilot, "w")
+        await keys(pilot, "plus")
         await answer(pilot, "FE[1].highest.get('Bob')")
         watch = app.query_one(WatchList)
         assert message(app) == "watching FE[1].highest.get('Bob')"
         assert watch.display and watch.lines == ["FE[1].highest.get('Bob') = 5000.0"], watch.lines
-        await keys(pilot, "w")
+        await keys(pilot, "plus")
         await answer(pilot, "FD.nosuch")                 # refused, not added
         assert "unknown field" in message(app) and len(watch.lines) == 1
 
@@ -1001,7 +1001,7 @@ def test_evaluate_watch_and_step_back_after_a_jump(fraud_run):
         assert app.shown.position == oracle.position
         bob = oracle.evaluate("FE[1].highest.get('Bob')")[0][1]
         assert watch.lines == [f"FE[1].highest.get('Bob') = {bob}"], watch.lines
-        await keys(pilot, "W")
+        await keys(pilot, "minus")
         assert message(app) == "no longer watching FE[1].highest.get('Bob')"
         assert not watch.display and watch.lines == []
     drive(app, script)

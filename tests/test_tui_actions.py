@@ -66,7 +66,8 @@ def test_the_help_writes_keys_as_before():
     rows = dict(row for _, section in SECTIONS for row in section)
     assert rows["N  S  F"].startswith("step back: ")
     assert rows["[  ]"] == "previous / next interaction"
-    assert rows["w  W"].startswith("watch an expression")
+    assert rows["+  -"].startswith("watch an expression")
+    assert rows["w"].startswith("why: the lineage")
     assert rows["1 … 5"].startswith("views: ")
     assert rows["Esc"].startswith("cancel a running jump")
     assert "?" in rows and "/" in rows
@@ -184,3 +185,22 @@ def test_the_engine_thread_runs_every_call_and_lets_waiting_callers_go_when_clos
     release.set()
     ran_on.join(30)
     assert not ran_on.is_alive()
+
+
+def test_every_key_the_readme_lists_is_an_action_of_the_app():
+    """The README's table of keys is what the app binds (a key moved, as watch did, moves there too)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.index("| key | does | key | does |")
+    table = readme[start:readme.index("\n\n", start)]
+    bound = {a.key_display or a.key for a in ACTIONS} | {k for a in ACTIONS for k in a.other_keys}
+    named = {"Esc": "escape", "Ctrl+P": None}   # the palette is Textual's, not an action
+    cells = [cell for line in table.splitlines()[2:] for i, cell in enumerate(line.split("|")[1:-1]) if i % 2 == 0]
+    listed = {k for cell in cells for k in re.findall(r"`([^`]+)`", cell)}
+    assert {"n", "+", "-", "w", "Esc", "1"} <= listed, listed
+    for key in listed:
+        key = named.get(key, key)
+        if key is not None:
+            assert key in bound, f"the README lists `{key}`, which the app does not bind"

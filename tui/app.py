@@ -41,14 +41,15 @@ from ..store.reader import RunReader
 from . import actions, layout
 from .actions import When
 from .help_screen import HelpScreen
-from .messages import (ActionDone, ActionProgress, OverlapsReady, Report, RunPolled, Say, SelectionShown,
-                       SeriesLoaded, SessionFailed, SessionReady, TupleFetched, WatchesEvaluated)
+from .messages import (ActionDone, ActionProgress, LineageReady, OverlapsReady, Report, RunPolled, Say,
+                       SelectionShown, SeriesLoaded, SessionFailed, SessionReady, TupleFetched, WatchesEvaluated)
 from .engine_thread import EngineThread
-from .model import Model, Shown
+from .model import PENDING_PER_INSTANCE, Model, Shown
 from .prompt_screen import PromptScreen
 from .tuple_screen import TupleScreen
 from .widgets.availability_line import AvailabilityLine
 from .widgets.dag_view import DagEdge, DagNode, DagView
+from .widgets.lineage_tree import LineageTree, outline
 from .widgets.log_browser import LogBrowser
 from .widgets.message_line import MessageLine
 from .widgets.pending_tuples import PendingTuples
@@ -105,7 +106,9 @@ class DebuggerApp(App):
         self.model: Model | None = None
         self.shown: Shown | None = None
         self.view = "debug"
-        self.watches: list[str] = []   # expressions re-evaluated after every action (w, W)
+        self.watches: list[str] = []   # expressions re-evaluated after every action (+, -)
+        self._lineage = None           # `w`: the session's Lineage (its own replay), made on first use
+        self._note_after: str | None = None   # said when the running action's result is shown
         self.wide = False
         self.status = "?"
         self.busy: str | None = None
@@ -146,6 +149,7 @@ class DebuggerApp(App):
                     yield ScopeView(id="scope", classes="pane")
                 with Vertical(id="col-state", classes="column"):
                     yield WatchList(id="watch", classes="pane")
+                    yield LineageTree(id="why", classes="pane")
                     yield StateInspector(id="state", classes="pane")
             yield LogBrowser(self.path, trust=self.trust, id="logs")
             yield RunPlots(id="plots")
@@ -158,6 +162,7 @@ class DebuggerApp(App):
         self.query_one("#pending").border_title = f"waiting tuples · {PendingTuples.LEGEND}"
         self.query_one("#scope").border_title = "scope"
         self.query_one("#state").border_title = "state"
+        self.query_one("#why").display = False
         self._apply_layout()
         self.screen.bindings_updated_signal.subscribe(self, self._bindings_published, immediate=True)
         self._load_facts()
@@ -544,6 +549,9 @@ class DebuggerApp(App):
                 self.query_one(MessageLine).result(shown.result, timings=self.timings, first=shown.op)
         if message is not None:
             self._say(message, report.level)
+        elif self._note_after is not None:   # what the action wants said once it is shown (`w`'s jump)
+            self._say(self._note_after)
+        self._note_after = None
         self._sync_bindings()
         if self.watches:
             self._watch_worker(list(self.watches))
@@ -852,7 +860,7 @@ class DebuggerApp(App):
     def action_evaluate(self) -> None:
         if not self._can_act():
             return
-        self._ask(PromptScreen("Evaluate (shown once; w watches it after every action)", self._expression_hint(),
+        self._ask(PromptScreen("Evaluate (shown once; + watches it after every action)", self._expression_hint(),
                                getattr(self, "_last_expression", "")), self._evaluate_answer)
 
     def _evaluate_answer(self, text: str | None) -> None:
@@ -872,7 +880,7 @@ class DebuggerApp(App):
     def action_watch(self) -> None:
         if not self._can_act():
             return
-        self._ask(PromptScreen("Watch (re-evaluated after every action; W removes the last one)",
+        self._ask(PromptScreen("Watch (re-evaluated after every action; - removes the last one)",
                                self._expression_hint(), getattr(self, "_last_expression", "")), self._watch_answer)
 
     def _watch_answer(self, text: str | None) -> None:
@@ -886,7 +894,7 @@ class DebuggerApp(App):
 
     def action_unwatch(self) -> None:
         if not self.watches:
-            self._say("nothing is watched; w adds an expression", "warning")
+            self._say("nothing is watched; + adds an expression", "warning")
             return
         gone = self.watches.pop()
         self._say(f"no longer watching {gone}")
@@ -918,6 +926,107 @@ class DebuggerApp(App):
             self.watches.append(report.adding)
             self._say(f"watching {report.adding}")
         self.query_one(WatchList).show(report.results)
+
+    # --- why: lineage -------------------------------------------------------------------------------
+
+    def action_why(self) -> None:
+        """The lineage of the state field under the state tree's cursor (when the state tree has the
+        focus) or of the selected tuple, beside the state; `w` again closes it."""
+        why = self.query_one(LineageTree)
+        if why.display:
+            why.display = False
+            self.query_one(StateInspector).tree.focus()
+            return
+        if not self._can_act():
+            return
+        target = None
+        state = self.query_one(StateInspector)
+        node = state.tree.cursor_node
+        if state.tree.has_focus and node is not None and node.data is not None and not node.data.more \
+                and node.data.path and node.data.path[-1] != "…":
+            target = ("state", node.data.instance, ".".join(map(str, node.data.path[:2])))
+        else:
+            ref = self._ref_for_step()
+            if ref is not None:
+                target = ("tuple", ref)
+        if target is None:
+            self._say("nothing to trace: select a waiting tuple, or a state field in the state tree", "warning")
+            return
+        self.busy = "why"
+        self.cancellable = False
+        self.query_one(ProgressLine).busy("why: replaying the run with the operators' state tracked",
+                                          cancellable=False)
+        self._why_worker(target)
+
+    @work(thread=True, exclusive=True, group="why", exit_on_error=False)
+    def _why_worker(self, target: tuple) -> None:
+        def compute(s):
+            from ..replay.lineage import Lineage
+
+            lineage = self._lineage
+            if target[0] == "state":
+                key = s.parse_instance(target[1])
+                at = s.engine.instances[key].count
+                if lineage is None or lineage.session is not s or lineage.engine.instances[key].count > at:
+                    lineage = Lineage(s)   # (its replay only goes forward)
+                root = lineage.state_value(target[1], target[2], at=at)
+            else:
+                if lineage is None or lineage.session is not s:
+                    lineage = Lineage(s)
+                root = target[1]
+            self._lineage = lineage
+            (tree,) = lineage.trees([root], back=True)
+            return lineage.label(root), outline(lineage, tree), len(tree.nodes)
+        try:
+            title, root, size = self.model.call(compute)
+        except (TTError, ValueError) as e:
+            self._report(LineageReady(str(target[-1]), error=str(e)))
+            return
+        self._report(LineageReady(title, root, size=size))
+
+    @on(LineageReady)
+    def _lineage_ready(self, report: LineageReady) -> None:
+        self.busy = None
+        self.query_one(ProgressLine).idle()
+        self._sync_bindings()
+        if report.error is not None:
+            self._say(f"why {report.title}: {report.error}", "error")
+            return
+        why = self.query_one(LineageTree)
+        why.border_title = f"why {report.title}"
+        why.show(report.title, report.root)
+        why.display = True
+        why.focus()
+        self._say(f"why {report.title}: {report.size} tuples; Enter on a leaf (←) jumps to before it "
+                  f"entered θ; w closes")
+
+    @on(LineageTree.LeafChosen)
+    def _lineage_leaf(self, event: LineageTree.LeafChosen) -> None:
+        """Jump to the last interaction before the leaf entered G(θ), the leaf selected."""
+        ref = event.ref
+        if self.reader is None or not self._can_act():
+            return
+        label = f"{self.reader.operators[ref.op].name}:{ref.instance}"
+        before = [r["k"] for r in self.interactions
+                  if r["complete"] and (r["positions"] or {}).get(label, 0) <= ref.position]
+        if not before:
+            self._say(f"no interaction before {label}:{ref.position} entered", "warning")
+            return
+        k = max(before)
+        op = self.reader.operators[ref.op].name
+
+        def select_after(session, result):
+            waiting = [p.ref for p in session.pending(label, limit=PENDING_PER_INSTANCE)]
+            if ref in waiting:
+                self._note_after = f"{session.label(ref)} waits at {label}: n steps over it, s steps into it"
+                return op, ref
+            ahead = ref.position - session.engine.instances[(ref.op, ref.instance)].count
+            self._note_after = (f"{session.label(ref)} waits behind {ahead} tuple(s) of {label}; run until "
+                                f"(c) or step to reach it")
+            return op, None
+        self.query_one(InteractionTimeline).highlight(k)
+        self._start(f"jump to {k}", lambda s, p, c: s.jump(k, progress=p, cancel=c), select_after=select_after,
+                    cancellable=True)
 
     def action_cancel(self) -> None:
         if self.busy and not self.cancellable:

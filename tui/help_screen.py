@@ -50,6 +50,7 @@ SECTIONS = [
         _row("overlaps"),
         _row("evaluate"),
         _row("watch", "unwatch"),
+        _row("why"),
         ("Ctrl+P", "command palette: every action, with why it is unavailable"),
     ]),
     ("Application", [

@@ -119,3 +119,14 @@ class RunPolled(Message):
         self.status = status
         self.interactions = interactions
         self.checkpointed = checkpointed
+
+
+class LineageReady(Report):
+    """`w`: the lineage tree of `title` (widgets/lineage_tree.py `Line`s), or why there is none."""
+
+    def __init__(self, title: str, root: Any = None, error: str | None = None, size: int = 0) -> None:
+        super().__init__()
+        self.title = title
+        self.root = root
+        self.error = error
+        self.size = size

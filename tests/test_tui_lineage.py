@@ -1,0 +1,124 @@
+"""`w` in `tt debug` (issue 16): why is this here, beside the state, driven through the real app.
+
+The oracle is `Lineage` itself on a second session (what `tt lineage` prints is tested against
+data the job carries in tests/test_lineage.py); here the question is whether the app shows that
+tree for what is selected, and whether Enter on a leaf takes the user to before it entered θ.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_tui import answer, condition_k, drive, keys, message, record_fraud, until
+from tt.replay.lineage import Lineage
+from tt.replay.session import DebugSession
+from tt.tui.app import DebuggerApp
+from tt.tui.widgets.dag_view import DagView
+from tt.tui.widgets.lineage_tree import LineageTree
+from tt.tui.widgets.pending_tuples import PendingTuples
+from tt.tui.widgets.state_inspector import StateInspector
+from tt.tui.widgets.watch_list import WatchList
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def fraud_run(spark, tmp_path_factory):
+    return record_fraud(spark, tmp_path_factory.mktemp("tui-why") / "fraud.db")
+
+
+def bobs_blacklist(run) -> tuple[int, str, list[str]]:
+    """(the interaction right after the ¥ payment, the FD instance holding Bob, the labels of the
+    calls that wrote blacklist['Bob'] there: the oracle)."""
+    k = condition_k(run)
+    session = DebugSession(run)
+    try:
+        assert session.jump(k).ok
+        fd = session.reader.operator("FD")
+        [i] = [i for i in range(fd.instances) if "Bob" in session.engine.instances[(fd.id, i)].state()["blacklist"]]
+        at = session.engine.instances[(fd.id, i)].count
+        lineage = Lineage(session)
+        root = lineage.state_value(f"FD:{i}", "blacklist.Bob", at=at)
+        (tree,) = lineage.trees([root], back=True)
+        writers = [lineage.label(link.to) for link in tree.links if link.src == root]
+        return k, f"FD:{i}", writers
+    finally:
+        session.reader.close()
+
+
+def test_w_on_a_state_field_shows_who_wrote_it_and_enter_jumps_before_it(fraud_run):
+    k, fd, writers = bobs_blacklist(fraud_run)
+    assert len(writers) == 1
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        app.query_one(DagView).focus()
+        await keys(pilot, "right")
+        await until(pilot, lambda: app.shown.op == "FD", what="FD's state")
+        state = app.query_one(StateInspector)
+        await until(pilot, lambda: any(n.data is not None and n.data.instance == fd and n.data.path == ("blacklist",)
+                                       for n in _nodes(state.tree)), what="FD's blacklist in the state tree")
+        blacklist = next(n for n in _nodes(state.tree) if n.data is not None and n.data.instance == fd
+                         and n.data.path == ("blacklist",))
+        blacklist.expand()
+        await until(pilot, lambda: any(n.data is not None and n.data.path == ("blacklist", "Bob")
+                                       for n in blacklist.children), what="Bob under the blacklist")
+        bob = next(n for n in blacklist.children if n.data is not None and n.data.path == ("blacklist", "Bob"))
+        state.tree.focus()
+        state.tree.move_cursor(bob)
+        await keys(pilot, "w")
+        why = app.query_one(LineageTree)
+        assert why.display and why.has_focus
+        lines = why.lines
+        assert lines[0].startswith(f"{fd} blacklist['Bob']"), lines[:3]
+        assert any(f"by {writers[0]}" in line and "¥5000" in line for line in lines), lines
+        assert message(app).startswith(f"why {fd} blacklist['Bob']: ")
+        # the ¥5000 payment entered G(θ) at FE, θ: Enter on it goes back to before it entered
+        leaf = next(n for n in _nodes(why) if n.data is not None)
+        entered = leaf.data
+        why.move_cursor(leaf)
+        await keys(pilot, "enter")
+        label = f"FE:{entered.instance}"
+        assert app.shown.position[label] <= entered.position, (app.shown.position, entered)
+        assert app.shown.interaction is not None and app.shown.interaction < k
+        waiting = [p.ref for p in app.shown.pending]
+        if entered in waiting:
+            assert app.selected_ref == entered and "waits at" in message(app)
+        else:
+            assert f"waits behind {entered.position - app.shown.position[label]} tuple(s) of {label}" in message(app)
+        await keys(pilot, "w")
+        assert not why.display, "w again closes the tree"
+    drive(app, script, size=(160, 48))
+
+
+def test_w_on_a_waiting_tuple_and_the_watch_keys_moved(fraud_run):
+    """`w` with the waiting tuples focused traces the selected tuple; watching is now `+` and `-`."""
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        pending = app.query_one(PendingTuples)
+        pending.focus()
+        ref = app.selected_ref or app.shown.default
+        assert ref is not None
+        await keys(pilot, "w")
+        why = app.query_one(LineageTree)
+        assert why.display and why.lines[0].startswith(app.model.call(lambda s: s.label(ref)))
+        await keys(pilot, "w")
+        assert not why.display
+        await keys(pilot, "plus")
+        await answer(pilot, "len(FD.blacklist)")
+        assert message(app) == "watching len(FD.blacklist)"
+        assert app.query_one(WatchList).display
+        await keys(pilot, "minus")
+        assert message(app) == "no longer watching len(FD.blacklist)"
+    drive(app, script, size=(160, 48))
+
+
+def _nodes(tree):
+    stack = [tree.root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children)
