@@ -28,6 +28,7 @@ from tt.store.reader import RunReader
 from tt.tui.app import DebuggerApp, HelpScreen, LiveJob, PromptScreen
 from tt.tui.widgets.availability_line import AvailabilityLine
 from tt.tui.widgets.dag_view import DagView
+from tt.tui.widgets.lineage_tree import LineageTree
 from tt.tui.widgets.log_browser import LogBrowser
 from tt.tui.widgets.message_line import MessageLine
 from tt.tui.widgets.pending_tuples import PendingTuples
@@ -707,7 +708,7 @@ async def type_keys(pilot, text: str):
 
 
 async def readme_sequence(pilot):
-    """`c` 'Bob' in FD.blacklist Enter, `/` Bob Enter, `C` Enter: exactly the README's keys."""
+    """`c` 'Bob' in FD.blacklist Enter, `/` Bob Enter, `w`, `w`, `C` Enter: exactly the README's keys."""
     app = pilot.app
     await keys(pilot, "c")
     assert isinstance(app.screen, PromptScreen)
@@ -721,6 +722,13 @@ async def readme_sequence(pilot):
     assert "found 'Bob'" in message(app), message(app)
     node = app.query_one(StateInspector).tree.cursor_node
     assert node.data.path == ("blacklist", "Bob"), node.data
+    await keys(pilot, "w")                   # why is he there: the call that wrote blacklist['Bob']
+    why = app.query_one(LineageTree)
+    assert why.display and why.lines[0].startswith(f"{node.data.instance} blacklist['Bob']"), why.lines[:2]
+    first, inst = why.lines[1].strip(), node.data.instance
+    assert first.startswith(f"through {inst} blacklist['Bob'], by {inst}:") and "¥5000" in first, why.lines[:3]
+    await keys(pilot, "w")
+    assert not why.display and app.query_one(StateInspector).tree.cursor_node is node
     await keys(pilot, "C")
     assert isinstance(app.screen, PromptScreen)
     assert app.screen.query_one("Input").value == f"{node.data.instance}.blacklist.Bob"   # from the cursor

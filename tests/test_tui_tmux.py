@@ -3,7 +3,7 @@
 The fraud sample is recorded by `python -m tt demo` in a subprocess (its own
 Spark), as the README's Quickstart does; then the script opens `tt debug` in a
 detached 120x40 tmux session and types the README's debugging sequence key by
-key (`c` 'Bob' in FD.blacklist Enter, `/` Bob Enter, `C` Enter), reads the ¥5000
+key (`c` 'Bob' in FD.blacklist Enter, `/` Bob Enter, `w` `w`, `C` Enter), reads the ¥5000
 tuple waiting at FD off the screen, and checks the exit status.
 """
 
@@ -32,11 +32,12 @@ def test_tt_debug_under_tmux_finds_bobs_blacklisting(tmp_path):
     rec = subprocess.run([sys.executable, "-m", "tt", "demo", "--no-show", "-o", str(out)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert rec.returncode == 0, rec.stderr[-3000:]
-    # then `tt debug fraud.db` and the README's keys: c 'Bob' in FD.blacklist Enter / Bob Enter C Enter
+    # then `tt debug fraud.db` and the README's keys: c 'Bob' in FD.blacklist Enter / Bob Enter w w C Enter
     smoke = subprocess.run(["bash", str(SCRIPT), str(out), f"{sys.executable} -m tt"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=600)
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
     assert "found: FD:" in smoke.stdout and "blacklisted Bob" in smoke.stdout
+    assert "names the call that wrote it" in smoke.stdout
     assert "Bob's ¥5000 payment" in smoke.stdout and smoke.stdout.strip().endswith("OK")
 
 

@@ -6,7 +6,7 @@
 # RUN.db is a recording of sample_runs/fraud (watch FE; `tt demo` records one).
 # The script opens the debugger in a detached 120x40 tmux session, waits for
 # the replay engine and types the README's sequence key by key: `c`
-# 'Bob' in FD.blacklist Enter, `/` Bob Enter, `C` Enter. It reads FD's state
+# 'Bob' in FD.blacklist Enter, `/` Bob Enter, `w` `w`, `C` Enter. It reads FD's state
 # and then the tuple about to blacklist Bob (his ¥5000 payment, read as $5000)
 # off the screen, quits, and checks that tt debug exited 0 (a crash exits 1).
 # Every check is on `tmux capture-pane` output. Exit 0 on success.
@@ -68,7 +68,8 @@ wait_for "state of FD" 10
 wait_for_re "Bob: [0-9]+ +\(new\)" 10 "FD's blacklist does not show Bob as new"
 echo "found: FD:$instance blacklisted Bob"
 
-# The README's keys, exactly: `/` `Bob` Enter puts the state tree's cursor on him; `C` Enter (the
+# The README's keys, exactly: `/` `Bob` Enter puts the state tree's cursor on him; `w` shows why
+# he is there and `w` closes it; `C` Enter (the
 # field comes from the cursor) goes back to just before the change.
 keys /
 wait_for "Search the state tree" 10
@@ -76,6 +77,18 @@ type_text "Bob"
 wait_for "Bob" 10
 keys Enter
 wait_for "found 'Bob' in the state of FD" 10
+# `w`: why is he there -- the tree above the state names the call that wrote blacklist['Bob']; `w` closes it
+keys w
+wait_for "why FD:$instance blacklist['Bob']: " 120
+screen | grep -qF "through FD:$instance blacklist['Bob'], by FD:$instance:" \
+    || { echo "w did not show the call that wrote blacklist['Bob']" >&2; screen >&2; exit 1; }
+echo "found: why FD:$instance blacklist['Bob'] names the call that wrote it"
+keys w
+for ((i = 0; i < 50; i++)); do   # the tree closes
+    if ! screen | grep -qF "through FD:$instance blacklist"; then break; fi
+    sleep 0.2
+done
+! screen | grep -qF "through FD:$instance blacklist" || { echo "w again did not close the tree" >&2; screen >&2; exit 1; }
 keys C
 wait_for "Back to the last change of" 10
 for ((i = 0; i < 50; i++)); do   # the prompt's field is filled in from the cursor
