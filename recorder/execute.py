@@ -285,7 +285,7 @@ def _ship_user_modules(graph: Graph) -> None:
 def _main_dir() -> Path | None:
     main = sys.modules.get("__main__")
     f = getattr(main, "__file__", None)
-    return Path(f).resolve().parent if f else None
+    return Path(f).absolute().parent if f else None   # as the job's code names its file
 
 
 def _input_bytes(flow: Dataflow) -> int | None:

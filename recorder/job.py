@@ -88,7 +88,7 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
         with session:
             uninstall = hooks.install(session)
             try:
-                runpy.run_path(str(job), run_name="__main__")
+                runpy.run_path(str(job.absolute()), run_name="__main__")   # absolute, as `python job.py` makes __file__ and tracebacks
             finally:
                 uninstall()
         if session.graph is None:

@@ -525,12 +525,17 @@ def _inside_py4j(frame) -> bool:
 
 
 def _job_files(job: Path, job_dir: Path | None) -> dict[str, str]:
-    """The job's source, and the Python files beside it, stored with the run."""
+    """The job's source, and the Python files beside it, stored with the run under their
+    absolute paths (replay/job_source.py shows them in a replayed traceback)."""
     files = {}
-    root = (job_dir or job.parent).resolve()
-    for p in sorted(root.glob("*.py"))[:50]:
+    root = (job_dir or job.parent).absolute()   # not resolved: the code's file names are not
+    mine = job.absolute()
+    paths = sorted(root.glob("*.py"), key=lambda p: (p != mine, p.name))   # the job's own file first
+    if mine.is_file() and mine.parent != root:
+        paths.insert(0, mine)
+    for p in paths[:50]:
         try:
-            files[str(p.relative_to(root))] = p.read_text(errors="replace")
+            files[str(p)] = p.read_text(errors="replace")
         except OSError:
             pass
     return files

@@ -34,6 +34,7 @@ from ..core.runtime import OperatorFailure, ReplayRunner, ResultSource
 from ..store import blobs
 from ..store.reader import RunReader
 from ..store.trust import require_trust
+from . import job_source
 from .entries import ShuffledEntryReader, SourceShuffles
 
 Key = tuple[int, int]  # (node id, instance)
@@ -407,6 +408,7 @@ class SavedPosition:
 class Engine:
     def __init__(self, reader: RunReader, *, trust: bool = False):
         self.reader = reader
+        job_source.serve(reader)   # a replayed traceback shows the job's lines as they ran
         ops = reader.operators
         self.code = {o.id: reader.code(o.id) for o in ops}
         keys_code = reader.edge_keys()

@@ -60,7 +60,7 @@ CREATE TABLE IF NOT EXISTS operators (
     stage INTEGER, instances INTEGER, in_g INTEGER, is_theta INTEGER, code BLOB
 );
 CREATE TABLE IF NOT EXISTS edge_keys (edge INTEGER PRIMARY KEY, code BLOB);
-CREATE TABLE IF NOT EXISTS job_files (path TEXT PRIMARY KEY, text TEXT);
+CREATE TABLE IF NOT EXISTS job_files (path TEXT PRIMARY KEY, text TEXT);  -- absolute (relative to the job's folder before 2026-11-25)
 CREATE TABLE IF NOT EXISTS attempts (
     id INTEGER PRIMARY KEY, stage INTEGER, partition INTEGER, number INTEGER,
     spark_attempt INTEGER, status TEXT, started REAL, ended REAL, host TEXT,
