@@ -22,9 +22,9 @@ _CSV_COLUMNS = ["root", "from", "kind", "state", "read_by", "to", "row", "note"]
 @app.command()
 def lineage(
     run: Path = typer.Argument(..., help="A run file written by `tt record`."),
-    target: str = typer.Argument(..., help="A tuple, OP:INSTANCE:INPUT#; a state value at the end of the run, "
-                                           "OP:INSTANCE.FIELD.KEY (--back); or an operator, sink or source "
-                                           "name with --where choosing among the rows it emitted."),
+    target: str = typer.Argument(..., help="A tuple, OP:INSTANCE:INPUT#; a state value at the end of the run "
+                                           "(or at --at K), OP:INSTANCE.FIELD.KEY (--back); or an operator, "
+                                           "sink or source name with --where choosing among the rows it emitted."),
     back: bool = typer.Option(False, "--back", help="What the row was made from, down to where it entered G(θ)."),
     forward: bool = typer.Option(False, "--forward", help="What the row became, up to where each path ended."),
     where: Optional[str] = typer.Option(None, "--where", help="A Python expression over a row's fields "
@@ -32,6 +32,8 @@ def lineage(
     depth: Optional[int] = typer.Option(None, "--depth", min=0, help="Follow at most N links from the row."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="At most N of the rows --where chooses: "
                                         "the first by instance, then position (the others are counted)."),
+    at: Optional[int] = typer.Option(None, "--at", min=0, metavar="K", help="With a state value: its value at "
+                                     "interaction K (`tt inspect RUN interactions` lists them), not at the end."),
     trust: bool = typer.Option(False, "--trust", help="Allow replaying code (and decoding pickled tuples) "
                                "from a run you did not record."),
     json: bool = JSON, csv: bool = CSV,
@@ -55,6 +57,7 @@ def lineage(
       tt lineage fraud.db U --where "amount == '¥5000'" --forward
       tt lineage fraud.db FF:0:17 --back --json
       tt lineage fraud.db FD:0.blacklist.Bob --back     # who put Bob on the blacklist
+      tt lineage fraud.db FE:1.highest.Bob --back --at 2   # his highest payment as interaction 2 saw it
     """
     from ..replay.lineage import Lineage
     from ..replay.session import DebugSession
@@ -70,7 +73,7 @@ def lineage(
         session = DebugSession(reader, trust=trust)
         lineage = Lineage(session)
         with Activity("replaying the run with the operators' state tracked"):
-            roots = _roots(session, lineage, target, where)
+            roots = _roots(session, lineage, target, where, at)
             left_out = len(roots) - limit if limit is not None and len(roots) > limit else 0
             trees = lineage.trees(roots[:len(roots) - left_out], back, depth)
         if json:
@@ -89,12 +92,15 @@ def lineage(
         reader.close()
 
 
-def _roots(session, lineage, target: str, where: str | None) -> list:
+def _roots(session, lineage, target: str, where: str | None, at: int | None = None) -> list:
     state = re.fullmatch(r"([^:.]+:\d+)\.(.+)", target)
-    if state is not None:   # OP:I.field.key: a state value, at the end of the run
+    if state is not None:   # OP:I.field.key: a state value, at the end of the run or at interaction `at`
         if where is not None:
             raise UsageError(f"{target} names one state value; --where chooses among the rows an operator emitted")
-        return [lineage.state_value(*state.groups())]
+        instance, dotted = state.groups()
+        return [lineage.state_value(instance, dotted, at=_position_at(session, instance, at))]
+    if at is not None:
+        raise UsageError(f"--at chooses when a state value is read (OP:INSTANCE.FIELD.KEY); {target} is not one")
     if ":" not in target:
         if where is None:
             raise UsageError(f"which of {target}'s rows? choose them with --where, e.g. --where \"customer == 'Bob'\" "
@@ -104,6 +110,19 @@ def _roots(session, lineage, target: str, where: str | None) -> list:
         raise UsageError(f"{target} names one tuple; --where chooses among the rows an operator emitted "
                          f"(tt lineage RUN OP --where EXPR)")
     return [lineage.parse_ref(target)]
+
+
+def _position_at(session, instance: str, k: int | None) -> int | None:
+    """How many tuples `instance` had consumed at interaction k (None: the end of the run)."""
+    if k is None:
+        return None
+    key = session.parse_instance(instance)
+    snap = session.reader.instances_at(k)
+    if snap is None:
+        known = [i.k for i in session.reader.interactions()]
+        raise UsageError(f"interaction {k} is not a complete interaction of this run (complete: "
+                         f"{', '.join(map(str, known[:12]))}{' …' if len(known) > 12 else ''})")
+    return snap[key].position
 
 
 def _link_text(lineage, link, back: bool) -> str:

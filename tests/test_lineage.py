@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import workloads
 from tt.cli.main import main
 from tt.core.errors import UsageError
 from tt.replay.lineage import Lineage, Output
@@ -244,6 +245,56 @@ def test_who_put_bob_on_the_blacklist(fraud, capsys):
     assert yen in entered, "down to the source row as the Parquet file has it"
     assert main(["lineage", str(fraud), f"FD:{i}.blacklist.Bob", "--forward"]) != 0
     assert "is a state value: its lineage runs --back" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def fraud_when(spark, tmp_path_factory):
+    """The fraud sample with an interaction right after Bob's ¥ payment (as `tt demo` takes it)."""
+    d = tmp_path_factory.mktemp("lineage_fraud_when")
+    run = d / "fraud.db"
+    assert main(["record", str(FRAUD), "--watch", "FE", "--when", "row['amount'].startswith('¥')", "-o", str(run),
+                 "--", "--rows", "3000", "--data", str(d / "payments.parquet")]) == 0
+    return run
+
+
+def test_a_state_value_at_an_earlier_interaction(fraud_when, capsys):
+    """`--at K`: a customer's `highest` as interaction K saw it. FE reads and writes it on every
+    payment of the customer, so its writers accumulate (docs/LINEAGE.md §2): at K they are the
+    customer's payments before K, the highest of them the value then; at the end, more of them."""
+    session = DebugSession(fraud_when)
+    try:
+        k = next(i.k for i in session.interactions() if i.trigger == "condition")
+        fe = session.reader.operator("FE")
+        snap = session.reader.instances_at(k)
+        assert session.jump(k).ok
+        at_k = {i: (snap[(fe.id, i)].position, dict(session.engine.instances[(fe.id, i)].state()["highest"]))
+                for i in range(fe.instances)}
+        last = session.reader.instances_at(session.interactions()[-1].k)
+    finally:
+        session.reader.close()
+    # an instance that was part-way through its input at K
+    i, (pos, highest) = next((i, v) for i, v in at_k.items() if 0 < v[0] < last[(fe.id, i)].position)
+    fraud_job = workloads.load_sample("fraud")   # its parse_amount: what FE folds into highest
+
+    def writers(customer: str, *extra) -> dict[int, dict]:
+        assert main(["lineage", str(fraud_when), f"FE:{i}.highest.{customer}", "--back", "--json", *extra]) == 0
+        (doc,) = json.loads(capsys.readouterr().out)
+        rows = {t["tuple"]: t["row"] for t in doc["tuples"]}
+        return {int(link["to"].rsplit(":", 1)[1]): rows[link["to"]] for link in doc["links"]
+                if link["from"] == doc["root"]}
+
+    grew = 0
+    for customer in sorted(c for c in highest if c.isidentifier())[:6]:
+        then, end = writers(customer, "--at", str(k)), writers(customer)
+        assert then and all(p < pos and r["customer"] == customer for p, r in then.items()), then
+        assert max(fraud_job.parse_amount(r["amount"]) for r in then.values()) == highest[customer]
+        assert then.keys() <= end.keys() and all(r["customer"] == customer for r in end.values())
+        grew += len(end) > len(then)
+    assert grew, "some customer paid again after interaction K"
+    assert main(["lineage", str(fraud_when), f"FE:{i}.highest.Bob", "--back", "--at", "999"]) != 0
+    assert "interaction 999 is not a complete interaction of this run" in capsys.readouterr().err
+    assert main(["lineage", str(fraud_when), f"FE:{i}:0", "--back", "--at", str(k)]) != 0
+    assert "--at chooses when a state value is read" in capsys.readouterr().err
 
 
 # --- whole-job lineage: tt record --lineage ----------------------------------------------------------

@@ -982,6 +982,10 @@ class DebuggerApp(App):
         except (TTError, ValueError) as e:
             self._report(LineageReady(str(target[-1]), error=str(e)))
             return
+        except Exception as e:  # a bug in tt: say so, keep the session (and the app not busy)
+            traceback.print_exc()
+            self._report(LineageReady(str(target[-1]), error=f"internal error: {type(e).__name__}: {e}"))
+            return
         self._report(LineageReady(title, root, size=size))
 
     @on(LineageReady)
