@@ -364,6 +364,39 @@ class DebugSession:
         self._jumped = k
         return self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_scopes=True)
 
+    def goto_before(self, ref: TupleRef | str, progress: Callable[[int, int], None] | None = None,
+                    cancel: threading.Event | None = None) -> StepResult:
+        """Just before `ref` is consumed, as a user would get there by hand: the last complete
+        interaction before it, then its instance alone forward to it (`ref` then waits there).
+        Only for an instance fed from outside G(θ) alone (θ's, or one that takes free tuples
+        only): any other stops at the interaction, and the result's note says how far ahead
+        `ref` is. (`w` in tt debug: Enter on a lineage leaf.)"""
+        ref = self.parse_ref(ref) if isinstance(ref, str) else ref
+        key, label = (ref.op, ref.instance), self.label(ref)
+        inst = self.engine.instances.get(key)
+        if inst is None:
+            raise UsageError(f"{label} is not a tuple of an instance in G(θ)")
+        before = [(i.k, snap) for i in self.reader.interactions()
+                  if (snap := self.reader.instances_at(i.k)) is not None and snap[key].position <= ref.position]
+        if not before:
+            raise UsageError(f"no complete interaction comes before {label}")
+        k, snap = before[-1]
+        targets = {kk: a.position for kk, a in snap.items()}
+        graph = self.engine.graph
+        alone = not any(graph.edges[e].src in graph.in_g for e in graph.nodes[ref.op].inputs)
+        if alone and ref.position <= inst.total:
+            targets[key] = ref.position
+        self._jumped = k if targets[key] == snap[key].position else None
+        result = self._act("jump", label, targets, None, progress=progress, cancel=cancel, clear_scopes=True)
+        result.action = "goto_before"
+        result.stopped_at = ref
+        ahead = ref.position - targets[key]
+        where = f"{self.label(key)}"
+        result.note = (f"{label} waits at {where}: interaction {k}, then {where} alone up to it" if not ahead else
+                       f"interaction {k}, the last before {label}; it waits behind {ahead} tuple(s) of {where} "
+                       f"(run until, c, or step to reach it)")
+        return result
+
     def step_into(self, ref: TupleRef | str) -> StepResult:
         plan = self.planner.plan(INTO, self._ref(ref))
         label = self.label(plan.ref)

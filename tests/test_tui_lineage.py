@@ -75,19 +75,19 @@ def test_w_on_a_state_field_shows_who_wrote_it_and_enter_jumps_before_it(fraud_r
         assert lines[0].startswith(f"{fd} blacklist['Bob']"), lines[:3]
         assert any(f"by {writers[0]}" in line and "¥5000" in line for line in lines), lines
         assert message(app).startswith(f"why {fd} blacklist['Bob']: ")
-        # the ¥5000 payment entered G(θ) at FE, θ: Enter on it goes back to before it entered
+        # the ¥5000 payment entered G(θ) at FE, θ: Enter on it goes to just before it is consumed --
+        # the last interaction before it, then FE's instance alone up to it -- and selects it there
         leaf = next(n for n in _nodes(why) if n.data is not None)
         entered = leaf.data
         why.move_cursor(leaf)
         await keys(pilot, "enter")
         label = f"FE:{entered.instance}"
-        assert app.shown.position[label] <= entered.position, (app.shown.position, entered)
-        assert app.shown.interaction is not None and app.shown.interaction < k
-        waiting = [p.ref for p in app.shown.pending]
-        if entered in waiting:
-            assert app.selected_ref == entered and "waits at" in message(app)
-        else:
-            assert f"waits behind {entered.position - app.shown.position[label]} tuple(s) of {label}" in message(app)
+        assert app.shown.position[label] == entered.position, (app.shown.position, entered)
+        assert app.selected_ref == entered and app.shown.selected == entered
+        assert message(app).startswith(f"{label}:{entered.position} waits at {label}: interaction "), message(app)
+        k_before = int(message(app).split("interaction ")[1].split(",")[0])
+        assert k_before < k and app.shown.position["FD:0"] + app.shown.position["FD:1"] < sum(
+            p for lbl, p in _positions_at(fraud_run, k).items() if lbl.startswith("FD:"))
         await keys(pilot, "w")
         assert not why.display, "w again closes the tree"
     drive(app, script, size=(160, 48))
@@ -114,6 +114,16 @@ def test_w_on_a_waiting_tuple_and_the_watch_keys_moved(fraud_run):
         await keys(pilot, "minus")
         assert message(app) == "no longer watching len(FD.blacklist)"
     drive(app, script, size=(160, 48))
+
+
+def _positions_at(run, k: int) -> dict[str, int]:
+    from tt.store.reader import RunReader
+
+    r = RunReader(run)
+    try:
+        return {f"{r.operators[op].name}:{i}": a.position for (op, i), a in r.instances_at(k).items()}
+    finally:
+        r.close()
 
 
 def _nodes(tree):

@@ -366,6 +366,13 @@ class DebuggerApp(App):
             return
         self._reselect()
 
+    def _show_where(self, shown: Shown) -> None:
+        """The progress line: where the replay stands."""
+        p = shown.progress
+        last = self._last_interaction(sum(shown.position.values())) if shown.interaction is None else None
+        note = f"inside {' › '.join(shown.scope_stack)}" if shown.scope_stack else ""
+        self.query_one(ProgressLine).show_position(shown.interaction, last, p["tuples"], p["total"], p["percent"], note)
+
     def _show_position(self, shown: Shown) -> None:
         if len(self._rows_seen) > 2000:
             self._rows_seen.clear()
@@ -378,10 +385,7 @@ class DebuggerApp(App):
         with self.prevent(DagView.OperatorSelected):
             dag.select_name(shown.op)
         self.query_one(InteractionTimeline).set_current(shown.interaction)
-        p = shown.progress
-        last = self._last_interaction(sum(shown.position.values())) if shown.interaction is None else None
-        note = f"inside {' › '.join(shown.scope_stack)}" if shown.scope_stack else ""
-        self.query_one(ProgressLine).show_position(shown.interaction, last, p["tuples"], p["total"], p["percent"], note)
+        self._show_where(shown)
         self.query_one(PendingTuples).show(shown.pending, shown.selected, shown.default)
         self.query_one(AvailabilityLine).show(shown.selected_label, shown.availability)
         ops = self.reader.operators if self.reader else []
@@ -992,6 +996,8 @@ class DebuggerApp(App):
     def _lineage_ready(self, report: LineageReady) -> None:
         self.busy = None
         self.query_one(ProgressLine).idle()
+        if self.shown is not None:
+            self._show_where(self.shown)   # (the line said "why: replaying…")
         self._sync_bindings()
         if report.error is not None:
             self._say(f"why {report.title}: {report.error}", "error")
@@ -1006,30 +1012,18 @@ class DebuggerApp(App):
 
     @on(LineageTree.LeafChosen)
     def _lineage_leaf(self, event: LineageTree.LeafChosen) -> None:
-        """Jump to the last interaction before the leaf entered G(θ), the leaf selected."""
+        """Go to just before the leaf entered G(θ) (`DebugSession.goto_before`), the leaf selected."""
         ref = event.ref
         if self.reader is None or not self._can_act():
             return
-        label = f"{self.reader.operators[ref.op].name}:{ref.instance}"
-        before = [r["k"] for r in self.interactions
-                  if r["complete"] and (r["positions"] or {}).get(label, 0) <= ref.position]
-        if not before:
-            self._say(f"no interaction before {label}:{ref.position} entered", "warning")
-            return
-        k = max(before)
         op = self.reader.operators[ref.op].name
 
         def select_after(session, result):
-            waiting = [p.ref for p in session.pending(label, limit=PENDING_PER_INSTANCE)]
-            if ref in waiting:
-                self._note_after = f"{session.label(ref)} waits at {label}: n steps over it, s steps into it"
-                return op, ref
-            ahead = ref.position - session.engine.instances[(ref.op, ref.instance)].count
-            self._note_after = (f"{session.label(ref)} waits behind {ahead} tuple(s) of {label}; run until "
-                                f"(c) or step to reach it")
-            return op, None
-        self.query_one(InteractionTimeline).highlight(k)
-        self._start(f"jump to {k}", lambda s, p, c: s.jump(k, progress=p, cancel=c), select_after=select_after,
+            self._note_after = result.note
+            waiting = [p.ref for p in session.pending(session.label((ref.op, ref.instance)), limit=PENDING_PER_INSTANCE)]
+            return op, ref if ref in waiting else None
+        self._start(f"go to before {op}:{ref.instance}:{ref.position}",
+                    lambda s, p, c: s.goto_before(ref, progress=p, cancel=c), select_after=select_after,
                     cancellable=True)
 
     def action_cancel(self) -> None:

@@ -84,13 +84,13 @@ def outline(lineage, tree) -> Line:
 
     def row(node) -> Text:
         text = Text(lineage.label(node), style="bold")
+        entered = tree.entered.get(node)
+        if entered is not None:   # before the values, which a narrow pane cuts off
+            where = f" {entered['file'].rsplit('/', 1)[-1]} row {entered['row']}" if "file" in entered else ""
+            text.append(f" ← {entered['as']} at {entered['at']}"
+                        + (f" from {entered['from']}" if "from" in entered else "") + where, style="green")
         value = tree.rows.get(node)
         text.append("  " + (values.render(value, 120) if value is not None else "(row not recorded)"))
-        entered = tree.entered.get(node)
-        if entered is not None:
-            where = f" {entered['file'].rsplit('/', 1)[-1]} row {entered['row']}" if "file" in entered else ""
-            text.append(f"  ← {entered['as']} at {entered['at']}"
-                        + (f" from {entered['from']}" if "from" in entered else "") + where, style="green")
         return text
 
     def lines_under(node) -> list[Line]:
