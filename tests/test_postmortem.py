@@ -211,3 +211,26 @@ def test_a_failure_after_a_shuffle(spark, tmp_path):
     result = s.step_into(label)
     assert not result.ok and result.note.startswith(f"{label} raised KeyError: 'no score for {bad}' (as in the recording)")
     assert s.states() == before
+
+
+@pytest.mark.slow
+def test_goto_before_a_tuple_is_the_state_just_before_it(spark, failed_run):
+    """`goto_before` (Enter on a lineage leaf in tt debug): the last interaction before the tuple,
+    then its instance alone up to it; FE's state there is the oracle's, from the source partitions
+    in plain Python, and every other instance stands where that interaction had it."""
+    instance, position, oracle = _oracle_before_failure(spark)
+    s = DebugSession(failed_run)
+    label = f"FE:{instance}:{position - 5}"
+    result = s.goto_before(label)
+    assert result.ok and result.note.startswith(f"{label} waits at FE:{instance}: interaction "), result.note
+    k = int(result.note.split("interaction ")[1].split(",")[0])
+    assert s.position[f"FE:{instance}"] == position - 5
+    at_k = s.reader.instances_at(k)
+    assert all(s.engine.instances[key].count == a.position for key, a in at_k.items()
+               if key != (s.reader.operator("FE").id, instance))
+    assert [p.label for p in s.pending(f"FE:{instance}", limit=1) if p.next] == [label]
+    assert s.step_over(label).ok and s.step_over(f"FE:{instance}:{position - 4}").ok
+    for n in range(position - 3, position):
+        assert s.step_into(f"FE:{instance}:{n}").ok
+    assert _plain(s.state(f"FE:{instance}")) == oracle
+    assert s.step_back().ok and s.position[f"FE:{instance}"] == position - 1
