@@ -16,6 +16,7 @@ from .output import Activity, cut_hint, emit, only_one, require_dataflow, row_te
 
 ACTIONS = {  # option -> (session method, takes an argument)
     "--jump": ("jump", True),
+    "--goto-before": ("goto_before", True),
     "--step-over": ("step_over", True),
     "--step-into": ("step_into", True),
     "--step-out": ("step_out", False),
@@ -48,6 +49,8 @@ def replay(
       --run-until EXPR       go forward until EXPR holds, e.g. "'Bob' in FD.blacklist"
       --last-change OP:I.F   go back to just before the last change of field F
       --jump K               jump to interaction K
+      --goto-before OP:I:N   to just before the tuple is consumed: the last interaction
+                             before it, then its instance alone up to it (a θ input)
 
     Each step prints the tuples it consumed and the one it stopped at, with their
     values; the state fields it changed (old → new); and the tuple waiting next at
@@ -173,7 +176,7 @@ def _int(text: str, opt: str) -> int:
 def _report(session, result, states: str, rows: dict, method: str, arg: str | None) -> dict:
     """A step's result: what `StepResult` says, with "changed" as {instance: {field: {"old":
     …, "new": …}}} ("old" absent for a field that appeared, "new" for one that went; a
-    "note" where the session summarised), "stopped_at" for a run-until or last-change,
+    "note" where the session summarised), "stopped_at" for a run-until, last-change or goto-before,
     "rows" (the values of the tuples consumed and stopped at), "pending" (the next tuple
     at every instance, with its value) and, for --states all, "states"."""
     out = result.as_dict()
@@ -218,16 +221,16 @@ def _change(field: str, pair) -> dict:
 
 
 def _stopped_at(session, result, out: dict, method: str, pending: dict) -> dict | None:
-    """Where a run-until stopped (after a tuple) or a last-change (before one), with the θ
+    """Where a run-until stopped (after a tuple) or a last-change or goto-before (before one), with the θ
     input that tuple came from; their values go into out["rows"] (no replay: a θ input's
     value is read from the recorded tuples, a waiting tuple's from the queue it waits in)."""
     ref = result.stopped_at
-    if not result.ok or ref is None or method not in ("last_change", "run_until"):
+    if not result.ok or ref is None or method not in ("last_change", "run_until", "goto_before"):
         return None
-    label, where = session.label(ref), "before" if method == "last_change" else "after"
+    label, where = session.label(ref), "after" if method == "run_until" else "before"
     if where == "before":
         waiting = pending.get(session.label((ref.op, ref.instance)))
-        if not waiting or waiting.get("end"):
+        if not waiting or waiting.get("end") or (method == "goto_before" and waiting["tuple"] != label):
             return None
         out["rows"][label] = waiting["row"]
     stop = {"tuple": label, "where": where}
@@ -329,7 +332,7 @@ def _touched(r: dict) -> dict[str, int]:
     stop = r.get("stopped_at") or {}
     add(stop.get("tuple"))
     target = r["target"] or ""
-    if r["action"] in ("step_into", "step_over", "goto_failure") and target.count(":") == 2:
+    if r["action"] in ("step_into", "step_over", "goto_failure", "goto_before") and target.count(":") == 2:
         add(target)
     if r["action"] == "last_change":
         add(target.partition(".")[0])

@@ -234,3 +234,17 @@ def test_goto_before_a_tuple_is_the_state_just_before_it(spark, failed_run):
         assert s.step_into(f"FE:{instance}:{n}").ok
     assert _plain(s.state(f"FE:{instance}")) == oracle
     assert s.step_back().ok and s.position[f"FE:{instance}"] == position - 1
+
+
+@pytest.mark.slow
+def test_tt_replay_goto_before(spark, failed_run, capsys):
+    """`tt replay RUN --to 0 --goto-before FE:1:999 --states all`: the state printed is the oracle's."""
+    instance, position, oracle = _oracle_before_failure(spark)
+    label = f"FE:{instance}:{position}"
+    assert main(["replay", str(failed_run), "--to", "0", "--goto-before", label, "--states", "all", "--json"]) == 0
+    jump, goto = orjson.loads(capsys.readouterr().out)
+    assert jump["action"] == "jump" and goto["action"] == "goto_before" and goto["ok"], goto
+    assert goto["note"].startswith(f"{label} waits at FE:{instance}: interaction 0, then"), goto["note"]
+    assert _plain(goto["states"][f"FE:{instance}"]) == oracle
+    assert goto["pending"][f"FE:{instance}"]["tuple"] == label, goto["pending"]
+    assert goto["stopped_at"] == {"tuple": label, "where": "before", "from": label}, goto.get("stopped_at")
