@@ -2,7 +2,7 @@
 
 The oracle is `Lineage` itself on a second session (what `tt lineage` prints is tested against
 data the job carries in tests/test_lineage.py); here the question is whether the app shows that
-tree for what is selected, and whether Enter on a leaf takes the user to before it entered θ.
+tree for what is selected, and whether Enter on a leaf takes the user to just before it is consumed.
 """
 
 from __future__ import annotations

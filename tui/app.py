@@ -1007,8 +1007,8 @@ class DebuggerApp(App):
         why.show(report.title, report.root)
         why.display = True
         why.focus()
-        self._say(f"why {report.title}: {report.size} tuples; Enter on a leaf (←) jumps to before it "
-                  f"entered θ; w closes")
+        self._say(f"why {report.title}: {report.size} tuples; Enter on a leaf (←) goes to just before it "
+                  f"is consumed; w closes")
 
     @on(LineageTree.LeafChosen)
     def _lineage_leaf(self, event: LineageTree.LeafChosen) -> None:
