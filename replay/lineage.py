@@ -277,7 +277,6 @@ class Lineage:
         """What `root` contributed to, up to where each path ended."""
         if isinstance(root, StateValue):
             raise UsageError(f"{self.label(root)} is a state value: its lineage runs --back, to the calls that wrote it")
-        self._replay({key: _end(inst) for key, inst in self.engine.instances.items()})
         visited: dict[Key, set] = collections.defaultdict(set)
         return self._walk(Tree("forward", root, [root]), depth, lambda node, tree: self._uses(node, tree, visited),
                           rows)
@@ -363,7 +362,8 @@ class Lineage:
                 tree.ends[node] = {"end": "absorbed", "at": self.graph.nodes[node.op].name}
             return links
         readers = self._readers.get(key)
-        if readers is None:
+        if readers is None:   # the tracked replay, of the instances the walk reaches alone, to their end
+            self._replay({key: _end(self.engine.instances[key])})
             readers = self._readers[key] = _Readers(self.access[key].made)
         where = f"{self.graph.nodes[node.op].name}:{node.instance}"
         for c, j, path in readers.read_from(node.position, visited[key]):
