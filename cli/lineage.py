@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import re
 from pathlib import Path
 from typing import Optional
@@ -13,8 +12,6 @@ import typer
 from ..core.errors import UsageError
 from .main import app
 from .output import CSV, JSON, Activity, cut_hint, emit, only_one, require_dataflow, require_intact, row_text
-
-TEXT_WRITERS = 5   # writers of one state path listed under a row in the text view (--json lists all)
 
 _CSV_COLUMNS = ["root", "from", "kind", "state", "read_by", "to", "row", "note"]
 
@@ -135,38 +132,10 @@ def _link_text(lineage, link, back: bool) -> str:
     return f"through state {link.state}, read by {lineage.label(link.by)}, as"
 
 
-def _note(tree, node) -> str:
-    """Where a leaf entered G(θ), or where a path ended."""
-    e = tree.entered.get(node)
-    if e is not None:
-        if e["as"] == "end of input":
-            outside = ", outside G(θ): what it was made from is not known" if e.get("outside") else ""
-            return f"← the end of input of {e['at']} (its finish(){outside})"
-        if e["as"] == "source row":
-            copied = "copied into the run file" if tree.rows.get(node) is not None else "values not recorded"
-            where = f"{e['file']} row {e['row']}" if "file" in e else \
-                f"partition {e['partition']}, row #{e['index']} of its read ({copied})"
-            by = "" if e["at"] == e["from"] else f" read by {e['at']}"
-            return f"← a row of source {e['from']}{by}: {where}"
-        how = "θ's input" if e["as"] == "theta input" else "a free tuple"
-        where = f"{e['file']} row {e['row']}" if "file" in e else \
-            "copied into the run file" if e["source"] else "lineage stops here"
-        return f"← entered G(θ) at {e['at']} ({how}) from {'source ' if e['source'] else ''}{e['from']}: {where}"
-    end = tree.ends.get(node)
-    if end is not None:
-        return {"sink": f"→ reached sink {end['at']}",
-                "pending": f"→ still pending at {end['at']} when the run ended",
-                "absorbed": f"→ consumed with no output at {end['at']} (filtered or absorbed)"}[end["end"]]
-    return ""
-
-
 def _tree_text(lineage, tree) -> tuple[str, bool]:
     """The tree, depth first, each row once ("shown above" where it comes again), at most
-    TEXT_WRITERS writers per state path; (text, whether a row was cut)."""
+    WRITERS_SHOWN writers per state path (`Tree.shown_links`); (text, whether a row was cut)."""
     back = tree.direction == "back"
-    by_src = collections.defaultdict(list)
-    for link in tree.links:
-        by_src[link.src].append(link)
     lines, shown, cut = [], set(), False
 
     def describe(node) -> str:
@@ -175,25 +144,13 @@ def _tree_text(lineage, tree) -> tuple[str, bool]:
         if tree.rows.get(node) is None and getattr(node, "op", None) in lineage.graph.lineage:
             text = "(row not recorded: outside G(θ))"
         cut |= c
-        note = _note(tree, node)
+        note = tree.note(node)
         more = "  … (more beyond --depth)" if node in tree.cut else ""
         return f"{lineage.label(node)}  {text}" + (f"  {note}" if note else "") + more
 
     def children(node) -> list:
-        """The links to show under a node, and one line per state path with writers left out."""
-        out, per_state = [], collections.Counter()
-        # emitted first, then state by keys (the telling kind), then whole fields (counters and such)
-        links = sorted(by_src.get(node, ()), key=lambda k: (k.kind == "state", "[" not in (k.state or "")))
-        for link in links:
-            if link.kind == "state":
-                per_state[link.state] += 1
-                if per_state[link.state] > TEXT_WRITERS:
-                    continue
-            out.append(link)
-        for state, n in per_state.items():
-            if n > TEXT_WRITERS:
-                out.append(f"… {n - TEXT_WRITERS} more through state {state} (--json lists them)")
-        return out
+        return [f"… {item[1]} more through state {item[0]} (--json lists them)" if isinstance(item, tuple)
+                else item for item in tree.shown_links(node)]
 
     def walk(node, prefix: str) -> None:
         shown.add(node)
@@ -220,9 +177,9 @@ def _csv_rows(lineage, tree) -> list[dict]:
 
     def row(node) -> str:
         return orjson.dumps(tree.rows.get(node)).decode()
-    rows = [{"root": root, "kind": "root", "to": root, "row": row(tree.root), "note": _note(tree, tree.root)}]
+    rows = [{"root": root, "kind": "root", "to": root, "row": row(tree.root), "note": tree.note(tree.root)}]
     for link in tree.links:
         rows.append({"root": root, "from": lineage.label(link.src), "kind": link.kind, "state": link.state or "",
                      "read_by": lineage.label(link.by) if link.by is not None else "",
-                     "to": lineage.label(link.to), "row": row(link.to), "note": _note(tree, link.to)})
+                     "to": lineage.label(link.to), "row": row(link.to), "note": tree.note(link.to)})
     return rows

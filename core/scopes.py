@@ -156,13 +156,15 @@ class Provenance:
     # --- one tuple --------------------------------------------------------------
 
     def is_internal(self, op: int, port: int) -> bool:
-        node = self.graph.nodes[op]
-        return port >= 0 and port < len(node.inputs) and self.graph.edges[node.inputs[port]].src in self.graph.in_g
+        return self._sender_in(op, port, self.graph.in_g)
 
     def is_logged(self, op: int, port: int) -> bool:
         """Whether the sender on `port` kept logs: in G(θ), or outside it with `tt record --lineage`."""
+        return self._sender_in(op, port, self.graph.logged)
+
+    def _sender_in(self, op: int, port: int, nodes: set[int]) -> bool:
         node = self.graph.nodes[op]
-        return 0 <= port < len(node.inputs) and self.graph.edges[node.inputs[port]].src in self.graph.logged
+        return 0 <= port < len(node.inputs) and self.graph.edges[node.inputs[port]].src in nodes
 
     def origin(self, ref: TupleRef) -> TupleRef | None:
         """The producer input whose processing emitted `ref` (None: it entered G(θ) here, or is END)."""

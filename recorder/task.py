@@ -209,6 +209,20 @@ class Outbox:
         return cols
 
 
+def _logging_runner(node, in_g: bool) -> type[RecordingRunner]:
+    """The runner of an instance that keeps Input and Output logs: in G(θ), or outside it with
+    `tt record --lineage`, where it logs ids and counts only, and what it can of lineage."""
+    if in_g:
+        return RecordingRunner
+    if node.kind == SOURCE:
+        return SourceLineageRunner     # where its rows went
+    if node.op.stores_inputs and node.op.emitted_from is not None:
+        return StoredLineageRunner     # and the stored rows each output was made from
+    if node.op.kept_in is not None and node.op.emitted_from is not None:
+        return LineageRunner           # and what each output was made from
+    return RecordingRunner
+
+
 class StageTask:
     def __init__(self, graph: Graph, stage_id: int, partition: int, recording: Recording | None,
                  attempt: dict):
@@ -277,39 +291,26 @@ class StageTask:
         logging = self.mode in ("record", "shadow")
         for nid in self.stage.nodes:
             node = g.nodes[nid]
-            if logging and nid in g.in_g:
-                log = InstanceLog([e for e in node.outputs if g.edges[e].shuffle])
-                multi = len(node.inputs) > 1 and nid != self.stage.head
-                if g.takes_barriers(nid):
-                    when = None
-                    if when_src and self.mode == "record" and nid == g.theta:
-                        from .triggers import compile_condition
-                        when = compile_condition(when_src)
-                    r = ThetaRunner(node.name, p, node.op, nid, log, multi, on_barrier=self._on_barrier,
-                                    on_trigger=self._on_trigger, when=when, when_from=self.when_from)
-                    self.theta = r
-                else:
-                    r = RecordingRunner(node.name, p, node.op, nid, log, multi)
-                if nid == self.stage.source or (len(node.inputs) == 1 and nid != self.stage.head):
-                    r.implicit_channel = (0, p)
-                self.recorders.append(r)
-            elif logging and nid in g.lineage:   # tt record --lineage: ids and counts, nothing else
-                if node.kind == SOURCE:
-                    kind = SourceLineageRunner     # where its rows went
-                elif node.op.stores_inputs and node.op.emitted_from is not None:
-                    kind = StoredLineageRunner     # and the stored rows each output was made from
-                elif node.op.kept_in is not None and node.op.emitted_from is not None:
-                    kind = LineageRunner           # and what each output was made from
-                else:
-                    kind = RecordingRunner
-                r = kind(node.name, p, node.op, nid, InstanceLog([e for e in node.outputs if g.edges[e].shuffle]),
-                         len(node.inputs) > 1 and nid != self.stage.head)
-                if nid == self.stage.source or (len(node.inputs) == 1 and nid != self.stage.head):
-                    r.implicit_channel = (0, p)
+            if not (logging and nid in g.logged):
+                self.runners[nid] = Runner(node.name, p, node.op, nid)
+                continue
+            log = InstanceLog([e for e in node.outputs if g.edges[e].shuffle])
+            multi = len(node.inputs) > 1 and nid != self.stage.head
+            if nid in g.in_g and g.takes_barriers(nid):
+                when = None
+                if when_src and self.mode == "record" and nid == g.theta:
+                    from .triggers import compile_condition
+                    when = compile_condition(when_src)
+                r = ThetaRunner(node.name, p, node.op, nid, log, multi, on_barrier=self._on_barrier,
+                                on_trigger=self._on_trigger, when=when, when_from=self.when_from)
+                self.theta = r
             else:
-                r = Runner(node.name, p, node.op, nid)
-            if isinstance(r, RecordingRunner):
-                self.loggers.append(r)
+                r = _logging_runner(node, nid in g.in_g)(node.name, p, node.op, nid, log, multi)
+            if nid == self.stage.source or (len(node.inputs) == 1 and nid != self.stage.head):
+                r.implicit_channel = (0, p)
+            if nid in g.in_g:
+                self.recorders.append(r)
+            self.loggers.append(r)
             self.runners[nid] = r
         source = self.stage.source
         for nid in self.stage.nodes:
@@ -482,22 +483,20 @@ class StageTask:
     def _run_source(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
         src = self.runners[self.stage.source]
         captures = self._source_captures() if self.mode == "record" else []
-        lineage_captures = self._lineage_captures()
+        # (node, port, copied when its positions cannot be kept): G(θ)'s recorded inputs always; the
+        # --lineage positions only where replay rebuilds a shuffle into G(θ) from them
         replayed = self._replays_from_source()
+        kept = [(nid, port, True) for nid, port in captures] + [
+            (nid, port, replayed and nid == self.stage.source) for nid, port in self._lineage_captures()]
         for batch in batches:
             if arrow:
                 refs = None
                 if self.source_ref is not None:
-                    batch, refs = self._split_positions(batch, bool(captures or lineage_captures))
-                for nid, port in lineage_captures:
+                    batch, refs = self._split_positions(batch, bool(kept))
+                for nid, port, copied in kept:
                     if refs is not None:
                         self.ref_entries.append((nid, port, self.partition, batch.num_rows, refs))
-                    elif replayed and nid == self.stage.source:   # replay needs these rows: copied
-                        self.arrow_entries.append((nid, port, self.partition, batch))
-                for nid, port in captures:
-                    if refs is not None:
-                        self.ref_entries.append((nid, port, self.partition, batch.num_rows, refs))
-                    else:
+                    elif copied:
                         self.arrow_entries.append((nid, port, self.partition, batch))
                 rows = batch.to_pylist()
             else:

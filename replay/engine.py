@@ -88,7 +88,7 @@ class EntryReader:
         start, n, codec, rowid = self.chunks[idx]
         if codec != blobs.REF or seq >= start + n:
             return None
-        return self.reader.sources().where(blobs.decompress(self.reader.entry_data(rowid)), seq - start)
+        return self.reader.entry_place(rowid, seq - start)
 
     def __len__(self) -> int:
         return max((s + n for s, n, _, _ in self.chunks), default=0)

@@ -90,7 +90,7 @@ class ShuffledEntryReader:
         g, (start, _, codec, rowid) = self._chunk(seq)
         if codec != blobs.REF:
             return None
-        return self.shared.reader.sources().where(blobs.decompress(self.shared.reader.entry_data(rowid)), g - start)
+        return self.shared.reader.entry_place(rowid, g - start)
 
     def __len__(self) -> int:
         return len(self.outputs)

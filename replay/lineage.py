@@ -72,6 +72,9 @@ class Link:
     by: TupleRef | None = None    # forward through state: the call that read it
 
 
+WRITERS_SHOWN = 5   # writers of one state path a tree view lists under a row (--json lists all)
+
+
 @dataclass
 class Tree:
     direction: str                # "back" or "forward"
@@ -82,6 +85,50 @@ class Tree:
     entered: dict[Node, dict] = field(default_factory=dict)     # back: where each leaf entered G(θ)
     ends: dict[Node, dict] = field(default_factory=dict)        # forward: where each path ended
     rows: dict[Node, Any] = field(default_factory=dict)         # JSON-encoded values
+    _by_src: dict[Node, list[Link]] | None = field(default=None, repr=False, compare=False)
+
+    def shown_links(self, node: Node) -> list:
+        """What a view lists under `node` (`tt lineage`'s text, `w` in the TUI): its links, emitted
+        first, then through state by keys (the telling kind), then whole fields (counters and
+        such), at most WRITERS_SHOWN writers per state path; then `(state, n)` for each path with
+        n writers left out."""
+        if self._by_src is None:
+            self._by_src = collections.defaultdict(list)
+            for link in self.links:
+                self._by_src[link.src].append(link)
+        out, per_state = [], collections.Counter()
+        for link in sorted(self._by_src.get(node, ()), key=lambda k: (k.kind == STATE, "[" not in (k.state or ""))):
+            if link.kind == STATE:
+                per_state[link.state] += 1
+                if per_state[link.state] > WRITERS_SHOWN:
+                    continue
+            out.append(link)
+        out += [(state, n - WRITERS_SHOWN) for state, n in per_state.items() if n > WRITERS_SHOWN]
+        return out
+
+    def note(self, node: Node) -> str:
+        """Where a leaf entered G(θ), or where a path ended ("" for any other node)."""
+        e = self.entered.get(node)
+        if e is not None:
+            if e["as"] == "end of input":
+                outside = ", outside G(θ): what it was made from is not known" if e.get("outside") else ""
+                return f"← the end of input of {e['at']} (its finish(){outside})"
+            if e["as"] == "source row":
+                copied = "copied into the run file" if self.rows.get(node) is not None else "values not recorded"
+                where = f"{e['file']} row {e['row']}" if "file" in e else \
+                    f"partition {e['partition']}, row #{e['index']} of its read ({copied})"
+                by = "" if e["at"] == e["from"] else f" read by {e['at']}"
+                return f"← a row of source {e['from']}{by}: {where}"
+            how = "θ's input" if e["as"] == "theta input" else "a free tuple"
+            where = f"{e['file']} row {e['row']}" if "file" in e else \
+                "copied into the run file" if e["source"] else "lineage stops here"
+            return f"← entered G(θ) at {e['at']} ({how}) from {'source ' if e['source'] else ''}{e['from']}: {where}"
+        end = self.ends.get(node)
+        if end is not None:
+            return {"sink": f"→ reached sink {end['at']}",
+                    "pending": f"→ still pending at {end['at']} when the run ended",
+                    "absorbed": f"→ consumed with no output at {end['at']} (filtered or absorbed)"}[end["end"]]
+        return ""
 
 
 class Lineage:
@@ -152,23 +199,7 @@ class Lineage:
     def parse_ref(self, text: str) -> TupleRef:
         """'OP:I:N' as a root: a tuple of G(θ), or of an operator outside it that kept its logs
         for lineage (`tt record --lineage`)."""
-        op = self.session.reader.operator(text.split(":", 1)[0])
-        if op.in_g:
-            return self.session.parse_ref(text)
-        if op.id not in self.graph.lineage:
-            raise UsageError(f"{op.name} is not in G(θ) (θ = {self.graph.nodes[self.graph.theta].name}): its tuples "
-                             f"are not logged; record with --lineage to trace them, or choose among the rows it "
-                             f"sent into G(θ) with `tt lineage RUN {op.name} --where EXPR`")
-        parts = text.split(":")
-        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
-            raise UsageError(f"bad tuple {text!r}; write OP:INSTANCE:POSITION, e.g. {op.name}:0:42")
-        i, pos = int(parts[1]), int(parts[2])
-        if not 0 <= i < op.instances:
-            raise UsageError(f"{op.name} has instances 0..{op.instances - 1}, not {i}")
-        total = self.provenance.index(op.id, i).total
-        if not 0 <= pos < total:
-            raise UsageError(f"{op.name}:{i} has inputs #0..#{total - 1}, not #{pos}")
-        return TupleRef(op.id, i, pos)
+        return self.session.parse_ref(text, lineage=True)
 
     # --- choosing rows ------------------------------------------------------------------
 
@@ -223,41 +254,30 @@ class Lineage:
 
     def _entries_where(self, node, test: "Where") -> tuple[list[Node], int]:
         found, checked = [], 0
+
+        def check(op: int, instance: int, position: int | None, row: Any) -> None:
+            nonlocal checked
+            checked += 1
+            if position is not None and test(row):
+                ref = TupleRef(op, instance, position)
+                found.append(ref)
+                self._rows[ref] = values.encode(row)
         if node.id in self.graph.lineage:   # --lineage: a source that logged where its rows went
             for d in range(node.instances):
                 for _, seq, row, _ in self._referenced_rows(node.id, d, 0):
-                    checked += 1
-                    if test(row):
-                        ref = TupleRef(node.id, d, seq)
-                        found.append(ref)
-                        self._rows[ref] = values.encode(row)
+                    check(node.id, d, seq, row)
             return found, checked
         for e in self.graph.out_edges(node):
-            if e.dst in self.graph.lineage:   # --lineage: a source's rows, read from their files
-                for d in range(self.graph.nodes[e.dst].instances):
-                    for (port, src), seq, row, _ in self._referenced_rows(e.dst, d, e.port):
-                        checked += 1
-                        position = self.provenance.index(e.dst, d).position_of((port, src), seq)
-                        if position is not None and test(row):
-                            ref = TupleRef(e.dst, d, position)
-                            found.append(ref)
-                            self._rows[ref] = values.encode(row)
-                continue
-            if e.dst not in self.graph.in_g:
-                continue
             for d in range(self.graph.nodes[e.dst].instances):
-                inst = self.engine.instances[(e.dst, d)]
-                for ch, entry in inst.entry.items():
-                    if ch[0] != e.port:
-                        continue
-                    for seq in range(len(entry)):
-                        row = entry.get(seq)
-                        checked += 1
-                        position = self.provenance.index(e.dst, d).position_of(ch, seq)
-                        if position is not None and test(row):
-                            ref = TupleRef(e.dst, d, position)
-                            found.append(ref)
-                            self._rows[ref] = values.encode(row)
+                index = self.provenance.index(e.dst, d) if e.dst in self.graph.logged else None
+                if e.dst in self.graph.lineage:   # --lineage: a source's rows, read from their files
+                    for ch, seq, row, _ in self._referenced_rows(e.dst, d, e.port):
+                        check(e.dst, d, index.position_of(ch, seq), row)
+                elif e.dst in self.graph.in_g:
+                    for ch, entry in self.engine.instances[(e.dst, d)].entry.items():
+                        if ch[0] == e.port:
+                            for seq in range(len(entry)):
+                                check(e.dst, d, index.position_of(ch, seq), entry.get(seq))
         return sorted(found), checked
 
     # --- the two directions -------------------------------------------------------------
@@ -430,26 +450,28 @@ class Lineage:
         port, src, seq = self.provenance.index(t.op, t.instance).channel_at(t.position)
         node = self.graph.nodes[t.op]
         if node.kind == SOURCE:   # --lineage: a source that logged where its rows went; its n-th row
-            info = {"as": "source row", "at": node.name, "from": node.name, "source": True,
-                    "partition": t.instance, "index": t.position}
-            for _, _, row, where in self._referenced_rows(t.op, t.instance, 0, t.position):
-                info.update({} if where is None else {"file": where[0], "row": where[1]})
-                self._rows[t] = values.encode(row)
-            return info
+            return self._source_row(t, 0, t.position, {"as": "source row", "at": node.name, "from": node.name,
+                                                        "source": True, "partition": t.instance,
+                                                        "index": t.position})
         if (port, src) == END:
             return {"as": "end of input", "at": node.name, **({"outside": True} if t.op in self.graph.untracked else {})}
         sender = self.graph.nodes[self.graph.edges[node.inputs[port]].src]
         if t.op not in self.graph.in_g:   # --lineage: a source row, upstream of G(θ)
-            info = {"as": "source row", "at": node.name, "from": sender.name, "source": sender.kind == SOURCE,
-                    "partition": src, "index": seq}
-            for _, _, row, where in self._referenced_rows(t.op, t.instance, port, seq):
-                info.update({} if where is None else {"file": where[0], "row": where[1]})
-                self._rows[t] = values.encode(row)
-            return info
+            return self._source_row(t, port, seq, {"as": "source row", "at": node.name, "from": sender.name,
+                                                    "source": sender.kind == SOURCE, "partition": src,
+                                                    "index": seq})
         info = {"as": "theta input" if t.op == self.graph.theta else "free tuple", "at": node.name,
                 "from": sender.name, "source": sender.kind == SOURCE}
         if sender.kind == SOURCE:
             info.update(self._file_row(self.engine.instances[(t.op, t.instance)], (port, src), seq))
+        return info
+
+    def _source_row(self, t: TupleRef, port: int, seq: int, info: dict) -> dict:
+        """`info` with the file and row number of `t`, the seq-th row its instance got on `port`,
+        when its source was read by reference; its values are kept for the tree."""
+        for _, _, row, where in self._referenced_rows(t.op, t.instance, port, seq):
+            info.update({} if where is None else {"file": where[0], "row": where[1]})
+            self._rows[t] = values.encode(row)
         return info
 
     def _file_row(self, inst: Instance, channel: tuple[int, int], seq: int) -> dict:
@@ -490,8 +512,7 @@ class Lineage:
                 continue   # (ARROW: the rows `tt pack` copied in; where they were is no longer known)
             read = self._read_chunks.get(rowid)
             if read is None:
-                places = self.reader.sources().places(blobs.decompress(self.reader.entry_data(rowid))) \
-                    if codec == blobs.REF else [None] * n
+                places = self.reader.entry_places(rowid) if codec == blobs.REF else [None] * n
                 read = (self.reader.entry_tuples(codec, rowid), places)
                 if seq is not None:   # leaves often share chunks: each read from its files once (a scan: not kept)
                     self._read_chunks[rowid] = read

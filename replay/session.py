@@ -204,13 +204,19 @@ class DebugSession:
         op, i = key_or_ref
         return f"{self.graph.nodes[op].name}:{i}"
 
-    def parse_ref(self, text: str) -> TupleRef:
-        """'FE:0:42' -> input #42 of FE's instance 0."""
+    def parse_ref(self, text: str, lineage: bool = False) -> TupleRef:
+        """'FE:0:42' -> input #42 of FE's instance 0. `lineage`: also a tuple of an operator
+        outside G(θ) that kept its logs (`tt record --lineage`), which lineage can trace."""
         parts = text.strip().split(":")
         if len(parts) != 3:
             raise UsageError(f"bad tuple {text!r}; write OP:INSTANCE:POSITION, e.g. FE:0:42")
         op = self.reader.operator(parts[0])
-        if not op.in_g:
+        logged = lineage and op.id in self.graph.lineage
+        if not op.in_g and not logged:
+            if lineage:
+                raise UsageError(f"{op.name} is not in G(θ) (θ = {self.reader.theta.name}): its tuples are not "
+                                 f"logged; record with --lineage to trace them, or choose among the rows it sent "
+                                 f"into G(θ) with `tt lineage RUN {op.name} --where EXPR`")
             raise UsageError(f"{op.name} is not in G(θ) (θ = {self.reader.theta.name}); it cannot be stepped")
         try:
             i, pos = int(parts[1]), int(parts[2])
@@ -218,7 +224,7 @@ class DebugSession:
             raise UsageError(f"bad tuple {text!r}; instance and position are numbers") from None
         if not 0 <= i < op.instances:
             raise UsageError(f"{op.name} has instances 0..{op.instances - 1}, not {i}")
-        total = self.engine.instances[(op.id, i)].total
+        total = self.engine.instances[(op.id, i)].total if op.in_g else self.provenance.index(op.id, i).total
         if not 0 <= pos < total:
             raise UsageError(f"{op.name}:{i} has inputs #0..#{total - 1}, not #{pos}")
         return TupleRef(op.id, i, pos)
@@ -391,7 +397,7 @@ class DebugSession:
         result.action = "goto_before"
         result.stopped_at = ref
         ahead = ref.position - targets[key]
-        where = f"{self.label(key)}"
+        where = self.label(key)
         result.note = (f"{label} waits at {where}: interaction {k}, then {where} alone up to it" if not ahead else
                        f"interaction {k}, the last before {label}; it waits behind {ahead} tuple(s) of {where} "
                        f"(run until, c, or step to reach it)")

@@ -442,6 +442,14 @@ class RunReader:
         return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
                                  (name,)).fetchone() is not None
 
+    def entry_places(self, rowid: int) -> list[tuple[str, int]]:
+        """(file URI, row number) of every row of a chunk recorded by reference."""
+        return self.sources().places(blobs.decompress(self.entry_data(rowid)))
+
+    def entry_place(self, rowid: int, offset: int) -> tuple[str, int]:
+        """(file URI, row number) of a chunk recorded by reference's `offset`-th row."""
+        return self.sources().where(blobs.decompress(self.entry_data(rowid)), offset)
+
     def entry_data(self, rowid: int) -> bytes:
         """One chunk's data for `blobs.unpack_tuples`; a pickled chunk is checked (`open_blob`)."""
         codec, data = self.conn.execute("SELECT codec, data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()

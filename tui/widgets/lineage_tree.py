@@ -70,37 +70,30 @@ class LineageTree(Tree):
             self.post_message(self.LeafChosen(event.node.data))
 
 
-WRITERS_SHOWN = 5   # writers of one state path listed under a row (as `tt lineage`'s text view)
-
-
 def outline(lineage, tree) -> Line:
-    """`tree` (replay/lineage.py `Tree`, backward) as lines: each row once, its links under it."""
+    """`tree` (replay/lineage.py `Tree`, backward) as lines: each row once, its links under it
+    (`Tree.shown_links`), where a leaf entered G(θ) before its values (a narrow pane cuts them)."""
     from ...core import values
 
-    by_src: dict = {}
-    for link in tree.links:
-        by_src.setdefault(link.src, []).append(link)
     shown: set = set()
 
     def row(node) -> Text:
         text = Text(lineage.label(node), style="bold")
-        entered = tree.entered.get(node)
-        if entered is not None:   # before the values, which a narrow pane cuts off
-            where = f" {entered['file'].rsplit('/', 1)[-1]} row {entered['row']}" if "file" in entered else ""
-            text.append(f" ← {entered['as']} at {entered['at']}"
-                        + (f" from {entered['from']}" if "from" in entered else "") + where, style="green")
+        note = tree.note(node)
+        if note:
+            text.append(f" {note}", style="green")
         value = tree.rows.get(node)
         text.append("  " + (values.render(value, 120) if value is not None else "(row not recorded)"))
         return text
 
     def lines_under(node) -> list[Line]:
         shown.add(node)
-        out, per_state = [], {}
-        for link in sorted(by_src.get(node, ()), key=lambda k: (k.kind == "state", "[" not in (k.state or ""))):
-            if link.kind == "state":
-                per_state[link.state] = per_state.get(link.state, 0) + 1
-                if per_state[link.state] > WRITERS_SHOWN:
-                    continue
+        out = []
+        for link in tree.shown_links(node):
+            if isinstance(link, tuple):
+                out.append(Line(Text(f"… {link[1]} more through {link[0]} (tt lineage --json lists them)",
+                                     style="dim")))
+                continue
             how = Text("emitted while processing " if link.kind == "emitted" else f"through {link.state}, by ",
                        style="dim")
             if link.to in shown:
@@ -109,10 +102,6 @@ def outline(lineage, tree) -> Line:
             leaf = link.to if isinstance(link.to, TupleRef) and link.to in tree.entered and \
                 link.to.op in lineage.graph.in_g and tree.entered[link.to]["as"] != "end of input" else None
             out.append(Line(how + row(link.to), leaf, lines_under(link.to)))
-        for state, n in per_state.items():
-            if n > WRITERS_SHOWN:
-                out.append(Line(Text(f"… {n - WRITERS_SHOWN} more through {state} (tt lineage --json lists them)",
-                                     style="dim")))
         return out
 
     return Line(row(tree.root), None, lines_under(tree.root))
