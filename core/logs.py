@@ -17,6 +17,8 @@ of 1s); compression itself happens in `tt.store.blobs`.
 
 from __future__ import annotations
 
+import copy
+
 import pickle
 from array import array
 from dataclasses import dataclass, field
@@ -138,6 +140,21 @@ class LoggedResult:
     call: int       # 0-based index of the call within that input
     name: str       # the wrapped function's qualified name
     value: Any
+
+
+_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
+
+
+def _frozen(v: Any) -> bool:
+    t = type(v)
+    return t in _IMMUTABLE or (t is tuple and all(map(_frozen, v)))
+
+
+def kept_apart(value: Any) -> Any:
+    """`value`, or a deep copy of it where the operator could change it in place: what is logged
+    must be the value as it was returned (the log is packed later), and what replay serves must
+    be that value every time a replay goes back over the call (core/runtime.py)."""
+    return value if _frozen(value) else copy.deepcopy(value)
 
 
 def pack_results(results: list[LoggedResult]) -> bytes:

@@ -20,7 +20,7 @@ from array import array
 from typing import Any, Callable
 
 from .errors import OperatorError, ReplayDivergence
-from .logs import END, InputRuns, LoggedResult, callable_name, new_counts, new_dests
+from .logs import END, InputRuns, LoggedResult, callable_name, kept_apart, new_counts, new_dests
 from .operator import CONTEXT, Operator, Source, call_adapter
 
 INF = float("inf")
@@ -198,7 +198,7 @@ class RecordingRunner(Runner):
     def log_result(self, fn, args, kwargs):
         value = fn(*args, **kwargs)
         call = self.log.next_call(self.count)
-        self.log.results.append(LoggedResult(self.count, call, callable_name(fn), value))
+        self.log.results.append(LoggedResult(self.count, call, callable_name(fn), kept_apart(value)))
         return value
 
 
@@ -415,7 +415,7 @@ class ResultSource:
             raise ReplayDivergence(
                 f"{runner.label} input #{pos} call {self._call} is log_result({name}) in replay but "
                 f"log_result({r.name}) was logged", op=runner.name, instance=runner.instance, position=pos)
-        return r.value
+        return kept_apart(r.value)   # a replay that goes back over the call gets it as logged
 
 
 def narrow_target(runner: Runner, port: int) -> Callable[[Any], None]:

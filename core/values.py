@@ -101,6 +101,9 @@ def encode(value: Any) -> Any:
         return encode(list(value)) if isinstance(value, list) else encode(tuple(value))
     if t.__module__ == "numpy" and getattr(value, "shape", None) == ():  # numpy.int64, numpy.bool_
         return encode(value.item())
+    as_json = getattr(t, "__tt_json__", None)
+    if as_json is not None:   # a summary the recorder stores in place of a value (core/kept_inputs.py)
+        return as_json(value)
     table = _table_summary(value)
     if table is not None:
         return {"$repr": table}
@@ -258,6 +261,9 @@ def _render(v: Any) -> str:
                 return inner
             if tag == "$bytes":
                 return f"b64'{inner}'"
+            if tag == "$kept" and isinstance(inner, dict):
+                return (f"‹{inner.get('rows', 0):,} rows under {inner.get('keys', 0):,} keys, kept as inputs "
+                        f"(digest {str(inner.get('digest', ''))[:8]})›")
         if "$object" in v and len(v) == 2:
             return v["$object"].rsplit(".", 1)[-1] + _render(v["attrs"])
         return "{" + ", ".join(f"{k}: {_render(x)}" for k, x in v.items()) + "}"
@@ -274,6 +280,8 @@ def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | N
     """The first place where two encoded values differ: (path, a_part, b_part)."""
     if type(a) is not type(b):
         return path or "<root>", a, b
+    if isinstance(a, dict) and "$kept" in a and len(a) == 1:   # a summary compares whole
+        return None if a == b else (path or "<root>", a, b)
     if isinstance(a, dict):
         for k in sorted(set(a) | set(b)):
             if k not in a or k not in b:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..core import values
+from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
 from ..core.logs import pack_dests, pack_results, pack_runs
@@ -240,6 +241,7 @@ class StageTask:
         self.k_now = 0
         self.new_checkpoints: list[tuple[dict, bytes]] = []
         self.state_encoder = StateEncoder()  # interaction states: deltas against the previous one
+        self.kept_digests = KeptDigests()    # ... and a join's stored rows as digests (core/kept_inputs.py)
         self.checkpointer = None   # a CheckpointWriter when the recording checkpoints online
         self.checkpoint_seq: dict[int, int] = {}
         self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)
@@ -636,7 +638,10 @@ class StageTask:
         if last is not None and last[0] == r.count:
             return last[1]  # state changes only by consuming an input: nothing to encode
         changed_keys = getattr(r.op, "changed_keys", None)
-        h, data, size = self.state_encoder.encode(r.node_id, r.op.state(), changed_keys and changed_keys())
+        state, changed, kept_bytes = self.kept_digests.summarize(r.node_id, r.op, r.op.state(),
+                                                                 changed_keys and changed_keys())
+        h, data, size = self.state_encoder.encode(r.node_id, state, changed)
+        size += kept_bytes   # the planner's figure: what a checkpoint of the state would weigh
         if data and h not in self.sent_states and h not in self.new_states:
             self.new_states[h] = (blobs.compress(data), size)
         self.last_state[r.node_id] = (r.count, h)

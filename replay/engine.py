@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 import cloudpickle
 import orjson
 
-from ..core import code_pickle, values
+from ..core import code_pickle, kept_inputs, values
 from ..core.errors import ReplayDivergence, RunFileError, TTError
 from ..core.graph import Graph
 from ..core.hooked import HookedOperator
@@ -35,7 +35,7 @@ from ..store import blobs
 from ..store.reader import RunReader
 from ..store.trust import require_trust
 from . import job_source
-from .entries import ShuffledEntryReader, SourceShuffles
+from .entries import DecodedChunk, ShuffledEntryReader, SourceShuffles
 
 Key = tuple[int, int]  # (node id, instance)
 
@@ -64,21 +64,30 @@ class EntryReader:
         self.reader = reader
         self.chunks = sorted(chunks)  # (start, n, codec, rowid)
         self.starts = [c[0] for c in self.chunks]
-        self._cached: tuple[int, list] | None = None
+        self._cached: tuple[int, DecodedChunk] | None = None
 
-    def get(self, seq: int) -> Any:
+    def _chunk(self, seq: int) -> tuple[int, DecodedChunk]:
         c = self._cached
-        if c is not None and c[0] <= seq < c[0] + len(c[1]):
-            return c[1][seq - c[0]]
+        if c is not None and c[0] <= seq < c[0] + len(c[1].rows):
+            return c
         idx = bisect.bisect_right(self.starts, seq) - 1
         if idx < 0:
             raise RunFileError(f"recorded tuple #{seq} is missing from the run file")
         start, n, codec, rowid = self.chunks[idx]
         if seq >= start + n:
             raise RunFileError(f"recorded tuple #{seq} is missing from the run file")
-        rows = self.reader.entry_tuples(codec, rowid)
-        self._cached = (start, rows)
-        return rows[seq - start]
+        self._cached = (start, DecodedChunk(lambda: self.reader.entry_tuples(codec, rowid)))
+        return self._cached
+
+    def get(self, seq: int) -> Any:
+        """The seq-th tuple, to look at (`DecodedChunk.peek`)."""
+        start, chunk = self._chunk(seq)
+        return chunk.peek(seq - start)
+
+    def take(self, seq: int) -> Any:
+        """The seq-th tuple, for an operator to consume (`DecodedChunk.take`)."""
+        start, chunk = self._chunk(seq)
+        return chunk.take(seq - start)
 
     def place(self, seq: int) -> tuple[str, int] | None:
         """(file, row number) of the seq-th tuple when it was recorded by reference."""
@@ -226,7 +235,7 @@ class Instance:
                 entry = self.entry.get(ch)
                 if entry is None:
                     raise RunFileError(f"{self.label}: the recorded tuples of channel {ch} are missing")
-                row = entry.get(self.consumed[ch])
+                row = entry.take(self.consumed[ch])
             self.consumed[ch] += 1
             if position == self.failed_at:
                 self._feed_failing(row, port, saved)
@@ -264,9 +273,11 @@ class Instance:
         self.restore(saved)
         self.engine._wire(self)
 
-    def state(self) -> Any:
-        """The operator's state, JSON-encoded as stored in run files."""
-        return orjson.loads(values.dumps(self.runner.op.state()))
+    def state(self, like: Any = None) -> Any:
+        """The operator's state, JSON-encoded as stored in run files; with `like`, a stored state,
+        its kept-inputs fields summarized where that one's are (core/kept_inputs.py)."""
+        state = self.runner.op.state()
+        return orjson.loads(values.dumps(state if like is None else kept_inputs.like_recorded(like, state)))
 
     @property
     def restored_by_replay(self) -> bool:

@@ -21,6 +21,38 @@ from ..store.reader import RunReader
 ROW_CHUNKS_KEPT = 16   # decoded source chunks kept for all instances (each is read by every consumer)
 
 
+class DecodedChunk:
+    """One chunk of tuples entering G(θ), decoded, each row handed to an operator once.
+
+    An operator may change the row it is given (a join's merge writing into it, `row["x"] =
+    …`), and so may the rows it stores: a row taken a second time, when a replay goes back over
+    it (a jump or step back, verify's second replay), comes from a fresh decode of the chunk, as
+    it was recorded, not as the first pass left it. `peek` (what is shown, or tested by a
+    condition, before it is consumed) returns the row `take` will hand over next."""
+
+    __slots__ = ("_decode", "rows", "_taken")
+
+    def __init__(self, decode):
+        self._decode = decode
+        self.rows: list = decode()
+        self._taken = bytearray(len(self.rows))
+
+    def peek(self, i: int) -> Any:
+        if self._taken[i]:
+            self._fresh()
+        return self.rows[i]
+
+    def take(self, i: int) -> Any:
+        if self._taken[i]:
+            self._fresh()
+        self._taken[i] = 1
+        return self.rows[i]
+
+    def _fresh(self) -> None:
+        self.rows = self._decode()
+        self._taken = bytearray(len(self.rows))
+
+
 class SourceShuffles:
     """What every instance of the engine needs of the shuffled sources, computed once: per source
     partition, its rows' destinations grouped by destination, and recently decoded chunks."""
@@ -28,7 +60,7 @@ class SourceShuffles:
     def __init__(self, reader: RunReader):
         self.reader = reader
         self._by_dest: dict[tuple[int, int, int], list[array]] = {}
-        self._rows: collections.OrderedDict[int, list] = collections.OrderedDict()
+        self._rows: collections.OrderedDict[int, DecodedChunk] = collections.OrderedDict()
 
     def sent_to(self, op: int, src: int, edge: int, n_dest: int, dest: int) -> array:
         """The numbers of the rows source partition `src` sent to instance `dest` on `edge`, in order."""
@@ -42,10 +74,10 @@ class SourceShuffles:
             self._by_dest[key] = groups
         return groups[dest]
 
-    def rows(self, codec: str, rowid: int) -> list:
+    def rows(self, codec: str, rowid: int) -> DecodedChunk:
         rows = self._rows.get(rowid)
         if rows is None:
-            rows = self._rows[rowid] = self.reader.entry_tuples(codec, rowid)
+            rows = self._rows[rowid] = DecodedChunk(lambda: self.reader.entry_tuples(codec, rowid))
             if len(self._rows) > ROW_CHUNKS_KEPT:
                 self._rows.popitem(last=False)
         else:
@@ -83,7 +115,12 @@ class ShuffledEntryReader:
 
     def get(self, seq: int) -> Any:
         g, (start, _, codec, rowid) = self._chunk(seq)
-        return self.shared.rows(codec, rowid)[g - start]
+        return self.shared.rows(codec, rowid).peek(g - start)
+
+    def take(self, seq: int) -> Any:
+        """The seq-th tuple, for an operator to consume (`DecodedChunk.take`)."""
+        g, (start, _, codec, rowid) = self._chunk(seq)
+        return self.shared.rows(codec, rowid).take(g - start)
 
     def place(self, seq: int) -> tuple[str, int] | None:
         """(file, row number) of the seq-th tuple, where the source kept its position."""

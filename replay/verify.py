@@ -68,7 +68,7 @@ def verify(reader: RunReader, *, trust: bool = False,
             if at.state is None:
                 continue
             recorded = stored_state(reader, key, at.state, interaction.k)
-            replayed = engine.instances[key].state()
+            replayed = engine.instances[key].state(like=recorded)
             diff = values.first_difference(recorded, replayed)
             if diff is not None:
                 inst = engine.instances[key]
@@ -169,10 +169,10 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
     rows: dict[str, dict[int, Any]] = {"a": {}, "b": {}}
 
     def catch(side: str):
-        def after(inst: Instance, pos: int, row: Any) -> None:
-            if inst.key == key:
-                rows[side][pos] = row
-        return after
+        def before(inst: Instance, pos: int, channel: Any) -> None:
+            if inst.key == key:   # encoded as it arrives: processing it may change it (a join's merge)
+                rows[side][pos] = _encoded(inst.peek())
+        return before
     try:
         begin(prev_k)
         a, b = engine.instances[key], other.instances[key]
@@ -181,7 +181,7 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                 start = f"interaction {prev_k}"
             else:  # the two replays differ at prev_k already: go back to the initial state
                 begin(None)
-        with engine.hooks(after_consume=catch("a")), other.hooks(after_consume=catch("b")):
+        with engine.hooks(on_consume=catch("a")), other.hooks(on_consume=catch("b")):
             first_change = None
             before = _value_at(a.state(), path)
             for pos in range(a.count, target):
@@ -198,8 +198,8 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                             f"{label}" if upstream else ", so processing it is not deterministic (wrap the "
                             "non-deterministic call in tt.log_result)")
                     ref = f"{label}:{pos}"
-                    return {"tuple": ref, "input": pos, "row": values.render(_encoded(ra), 200), "found_by": "replays",
-                            "text": f"; it first diverges at input {ref} {values.render(_encoded(ra), 120)}: {how}"}
+                    return {"tuple": ref, "input": pos, "row": values.render(ra, 200), "found_by": "replays",
+                            "text": f"; it first diverges at input {ref} {values.render(ra, 120)}: {how}"}
                 now = _value_at(sa, path)
                 if first_change is None and now != before:
                     first_change = (pos, ra)
@@ -208,9 +208,9 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                                 f"and two replays agree with each other"}
             pos, row = first_change
             ref = f"{label}:{pos}"
-            return {"tuple": ref, "input": pos, "row": values.render(_encoded(row), 200), "found_by": "first change",
+            return {"tuple": ref, "input": pos, "row": values.render(row, 200), "found_by": "first change",
                     "text": f"; the first input that changed {path} in the replay from {start} is {ref} "
-                            f"{values.render(_encoded(row), 120)} (two replays agree with each other, so what differs "
+                            f"{values.render(row, 120)} (two replays agree with each other, so what differs "
                             f"from the recording is the same in every replay: hash order, a clock, the environment?)"}
     except (TTError, OperatorFailure, *_DAMAGE) as e:
         return {"text": f" (the input could not be found: {e})"}
@@ -261,8 +261,9 @@ def _verify_checkpoints(reader: RunReader, engine: Engine, interactions) -> list
         restorer.load(line)
         engine.advance_to(targets)
         for key, at in snap.items():
-            diff = values.first_difference(stored_state(reader, key, at.state, interaction.k),
-                                           engine.instances[key].state()) if at.state is not None else None
+            recorded = stored_state(reader, key, at.state, interaction.k) if at.state is not None else None
+            diff = values.first_difference(recorded, engine.instances[key].state(like=recorded)) \
+                if at.state is not None else None
             if diff is not None:
                 inst = engine.instances[key]
                 out.append({"k": interaction.k, "ok": False, "op": inst.node.name, "instance": inst.i,

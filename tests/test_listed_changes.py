@@ -2,8 +2,10 @@
 
 The built-in HashJoin and Aggregate tell the recorder which keys they changed, so each
 snapshot holds those keys and the new ones instead of a comparison of the whole dict
-(core/state_deltas.py). The run must replay to exactly the stored states (`tt verify`),
-and the stored end states must be what the input data says, computed in plain Python.
+(core/state_deltas.py); the join's stored rows, which are its inputs, as a digest updated from
+those keys (core/kept_inputs.py). The run must replay to exactly the stored states (`tt verify`),
+and the stored end states, and the replayed rows behind the join's digests, must be what the
+input data says, computed in plain Python. A join whose stored rows differ in replay is found.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pytest
 
 import tt
 from tt.core import values
+from tt.replay.engine import Engine
 from tt.replay.verify import verify
 from tt.store import blobs
 from tt.store.reader import RunReader
@@ -52,20 +55,34 @@ def test_join_and_aggregate_snapshots_from_listed_keys_replay_exactly(record):
             stored = orjson.loads(blobs.decompress(data))
             if "$delta" in stored:
                 listed.update(stored["$delta"].get("keys", {}))
-        assert {"left", "right", "groups"} <= listed
+        assert "groups" in listed
+
+        # the join's stored rows are its inputs: every snapshot keeps a digest of them, never a copy
+        kept = [values.decode(reader.state(at.state)) for i in ints
+                for (op, _), at in reader.instances_at(i.k).items() if op == reader.operator("J").id and i.k]
+        assert kept and all(set(s["left"]) == {"$kept"} and set(s["right"]) == {"$kept"} for s in kept)
 
         results = verify(reader)
         assert len(results) == len(ints) and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
 
-        # the oracle: the input data, joined and summed in plain Python
-        left, right = {}, {}
-        for s in _end_states(reader, "J"):
-            for side, into in (("left", left), ("right", right)):
-                for k, rows in s[side].items():
-                    into.setdefault(k, []).extend(rows)
+        # the oracle: the input data, joined and summed in plain Python; the join's rows as replayed
         want_left = {}
         for r in ITEMS:
             want_left.setdefault(r["o"], []).append(r)
+        counts = {side: [0, 0] for side in ("left", "right")}
+        for s in _end_states(reader, "J"):
+            for side in counts:
+                counts[side][0] += s[side]["$kept"]["rows"]
+                counts[side][1] += s[side]["$kept"]["keys"]
+        assert counts == {"left": [len(ITEMS), len(want_left)], "right": [len(ORDERS), len(ORDERS)]}
+        engine = Engine(reader)
+        engine.jump(ints[-1].k)
+        left, right = {}, {}
+        for i in range(reader.operator("J").instances):
+            op = engine.instances[(reader.operator("J").id, i)].runner.op
+            for side, into in ((op.left, left), (op.right, right)):
+                for k, rows in side.items():
+                    into.setdefault(k, []).extend(rows)
         assert {k: sorted(v, key=lambda r: r["seq"]) for k, v in left.items()} == want_left
         assert right == {r["o"]: [r] for r in ORDERS}
 
@@ -78,5 +95,38 @@ def test_join_and_aggregate_snapshots_from_listed_keys_replay_exactly(record):
         for s in _end_states(reader, "A"):
             sums.update(s["groups"])
         assert sums == pytest.approx(want_sums)
+    finally:
+        reader.close()
+
+
+def build_noisy(spark):
+    """The join's merge writes a random number into the stored order row it matched: not
+    logged, so a replay stores other values than the recording did."""
+    import random
+
+    def merge(item, order):
+        order["noise"] = random.random()
+        return {**item, "cust": order["cust"]}
+
+    flow = tt.Dataflow("noisy_join", partitions=2)
+    items = flow.source("L", spark.createDataFrame(ITEMS, "seq long, o long, amount double").repartition(2))
+    orders = flow.source("O", spark.createDataFrame(ORDERS, "seq long, o long, cust string").repartition(2))
+    items.key_by(lambda r: r["o"]).join(orders.key_by(lambda r: r["o"]), merge=merge, name="J").collect("S")
+    return flow
+
+
+def test_stored_rows_that_differ_in_replay_are_found_through_the_digest(record):
+    path = record(build_noisy, watch="J", when="row['seq'] % 400 == 0")
+    reader = RunReader(path)
+    try:
+        results = verify(reader)
+        bad = [r for r in results if not r["ok"]]
+        assert bad, "a join whose stored rows differ in replay must fail verify"
+        first = bad[0]
+        assert first["op"] == "J" and first["field"] == "right", first
+        assert "kept as inputs" in first["error"] and "digest" in first["error"], first["error"]
+        assert first.get("found_by") == "replays" and first["tuple"].startswith("J:"), first
+        assert "processing it is not deterministic" in first["error"], "the row arrived the same both times"
+        assert "noise" not in first["row"], "the row as it arrived, before the merge wrote into it"
     finally:
         reader.close()

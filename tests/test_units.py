@@ -360,3 +360,38 @@ def test_snapshot_deltas_from_the_keys_an_operator_lists():
     assert {name for name, is_delta in kinds if is_delta} == set(ops)
     assert all(sum(not d for n, d in kinds if n == name) > 1 for name in ops)   # full snapshots come again
     assert chains["join"] > 4   # a big state chains past full_every, while its deltas add up to less than it
+
+
+def test_a_joins_running_digest_equals_one_made_from_scratch():
+    """The recorder updates a join's digest from the keys it lists (core/kept_inputs.py); replay
+    digests the whole field. The two must agree after every interaction, also when the merge
+    writes into the stored rows it matched, and must change when one stored value changes."""
+    from tt.core import kept_inputs
+    from tt.core.operator import HashJoin
+    from tt.core.state_deltas import StateEncoder
+
+    def merge(left, right):
+        left["matched"] = left.get("matched", 0) + 1   # changes a stored row
+        return {**left, **right}
+
+    rng = random.Random(3)
+    join = HashJoin(lambda r: r["k"], lambda r: r["k"], merge=merge)
+    digests, encoder = kept_inputs.KeptDigests(), StateEncoder()
+    for step in range(40):
+        for _ in range(rng.randrange(0, 150)):
+            port = rng.randrange(2)
+            join.process({"k": rng.randrange(200), "v": decimal.Decimal(rng.randrange(1000)) / 10, "port": port}, port)
+        state, changed, _ = digests.summarize("J:0", join, join.state(), join.changed_keys())
+        assert changed == {}, "the kept fields leave the listed keys to the digest"
+        for side in ("left", "right"):
+            assert state[side].__tt_json__() == kept_inputs.summary(getattr(join, side)).__tt_json__(), (step, side)
+        encoder.encode("J:0", state, changed)
+    assert state["left"].rows == sum(map(len, join.left.values())) and state["left"].keys == len(join.left)
+
+    stored = values.encode(state["left"])
+    assert kept_inputs.is_kept(stored) and "kept as inputs" in values.render(stored)
+    replayed = kept_inputs.like_recorded({"left": stored}, join.state())
+    assert values.first_difference(stored, values.encode(replayed["left"])) is None
+    next(iter(join.left.values()))[0]["v"] += 1   # one stored value differs in "replay"
+    changed = values.encode(kept_inputs.like_recorded({"left": stored}, join.state())["left"])
+    assert values.first_difference(stored, changed) == ("<root>", stored, changed)

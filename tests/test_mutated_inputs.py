@@ -1,0 +1,98 @@
+"""An operator may change the rows it is given; a replay that goes back over them gives them as recorded.
+
+Replay decodes the tuples entering G(θ) a chunk at a time and keeps the chunk. An operator
+that writes into its row (`row["visits"] += 1`, a join's merge) changed the kept objects, so
+a jump back replayed it on rows it had changed already: states silently unlike the recording
+(replay/entries.py `DecodedChunk`). The same held for a logged result the operator changes
+(core/runtime.py `ResultSource`). Here the oracle needs no log: every row arrives once, so
+every visit count an operator saw is 1, in every replay, however often it goes back.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tt
+from tt.core import values
+from tt.replay.session import DebugSession
+from tt.replay.verify import verify
+from tt.store.reader import RunReader
+
+pytestmark = pytest.mark.slow
+
+ROWS = [{"id": i, "v": i % 17} for i in range(1200)]
+
+
+class Stamp(tt.Operator):
+    """Counts on the row itself how often it was processed, and on a logged dict how often that was used."""
+
+    def __init__(self):
+        self.visits = []
+        self.uses = []
+
+    def process(self, row, port=0):
+        row["visits"] = row.get("visits", 0) + 1
+        self.visits.append(row["visits"])
+        got = self.log_result(lambda: {"n": 0})
+        got["n"] += 1
+        self.uses.append(got["n"])
+        yield row
+
+
+def copied(spark, tmp_path):
+    """Rows recorded where they enter G(θ) (an in-memory DataFrame, repartitioned)."""
+    flow = tt.Dataflow("stamp_copied", partitions=2)
+    flow.source("S", spark.createDataFrame(ROWS, "id long, v long").repartition(2)) \
+        .process(Stamp(), name="T").collect("out")
+    return flow
+
+
+def shuffled_by_reference(spark, tmp_path):
+    """Rows read back from a Parquet file, through a shuffle (replay/entries.py)."""
+    data = tmp_path / "rows"
+    if not data.exists():
+        data.mkdir()
+        pq.write_table(pa.Table.from_pylist(ROWS), data / "part-0.parquet", row_group_size=300)
+    flow = tt.Dataflow("stamp_by_reference", partitions=2)
+    flow.source("S", spark.read.parquet(str(data))).key_by(lambda r: r["v"]) \
+        .process(Stamp(), name="T").collect("out")
+    return flow
+
+
+@pytest.mark.parametrize("build", [copied, shuffled_by_reference], ids=lambda b: b.__name__)
+def test_going_back_replays_rows_and_logged_results_as_recorded(record, tmp_path, build):
+    run = record(lambda spark: build(spark, tmp_path), watch="T", when="row['id'] % 150 == 0")
+    reader = RunReader(run)
+    try:
+        session = DebugSession(reader)
+        t = reader.operator("T")
+        ints = [i.k for i in reader.interactions()]
+        rows = [sum(n for port, _, n in reader.input_runs(t.id, i) if port >= 0) for i in range(t.instances)]
+        assert len(ints) >= 6
+        for k in (ints[-1], ints[2], ints[-1], ints[1], ints[-2]):   # back and forth: rows taken again
+            session.jump(k)
+            snap = reader.instances_at(k)
+            for i in range(t.instances):
+                replayed = session.state(f"T:{i}")
+                assert replayed == reader.state(snap[(t.id, i)].state), (k, i)
+                state = values.decode(replayed)
+                assert set(state["visits"]) <= {1} and set(state["uses"]) <= {1}, (k, i)
+                assert len(state["visits"]) == min(snap[(t.id, i)].position, rows[i]), "the END step is no row"
+        seen = sum(len(values.decode(session.state(f"T:{i}"))["visits"]) for i in range(t.instances))
+        assert seen == sum(min(reader.instances_at(ints[-2])[(t.id, i)].position, rows[i]) for i in range(t.instances))
+
+        session.jump(ints[1])
+        ref = f"T:0:{reader.instances_at(ints[1])[(t.id, 0)].position}"
+        step = session.step_over(ref)
+        back = session.step_back()
+        again = session.step_over(ref)
+        assert step.ok and back.ok and again.ok, (step, back, again)
+        for i in range(t.instances):
+            assert set(values.decode(session.state(f"T:{i}"))["visits"]) <= {1}
+
+        results = verify(reader)
+        assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
+    finally:
+        reader.close()
