@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..core import values
+from ..core import kept_inputs, values
 from ..core.errors import UsageError
 from .main import app
 from .output import CSV, JSON, NL, cut_hint, emit, human_bytes, only_one, require_intact, table
@@ -69,6 +69,10 @@ def inspect(
             _state_positions(reader, states, at)
             text, cut = _states_text(states, at)
             again = f"`tt inspect {run} state --at {at}{f' --op {op}' if op else ''} --json`"
+            if any(kept_inputs.is_kept(v) for e in states.values() if isinstance(e["state"], dict)
+                   for v in e["state"].values()):
+                text += (f"\n‹kept as inputs›: a join's stored rows are its inputs, which the run file holds "
+                         f"already; it keeps their digest. A replay shows them: tt replay {run} --to {at} --states all")
             emit(states, json=json, nl=nl, csv_=False, text=text + ("\n" + cut_hint(again) if cut else ""))
         elif what == "failures":
             rows = reader.failures()  # one per failure, however many attempts Spark made

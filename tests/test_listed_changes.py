@@ -15,6 +15,7 @@ import pytest
 
 import tt
 from tt.core import values
+from tt.cli.main import main
 from tt.replay.engine import Engine
 from tt.replay.verify import verify
 from tt.store import blobs
@@ -41,7 +42,7 @@ def _end_states(reader, name):
     return [values.decode(reader.state(end[(op.id, i)].state)) for i in range(op.instances)]
 
 
-def test_join_and_aggregate_snapshots_from_listed_keys_replay_exactly(record):
+def test_join_and_aggregate_snapshots_from_listed_keys_replay_exactly(record, capsys):
     path = record(build, watch="J", when="row['seq'] % 40 == 0")
     reader = RunReader(path)
     try:
@@ -85,6 +86,17 @@ def test_join_and_aggregate_snapshots_from_listed_keys_replay_exactly(record):
                     into.setdefault(k, []).extend(rows)
         assert {k: sorted(v, key=lambda r: r["seq"]) for k, v in left.items()} == want_left
         assert right == {r["o"]: [r] for r in ORDERS}
+
+        # what `tt inspect` shows of them, and the replay it points at, which shows the rows
+        k = str(ints[-1].k)
+        assert main(["inspect", str(path), "state", "--at", k, "--op", "J"]) == 0
+        text = capsys.readouterr().out
+        assert "rows under" in text and "kept as inputs (digest" in text and "seq" not in text
+        command = text.rsplit("A replay shows them: ", 1)[1].split()
+        assert command[:2] == ["tt", "replay"] and command[3:] == ["--to", k, "--states", "all"]
+        assert main(command[1:]) == 0
+        shown = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  state J:0 = ")]
+        assert shown and "seq: " in shown[0] and "left: {" in shown[0]
 
         cust = {r["o"]: r["cust"] for r in ORDERS}
         want_sums = {}
