@@ -151,10 +151,20 @@ def _frozen(v: Any) -> bool:
 
 
 def kept_apart(value: Any) -> Any:
-    """`value`, or a deep copy of it where the operator could change it in place: what is logged
-    must be the value as it was returned (the log is packed later), and what replay serves must
-    be that value every time a replay goes back over the call (core/runtime.py)."""
-    return value if _frozen(value) else copy.deepcopy(value)
+    """`value`, or a copy of it where an operator could change it in place. What is logged must
+    be the value as it was when logged, and the logs are packed later (a logged result, a tuple
+    entering G(θ): the operator that gets it may write into it); what replay serves must be that
+    value every time a replay goes back over it (core/runtime.py)."""
+    t = type(value)
+    if t is dict:
+        if all(type(v) in _IMMUTABLE for v in value.values()):
+            return dict(value)   # a row of scalars, the common case: a shallow copy is a whole one
+    elif _frozen(value):
+        return value
+    try:
+        return pickle.loads(pickle.dumps(value, protocol=5))   # a deep copy at C speed
+    except Exception:  # noqa: BLE001  (what plain pickle cannot copy; cloudpickle packs it later)
+        return copy.deepcopy(value)
 
 
 def pack_results(results: list[LoggedResult]) -> bytes:

@@ -425,11 +425,13 @@ def narrow_target(runner: Runner, port: int) -> Callable[[Any], None]:
 
 
 def capture_target(target: Callable[[Any], None], buffer: list) -> Callable[[Any], None]:
-    """Record tuples entering G(θ) from outside it, then deliver them."""
+    """Record tuples entering G(θ) from outside it, then deliver them. What is recorded is a copy
+    where the row could change (`kept_apart`): the buffer is packed later, after G(θ) processed
+    the row, and an operator may write into the row it gets."""
     append = buffer.append
 
     def deliver(row):
-        append(row)
+        append(kept_apart(row))
         target(row)
 
     return deliver

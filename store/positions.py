@@ -19,7 +19,9 @@ from ..core import errors
 
 _HEAD = struct.Struct("<IIq")   # format version, source node, segments
 _SEG = struct.Struct("<qq")      # file id, runs
-VERSION = 1
+_WIDTHS = struct.Struct("<BB")   # format 2: bytes per gap, bytes per length (1, 2, 4 or 8)
+VERSION = 2
+READS = (1, 2)
 
 
 def runs(rows: Any) -> tuple[Any, Any]:
@@ -46,19 +48,49 @@ def segments(rows: Any, files: Any) -> list[tuple[int, Any]]:
 
 
 def pack(source: int, parts: list[tuple[int, Any]]) -> bytes:
-    """A chunk's references: the source node, then per file its runs, as int64 arrays.
+    """A chunk's references: the source node, then per file its runs.
 
-    Starts are stored as the gap after the previous run, so that zstd sees small
-    numbers; the caller compresses (store/blobs.py)."""
+    Starts are stored as the gap after the previous run, so that zstd sees small numbers;
+    the gaps, then the lengths, each as the narrowest unsigned ints that hold them, byte
+    planes apart (`_planes`). The caller compresses (store/blobs.py)."""
     import numpy as np
 
     out = [_HEAD.pack(VERSION, source, len(parts))]
     for fid, rows in parts:
         starts, lengths = runs(np.asarray(rows, dtype=np.int64))
         gaps = np.diff(starts, prepend=0) - np.concatenate(([0], lengths[:-1]))
+        g, n = _narrow(gaps), _narrow(lengths)
         out.append(_SEG.pack(fid, len(starts)))
-        out.append(np.stack((gaps, lengths), axis=1).astype("<i8").tobytes())
+        out.append(_WIDTHS.pack(g.itemsize, n.itemsize))
+        out.append(_planes(g))
+        out.append(_planes(n))
     return b"".join(out)
+
+
+def _planes(a: Any) -> bytes:
+    """The bytes of `a`, lowest byte of every value first, then the next: a byte shuffle, so the
+    high bytes, nearly all zero, compress to almost nothing (a third off W2's positions)."""
+    import numpy as np
+
+    return a.view(np.uint8).reshape(-1, a.itemsize).T.tobytes()
+
+
+def _unplanes(data: bytes, at: int, width: int, count: int) -> Any:
+    import numpy as np
+
+    planes = np.frombuffer(data, dtype=np.uint8, count=width * count, offset=at).reshape(width, count)
+    return np.ascontiguousarray(planes.T).view(_DTYPES[width]).reshape(count).astype(np.int64)
+
+
+def _narrow(a: Any) -> Any:
+    """`a` (non-negative int64) as the narrowest little-endian unsigned ints that hold it."""
+    import numpy as np
+
+    top = int(a.max()) if len(a) else 0
+    for dtype in ("<u1", "<u2", "<u4"):
+        if top < 1 << (8 * np.dtype(dtype).itemsize):
+            return a.astype(dtype)
+    return a.astype("<i8")
 
 
 def source_of(data: bytes) -> int:
@@ -67,23 +99,34 @@ def source_of(data: bytes) -> int:
 
 
 def unpack(data: bytes) -> tuple[int, list[tuple[int, Any]]]:
-    """(source node, [(file id, positions as an int64 array)]) of a packed chunk."""
+    """(source node, [(file id, positions as an int64 array)]) of a packed chunk (format 1 or 2)."""
     import numpy as np
 
     version, source, n = _HEAD.unpack_from(data, 0)
-    if version != VERSION:
-        raise errors.RunFileError(f"row references in format {version}, this tt reads {VERSION}; upgrade tt")
+    if version not in READS:
+        raise errors.RunFileError(f"row references in format {version}, this tt reads {READS[-1]}; upgrade tt")
     at, parts = _HEAD.size, []
     for _ in range(n):
         fid, count = _SEG.unpack_from(data, at)
         at += _SEG.size
-        pairs = np.frombuffer(data, dtype="<i8", count=2 * count, offset=at).reshape(count, 2)
-        at += 16 * count
-        gaps, lengths = pairs[:, 0], pairs[:, 1]
+        if version == 1:   # (gap, length) pairs of int64
+            pairs = np.frombuffer(data, dtype="<i8", count=2 * count, offset=at).reshape(count, 2)
+            at += 16 * count
+            gaps, lengths = pairs[:, 0], pairs[:, 1]
+        else:
+            gw, lw = _WIDTHS.unpack_from(data, at)
+            at += _WIDTHS.size
+            gaps = _unplanes(data, at, gw, count)
+            at += gw * count
+            lengths = _unplanes(data, at, lw, count)
+            at += lw * count
         ends = np.cumsum(gaps + lengths)
         starts = ends - lengths
         parts.append((fid, expand(starts, lengths)))
     return source, parts
+
+
+_DTYPES = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<i8"}
 
 
 def expand(starts: Any, lengths: Any) -> Any:

@@ -4,7 +4,9 @@ Replay decodes the tuples entering G(θ) a chunk at a time and keeps the chunk. 
 that writes into its row (`row["visits"] += 1`, a join's merge) changed the kept objects, so
 a jump back replayed it on rows it had changed already: states silently unlike the recording
 (replay/entries.py `DecodedChunk`). The same held for a logged result the operator changes
-(core/runtime.py `ResultSource`). Here the oracle needs no log: every row arrives once, so
+(core/runtime.py `ResultSource`). And while recording, a tuple entering G(θ) from a Python
+operator, or a logged result, was kept by reference and packed after the operator changed it:
+the run file held the changed row (`logs.kept_apart`). Here the oracle needs no log: every row arrives once, so
 every visit count an operator saw is 1, in every replay, however often it goes back.
 """
 
@@ -61,7 +63,16 @@ def shuffled_by_reference(spark, tmp_path):
     return flow
 
 
-@pytest.mark.parametrize("build", [copied, shuffled_by_reference], ids=lambda b: b.__name__)
+def captured_after_a_map(spark, tmp_path):
+    """Rows a Python operator outside G(θ) hands to θ in the same task: recorded where they enter
+    (core/runtime.py `capture_target`), and packed after θ has processed, and changed, them."""
+    flow = tt.Dataflow("stamp_captured", partitions=2)
+    flow.source("S", spark.createDataFrame(ROWS, "id long, v long")).map(lambda r: dict(r), name="M") \
+        .process(Stamp(), name="T").collect("out")
+    return flow
+
+
+@pytest.mark.parametrize("build", [copied, shuffled_by_reference, captured_after_a_map], ids=lambda b: b.__name__)
 def test_going_back_replays_rows_and_logged_results_as_recorded(record, tmp_path, build):
     run = record(lambda spark: build(spark, tmp_path), watch="T", when="row['id'] % 150 == 0")
     reader = RunReader(run)
@@ -92,6 +103,35 @@ def test_going_back_replays_rows_and_logged_results_as_recorded(record, tmp_path
         for i in range(t.instances):
             assert set(values.decode(session.state(f"T:{i}"))["visits"]) <= {1}
 
+        results = verify(reader)
+        assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
+    finally:
+        reader.close()
+
+
+def test_a_hooked_function_that_changes_its_rows_replays_as_recorded(spark, tmp_path):
+    """The same through the hooks: an unmodified job's `RDD.map` function (a unit of one row,
+    recorded before the function runs and packed after it, tests/jobs/hooked_mutating.py)."""
+    from pathlib import Path
+
+    from plain_jobs import record_on_and_off
+
+    job = Path(__file__).resolve().parent / "jobs" / "hooked_mutating.py"
+    run, on, off = record_on_and_off(job, tmp_path, when="row['id'] % 50 == 0")
+    assert on == off == [1] * 400
+    reader = RunReader(run)
+    try:
+        session = DebugSession(reader)
+        op = next(o for o in reader.operators if o.kind == "rdd.map")
+        ints = [i.k for i in reader.interactions()]
+        assert len(ints) >= 6
+        for k in (ints[-1], ints[2], ints[-1], ints[1]):
+            session.jump(k)
+            snap = reader.instances_at(k)
+            for i in range(op.instances):
+                replayed = session.state(f"{op.name}:{i}")
+                assert replayed == reader.state(snap[(op.id, i)].state), (k, i)
+                assert set(values.decode(replayed)["visits"]) <= {1}, (k, i)
         results = verify(reader)
         assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
     finally:

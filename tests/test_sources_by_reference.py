@@ -252,6 +252,24 @@ def test_positions_round_trip():
         assert [(f, list(r)) for f, r in back] == [(f, list(r)) for f, r in parts]
 
 
+def test_positions_keep_wide_gaps_and_read_format_1():
+    """Gaps and lengths go in the narrowest ints that hold them (a gap past 2**32 too); a run
+    file written before, with (gap, length) pairs of int64, still reads."""
+    import struct
+
+    rows = np.array([0, 1, 2, 7, 300, 301, 70_000, 5_000_000_000, 5_000_000_001], np.int64)
+    parts = [(2, rows), (3, np.arange(10, 20, dtype=np.int64)), (4, np.empty(0, np.int64))]
+    packed = positions.pack(9, parts)
+    source, back = positions.unpack(packed)
+    assert source == 9 and [(f, list(r)) for f, r in back] == [(f, list(r)) for f, r in parts]
+
+    every_fourth = np.arange(0, 400_000, 4, dtype=np.int64)
+    assert len(positions.pack(1, [(1, every_fourth)])) < 200_100, "one byte per gap and per length, 100,000 runs"
+    old = [struct.pack("<IIq", 1, 9, 1), struct.pack("<qq", 2, 4),
+           np.array([[0, 3], [4, 1], [292, 2], [69_698, 1]], "<i8").tobytes()]
+    assert [list(r) for _, r in positions.unpack(b"".join(old))[1]] == [[0, 1, 2, 7, 300, 301, 70_000]]
+
+
 # --- a source shuffled into G(θ) -------------------------------------------------------------------
 
 ORDERS_JOB = Path(__file__).resolve().parent / "jobs" / "lineage_orders.py"
