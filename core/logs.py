@@ -18,7 +18,6 @@ of 1s); compression itself happens in `tt.store.blobs`.
 from __future__ import annotations
 
 import copy
-
 import pickle
 from array import array
 from dataclasses import dataclass, field

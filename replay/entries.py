@@ -27,30 +27,31 @@ class DecodedChunk:
     An operator may change the row it is given (a join's merge writing into it, `row["x"] =
     …`), and so may the rows it stores: a row taken a second time, when a replay goes back over
     it (a jump or step back, verify's second replay), comes from a fresh decode of the chunk, as
-    it was recorded, not as the first pass left it. `peek` (what is shown, or tested by a
-    condition, before it is consumed) returns the row `take` will hand over next."""
+    it was recorded, not as the first pass left it. `peek` returns the row `take` will hand over
+    next, or, for a row taken already (a view showing what a step consumed), the row as recorded,
+    from a spare decode that the next second take then uses."""
 
-    __slots__ = ("_decode", "rows", "_taken")
+    __slots__ = ("_decode", "rows", "_taken", "_spare")
 
     def __init__(self, decode):
         self._decode = decode
         self.rows: list = decode()
         self._taken = bytearray(len(self.rows))
+        self._spare: list | None = None   # a fresh decode, once a taken row was peeked
 
     def peek(self, i: int) -> Any:
-        if self._taken[i]:
-            self._fresh()
-        return self.rows[i]
+        if not self._taken[i]:
+            return self.rows[i]
+        if self._spare is None:
+            self._spare = self._decode()
+        return self._spare[i]
 
     def take(self, i: int) -> Any:
         if self._taken[i]:
-            self._fresh()
+            self.rows, self._spare = (self._spare if self._spare is not None else self._decode()), None
+            self._taken = bytearray(len(self.rows))
         self._taken[i] = 1
         return self.rows[i]
-
-    def _fresh(self) -> None:
-        self.rows = self._decode()
-        self._taken = bytearray(len(self.rows))
 
 
 class SourceShuffles:

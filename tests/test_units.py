@@ -395,3 +395,28 @@ def test_a_joins_running_digest_equals_one_made_from_scratch():
     next(iter(join.left.values()))[0]["v"] += 1   # one stored value differs in "replay"
     changed = values.encode(kept_inputs.like_recorded({"left": stored}, join.state())["left"])
     assert values.first_difference(stored, changed) == ("<root>", stored, changed)
+
+
+def test_a_decoded_chunk_hands_out_rows_as_recorded_and_decodes_no_more_than_needed():
+    """replay/entries.py DecodedChunk: an operator that writes into its rows gets them as recorded
+    on a second pass; showing a consumed row after each step costs one spare decode, not one a
+    step; peeking the next row gives the object the take hands over."""
+    from tt.replay.entries import DecodedChunk
+
+    decodes = []
+
+    def decode():
+        decodes.append(1)
+        return [{"i": i} for i in range(5)]
+
+    chunk = DecodedChunk(decode)
+    for i in range(5):   # a forward pass that shows each consumed row
+        nxt = chunk.peek(i)
+        row = chunk.take(i)
+        assert row is nxt
+        row["seen"] = True
+        assert chunk.peek(i) == {"i": i}, "a consumed row is shown as recorded"
+    assert len(decodes) == 2, "the first decode, and one spare for showing consumed rows"
+    again = [chunk.take(i) for i in range(5)]   # a replay going back over the chunk
+    assert again == [{"i": i} for i in range(5)] and len(decodes) == 2, "the spare becomes the rows"
+    assert chunk.take(0) == {"i": 0} and len(decodes) == 3
