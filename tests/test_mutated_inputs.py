@@ -6,8 +6,9 @@ a jump back replayed it on rows it had changed already: states silently unlike t
 (replay/entries.py `DecodedChunk`). The same held for a logged result the operator changes
 (core/runtime.py `ResultSource`). And while recording, a tuple entering G(θ) from a Python
 operator, or a logged result, was kept by reference and packed after the operator changed it:
-the run file held the changed row (`logs.kept_apart`). Here the oracle needs no log: every row arrives once, so
-every visit count an operator saw is 1, in every replay, however often it goes back.
+the run file held the changed row (`logs.kept_apart`). Here the oracle needs no log: every row
+arrives once, so every visit count an operator saw is 1, in every replay, however often it
+goes back.
 """
 
 from __future__ import annotations
