@@ -25,25 +25,9 @@ import cloudpickle
 
 from . import code_pickle
 from .state_deltas import changed_entries
+from .values import immutable, immutable_items
 
-_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
 FULL, DELTA = "full", "delta"
-
-
-def _immutable(value: Any) -> bool:
-    t = type(value)
-    if t in _IMMUTABLE:
-        return True
-    if t is tuple:
-        return all(_immutable(v) for v in value)
-    return False
-
-
-def _immutable_items(values) -> bool:
-    types = set(map(type, values))
-    if types <= _IMMUTABLE:
-        return True
-    return all(_immutable(v) for v in values)
 
 
 class _Memo:
@@ -79,21 +63,21 @@ class CheckpointWriter:
                 delta[name] = ("del",)
                 continue
             value = attrs[name]
-            if name in memo.dicts and type(value) is dict and _immutable_items(value.values()):
+            if name in memo.dicts and type(value) is dict and immutable_items(value.values()):
                 prev = memo.dicts[name]
                 changed, deleted = changed_entries(prev, value)
                 if not _same_order(prev, value, len(prev) - len(deleted)):
                     delta[name] = ("set", value)  # a key was re-inserted: its position moved
                 elif changed or deleted:
                     delta[name] = ("dict", changed, deleted)
-            elif name in memo.lists and type(value) is list and _immutable_items(value):
+            elif name in memo.lists and type(value) is list and immutable_items(value):
                 prev = memo.lists[name]
                 if len(value) >= len(prev) and value[:len(prev)] == prev:
                     if len(value) > len(prev):
                         delta[name] = ("append", value[len(prev):])
                 else:
                     delta[name] = ("set", value)
-            elif name in memo.scalars and _immutable(value):
+            elif name in memo.scalars and immutable(value):
                 if memo.scalars[name] != value or type(memo.scalars[name]) is not type(value):
                     delta[name] = ("set", value)
             else:
@@ -120,11 +104,11 @@ class CheckpointWriter:
         memo.lists.clear()
         memo.scalars.clear()
         for name, value in vars(op).items():
-            if type(value) is dict and _immutable_items(value.values()):
+            if type(value) is dict and immutable_items(value.values()):
                 memo.dicts[name] = dict(value)
-            elif type(value) is list and _immutable_items(value):
+            elif type(value) is list and immutable_items(value):
                 memo.lists[name] = list(value)
-            elif _immutable(value):
+            elif immutable(value):
                 memo.scalars[name] = value
         return memo
 

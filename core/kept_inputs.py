@@ -46,8 +46,9 @@ def _entry(key: Any, value: Any) -> int:
     the high bits, its JSON bytes in the low 48.
 
     The JSON is orjson's own where it can write the value (values' tags only for what it cannot,
-    a Decimal say): a join's final snapshot hashes every row it holds, and this is 1.8 times
-    faster than `values.encode` first. It does not tell a tuple from a list, or NaN from None."""
+    a Decimal say): a join's final snapshot hashes every row it holds, and this is 1.6 times
+    faster than `values.encode` first (370,000 lineitem-like rows: 0.71 s, not 1.15 s). It does
+    not tell a tuple from a list, or NaN from None."""
     try:
         data = orjson.dumps([key, value], default=values.encode, option=orjson.OPT_SORT_KEYS)
     except TypeError:   # a dict with keys that are not str, an int beyond 64 bits: values' encoding
@@ -69,7 +70,7 @@ def summary(field: Any) -> Any:
     if type(field) is not dict:
         return field   # not what a kept-inputs field is: stored as it is
     with values.gc_paused():
-        return _kept(field, sum(_entry(k, v) for k, v in field.items()))
+        return _kept(field, sum(map(_entry, field, field.values())))
 
 
 def is_kept(encoded: Any) -> bool:
@@ -92,7 +93,7 @@ class _FieldDigest:
     __slots__ = ("total", "entries")
 
     def __init__(self, field: dict):
-        self.entries = {k: _entry(k, v) for k, v in field.items()}
+        self.entries = dict(zip(field, map(_entry, field, field.values())))
         self.total = sum(self.entries.values())
 
     def update(self, field: dict, keys) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from .values import exact_json
+from .values import exact_json, immutable, immutable_items
 
 END = (-1, -1)  # the channel of the end-of-input step, which calls `finish()`
 
@@ -141,24 +141,15 @@ class LoggedResult:
     value: Any
 
 
-_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
-
-
-def _frozen(v: Any) -> bool:
-    t = type(v)
-    return t in _IMMUTABLE or (t is tuple and all(map(_frozen, v)))
-
-
 def kept_apart(value: Any) -> Any:
     """`value`, or a copy of it where an operator could change it in place. What is logged must
     be the value as it was when logged, and the logs are packed later (a logged result, a tuple
     entering G(θ): the operator that gets it may write into it); what replay serves must be that
     value every time a replay goes back over it (core/runtime.py)."""
-    t = type(value)
-    if t is dict:
-        if all(type(v) in _IMMUTABLE for v in value.values()):
+    if type(value) is dict:
+        if immutable_items(value.values()):
             return dict(value)   # a row of scalars, the common case: a shallow copy is a whole one
-    elif _frozen(value):
+    elif immutable(value):
         return value
     try:
         return pickle.loads(pickle.dumps(value, protocol=5))   # a deep copy at C speed

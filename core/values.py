@@ -21,6 +21,20 @@ from typing import Any, Iterator
 import orjson
 
 _INT64 = 2**63
+_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
+
+
+def immutable(value: Any) -> bool:
+    """Whether nothing can change `value` in place: a scalar, or a tuple of such."""
+    t = type(value)
+    return t in _IMMUTABLE or (t is tuple and all(map(immutable, value)))
+
+
+def immutable_items(items) -> bool:
+    """Whether every item is `immutable` (checked by type at C speed first)."""
+    if set(map(type, items)) <= _IMMUTABLE:
+        return True
+    return all(immutable(v) for v in items)
 
 # Attributes that tt itself puts on operators; never part of the user's state.
 _HIDDEN_PREFIX = "_"

@@ -261,9 +261,10 @@ def _verify_checkpoints(reader: RunReader, engine: Engine, interactions) -> list
         restorer.load(line)
         engine.advance_to(targets)
         for key, at in snap.items():
-            recorded = stored_state(reader, key, at.state, interaction.k) if at.state is not None else None
-            diff = values.first_difference(recorded, engine.instances[key].state(like=recorded)) \
-                if at.state is not None else None
+            if at.state is None:
+                continue
+            recorded = stored_state(reader, key, at.state, interaction.k)
+            diff = values.first_difference(recorded, engine.instances[key].state(like=recorded))
             if diff is not None:
                 inst = engine.instances[key]
                 out.append({"k": interaction.k, "ok": False, "op": inst.node.name, "instance": inst.i,

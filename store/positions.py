@@ -84,13 +84,9 @@ def _unplanes(data: bytes, at: int, width: int, count: int) -> Any:
 
 def _narrow(a: Any) -> Any:
     """`a` (non-negative int64) as the narrowest little-endian unsigned ints that hold it."""
-    import numpy as np
-
     top = int(a.max()) if len(a) else 0
-    for dtype in ("<u1", "<u2", "<u4"):
-        if top < 1 << (8 * np.dtype(dtype).itemsize):
-            return a.astype(dtype)
-    return a.astype("<i8")
+    width = next(w for w in (1, 2, 4, 8) if w == 8 or top < 1 << (8 * w))
+    return a.astype(_DTYPES[width])
 
 
 def source_of(data: bytes) -> int:
