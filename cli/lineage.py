@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -11,7 +12,7 @@ import typer
 
 from ..core.errors import UsageError
 from .main import app
-from .output import CSV, JSON, Activity, cut_hint, emit, only_one, require_dataflow, require_intact, row_text
+from .output import CSV, JSON, Activity, bar, cut_hint, emit, only_one, require_dataflow, require_intact, row_text
 
 _CSV_COLUMNS = ["root", "from", "kind", "state", "read_by", "to", "row", "note"]
 
@@ -31,6 +32,10 @@ def lineage(
                                         "the first by instance, then position (the others are counted)."),
     at: Optional[int] = typer.Option(None, "--at", min=0, metavar="K", help="With a state value: its value at "
                                      "interaction K (`tt inspect RUN interactions` lists them), not at the end."),
+    index: bool = typer.Option(True, "--index/--no-index", help="Answer from the run's lineage index, built "
+                               "by the first query (one replay of G(θ) with state tracked) and kept in the run "
+                               "file; --no-index replays only as far as this query needs and keeps nothing."),
+    reindex: bool = typer.Option(False, "--reindex", help="Build the lineage index again, even if one is kept."),
     trust: bool = typer.Option(False, "--trust", help="Allow replaying code (and decoding pickled tuples) "
                                "from a run you did not record."),
     json: bool = JSON, csv: bool = CSV,
@@ -69,7 +74,13 @@ def lineage(
         require_dataflow(reader, "trace")
         session = DebugSession(reader, trust=trust)
         lineage = Lineage(session)
-        with Activity("replaying the run with the operators' state tracked"):
+        if (index or reindex) and not _STATE.fullmatch(target):   # (a state value is read from a replay)
+            note = lineage.use_index(rebuild=reindex, progress=bar("indexing lineage (once)")
+                                     if sys.stderr.isatty() else None)
+            if note is not None:
+                print(f"tt: {note}", file=sys.stderr)
+        replaying = "replaying the run with the operators' state tracked"
+        with Activity("tracing" if lineage.index is not None else replaying):
             roots = _roots(session, lineage, target, where, at)
             left_out = len(roots) - limit if limit is not None and len(roots) > limit else 0
             trees = lineage.trees(roots[:len(roots) - left_out], back, depth)
@@ -89,8 +100,11 @@ def lineage(
         reader.close()
 
 
+_STATE = re.compile(r"([^:.]+:\d+)\.(.+)")   # OP:I.field.key
+
+
 def _roots(session, lineage, target: str, where: str | None, at: int | None = None) -> list:
-    state = re.fullmatch(r"([^:.]+:\d+)\.(.+)", target)
+    state = _STATE.fullmatch(target)
     if state is not None:   # OP:I.field.key: a state value, at the end of the run or at interaction `at`
         if where is not None:
             raise UsageError(f"{target} names one state value; --where chooses among the rows an operator emitted")

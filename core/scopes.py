@@ -77,7 +77,7 @@ class InstanceIndex:
     """Positions ↔ channels, and inputs ↔ outputs, of one instance."""
 
     def __init__(self, runs: list[tuple[int, int, int]], counts: array, dests: dict[int, array],
-                 n_dest: dict[int, int]):
+                 n_dest: dict[int, int], arrays: "type[LogArrays] | None" = None):
         self.runs = runs
         self.run_starts = array("q")
         self.run_seq = array("q")         # channel sequence number at the start of each run
@@ -93,16 +93,11 @@ class InstanceIndex:
         self.total = pos
         self.channel_totals = seqs
         self._channel_seq_starts = {ch: [self.run_seq[i] for i in idxs] for ch, idxs in self.channel_runs.items()}
-        self.cum = array("q", itertools.accumulate(counts, initial=0))   # outputs before input #n: cum[n]
+        self._arrays = arrays or LogArrays
+        self.cum = self._arrays.running_sums(counts)   # outputs before input #n: cum[n]
         self.dests = dests
-        self.rank: dict[int, array] = {}  # edge -> per output: its sequence number at its destination
-        self.by_dest: dict[int, list[array]] = {}
-        for edge, ds in dests.items():
-            rank, by = array("q"), [array("q") for _ in range(n_dest[edge])]
-            for g, d in enumerate(ds):
-                rank.append(len(by[d]))
-                by[d].append(g)
-            self.rank[edge], self.by_dest[edge] = rank, by
+        self._n_dest = n_dest
+        self._ranks: dict[int, tuple[array, list[array]]] = {}   # edge -> (rank, by_dest), on first use
 
     def channel_at(self, position: int) -> tuple[int, int, int] | None:
         """(port, src, seq on that channel) of input #position."""
@@ -129,16 +124,52 @@ class InstanceIndex:
     def input_of_output(self, g: int) -> int:
         return bisect.bisect_right(self.cum, g) - 1
 
+    def rank(self, edge: int) -> array:
+        """Per output sent on shuffle `edge`: its sequence number at its destination."""
+        return self._ranked(edge)[0]
+
+    def by_dest(self, edge: int) -> list[array]:
+        """Per destination of shuffle `edge`: the outputs sent to it, in order."""
+        return self._ranked(edge)[1]
+
+    def _ranked(self, edge: int) -> tuple[array, list[array]]:
+        found = self._ranks.get(edge)
+        if found is None:
+            found = self._ranks[edge] = self._arrays.by_destination(self.dests[edge], self._n_dest[edge])
+        return found
+
+
+class LogArrays:
+    """Sums and groupings over the logs' arrays, in pure Python (the core runs in executors,
+    without numpy); the replay layer passes `store.reader.NumpyLogArrays`: the same, faster."""
+
+    @staticmethod
+    def running_sums(counts: array) -> array:
+        """0, then the running sums of `counts`."""
+        return array("q", itertools.accumulate(counts, initial=0))
+
+    @staticmethod
+    def by_destination(dests: array, n: int) -> tuple[array, list[array]]:
+        """Per output, its sequence number among those sent to its destination; per destination,
+        its outputs in order."""
+        rank, by = array("q"), [array("q") for _ in range(n)]
+        for g, d in enumerate(dests):
+            rank.append(len(by[d]))
+            by[d].append(g)
+        return rank, by
+
 
 class Provenance:
     """Origins, children, scopes, roots and overlaps over the logs of G(θ)."""
 
     def __init__(self, graph: Graph, logs: Callable[[int, int], tuple[list, array, dict[int, array]]],
-                 barrier_positions: dict[tuple[int, int], list[int]]):
+                 barrier_positions: dict[tuple[int, int], list[int]], arrays: type[LogArrays] | None = None):
         """`logs(op, instance)` gives (input runs, output counts, {shuffle edge: dests});
-        `barrier_positions[(θ op, i)]` lists where θ instance i took barriers 1, 2, ..."""
+        `barrier_positions[(θ op, i)]` lists where θ instance i took barriers 1, 2, ...;
+        `arrays` sums and groups the logs' arrays (`LogArrays`, or a faster one)."""
         self.graph = graph
         self._logs = logs
+        self._arrays = arrays
         self._index: dict[tuple[int, int], InstanceIndex] = {}
         self.barriers = barrier_positions
         self._ranks: dict[tuple[int, int], list] | None = None
@@ -150,7 +181,7 @@ class Provenance:
         if idx is None:
             runs, counts, dests = self._logs(op, instance)
             n_dest = {e: self.graph.nodes[self.graph.edges[e].dst].instances for e in dests}
-            idx = self._index[key] = InstanceIndex(runs, counts, dests, n_dest)
+            idx = self._index[key] = InstanceIndex(runs, counts, dests, n_dest, self._arrays)
         return idx
 
     # --- one tuple --------------------------------------------------------------
@@ -182,7 +213,7 @@ class Provenance:
             return None
         edge = self.graph.edges[self.graph.nodes[ref.op].inputs[port]]
         prod = self.index(edge.src, src)
-        g = prod.by_dest[edge.id][ref.instance][seq] if edge.shuffle else seq
+        g = prod.by_dest(edge.id)[ref.instance][seq] if edge.shuffle else seq
         n = prod.input_of_output(g)
         return TupleRef(edge.src, src, n), g - prod.cum[n]
 
@@ -190,20 +221,24 @@ class Provenance:
         """Where the outputs of input `ref` were consumed (those consumed so far in the logs)."""
         return [c for _, _, c in self.consumers(ref) if c is not None]
 
-    def consumers(self, ref: TupleRef) -> list[tuple[int, int, TupleRef | None]]:
-        """(out edge, j, where it was consumed) for the j-th output of input `ref` on each of its
-        operator's out edges, edge by edge; None where it was not consumed (by the end of the logs)."""
+    def consumers(self, ref: TupleRef, only: int | None = None) -> list[tuple[int, int, TupleRef | None]]:
+        """(out edge, j, where it was consumed) for the j-th output of input `ref` (every j, or
+        `only`) on each of its operator's out edges, edge by edge; None where it was not consumed
+        (by the end of the logs)."""
         idx = self.index(ref.op, ref.instance)
         outs = idx.outputs_of(ref.position)
+        first = outs.start
+        if only is not None:
+            outs = outs[only:only + 1]
         found = []
         for e in self.graph.out_edges(self.graph.nodes[ref.op]):
             for g in outs:
                 if e.shuffle:
-                    d, seq = idx.dests[e.id][g], idx.rank[e.id][g]
+                    d, seq = idx.dests[e.id][g], idx.rank(e.id)[g]
                 else:
                     d, seq = ref.instance, g
                 pos = self.index(e.dst, d).position_of((e.port, ref.instance), seq)
-                found.append((e.id, g - outs.start, None if pos is None else TupleRef(e.dst, d, pos)))
+                found.append((e.id, g - first, None if pos is None else TupleRef(e.dst, d, pos)))
         return found
 
     def scope(self, ref: TupleRef) -> ScopeNode:

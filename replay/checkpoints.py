@@ -12,8 +12,7 @@ rollback propagation (`tt.core.recovery`).
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import cloudpickle
 import orjson
@@ -291,7 +290,7 @@ def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = Fal
         if progress is not None:
             progress(n + 1, len(ks))
     reader.close()
-    with _writing(path) as conn:
+    with schema.writing(path) as conn:
         conn.execute("UPDATE checkpoint_plans SET active=0")
         cur = conn.execute("INSERT INTO checkpoint_plans (policy, tau, created, active, info) VALUES (?,?,?,1,?)",
                            (plan.policy, plan.tau, time.time(), orjson.dumps(_info(prof, plan, planned_for)).decode()))
@@ -299,24 +298,6 @@ def take(path, prof: planning.Profile, plan: planning.Plan, *, trust: bool = Fal
         conn.executemany("INSERT INTO checkpoints (plan, op, instance, seq, k, attempt, position, kind, size, data)"
                          " VALUES (?,?,?,?,?,?,?,?,?,?)", [(plan_id, *r) for r in rows])
     return plan_id
-
-
-@contextmanager
-def _writing(path) -> Iterator:
-    """One write transaction on the run file: all of it stays, or none of it."""
-    conn = schema.open_existing(path, write=True)
-    try:
-        conn.executescript(schema._TABLES)  # run files recorded before checkpoints existed
-        conn.execute("BEGIN")
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    finally:
-        schema.settle(conn)
-        conn.close()
 
 
 def make(path, prof: planning.Profile, policy: str, tau: float, *, trust: bool = False,
@@ -357,7 +338,7 @@ def make(path, prof: planning.Profile, policy: str, tau: float, *, trust: bool =
 
 def drop_plan(path, plan_id: int) -> None:
     """Delete a plan and its checkpoints (the newest remaining plan becomes the active one)."""
-    with _writing(path) as conn:
+    with schema.writing(path) as conn:
         conn.execute("DELETE FROM checkpoints WHERE plan=?", (plan_id,))
         conn.execute("DELETE FROM checkpoint_plans WHERE id=?", (plan_id,))
         conn.execute("UPDATE checkpoint_plans SET active=1 WHERE id=(SELECT MAX(id) FROM checkpoint_plans)"
@@ -406,7 +387,7 @@ def measure(path, *, trust: bool = False, progress: Callable[[int, int], None] |
 
 
 def record_measurements(path, measured: dict[int, float]) -> None:
-    with _writing(path) as conn:
+    with schema.writing(path) as conn:
         row = conn.execute("SELECT id, info FROM checkpoint_plans WHERE active=1 ORDER BY id DESC LIMIT 1").fetchone()
         if row is None:
             raise RunFileError(f"{path} has no checkpoint plan")

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.errors import RunFileError
 from ..store import blobs
-from ..store.reader import RunReader
+from ..store.reader import NumpyLogArrays, RunReader
 
 ROW_CHUNKS_KEPT = 16   # decoded source chunks kept for all instances (each is read by every consumer)
 
@@ -68,11 +68,7 @@ class SourceShuffles:
         key = (op, src, edge)
         groups = self._by_dest.get(key)
         if groups is None:
-            groups = [array("q") for _ in range(n_dest)]
-            appends = [g.append for g in groups]
-            for g, d in enumerate(self.reader.dests(op, src, edge)):
-                appends[d](g)
-            self._by_dest[key] = groups
+            groups = self._by_dest[key] = NumpyLogArrays.by_destination(self.reader.dests(op, src, edge), n_dest)[1]
         return groups[dest]
 
     def rows(self, codec: str, rowid: int) -> DecodedChunk:

@@ -20,18 +20,23 @@ from __future__ import annotations
 import ast
 import builtins
 import collections
+import sqlite3
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from ..core import values
-from ..core.errors import UsageError
+from ..core.errors import TTError, UsageError
 from ..core.graph import SOURCE
 from ..core.logs import END
 from ..core.scopes import TupleRef
 from ..store import blobs
 from .conditions import BUILTINS
 from .engine import Engine, Instance, Key
-from .state_access import Made, StateAccess, path_text, positions
+from .lineage_index import LineageIndex, MadeIndex, OutputRows
+from .state_access import StateAccess, path_text, positions
 
 _MISSING = object()
 
@@ -127,13 +132,15 @@ class Tree:
         if end is not None:
             return {"sink": f"→ reached sink {end['at']}",
                     "pending": f"→ still pending at {end['at']} when the run ended",
-                    "absorbed": f"→ consumed with no output at {end['at']} (filtered or absorbed)"}[end["end"]]
+                    "absorbed": f"→ consumed with no output at {end['at']} (filtered or absorbed)",
+                    "merged": f"→ into {end['at']}'s state, which reaches only rows shown above"}[end["end"]]
         return ""
 
 
 class Lineage:
-    """Lineage queries over one run (a `DebugSession`), answered by one replay of its own
-    with every operator's state tracked, advanced as far as the queries need."""
+    """Lineage queries over one run (a `DebugSession`), answered from the run's lineage index
+    (`use_index`), or by one replay of its own with every operator's state tracked, advanced
+    as far as the queries need. A state value is always read from that replay."""
 
     def __init__(self, session):
         self.session = session
@@ -144,11 +151,52 @@ class Lineage:
         self.access = {key: StateAccess(inst.runner.op) for key, inst in self.engine.instances.items()}
         self._calls = _Calls(self.engine, lambda key, fn: self.access[key].traced(fn))
         self._channel: dict[Key, tuple] = {}
-        self._readers: dict[Key, _Readers] = {}
+        self._readers: dict[Key, MadeIndex] = {}   # forward through state: per instance, who read what
         self._kept: dict[Key, _Kept] = {}
         self._read_chunks: dict[int, tuple[list, list]] = {}   # entry chunk -> (rows, (file, row#) each)
         self._rows: dict[Node, Any] = {}
         self._on_outputs: Callable[[Key, int, list], None] | None = None   # sees each tracked call's outputs
+        self.index: LineageIndex | None = None
+        self._building: dict[Key, OutputRows] | None = None   # while the index is built: each call's outputs
+
+    # --- the index ------------------------------------------------------------------------
+
+    def use_index(self, *, build: bool = True, rebuild: bool = False,
+                  progress: Callable[[int, int], None] | None = None) -> str | None:
+        """Answer from the run's lineage index (replay/lineage_index.py): the one kept in the run
+        file, or, with `build`, a new one made by one tracked replay of G(θ) to its end and kept
+        there (`rebuild`: a new one even if one is kept). Returns a line for the user when it built
+        one (where it was kept, or why not)."""
+        totals = {key: _end(inst) for key, inst in self.engine.instances.items()}
+        self.index = None if rebuild else LineageIndex.load(self.reader, totals)
+        if self.index is not None or not build:
+            return None
+        if any(inst.count for inst in self.engine.instances.values()):
+            raise ValueError("the tracked replay has begun: an index is built from the start of the run")
+        outputs = self._building = {key: OutputRows() for key in self.engine.instances}
+        done, total = 0, sum(totals.values())
+
+        def step(n: int) -> None:
+            nonlocal done
+            done += n
+            if progress is not None:
+                progress(min(done, total), total)
+        try:
+            with self.engine.hooks(self._before, self._after):
+                self.engine.advance_to(totals, progress=step, pull=True)
+        finally:
+            self._building = None
+        for rows in outputs.values():
+            rows.close()
+        self.index = LineageIndex({key: MadeIndex.of(a.made) for key, a in self.access.items()}, outputs, totals)
+        what = f"indexed the lineage of the {total:,} tuples of G(θ)"
+        if self.reader.status == "recording":
+            return f"{what} for this query only: the run is still being recorded"
+        try:
+            size = self.index.save(self.reader.path, self.reader.run_id)
+        except (OSError, sqlite3.Error, TTError) as e:
+            return f"{what} for this query only: it could not be kept in {self.reader.path} ({e})"
+        return f"{what}, kept in {self.reader.path} ({size / 1e6:.1f} MB): later queries read it"
 
     def label(self, node: Node) -> str:
         if isinstance(node, Output):
@@ -242,9 +290,15 @@ class Lineage:
                     found.append(out)
                     self._rows[out] = values.encode(row)
         targets = {(node.id, i): _end(self.engine.instances[(node.id, i)]) for i in range(node.instances)}
-        if any(self.engine.instances[key].count for key in targets):
-            self._shadow(targets, on_outputs=outputs)   # the tracked replay is past some of them
-        else:   # read them on the way: the tracked replay goes there anyway
+        for key in list(targets):
+            rows = self.index.rows(key) if self.index is not None else None
+            if rows is not None:   # kept in the index: no replay
+                del targets[key]
+                for position, outs in rows.all():
+                    outputs(key, position, outs)
+        if targets and (self.index is not None or any(self.engine.instances[key].count for key in targets)):
+            self._shadow(targets, on_outputs=outputs)   # the tracked replay is past some of them, or not needed
+        elif targets:   # read them on the way: the tracked replay goes there anyway
             self._on_outputs = outputs
             try:
                 self._replay(targets)
@@ -288,7 +342,7 @@ class Lineage:
         if isinstance(root, StateValue):
             if self.engine.instances[(root.op, root.instance)].count != root.position:
                 raise ValueError(f"{self.label(root)} was read at another position of the tracked replay")
-        else:
+        elif self.index is None:
             call = root.call if isinstance(root, Output) else root
             self._replay({(call.op, call.instance): call.position + 1})
         return self._walk(Tree("back", root, [root]), depth, self._made_of, rows)
@@ -350,25 +404,29 @@ class Lineage:
                 return []
             call, j = emitted
         links = [Link(node, call, EMITTED)]
-        access = self.access.get((call.op, call.instance))
-        if access is None:   # outside G(θ), --lineage: what its own log says the output was made from
+        key = (call.op, call.instance)
+        if key not in self.access:   # outside G(θ), --lineage: what its own log says the output was made from
             kept = self._kept_of(call)
             g = self.provenance.index(call.op, call.instance).cum[call.position] + j
             return links + [Link(node, TupleRef(call.op, call.instance, w), STATE, kept.state) for w in kept.of(g)]
-        per_output = access.made.get(call.position)
-        if per_output:
-            where = f"{self.graph.nodes[call.op].name}:{call.instance}"
-            for path, writers in per_output[j]:
-                state = f"{where} {path_text(path)}"
-                links += [Link(node, TupleRef(call.op, call.instance, w), STATE, state) for w in positions(writers)]
+        if self.index is not None:
+            made = self.index.made(key).made(call.position, j)
+        else:
+            per_output = self.access[key].made.get(call.position)
+            made = [(path, positions(writers)) for path, writers in per_output[j]] if per_output else []
+        where = f"{self.graph.nodes[call.op].name}:{call.instance}"
+        for path, writers in made:
+            state = f"{where} {path_text(path)}"
+            links += [Link(node, TupleRef(call.op, call.instance, w), STATE, state) for w in writers]
         return links
 
     def _uses(self, node: Node, tree: Tree, visited: dict[Key, set]) -> list[Link]:
         """Forward links of a tuple: where its call's outputs went, and the later outputs made
         from state its call wrote (each reached once per walk: `visited`)."""
         if isinstance(node, Output):
-            return [Link(node, to, CONSUMED) for to in self._went(node.call, tree)[node.index] if to != node]
-        links = [Link(node, to, EMITTED) for tos in self._went(node, tree) for to in tos]
+            went = self._went(node.call, tree, node.index)[node.index]
+            return [Link(node, to, CONSUMED) for to in went if to != node]
+        links = [Link(node, to, EMITTED) for tos in self._went(node, tree).values() for to in tos]
         key = (node.op, node.instance)
         if key not in self.access:   # outside G(θ), --lineage: the outputs its own log says it made
             kept = self._kept_of(node)
@@ -376,38 +434,42 @@ class Lineage:
             for g in kept.readers(node.position):
                 c = idx.input_of_output(g)
                 if c != node.position:
-                    reader = TupleRef(node.op, node.instance, c)
-                    links += [Link(node, to, STATE, kept.state, reader) for to in self._went(reader, tree)[g - idx.cum[c]]]
+                    reader, j = TupleRef(node.op, node.instance, c), g - idx.cum[c]
+                    links += [Link(node, to, STATE, kept.state, reader) for to in self._went(reader, tree, j)[j]]
             if not links:
                 tree.ends[node] = {"end": "absorbed", "at": self.graph.nodes[node.op].name}
             return links
         readers = self._readers.get(key)
-        if readers is None:   # the tracked replay, of the instances the walk reaches alone, to their end
+        if readers is None and self.index is not None:
+            readers = self._readers[key] = self.index.made(key)
+        elif readers is None:   # the tracked replay, of the instances the walk reaches alone, to their end
             self._replay({key: _end(self.engine.instances[key])})
-            readers = self._readers[key] = _Readers(self.access[key].made)
+            readers = self._readers[key] = MadeIndex.of(self.access[key].made)
         where = f"{self.graph.nodes[node.op].name}:{node.instance}"
         for c, j, path in readers.read_from(node.position, visited[key]):
             if c == node.position:
                 continue   # its own outputs: linked as emitted already
             reader = TupleRef(node.op, node.instance, c)
             links += [Link(node, to, STATE, f"{where} {path_text(path)}", reader)
-                      for to in self._went(reader, tree)[j]]
-        if not links:
-            tree.ends[node] = {"end": "absorbed", "at": self.graph.nodes[node.op].name}
+                      for to in self._went(reader, tree, j)[j]]
+        if not links:   # its writes reach only rows this walk reached before, or nothing
+            merged = any(c != node.position for c, _, _ in readers.read_from(node.position, set()))
+            tree.ends[node] = {"end": "merged" if merged else "absorbed", "at": self.graph.nodes[node.op].name}
         return links
 
-    def _went(self, call: TupleRef, tree: Tree) -> list[list[Node]]:
-        """Per output of `call`, where it went: its consumers, or the output itself where it ended
-        (an operator without consumers: a sink; not consumed by the end of the run: pending)."""
+    def _went(self, call: TupleRef, tree: Tree, only: int | None = None) -> dict[int, list[Node]]:
+        """Per output of `call` (or output `only` alone: an END step emits thousands), where it
+        went: its consumers, or the output itself where it ended (an operator without consumers:
+        a sink; not consumed by the end of the run: pending)."""
         node = self.graph.nodes[call.op]
         n = len(self.provenance.index(call.op, call.instance).outputs_of(call.position))
-        went: list[list[Node]] = [[] for _ in range(n)]
+        went: dict[int, list[Node]] = {j: [] for j in (range(n) if only is None else (only,))}
         if not node.outputs:
-            for j in range(n):
+            for j in went:
                 went[j].append(Output(call, j))
                 tree.ends[Output(call, j)] = {"end": "sink", "at": node.name}
             return went
-        for e, j, consumer in self.provenance.consumers(call):
+        for e, j, consumer in self.provenance.consumers(call, only):
             if consumer is None:
                 consumer = Output(call, j)
                 tree.ends[consumer] = {"end": "pending", "at": self.graph.nodes[self.graph.edges[e].dst].name}
@@ -510,6 +572,10 @@ class Lineage:
         for rowid, p, src, start, n, codec in self.reader.entry_index(op, instance):
             if p != port or codec not in (blobs.REF, blobs.ARROW) or (seq is not None and not start <= seq < start + n):
                 continue   # (ARROW: the rows `tt pack` copied in; where they were is no longer known)
+            if seq is not None and codec == blobs.REF:   # one row, read alone (its row group stays cached)
+                k = seq - start
+                yield (p, src), seq, self.reader.entry_tuple(codec, rowid, k), self.reader.entry_place(rowid, k)
+                continue
             read = self._read_chunks.get(rowid)
             if read is None:
                 places = self.reader.entry_places(rowid) if codec == blobs.REF else [None] * n
@@ -536,6 +602,8 @@ class Lineage:
     def _after(self, inst: Instance, position: int, row: Any) -> None:
         self._calls.after(inst, position, row)
         access = self.access[inst.key]
+        if self._building is not None:
+            self._building[inst.key].add(access.outputs)
         if self._on_outputs is not None and access.outputs:
             self._on_outputs(inst.key, position, list(access.outputs))
         access.end(row, self._channel[inst.key][0])
@@ -546,6 +614,8 @@ class Lineage:
             if isinstance(n, TupleRef) and n.op not in self.graph.in_g and n not in self._rows:
                 self._entered(n)   # outside G(θ) (--lineage): a source row read by reference has values
                 self._rows.setdefault(n, None)   # any other row there was not recorded
+        if self.index is not None:
+            self._indexed_values(nodes)
         wanted_in = {n for n in nodes if isinstance(n, TupleRef) and n not in self._rows}
         wanted_out = {n for n in nodes if isinstance(n, Output) and n not in self._rows}
         targets: dict[Key, int] = {}
@@ -565,6 +635,31 @@ class Lineage:
         if targets:
             self._shadow(targets, on_input=consumed, on_outputs=emitted)
         return {n: self._rows.get(n) for n in nodes}
+
+    def _indexed_values(self, nodes: list[Node]) -> None:
+        """The rows at `nodes` that need no replay with an index: outputs it kept, tuples emitted
+        by calls whose outputs it kept, and tuples that entered G(θ) (read from their log)."""
+        for n in nodes:
+            if n in self._rows or not isinstance(n, (TupleRef, Output)):
+                continue
+            if isinstance(n, Output):
+                call, j = n.call, n.index
+            else:
+                emitted = self.provenance.emitted_by(n)
+                if emitted is None:
+                    self._rows[n] = self._entry_row(n)
+                    continue
+                call, j = emitted
+            rows = self.index.rows((call.op, call.instance))
+            if rows is not None:
+                self._rows[n] = values.encode(rows.of(call.position)[j])
+
+    def _entry_row(self, t: TupleRef) -> Any:
+        """The row of a tuple that entered G(θ), from the log it was recorded into (None for an END step)."""
+        port, src, seq = self.provenance.index(t.op, t.instance).channel_at(t.position)
+        if (port, src) == END:
+            return None
+        return values.encode(self.engine.instances[(t.op, t.instance)].entry[(port, src)].get(seq))
 
     def _shadow(self, targets: dict[Key, int], on_input: Callable[[Key, int, Any], None] | None = None,
                 on_outputs: Callable[[Key, int, list], None] | None = None) -> None:
@@ -611,14 +706,14 @@ class Where:
         self.held = False
 
     def __call__(self, row: Any) -> bool:
-        env = {k: v for k, v in row.items() if type(k) is str} if isinstance(row, dict) else {}
+        env = dict(row) if isinstance(row, dict) else {}   # (a key that is no name is never looked up)
         env["row"] = row
         try:
             held = bool(eval(self.code, {"__builtins__": self.builtins}, env))
         except Exception as e:  # noqa: BLE001  (the user's expression: false for this row, reported once)
             if self.error is None:
                 self.error = f"{type(e).__name__}: {e}"
-                self.fields = sorted(k for k in env if k != "row")
+                self.fields = sorted(k for k in env if type(k) is str and k != "row")
             return False
         self.held |= held
         return held
@@ -646,71 +741,32 @@ class _Calls:
             del inst.runner.op.finish
 
 
-class _Readers:
-    """Forward through state, for one instance: which outputs read each chain of writers.
-
-    Chains share their tails, so the outputs that read what call p wrote are those reading
-    a chain through a link headed by p: found by walking from those links towards newer
-    ones. A walk visits each link once (`visited`): a row is reached once per tree."""
-
-    def __init__(self, made: dict[int, list[Made]]):
-        self.at: dict[int, list] = collections.defaultdict(list)      # position -> links headed by it
-        self.newer: dict[int, list] = collections.defaultdict(list)   # id(link) -> links whose tail it is
-        self.readers: dict[int, list] = collections.defaultdict(list)  # id(link) -> (call, j, path)
-        self._keep = []   # the links, alive while their ids are keys
-        seen: set[int] = set()
-        for c, per_output in made.items():
-            for j, m in enumerate(per_output):
-                for path, w in m:
-                    self.readers[id(w)].append((c, j, path))
-                    while w is not None and id(w) not in seen:
-                        seen.add(id(w))
-                        self._keep.append(w)
-                        self.at[w[0]].append(w)
-                        if w[1] is not None:
-                            self.newer[id(w[1])].append(w)
-                        w = w[1]
-
-    def read_from(self, position: int, visited: set[int]) -> Iterator[tuple[int, int, tuple]]:
-        stack = list(self.at.get(position, ()))
-        while stack:
-            w = stack.pop()
-            if id(w) in visited:
-                continue
-            visited.add(id(w))
-            yield from self.readers.get(id(w), ())
-            stack.extend(self.newer.get(id(w), ()))
-
-
 class _Kept:
     """What the outputs of an operator outside G(θ) were made from, as it logged it itself
     (`tt record --lineage`, core/runtime.py `LineageRunner`): per output, the input positions
     of the rows it kept (a join's stored row, an aggregate's group); and the other way round."""
 
-    def __init__(self, data, state: str):
-        self.data = data
+    def __init__(self, data: array, state: str):
+        self.data = np.frombuffer(data, np.uint32) if len(data) else np.zeros(0, np.uint32)
         self.state = state            # how a link through it is labelled: "J1:0 kept rows"
-        self.at = []                  # output -> offset of its count in data
-        i = 0
-        while i < len(data):
-            self.at.append(i)
+        at, i, n = array("q"), 0, len(data)
+        while i < n:                  # (each offset depends on the count before it: a Python loop)
+            at.append(i)
             i += 1 + data[i]
-        self._readers: dict[int, list[int]] | None = None
+        self.at = np.frombuffer(at, np.int64) if len(at) else np.zeros(0, np.int64)   # output -> its count's offset
 
     def of(self, g: int) -> list[int]:
         if g >= len(self.at):
             return []
-        i = self.at[g]
-        return list(self.data[i + 1:i + 1 + self.data[i]])
+        i = int(self.at[g])
+        return self.data[i + 1:i + 1 + int(self.data[i])].tolist()
 
     def readers(self, position: int) -> list[int]:
-        """The outputs made from input `position`."""
-        if self._readers is None:
-            self._readers = collections.defaultdict(list)
-            for g, i in enumerate(self.at):
-                for p in self.data[i + 1:i + 1 + self.data[i]]:
-                    self._readers[p].append(g)
-        return self._readers.get(position, [])
+        """The outputs made from input `position`: a scan of the data for it (a query asks for a
+        few positions; an inverted map of the whole log took longer than the scans)."""
+        found = np.flatnonzero(self.data == position)
+        g = np.searchsorted(self.at, found, side="right") - 1
+        return g[self.at[g] != found].tolist()   # (not where a count equals the position)
 
 
 def _advance(engine: Engine, targets: dict[Key, int]) -> None:

@@ -27,7 +27,7 @@ from ..core import values
 from ..core.errors import Cancelled, ReplayDivergence, UsageError
 from ..core.logs import END
 from ..core.scopes import Overlap, Provenance, ScopeNode, TupleRef
-from ..store.reader import RunReader
+from ..store.reader import NumpyLogArrays, RunReader
 from . import conditions
 from .changes import ChangeTracker
 from .conditions import Condition, EvalError, Search
@@ -120,7 +120,7 @@ class DebugSession:
         """The engine, and everything that works on it."""
         self.engine = engine
         self.graph = engine.graph
-        self.provenance = Provenance(self.graph, self._logs, self._barriers())
+        self.provenance = Provenance(self.graph, self._logs, self._barriers(), arrays=NumpyLogArrays)
         self.points = RestorePoints(engine)
         self.planner = Planner(self.graph, self.provenance, lambda: self.engine.position)
         self.search = Search(engine, self.provenance, self.points)

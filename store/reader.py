@@ -23,6 +23,7 @@ import orjson
 
 from ..core import logs, state_deltas
 from ..core.errors import RunFileError
+from ..core.scopes import LogArrays
 from . import blobs, positions, schema, trust
 
 
@@ -370,7 +371,7 @@ class RunReader:
         """The destination instance of each output this instance sent on a shuffle edge."""
         out = array("I")
         for data, n in self._chunks_n(op_id, instance, "dest", edge):
-            out.extend(logs.unpack_dests(data, n))
+            out.extend(unpack_dests(data, n))
         return out
 
     def results(self, op_id: int, instance: int) -> list[logs.LoggedResult]:
@@ -413,6 +414,12 @@ class RunReader:
         if codec == blobs.REF:
             return self.sources().rows(blobs.decompress(self.entry_data(rowid)))
         return blobs.unpack_tuples(codec, self.entry_data(rowid))
+
+    def entry_tuple(self, codec: str, rowid: int, offset: int) -> Any:
+        """One chunk's `offset`-th tuple; a row stored by reference is read alone from its file."""
+        if codec == blobs.REF:
+            return self.sources().row(blobs.decompress(self.entry_data(rowid)), offset)
+        return self.entry_tuples(codec, rowid)[offset]
 
     def sources(self) -> Any:
         """The reader of this run's sources read by reference (store/sources.py)."""
@@ -575,3 +582,46 @@ class RunReader:
         s = self.sizes()
         return (s["interactions"] + s["input_log"] + s["output_log"] + s["output_log_dests"] + s["logged_results"]
                 + s["lineage_made"])
+
+
+def unpack_dests(data: bytes, n: int) -> array:
+    """`core.logs.unpack_dests` with numpy: a shuffle's sender logs one destination per row."""
+    import numpy as np
+
+    w = data[0]
+    if w >= 8:
+        return logs.unpack_dests(data, n)
+    per, mask = 8 // w, (1 << w) - 1
+    packed = np.frombuffer(data, np.uint8, offset=1)
+    fields = (packed[:, None] >> (np.arange(per, dtype=np.uint8) * w)) & mask   # per byte, low bits first
+    out = array("I")
+    out.frombytes(fields.reshape(-1)[:n].astype(np.uint32).tobytes())
+    return out
+
+
+class NumpyLogArrays(LogArrays):
+    """`core.scopes.LogArrays` with numpy: a sender has one output count per input and one
+    destination per row it shuffled, hundreds of thousands in a task."""
+
+    @staticmethod
+    def running_sums(counts: array) -> array:
+        import numpy as np
+
+        return _q(np.concatenate(([0], np.cumsum(np.asarray(counts, dtype=np.int64)))))
+
+    @staticmethod
+    def by_destination(dests: array, n: int) -> tuple[array, list[array]]:
+        import numpy as np
+
+        ds = np.asarray(dests, dtype=np.int64)
+        order = np.argsort(ds, kind="stable")
+        starts = np.concatenate(([0], np.cumsum(np.bincount(ds, minlength=n)[:n])))
+        rank = np.empty(len(ds), np.int64)
+        rank[order] = np.arange(len(ds), dtype=np.int64) - starts[ds[order]]
+        return _q(rank), [_q(order[starts[d]:starts[d + 1]]) for d in range(n)]
+
+
+def _q(a) -> array:
+    out = array("q")
+    out.frombytes(a.astype("int64").tobytes())
+    return out

@@ -18,7 +18,9 @@ them (`RunReader.failures`).
 from __future__ import annotations
 
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from ..core.errors import RunFileError
 
@@ -109,6 +111,10 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     position INTEGER, kind TEXT, size INTEGER, data BLOB,
     PRIMARY KEY (plan, op, instance, attempt, seq)
 );
+CREATE TABLE IF NOT EXISTS lineage_index (   -- derived, rebuilt at will: replay/lineage_index.py
+    op INTEGER, instance INTEGER, part TEXT, seq INTEGER, data BLOB,
+    PRIMARY KEY (op, instance, part, seq)
+);
 """ + _SOURCES + """
 CREATE INDEX IF NOT EXISTS log_chunks_by_instance ON log_chunks (op, instance, kind, attempt, start);
 CREATE INDEX IF NOT EXISTS entry_chunks_by_channel ON entry_chunks (op, instance, port, src, attempt, start);
@@ -184,6 +190,25 @@ def open_existing(path: str | Path, *, write: bool = False) -> sqlite3.Connectio
         migrate(conn, version)
     conn.execute("PRAGMA busy_timeout=5000")
     return conn
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[sqlite3.Connection]:
+    """One write transaction on a finished run file (`tt checkpoint`, the lineage index): all of
+    it stays, or none of it; tables a file recorded by an older tt lacks are added first."""
+    conn = open_existing(path, write=True)
+    try:
+        conn.executescript(_TABLES)
+        conn.execute("BEGIN")
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    finally:
+        settle(conn)
+        conn.close()
 
 
 def settle(conn: sqlite3.Connection) -> None:

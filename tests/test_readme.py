@@ -438,6 +438,9 @@ def _lineage_back(r: Result, c: Ctx) -> None:
     assert any(f"{YEN}  {{id: 66666" in line and "amount: '¥5000'" in line
                and "entered G(θ) at FE (θ's input) from source U" in line for line in lines), str(r)
     assert re.search(r"^… \d+ more row\(s\) match --where \(--limit 1\)$", r.out, re.M), str(r)
+    # the first query keeps the lineage index in the run file, and says so on stderr
+    assert re.fullmatch(r"tt: indexed the lineage of the [\d,]+ tuples of G\(θ\), kept in run\.db \([\d.]+ MB\): "
+                        r"later queries read it\n", r.err), str(r)
 
 
 @runs(LINEAGE, f"tt lineage run.db {YEN} --forward --depth 1")
@@ -450,6 +453,7 @@ def _lineage_forward(r: Result, c: Ctx) -> None:
     assert len(emitted) == 1 and "usd: 5000.0" in emitted[0], str(r)
     later = [line for line in lines if "through state FE:1 highest['Bob'], read by FE:1:" in line]
     assert later and all("customer: 'Bob'" in line and "highest: 5000.0" in line for line in later), str(r)
+    assert r.err == "", "later queries read the index: " + str(r)
 
 
 # --- Responsive jumps: checkpoints ------------------------------------------------------------------

@@ -420,3 +420,25 @@ def test_a_decoded_chunk_hands_out_rows_as_recorded_and_decodes_no_more_than_nee
     again = [chunk.take(i) for i in range(5)]   # a replay going back over the chunk
     assert again == [{"i": i} for i in range(5)] and len(decodes) == 2, "the spare becomes the rows"
     assert chunk.take(0) == {"i": 0} and len(decodes) == 3
+
+
+def test_numpy_readers_of_shuffle_logs_equal_the_core_ones():
+    """store/reader.py's numpy `unpack_dests` and `NumpyLogArrays` give what core's pure-Python
+    ones give (the core runs in executors, without numpy)."""
+    import random
+    from array import array
+
+    from tt.core.scopes import LogArrays
+    from tt.store.reader import NumpyLogArrays, unpack_dests as np_unpack_dests
+
+    rng = random.Random(7)
+    for n_dest in (1, 2, 3, 4, 5, 16, 300, 70000):
+        for n in (0, 1, 7, 8, 9, 1000):
+            ds = [rng.randrange(n_dest) for _ in range(n)]
+            packed = pack_dests(ds, n_dest)
+            assert np_unpack_dests(packed, n) == unpack_dests(packed, n) == array("I", ds), (n_dest, n)
+            if n_dest <= 300:
+                assert NumpyLogArrays.by_destination(array("I", ds), n_dest) == \
+                    LogArrays.by_destination(array("I", ds), n_dest)
+            counts = array("I", [rng.randrange(5) for _ in range(n)])
+            assert NumpyLogArrays.running_sums(counts) == LogArrays.running_sums(counts)

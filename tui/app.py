@@ -973,10 +973,12 @@ class DebuggerApp(App):
                 at = s.engine.instances[key].count
                 if lineage is None or lineage.session is not s or lineage.engine.instances[key].count > at:
                     lineage = Lineage(s)   # (its replay only goes forward)
+                    lineage.use_index(build=False)
                 root = lineage.state_value(target[1], target[2], at=at)
             else:
                 if lineage is None or lineage.session is not s:
                     lineage = Lineage(s)
+                    lineage.use_index(build=False)   # one `tt lineage` built: no replay for a tuple
                 root = target[1]
             self._lineage = lineage
             (tree,) = lineage.trees([root], back=True)

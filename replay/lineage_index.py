@@ -1,0 +1,290 @@
+"""The lineage index: what lineage's tracked replay of G(θ) finds, kept in the run file.
+
+A lineage query inside G(θ) needs two things a recording does not keep: what each output
+was made from (the writer chains of `state_access.py`) and the rows of the tuples inside
+G(θ), which only a replay makes again. Without an index a query replays G(θ) with its
+state tracked, seconds to a minute on a run of a million tuples. `tt lineage` builds the
+index once, by one tracked replay of every instance of G(θ) to its end, and keeps it in
+the run file (table `lineage_index`); every later query walks its arrays and unpickles
+only the rows it shows (docs/LINEAGE.md §6).
+
+Per instance of G(θ):
+
+* `made` (`MadeIndex`): the writer chains as two arrays (a link's call position and the
+  link it extends), and per output of each call that was made from state, its
+  (path, link) pairs; a backward link follows a chain, a forward one walks the same
+  arrays the other way (links by position, links by tail, pairs by link);
+* `outputs` (`OutputRows`): what every call emitted, pickled as the call returned it
+  (before any consumer could change it), in chunks of `CHUNK` calls. An instance whose
+  outputs do not pickle keeps none; its rows come from a replay, as without an index.
+
+Blobs are sealed like checkpoints (store/trust.py): loading them unpickles. The index is
+derived data: it is built only for a run that is no longer being written, and one whose
+instances' log lengths differ from the run's is ignored.
+"""
+
+from __future__ import annotations
+
+import bisect
+import pickle
+import sqlite3
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import orjson
+
+from ..core.errors import RunFileError
+from ..store import blobs, schema
+from ..store.trust import Sealer
+from .engine import Key
+from .state_access import Made
+
+FORMAT = 1
+CHUNK = 4096              # calls per chunk of outputs
+_KIND = "lineage index"   # the sealed blobs' kind
+
+
+class MadeIndex:
+    """What each output of one instance was made from, as arrays (`of` builds it from
+    `StateAccess.made`). Chains share their tails, so a link is stored once however many
+    outputs read it: a link is (the call that wrote, the link it extends or -1)."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], paths: list):
+        self.calls = arrays["calls"]          # the calls with outputs made from state, ascending
+        self.call_off = arrays["call_off"]    # call i's outputs: call_off[i]:call_off[i + 1]
+        self.out_off = arrays["out_off"]      # output o's pairs: out_off[o]:out_off[o + 1]
+        self.pair_path = arrays["pair_path"]  # index into `paths`
+        self.pair_link = arrays["pair_link"]  # the newest writer of that path when it was read
+        self.link_pos = arrays["link_pos"]
+        self.link_tail = arrays["link_tail"]
+        self.paths = paths
+        self._by = {}
+
+    @classmethod
+    def of(cls, made: dict[int, list[Made]]) -> "MadeIndex":
+        link_ids: dict[int, int] = {}
+        links: list[tuple] = []
+        path_ids: dict[Any, int] = {}
+        paths: list = []
+        calls, call_off, out_off, pair_path, pair_link = [], [0], [0], [], []
+        for c in sorted(made):
+            calls.append(c)
+            for m in made[c]:
+                for path, w in m:
+                    head = w
+                    while w is not None and id(w) not in link_ids:
+                        link_ids[id(w)] = len(links)
+                        links.append(w)
+                        w = w[1]
+                    key = (type(path), path)   # (1, True and 1.0 are equal keys, but not the same path)
+                    p = path_ids.get(key)
+                    if p is None:
+                        p = path_ids[key] = len(paths)
+                        paths.append(path)
+                    pair_path.append(p)
+                    pair_link.append(link_ids[id(head)])
+                out_off.append(len(pair_path))
+            call_off.append(len(out_off) - 1)
+        arrays = {"calls": np.array(calls, np.int64), "call_off": np.array(call_off, np.int64),
+                  "out_off": np.array(out_off, np.int64), "pair_path": np.array(pair_path, np.int64),
+                  "pair_link": np.array(pair_link, np.int64),
+                  "link_pos": np.array([w[0] for w in links], np.int64),
+                  "link_tail": np.array([-1 if w[1] is None else link_ids[id(w[1])] for w in links], np.int64)}
+        return cls(arrays, paths)
+
+    def to_bytes(self) -> bytes:
+        arrays = {k: getattr(self, k) for k in ("calls", "call_off", "out_off", "pair_path", "pair_link",
+                                                "link_pos", "link_tail")}
+        return blobs.compress(pickle.dumps((arrays, self.paths), protocol=5))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "MadeIndex":
+        arrays, paths = pickle.loads(blobs.decompress(data))
+        return cls(arrays, paths)
+
+    def made(self, call: int, j: int) -> list[tuple[tuple, list[int]]]:
+        """Output j of `call`: (path, its writers' positions, newest first) per path it was made from."""
+        i = int(np.searchsorted(self.calls, call))
+        if i == len(self.calls) or self.calls[i] != call:
+            return []
+        o = int(self.call_off[i]) + j
+        if o >= self.call_off[i + 1]:
+            return []
+        return [(self.paths[int(self.pair_path[p])], self._chain(int(self.pair_link[p])))
+                for p in range(int(self.out_off[o]), int(self.out_off[o + 1]))]
+
+    def _chain(self, link: int) -> list[int]:
+        out, pos, tail = [], self.link_pos, self.link_tail
+        while link >= 0:
+            out.append(int(pos[link]))
+            link = int(tail[link])
+        return out
+
+    def read_from(self, position: int, visited: set[int]) -> Iterator[tuple[int, int, tuple]]:
+        """(call, j, path) of every output made from what call `position` wrote: the readers of
+        the links it heads and of every newer link built on them. A link is visited once per
+        walk (`visited`), so a row is reached once per tree."""
+        at, newer, readers = self._lookup("at", self.link_pos), self._lookup("newer", self.link_tail), \
+            self._lookup("readers", self.pair_link)
+        stack = list(at(position))
+        while stack:
+            link = stack.pop()
+            if link in visited:
+                continue
+            visited.add(link)
+            for p in readers(link):
+                o = bisect.bisect_right(self.out_off, p) - 1
+                i = bisect.bisect_right(self.call_off, o) - 1
+                yield int(self.calls[i]), o - int(self.call_off[i]), self.paths[int(self.pair_path[p])]
+            stack.extend(newer(link))
+
+    def _lookup(self, name: str, keys: np.ndarray):
+        """i -> the indexes where `keys` equals i, in ascending order (a sorted copy, made once)."""
+        found = self._by.get(name)
+        if found is None:
+            order = np.argsort(keys, kind="stable")
+            found = self._by[name] = (order, keys[order])
+        order, ordered = found
+
+        def where(value: int) -> list[int]:
+            lo, hi = np.searchsorted(ordered, value), np.searchsorted(ordered, value, side="right")
+            return order[lo:hi].tolist()
+        return where
+
+
+class OutputRows:
+    """What every call of one instance emitted, each call's outputs pickled as it returned them."""
+
+    def __init__(self, calls: int = 0, chunk: Callable[[int], bytes] | None = None):
+        self.chunks: list[bytes] = []   # while building: offsets (uint32 * n+1), then pickles; compressed
+        self.calls = calls
+        self.kept = True      # False: some call's outputs did not pickle; this instance keeps none
+        self._chunk = chunk if chunk is not None else self.chunks.__getitem__
+        self._pending: list[bytes] = []
+        self._open: tuple[int, list] | None = None   # the chunk last read
+
+    # --- building ------------------------------------------------------------------------
+
+    def add(self, outs) -> None:
+        """The next call's outputs (the call at position `self.calls`)."""
+        self.calls += 1
+        if not self.kept:
+            return
+        try:
+            self._pending.append(pickle.dumps(list(outs), protocol=5) if outs else b"")
+        except Exception:  # noqa: BLE001  (pickle raises TypeError, PicklingError, AttributeError, ...)
+            self.kept, self.chunks, self._pending = False, [], []
+            return
+        if len(self._pending) == CHUNK:
+            self._flush()
+
+    def close(self) -> None:
+        if self.kept and self._pending:
+            self._flush()
+
+    def _flush(self) -> None:
+        sizes = np.fromiter((len(p) for p in self._pending), np.uint64, len(self._pending))
+        offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.uint64)
+        self.chunks.append(blobs.compress(len(self._pending).to_bytes(4, "little") + offsets.tobytes()
+                                          + b"".join(self._pending)))
+        self._pending = []
+
+    # --- reading -------------------------------------------------------------------------
+
+    def of(self, call: int) -> list:
+        """The outputs of `call`, as it emitted them."""
+        c, k = divmod(call, CHUNK)
+        if self._open is None or self._open[0] != c:
+            self._open = (c, *_unchunk(self._chunk(c)))
+        _, body, offsets = self._open
+        return pickle.loads(body[offsets[k]:offsets[k + 1]]) if offsets[k + 1] > offsets[k] else []
+
+    def all(self) -> Iterator[tuple[int, list]]:
+        """(call, its outputs) for every call that emitted something, in order."""
+        for c in range(-(-self.calls // CHUNK)):
+            body, offsets = _unchunk(self._chunk(c))
+            for k in range(len(offsets) - 1):
+                if offsets[k + 1] > offsets[k]:
+                    yield c * CHUNK + k, pickle.loads(body[offsets[k]:offsets[k + 1]])
+
+
+def _unchunk(data: bytes) -> tuple[memoryview, list[int]]:
+    """A chunk's pickles, one after another, and where each begins (and the last ends)."""
+    raw = blobs.decompress(data)
+    n = int.from_bytes(raw[:4], "little")
+    return memoryview(raw)[4 + 8 * (n + 1):], np.frombuffer(raw, np.uint64, n + 1, 4).tolist()
+
+
+class LineageIndex:
+    """The index of a whole run: per instance of G(θ), its `MadeIndex` and its `OutputRows`,
+    read from the run file as a query first needs them."""
+
+    def __init__(self, made: dict[Key, MadeIndex], outputs: dict[Key, OutputRows], totals: dict[Key, int]):
+        self._made = made
+        self.outputs = outputs
+        self.totals = totals      # the inputs each instance's log holds: the index fits these logs only
+        self._load_made: Callable[[Key], MadeIndex] | None = None
+
+    def made(self, key: Key) -> MadeIndex:
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = self._load_made(key)
+        return found
+
+    def rows(self, key: Key) -> OutputRows | None:
+        """The outputs of an instance, where they were kept."""
+        out = self.outputs.get(key)
+        return out if out is not None and out.kept else None
+
+    # --- the run file --------------------------------------------------------------------
+
+    def save(self, path, run_id: str) -> int:
+        """Write the index into the run file (replacing an older one); returns its bytes."""
+        seal = Sealer(run_id)
+        rows = []
+        for key, made in self._made.items():
+            rows.append((*key, "made", 0, seal(_KIND, made.to_bytes())))
+        for key, out in self.outputs.items():
+            rows += [(*key, "outputs", c, seal(_KIND, data)) for c, data in enumerate(out.chunks)]
+        info = {"format": FORMAT, "built": time.time(),
+                "instances": [[*key, total, self.outputs[key].kept, self.outputs[key].calls]
+                              for key, total in sorted(self.totals.items())]}
+        with schema.writing(path) as conn:
+            conn.execute("DELETE FROM lineage_index")
+            conn.executemany("INSERT INTO lineage_index (op, instance, part, seq, data) VALUES (?,?,?,?,?)", rows)
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('lineage_index', ?)", (orjson.dumps(info).decode(),))
+        return sum(len(r[-1]) for r in rows)
+
+    @classmethod
+    def load(cls, reader, totals: dict[Key, int]) -> "LineageIndex | None":
+        """The index kept in the run file, if there is one made for these logs (`totals`: the
+        inputs each instance of G(θ) holds now); None otherwise."""
+        try:
+            row = reader.conn.execute("SELECT value FROM meta WHERE key='lineage_index'").fetchone()
+        except sqlite3.Error:
+            return None
+        if row is None or not reader.has_table("lineage_index"):
+            return None
+        info = orjson.loads(row[0])
+        if info.get("format") != FORMAT:
+            return None
+        kept = {(op, i): (total, ok, calls) for op, i, total, ok, calls in info["instances"]}
+        if {key: v[0] for key, v in kept.items()} != totals:
+            return None
+
+        def blob(key: Key, part: str, seq: int) -> bytes:
+            row = reader.conn.execute("SELECT data FROM lineage_index WHERE op=? AND instance=? AND part=? AND seq=?",
+                                      (*key, part, seq)).fetchone()
+            if row is None:
+                raise RunFileError(f"{reader.path}: its lineage index lacks {part} {seq} of {key}; "
+                                   f"build it again with `tt lineage {reader.path} ... --reindex`")
+            return reader.open_blob(_KIND, row[0])
+
+        outputs = {}
+        for key, (_, ok, calls) in kept.items():
+            outputs[key] = OutputRows(calls, lambda c, key=key: blob(key, "outputs", c))
+            outputs[key].kept = bool(ok)
+        index = cls({}, outputs, dict(totals))
+        index._load_made = lambda key: MadeIndex.from_bytes(blob(key, "made", 0))
+        return index
