@@ -232,9 +232,10 @@ class Provenance:
             outs = outs[only:only + 1]
         found = []
         for e in self.graph.out_edges(self.graph.nodes[ref.op]):
+            dests, rank = (idx.dests[e.id], idx.rank(e.id)) if e.shuffle else (None, None)
             for g in outs:
                 if e.shuffle:
-                    d, seq = idx.dests[e.id][g], idx.rank(e.id)[g]
+                    d, seq = dests[g], rank[g]
                 else:
                     d, seq = ref.instance, g
                 pos = self.index(e.dst, d).position_of((e.port, ref.instance), seq)

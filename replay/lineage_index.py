@@ -25,11 +25,9 @@ instances' log lengths differ from the run's is ignored.
 
 from __future__ import annotations
 
-import bisect
 import pickle
-import sqlite3
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import orjson
@@ -65,7 +63,7 @@ class MadeIndex:
     def of(cls, made: dict[int, list[Made]]) -> "MadeIndex":
         link_ids: dict[int, int] = {}
         links: list[tuple] = []
-        path_ids: dict[Any, int] = {}
+        path_ids: dict[tuple, int] = {}   # (paths equal as keys are one slot of the state's dicts)
         paths: list = []
         calls, call_off, out_off, pair_path, pair_link = [], [0], [0], [], []
         for c in sorted(made):
@@ -77,10 +75,9 @@ class MadeIndex:
                         link_ids[id(w)] = len(links)
                         links.append(w)
                         w = w[1]
-                    key = (type(path), path)   # (1, True and 1.0 are equal keys, but not the same path)
-                    p = path_ids.get(key)
+                    p = path_ids.get(path)
                     if p is None:
-                        p = path_ids[key] = len(paths)
+                        p = path_ids[path] = len(paths)
                         paths.append(path)
                     pair_path.append(p)
                     pair_link.append(link_ids[id(head)])
@@ -134,8 +131,8 @@ class MadeIndex:
                 continue
             visited.add(link)
             for p in readers(link):
-                o = bisect.bisect_right(self.out_off, p) - 1
-                i = bisect.bisect_right(self.call_off, o) - 1
+                o = int(np.searchsorted(self.out_off, p, side="right")) - 1
+                i = int(np.searchsorted(self.call_off, o, side="right")) - 1
                 yield int(self.calls[i]), o - int(self.call_off[i]), self.paths[int(self.pair_path[p])]
             stack.extend(newer(link))
 
@@ -260,11 +257,10 @@ class LineageIndex:
     def load(cls, reader, totals: dict[Key, int]) -> "LineageIndex | None":
         """The index kept in the run file, if there is one made for these logs (`totals`: the
         inputs each instance of G(θ) holds now); None otherwise."""
-        try:
-            row = reader.conn.execute("SELECT value FROM meta WHERE key='lineage_index'").fetchone()
-        except sqlite3.Error:
+        if not reader.has_table("lineage_index"):   # a run file no tt lineage has written to
             return None
-        if row is None or not reader.has_table("lineage_index"):
+        row = reader.conn.execute("SELECT value FROM meta WHERE key='lineage_index'").fetchone()
+        if row is None:
             return None
         info = orjson.loads(row[0])
         if info.get("format") != FORMAT:
