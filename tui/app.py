@@ -108,6 +108,7 @@ class DebuggerApp(App):
         self.view = "debug"
         self.watches: list[str] = []   # expressions re-evaluated after every action (+, -)
         self._lineage = None           # `w`: the session's Lineage (its own replay), made on first use
+        self._job_announced = False    # `tt record --tui` said how the job ended (job_finished)
         self._note_after: str | None = None   # said when the running action's result is shown
         self.wide = False
         self.status = "?"
@@ -1092,6 +1093,7 @@ class DebuggerApp(App):
             self.live.finished = True
             self.live.outcome = outcome
         level = "info" if outcome == "complete" else "error"
+        self._job_announced = True   # (the poll that sees the run end must not replace this line)
         self._say(f"the job finished ({outcome}{': ' + error if error else ''}); keep debugging, q quits", level)
         self._poll()
         self.refresh_bindings()
@@ -1134,7 +1136,7 @@ class DebuggerApp(App):
         if self.status != was:
             self.reader.refresh()
             self._update_title()
-            if was == "recording":
+            if was == "recording" and not self._job_announced:
                 self._say(f"the recording finished: {self.status}")
         if self.status != "recording" and (self.live is None or self.live.finished) and self._poll_timer:
             self._poll_timer.stop()
