@@ -20,7 +20,9 @@ _CSV_COLUMNS = ["root", "from", "kind", "state", "read_by", "to", "row", "note"]
 @app.command()
 def lineage(
     run: Path = typer.Argument(..., help="A run file written by `tt record`."),
-    target: str = typer.Argument(..., help="A tuple, OP:INSTANCE:INPUT#; a state value at the end of the run "
+    target: str = typer.Argument(..., help="A tuple, OP:INSTANCE:INPUT# (one waiting on a channel too); a row "
+                                           "a call emitted, OP:INSTANCE:INPUT#/OUTPUT#; a state value at the "
+                                           "end of the run "
                                            "(or at --at K), OP:INSTANCE.FIELD.KEY (--back); or an operator, "
                                            "sink or source name with --where choosing among the rows it emitted."),
     back: bool = typer.Option(False, "--back", help="What the row was made from, down to where it entered G(θ)."),
@@ -58,6 +60,7 @@ def lineage(
       tt lineage fraud.db FD --where "customer == 'Bob' and label == 'Fraud'" --back --depth 2 --limit 3
       tt lineage fraud.db U --where "amount == '¥5000'" --forward
       tt lineage fraud.db FF:0:17 --back --json
+      tt lineage fraud.db FE:1:40/0 --forward          # the first row FE:1's call on input #40 emitted
       tt lineage fraud.db FD:0.blacklist.Bob --back     # who put Bob on the blacklist
       tt lineage fraud.db FE:1.highest.Bob --back --at 2   # his highest payment as interaction 2 saw it
     """
@@ -147,6 +150,8 @@ def _link_text(lineage, link, back: bool) -> str:
 
 
 def _tree_text(lineage, tree) -> tuple[str, bool]:
+    from ..replay.lineage import Output
+
     """The tree, depth first, each row once ("shown above" where it comes again), at most
     WRITERS_SHOWN writers per state path (`Tree.shown_links`); (text, whether a row was cut)."""
     back = tree.direction == "back"
@@ -155,7 +160,8 @@ def _tree_text(lineage, tree) -> tuple[str, bool]:
     def describe(node) -> str:
         nonlocal cut
         text, c = row_text(tree.rows.get(node))
-        if tree.rows.get(node) is None and getattr(node, "op", None) in lineage.graph.lineage:
+        op = node.call.op if isinstance(node, Output) else getattr(node, "op", None)
+        if tree.rows.get(node) is None and op in lineage.graph.lineage:
             text = "(row not recorded: outside G(θ))"
         cut |= c
         note = tree.note(node)

@@ -244,10 +244,23 @@ class Lineage:
         self._rows[root] = values.encode(value)
         return root
 
-    def parse_ref(self, text: str) -> TupleRef:
-        """'OP:I:N' as a root: a tuple of G(θ), or of an operator outside it that kept its logs
-        for lineage (`tt record --lineage`)."""
-        return self.session.parse_ref(text, lineage=True)
+    def parse_ref(self, text: str) -> TupleRef | Output:
+        """'OP:I:N' as a root: a tuple of G(θ) (one still waiting on a channel at an interaction
+        too: `tt replay RUN --to K` names them), or of an operator outside it that kept its logs
+        for lineage (`tt record --lineage`). 'OP:I:N/J': the J-th row that call emitted, the
+        name lineage gives a row no consumer took (a sink's, one pending when the run ended)."""
+        ref, slash, j = text.strip().partition("/")
+        call = self.session.parse_ref(ref, lineage=True)
+        if not slash:
+            return call
+        if not j.isdigit():
+            raise UsageError(f"bad row {text!r}; write OP:INSTANCE:INPUT#/OUTPUT#, e.g. {ref}/0 (the first row "
+                             f"{ref}'s call emitted)")
+        n = len(self.provenance.index(call.op, call.instance).outputs_of(call.position))
+        if int(j) >= n:
+            rows = "no rows" if not n else f"one row, {ref}/0" if n == 1 else f"{n} rows, {ref}/0 … {ref}/{n - 1}"
+            raise UsageError(f"{ref}'s call emitted {rows}, not {ref}/{j}")
+        return Output(call, int(j))
 
     # --- choosing rows ------------------------------------------------------------------
 
@@ -295,7 +308,12 @@ class Lineage:
             if rows is not None:   # kept in the index: no replay
                 del targets[key]
                 for position, outs in rows.all():
-                    outputs(key, position, outs)
+                    checked += len(outs)
+                    for j, row in enumerate(outs):
+                        if test(row):
+                            out = Output(TupleRef(key[0], key[1], position), j)
+                            found.append(out)
+                            self._rows[out] = values.encode(row)
         if targets and (self.index is not None or any(self.engine.instances[key].count for key in targets)):
             self._shadow(targets, on_outputs=outputs)   # the tracked replay is past some of them, or not needed
         elif targets:   # read them on the way: the tracked replay goes there anyway
@@ -344,7 +362,8 @@ class Lineage:
                 raise ValueError(f"{self.label(root)} was read at another position of the tracked replay")
         elif self.index is None:
             call = root.call if isinstance(root, Output) else root
-            self._replay({(call.op, call.instance): call.position + 1})
+            if (call.op, call.instance) in self.engine.instances:   # (outside G(θ): its own logs)
+                self._replay({(call.op, call.instance): call.position + 1})
         return self._walk(Tree("back", root, [root]), depth, self._made_of, rows)
 
     def forward(self, root: Node, depth: int | None = None, *, rows: bool = True) -> Tree:
@@ -614,6 +633,8 @@ class Lineage:
             if isinstance(n, TupleRef) and n.op not in self.graph.in_g and n not in self._rows:
                 self._entered(n)   # outside G(θ) (--lineage): a source row read by reference has values
                 self._rows.setdefault(n, None)   # any other row there was not recorded
+            elif isinstance(n, Output) and n.call.op not in self.graph.in_g:
+                self._rows.setdefault(n, None)
         if self.index is not None:
             self._indexed_values(nodes)
         wanted_in = {n for n in nodes if isinstance(n, TupleRef) and n not in self._rows}
@@ -700,20 +721,27 @@ class Where:
         except SyntaxError as e:
             raise UsageError(f"bad --where expression {source!r}: {e.msg}") from None
         self.code = compile(tree, "<--where>", "eval")
-        self.builtins = {k: getattr(builtins, k) for k in BUILTINS}
+        self.globals = {"__builtins__": {k: getattr(builtins, k) for k in BUILTINS}, "row": None}
+        # a dict row is the expression's locals as it is (no copy per row: a scan tests every row
+        # an operator emitted), unless the expression could write into it (`:=`)
+        self._assigns = any(isinstance(n, ast.NamedExpr) for n in ast.walk(tree))
         self.error: str | None = None
         self.fields: list[str] = []
         self.held = False
 
     def __call__(self, row: Any) -> bool:
-        env = dict(row) if isinstance(row, dict) else {}   # (a key that is no name is never looked up)
-        env["row"] = row
+        if type(row) is dict and "row" not in row and not self._assigns:
+            names = row
+        else:   # (a key that is no name is never looked up)
+            names = dict(row) if isinstance(row, dict) else {}
+            names["row"] = row
+        self.globals["row"] = row
         try:
-            held = bool(eval(self.code, {"__builtins__": self.builtins}, env))
+            held = bool(eval(self.code, self.globals, names))
         except Exception as e:  # noqa: BLE001  (the user's expression: false for this row, reported once)
             if self.error is None:
                 self.error = f"{type(e).__name__}: {e}"
-                self.fields = sorted(k for k in env if type(k) is str and k != "row")
+                self.fields = sorted(k for k in names if type(k) is str and k != "row")
             return False
         self.held |= held
         return held

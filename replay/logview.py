@@ -119,6 +119,13 @@ class Source:
         self._pages.clear()
         self._len = None
 
+    def tuple_at(self, i: int) -> tuple | None:
+        """The tuple row i is about, for `w` in the logs view, read from what the rows shown
+        already loaded (no query: the loader thread owns the connection): ("input", op, instance,
+        position) for a row of an Input or Output log, ("entry", op, instance, (port, src), seq)
+        for a recorded tuple; None for a row about no one tuple (an interaction)."""
+        return None
+
 
 class InteractionsSource(Source):
     key = "interactions"
@@ -203,6 +210,9 @@ class _ChunkedSource(Source):
 
     def _decode(self, data: bytes, start: int, n: int, attempt: int) -> Any:
         raise NotImplementedError
+
+    def tuple_at(self, i: int) -> tuple | None:
+        return ("input", self.op, self.instance, i) if i >= 0 and (self._len is None or i < self._len) else None
 
     def _fetch(self, start, stop):
         out = []
@@ -350,6 +360,13 @@ class TuplesSource(Source):
                 out.append((str(seq), ch, cell))
             i = end
         return out
+
+    def tuple_at(self, i: int) -> tuple | None:
+        if self._index is None or not 0 <= i < self._total:
+            return None
+        c = bisect.bisect_right(self._offsets, i) - 1
+        _, port, src, cstart, _, _ = self._index[c]
+        return ("entry", self.op, self.instance, (port, src), cstart + i - self._offsets[c])
 
     def _decoded(self, rowid: int, codec: str) -> list | None:
         rows = self._chunks.get(rowid)
@@ -533,6 +550,10 @@ class Filter(Source):
 
     def base_index(self, i: int) -> int | None:
         return self.hits[i] if 0 <= i < len(self.hits) else None
+
+    def tuple_at(self, i: int) -> tuple | None:
+        j = self.base_index(i)
+        return None if j is None else self.base.tuple_at(j)
 
     def forget(self) -> None:
         self.base.forget()

@@ -170,7 +170,11 @@ class SourceReader:
         row group, which stays cached for the next."""
         source, parts = positions.unpack(data)
         fid, rows, k = _locate(parts, offset)
-        return self._take(source, fid, rows[k:k + 1]).to_pylist()[0]
+        r = int(rows[k])
+        _, bounds = self._parquet(fid)
+        self._check_rows(fid, bounds, r, r)
+        g = int(bounds.searchsorted(r, side="right")) - 1
+        return self._group(source, fid, g).slice(r - int(bounds[g]), 1).to_pylist()[0]
 
     def places(self, data: bytes) -> list[tuple[str, int]]:
         """(file URI, row number) of every row of a chunk, in order (`where` for all of them)."""
@@ -215,9 +219,8 @@ class SourceReader:
         import pyarrow as pa
 
         pf, bounds = self._parquet(file_id)
-        if len(rows) and (rows.min() < 0 or rows.max() >= bounds[-1]):
-            raise changed(self.files[file_id].uri, f"it has {int(bounds[-1]):,} rows, the recording read row "
-                                                   f"{int(rows.max()):,}", self.run)
+        if len(rows):
+            self._check_rows(file_id, bounds, int(rows.min()), int(rows.max()))
         groups = np.unique(np.searchsorted(bounds, rows, side="right") - 1)
         pieces = [self._group(source, file_id, int(g)) for g in groups]
         if not pieces:
@@ -230,6 +233,11 @@ class SourceReader:
         local = rows - starts[which] + before[which]
         local = np.ascontiguousarray(local, np.int64)   # (pa.array() would import pandas: 0.2 s a query)
         return table.take(pa.Array.from_buffers(pa.int64(), len(local), [None, pa.py_buffer(local)]))
+
+    def _check_rows(self, file_id: int, bounds: Any, low: int, high: int) -> None:
+        if low < 0 or high >= bounds[-1]:
+            raise changed(self.files[file_id].uri, f"it has {int(bounds[-1]):,} rows, the recording read row "
+                                                   f"{high:,}", self.run)
 
     def _group(self, source: int, file_id: int, group: int) -> Any:
         key = (source, file_id, group)

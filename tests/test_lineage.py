@@ -297,6 +297,58 @@ def test_a_state_value_at_an_earlier_interaction(fraud_when, capsys):
     assert "--at chooses when a state value is read" in capsys.readouterr().err
 
 
+def test_a_tuple_waiting_on_a_channel_and_a_row_a_call_emitted(fraud_when, capsys):
+    """A tuple that `tt replay` shows waiting on a channel is a root by the name it prints; so is
+    OP:I:N/J, the J-th row a call emitted. The oracle is the sample's Parquet input: the waiting
+    row was made from the payment whose id it carries and, through FE's state, from the earlier
+    payments of its customer, the highest of which is the `highest` the row carries."""
+    import pyarrow.parquet as pq
+
+    payments = {p["id"]: p for p in pq.read_table(fraud_when.parent / "payments.parquet").to_pylist()}
+    parse_amount = workloads.load_sample("fraud").parse_amount
+    session = DebugSession(fraud_when)
+    k = next(i.k for i in session.interactions() if i.trigger == "condition")
+    session.reader.close()
+
+    def replay(*steps) -> dict:
+        assert main(["replay", str(fraud_when), "--to", str(k), *steps, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)[-1]["pending"]
+    for theta_input in sorted((p for inst, p in replay().items() if inst.startswith("FE:")),
+                              key=lambda p: p["tuple"]):   # FE is θ, fed from U
+        instance = theta_input["tuple"].rsplit(":", 1)[0]
+        waiting = [p for p in replay("--step-into", theta_input["tuple"]).values()
+                   if p["from"] == instance and p["row"]["id"] == theta_input["row"]["id"]]
+        if waiting:   # its output is the next tuple at its FD instance (none of FE's older ones ahead of it)
+            (w,) = waiting
+            break
+    else:
+        raise AssertionError("no θ input waiting at the interaction has its output next in line at FD")
+
+    def back(root: str) -> dict:
+        assert main(["lineage", str(fraud_when), root, "--back", "--json"]) == 0
+        (doc,) = json.loads(capsys.readouterr().out)
+        return doc
+    doc = back(w["tuple"])
+    rows = {t["tuple"]: t["row"] for t in doc["tuples"]}
+    assert doc["root"] == w["tuple"] and rows[w["tuple"]] == w["row"]
+    assert [link["to"] for link in doc["links"] if link["from"] == doc["root"] and link["kind"] == "emitted"] \
+        == [theta_input["tuple"]]
+    sources = [t["row"] for t in doc["tuples"] if t.get("entered", {}).get("from") == "U"]
+    assert payments[w["row"]["id"]] in sources and all(r == payments[r["id"]] for r in sources)
+    assert {r["customer"] for r in sources} == {w["row"]["customer"]}
+    assert max(parse_amount(r["amount"]) for r in sources) == w["row"]["highest"]
+
+    emitted = back(f"{theta_input['tuple']}/0")   # the same row, named by the call that emitted it
+    assert emitted["tuples"][0]["row"] == w["row"]
+    assert {t["tuple"] for t in emitted["tuples"][1:]} == {t["tuple"] for t in doc["tuples"][1:]}
+    assert main(["lineage", str(fraud_when), f"{theta_input['tuple']}/0", "--forward", "--json"]) == 0
+    (ahead,) = json.loads(capsys.readouterr().out)
+    assert {"from": ahead["root"], "to": w["tuple"], "kind": "consumed"}.items() <= \
+        next(link for link in ahead["links"] if link["from"] == ahead["root"]).items()
+    assert main(["lineage", str(fraud_when), f"{theta_input['tuple']}/1", "--back"]) != 0
+    assert f"{theta_input['tuple']}'s call emitted one row, {theta_input['tuple']}/0, not" in capsys.readouterr().err
+
+
 # --- whole-job lineage: tt record --lineage ----------------------------------------------------------
 
 

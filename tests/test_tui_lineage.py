@@ -15,6 +15,7 @@ from tt.replay.session import DebugSession
 from tt.tui.app import DebuggerApp
 from tt.tui.widgets.dag_view import DagView
 from tt.tui.widgets.lineage_tree import LineageTree
+from tt.tui.widgets.log_browser import LogBrowser
 from tt.tui.widgets.pending_tuples import PendingTuples
 from tt.tui.widgets.state_inspector import StateInspector
 from tt.tui.widgets.watch_list import WatchList
@@ -113,6 +114,52 @@ def test_w_on_a_waiting_tuple_and_the_watch_keys_moved(fraud_run):
         assert app.query_one(WatchList).display
         await keys(pilot, "minus")
         assert message(app) == "no longer watching len(FD.blacklist)"
+    drive(app, script, size=(160, 48))
+
+
+def test_w_on_a_sink_row_and_on_a_recorded_tuple_in_the_logs_view(fraud_run):
+    """A sink's rows are its Input log: `w` on one opens, in the debug view, its tree; the sink
+    row's source is the payment with the row's own id (the job carries ids end to end; the
+    oracle is the row's value, not tt's links). On a recorded tuple, `w` traces the tuple it
+    was consumed as: a leaf that entered θ. On an interaction, it says what it can trace."""
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "4")
+        logs = app.query_one(LogBrowser)
+        await until(pilot, lambda: logs.base is not None and logs.lines.total > 0, what="the interactions log")
+        logs.lines.focus()
+        await keys(pilot, "w")
+        assert message(app).startswith("nothing to trace in this row"), message(app)
+
+        logs.open_source("in:S:1")
+        await until(pilot, lambda: logs.base is not None and logs.base.key == "in:S:1", what="S:1's Input log")
+        logs.lines.focus()
+        for _ in range(7):
+            await pilot.press("down")
+        await until(pilot, lambda: logs.lines.cursor == 7, what="row 7")
+        await keys(pilot, "w")
+        why = app.query_one(LineageTree)
+        assert app.view == "debug" and why.display and why.has_focus
+        assert why.border_title == "why S:1:7" and message(app).startswith("why S:1:7: "), message(app)
+        root = why.lines[0]
+        assert root.startswith("S:1:7  {"), why.lines[:2]
+        row_id = int(root.split("id: ")[1].split(",")[0])
+        entered = [line for line in why.lines if "entered G(θ) at FE" in line]
+        assert len(entered) == 1 and f"{{id: {row_id}," in entered[0], why.lines
+        await keys(pilot, "w")
+        assert not why.display
+
+        await keys(pilot, "4")
+        logs.open_source("tuples:FE:0")
+        await until(pilot, lambda: logs.base is not None and logs.base.key == "tuples:FE:0", what="FE:0's tuples")
+        logs.lines.focus()
+        await until(pilot, lambda: logs.lines.row_cells(0) is not None, what="the first recorded tuple")
+        first = logs.lines.row_cells(0)[2]
+        await keys(pilot, "w")
+        assert why.display and why.border_title.startswith("why FE:0:"), why.border_title
+        assert len(why.lines) == 1 and "entered G(θ) at FE (θ's input) from source U" in why.lines[0]
+        assert first.split(",")[0] in why.lines[0], (first, why.lines)
     drive(app, script, size=(160, 48))
 
 

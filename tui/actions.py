@@ -123,8 +123,9 @@ ACTIONS = (
     Action("w", "why", "why", "why", "Why is this here: what the selected tuple or state value was made from",
            when=When.ENGINE, palette="Why: lineage", footer=False,
            palette_help="w · the tuples {target} or the state field under the cursor was made from",
-           help="why: the lineage of the selected tuple, or of the state field under the cursor, beside the "
-                "state (Enter on a leaf goes to just before it is consumed; w again closes it)"),
+           help="why: the lineage of the selected tuple, of the state field under the cursor, or of the log row "
+                "under the cursor (a sink's rows are its Input log), beside the state (Enter on a leaf goes to "
+                "just before it is consumed; w again closes it)"),
     Action("i", "interact", "interact", "interact", "Take an interaction now (live recording)",
            when=When.LIVE, palette="Take an interaction", palette_help="i · snapshot the running job now",
            help="take an interaction now (only while recording, with `tt record --tui`)"),

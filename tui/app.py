@@ -34,7 +34,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input
 from textual.worker import get_current_worker
 
-from ..core.errors import RunFileError, TTError
+from ..core.errors import RunFileError, TTError, UsageError
 from ..core.scopes import TupleRef, operator_of
 from ..replay import facts
 from ..store.reader import RunReader
@@ -947,7 +947,15 @@ class DebuggerApp(App):
         target = None
         state = self.query_one(StateInspector)
         node = state.tree.cursor_node
-        if state.tree.has_focus and node is not None and node.data is not None and not node.data.more \
+        logs = self.query_one(LogBrowser)
+        if self.view == "logs" or (self.focused is not None and logs in self.focused.ancestors_with_self):
+            picked = logs.selected_tuple()   # a row of an Input or Output log (a sink's rows too), a recorded tuple
+            if picked is None:
+                self._say("nothing to trace in this row: choose a row of an Input log (a sink's Input log "
+                          "holds its rows), an Output log or recorded tuples", "warning")
+                return
+            target = ("log", picked)
+        elif state.tree.has_focus and node is not None and node.data is not None and not node.data.more \
                 and node.data.path and node.data.path[-1] != "…":
             target = ("state", node.data.instance, ".".join(map(str, node.data.path[:2])))
         else:
@@ -980,7 +988,7 @@ class DebuggerApp(App):
                 if lineage is None or lineage.session is not s:
                     lineage = Lineage(s)
                     lineage.use_index(build=False)   # one `tt lineage` built: no replay for a tuple
-                root = target[1]
+                root = target[1] if target[0] == "tuple" else _logged_tuple(s, target[1])
             self._lineage = lineage
             (tree,) = lineage.trees([root], back=True)
             return lineage.label(root), outline(lineage, tree), len(tree.nodes)
@@ -1005,6 +1013,8 @@ class DebuggerApp(App):
         if report.error is not None:
             self._say(f"why {report.title}: {report.error}", "error")
             return
+        if self.view == "logs":   # `w` on a log row: the tree opens above the state, in the debug view
+            self.action_view("debug")
         why = self.query_one(LineageTree)
         why.border_title = f"why {report.title}"
         why.show(report.title, report.root)
@@ -1212,3 +1222,17 @@ def _after_run_until(session, result) -> tuple[str | None, TupleRef | None]:
     if result is not None and result.ok and result.stopped_at is not None:
         return session.graph.nodes[result.stopped_at.op].name, None
     return None, None
+
+
+def _logged_tuple(session, row: tuple) -> TupleRef:
+    """The tuple a log row is about (`logview.Source.tuple_at`): a position of an Input or Output
+    log, or the position a recorded tuple was consumed at."""
+    if row[0] == "input":
+        _, op, instance, position = row
+        return session.parse_ref(f"{session.label((op, instance))}:{position}", lineage=True)
+    _, op, instance, channel, seq = row
+    position = session.provenance.index(op, instance).position_of(channel, seq)
+    if position is None:
+        raise UsageError(f"recorded tuple #{seq} into {session.label((op, instance))} was not consumed before the "
+                         f"run ended: nothing was made from it")
+    return TupleRef(op, instance, position)

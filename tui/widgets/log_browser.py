@@ -250,6 +250,12 @@ class LogBrowser(Vertical):
         self.app.push_screen(TupleScreen.from_cells(f"{title} · row {event.cells[0] if event.cells else event.row}", self.source.columns
                                                     if self.source is not None else (), event.cells))
 
+    def selected_tuple(self) -> tuple | None:
+        """The tuple of the row under the cursor (`logview.Source.tuple_at`), for `w`."""
+        if self.source is None or not self.lines.total:
+            return None
+        return self.source.tuple_at(self.lines.cursor)
+
     def _status(self, extra: str | None = None) -> None:
         lines = self.lines
         title = self.source.title if self.source is not None else "…"
