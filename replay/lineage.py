@@ -722,6 +722,14 @@ class Where:
             raise UsageError(f"bad --where expression {source!r}: {e.msg}") from None
         self.code = compile(tree, "<--where>", "eval")
         self.globals = {"__builtins__": {k: getattr(builtins, k) for k in BUILTINS}, "row": None}
+        # a row that is not a dict has no fields to name: the expression as a function of `row`
+        # alone, a third cheaper per row than eval
+        fn = ast.Expression(ast.Lambda(ast.arguments(posonlyargs=[], args=[ast.arg("row")], kwonlyargs=[],
+                                                     kw_defaults=[], defaults=[]), tree.body))
+        try:
+            self._of_row = eval(compile(ast.fix_missing_locations(fn), "<--where>", "eval"), dict(self.globals))
+        except SyntaxError:   # (`row := …` is no lambda's body)
+            self._of_row = lambda row: eval(self.code, dict(self.globals, row=row), {})
         # a dict row is the expression's locals as it is (no copy per row: a scan tests every row
         # an operator emitted), unless the expression could write into it (`:=`)
         self._assigns = any(isinstance(n, ast.NamedExpr) for n in ast.walk(tree))
@@ -730,14 +738,18 @@ class Where:
         self.held = False
 
     def __call__(self, row: Any) -> bool:
-        if type(row) is dict and "row" not in row and not self._assigns:
-            names = row
-        else:   # (a key that is no name is never looked up)
-            names = dict(row) if isinstance(row, dict) else {}
-            names["row"] = row
-        self.globals["row"] = row
+        names: dict = {}
         try:
-            held = bool(eval(self.code, self.globals, names))
+            if not isinstance(row, dict):
+                held = bool(self._of_row(row))
+            else:
+                if type(row) is dict and "row" not in row and not self._assigns:
+                    names = row
+                else:   # (a key that is no name is never looked up)
+                    names = dict(row)
+                    names["row"] = row
+                self.globals["row"] = row
+                held = bool(eval(self.code, self.globals, names))
         except Exception as e:  # noqa: BLE001  (the user's expression: false for this row, reported once)
             if self.error is None:
                 self.error = f"{type(e).__name__}: {e}"
@@ -777,11 +789,7 @@ class _Kept:
     def __init__(self, data: array, state: str):
         self.data = np.frombuffer(data, np.uint32) if len(data) else np.zeros(0, np.uint32)
         self.state = state            # how a link through it is labelled: "J1:0 kept rows"
-        at, i, n = array("q"), 0, len(data)
-        while i < n:                  # (each offset depends on the count before it: a Python loop)
-            at.append(i)
-            i += 1 + data[i]
-        self.at = np.frombuffer(at, np.int64) if len(at) else np.zeros(0, np.int64)   # output -> its count's offset
+        self.at = _offsets(data, self.data)   # output -> its count's offset
 
     def of(self, g: int) -> list[int]:
         if g >= len(self.at):
@@ -795,6 +803,20 @@ class _Kept:
         found = np.flatnonzero(self.data == position)
         g = np.searchsorted(self.at, found, side="right") - 1
         return g[self.at[g] != found].tolist()   # (not where a count equals the position)
+
+
+def _offsets(data: array, arr: np.ndarray) -> np.ndarray:
+    """Where each output's count is in `data` (n, then n positions, per output). Each offset
+    depends on the count before it: a Python loop, unless every output has the same count
+    (a join whose every output was made from one stored row), checked in one pass."""
+    n = len(data)
+    if n and n % (data[0] + 1) == 0 and bool((arr[::data[0] + 1] == data[0]).all()):
+        return np.arange(0, n, data[0] + 1, dtype=np.int64)
+    at, i = array("q"), 0
+    while i < n:
+        at.append(i)
+        i += 1 + data[i]
+    return np.frombuffer(at, np.int64) if len(at) else np.zeros(0, np.int64)
 
 
 def _advance(engine: Engine, targets: dict[Key, int]) -> None:

@@ -442,3 +442,46 @@ def test_numpy_readers_of_shuffle_logs_equal_the_core_ones():
                     LogArrays.by_destination(array("I", ds), n_dest)
             counts = array("I", [rng.randrange(5) for _ in range(n)])
             assert NumpyLogArrays.running_sums(counts) == LogArrays.running_sums(counts)
+
+
+def test_kept_offsets_with_and_without_the_uniform_shortcut():
+    """`_Kept`'s offsets (n, then n positions, per output): the one-pass shortcut for outputs
+    that all have the same count gives what the loop over counts gives, mixed counts too."""
+    import numpy as np
+
+    from tt.replay.lineage import _offsets
+
+    def loop(data: array) -> list[int]:
+        at, i = [], 0
+        while i < len(data):
+            at.append(i)
+            i += 1 + data[i]
+        return at
+    rng = random.Random(3)
+    cases = [array("I"), array("I", [0]), array("I", [0, 0, 0]), array("I", [1, 7, 1, 9]), array("I", [2, 5, 6, 2, 1, 1]),
+             array("I", [1, 2, 1, 1, 1, 1]), array("I", [1, 2, 2, 1, 1])]   # (a position of 2 is no count)
+    for _ in range(200):
+        data = array("I")
+        same = rng.random() < 0.5
+        c0 = rng.randrange(3)
+        for _ in range(rng.randrange(30)):
+            c = c0 if same else rng.randrange(3)
+            data.append(c)
+            data.extend(rng.randrange(4) for _ in range(c))
+        cases.append(data)
+    for data in cases:
+        arr = np.frombuffer(data, np.uint32) if len(data) else np.zeros(0, np.uint32)
+        assert _offsets(data, arr).tolist() == loop(data), list(data)
+
+
+def test_where_reads_fields_of_dict_rows_and_indexes_other_rows_without_changing_them():
+    from tt.replay.lineage import Where
+
+    row = {"customer": "Bob", "row": 3}
+    assert Where("customer == 'Bob'")({"customer": "Bob"}) and not Where("customer == 'Bob'")({"customer": "Al"})
+    assert Where("row['row'] == 3")(row), "`row` is the whole row, even where a field is named row"
+    assert Where("row[0] == 1 and len(row) == 2")((1, 2)) and Where("any(v == 2 for v in row)")((1, 2))
+    assert not Where("(customer := 'x') == 'y'")(row) and row == {"customer": "Bob", "row": 3}, "never written"
+    bad = Where("custmer == 'Bob'")
+    assert not bad({"customer": "Bob"}) and bad.error.startswith("NameError") and bad.fields == ["customer"]
+    assert not bad((1,)) and Where("nope")((1,)) is False
