@@ -334,17 +334,25 @@ class Lineage:
                 ref = TupleRef(op, instance, position)
                 found.append(ref)
                 self._rows[ref] = values.encode(row)
-        if node.id in self.graph.lineage:   # --lineage: a source that logged where its rows went
+        def scan(op: int, instance: int, port: int, position: Callable[[tuple, int], int | None]) -> None:
+            """The rows sent on `port` that were read by reference (or packed), prefiltered on
+            their columns where `--where` is a conjunction of `field == constant` (`Where.equal`)."""
+            nonlocal checked
+            for rowid, p, src, start, n, codec in self.reader.entry_index(op, instance):
+                if p == port and codec in (blobs.REF, blobs.ARROW):
+                    n, offsets, rows = self.reader.entry_tuples_where(codec, rowid, test.equal)
+                    checked += n - len(rows)   # (rows the prefilter left out were checked there)
+                    for k, row in zip(offsets, rows):
+                        check(op, instance, position((p, src), start + k), row)
+        if node.id in self.graph.lineage:   # a source that logged where its rows went (read by reference)
             for d in range(node.instances):
-                for _, seq, row, _ in self._referenced_rows(node.id, d, 0):
-                    check(node.id, d, seq, row)
+                scan(node.id, d, 0, lambda ch, seq: seq)
             return found, checked
         for e in self.graph.out_edges(node):
             for d in range(self.graph.nodes[e.dst].instances):
                 index = self.provenance.index(e.dst, d) if e.dst in self.graph.logged else None
                 if e.dst in self.graph.lineage:   # --lineage: a source's rows, read from their files
-                    for ch, seq, row, _ in self._referenced_rows(e.dst, d, e.port):
-                        check(e.dst, d, index.position_of(ch, seq), row)
+                    scan(e.dst, d, e.port, index.position_of)
                 elif e.dst in self.graph.in_g:
                     for ch, entry in self.engine.instances[(e.dst, d)].entry.items():
                         if ch[0] == e.port:
@@ -733,6 +741,7 @@ class Where:
         # a dict row is the expression's locals as it is (no copy per row: a scan tests every row
         # an operator emitted), unless the expression could write into it (`:=`)
         self._assigns = any(isinstance(n, ast.NamedExpr) for n in ast.walk(tree))
+        self.equal = _equalities(tree.body)
         self.error: str | None = None
         self.fields: list[str] = []
         self.held = False
@@ -757,6 +766,23 @@ class Where:
             return False
         self.held |= held
         return held
+
+
+def _equalities(body: ast.expr) -> dict[str, Any]:
+    """`field == constant` (or `constant == field`) parts of a conjunction, as {field: constant}
+    for ints and strings: a row of a table must hold each of them to hold the whole, so a scan may
+    skip, by its columns, the rows that do not (store/sources.py `rows_where`)."""
+    parts = body.values if isinstance(body, ast.BoolOp) and isinstance(body.op, ast.And) else [body]
+    out: dict[str, Any] = {}
+    for part in parts:
+        if not (isinstance(part, ast.Compare) and len(part.ops) == 1 and isinstance(part.ops[0], ast.Eq)):
+            continue
+        pair = (part.left, part.comparators[0])
+        name = next((x.id for x in pair if isinstance(x, ast.Name)), None)
+        const = next((x.value for x in pair if isinstance(x, ast.Constant)), None)
+        if name is not None and name != "row" and type(const) in (int, str) and name not in out:
+            out[name] = const
+    return out
 
 
 class _Calls:

@@ -415,6 +415,14 @@ class RunReader:
             return self.sources().rows(blobs.decompress(self.entry_data(rowid)))
         return blobs.unpack_tuples(codec, self.entry_data(rowid))
 
+    def entry_tuples_where(self, codec: str, rowid: int, equal: dict[str, Any]) -> tuple[int, list[int], list]:
+        """(n, offsets, rows): one chunk's rows that may hold `equal` (`SourceReader.rows_where`,
+        for rows read by reference; every row of any other chunk)."""
+        if codec == blobs.REF:
+            return self.sources().rows_where(blobs.decompress(self.entry_data(rowid)), equal)
+        rows = self.entry_tuples(codec, rowid)
+        return len(rows), list(range(len(rows))), rows
+
     def entry_tuple(self, codec: str, rowid: int, offset: int) -> Any:
         """One chunk's `offset`-th tuple; a row stored by reference is read alone from its file."""
         if codec == blobs.REF:

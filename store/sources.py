@@ -165,6 +165,32 @@ class SourceReader:
         """One chunk as the rows a tt.Dataflow source hands its operators."""
         return self.table(data).to_pylist()
 
+    def rows_where(self, data: bytes, equal: dict[str, Any]) -> tuple[int, list[int], list[dict]]:
+        """(the chunk's row count, the offsets of its rows whose columns equal `equal`'s values,
+        those rows): a scan's prefilter (`tt lineage SOURCE --where "key == 42"`), computed on
+        the columns. A column it cannot compare exactly (not an integer or string column, or a
+        value of another type) is not filtered on: a row it keeps may still fail the test."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = self.table(data)
+        mask = None
+        for name, value in equal.items():
+            if name not in table.column_names:
+                continue
+            kind = table.schema.field(name).type
+            exact = (type(value) is int and pa.types.is_integer(kind)) or \
+                (type(value) is str and (pa.types.is_string(kind) or pa.types.is_large_string(kind)))
+            if exact:
+                hit = pc.fill_null(pc.equal(table[name], value), False)
+                mask = hit if mask is None else pc.and_(mask, hit)
+        if mask is None:
+            return len(table), list(range(len(table))), table.to_pylist()
+        offsets = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        return len(table), offsets.tolist(), table.take(pa.array(offsets, pa.int64())).to_pylist() if len(offsets) \
+            else []
+
     def row(self, data: bytes, offset: int) -> dict:
         """A chunk's `offset`-th row alone (lineage shows a few rows of many chunks): read from its
         row group, which stays cached for the next."""

@@ -18,8 +18,9 @@ import pytest
 
 import workloads
 from tt.cli.main import main
+from tt.core import values
 from tt.core.errors import UsageError
-from tt.replay.lineage import Lineage, Output
+from tt.replay.lineage import Lineage, Output, Where
 from tt.replay.session import DebugSession
 
 pytestmark = pytest.mark.slow
@@ -505,6 +506,34 @@ def test_with_lineage_a_join_and_an_aggregate_outside_g_theta_log_what_they_kept
             sid = source_id(tree.rows[ref])
             assert {n for n, e in tree.ends.items() if e["end"] == "sink"} == \
                 {r for r, ids in sink.items() if sid in ids}, sid
+    finally:
+        session.reader.close()
+
+
+def test_where_on_a_source_read_by_reference_is_prefiltered_on_its_columns_and_finds_the_same_rows(deep):
+    """`--where "l_id == 107"` on a source read by reference is first filtered on the Parquet
+    columns (`Where.equal`, `SourceReader.rows_where`); it must choose exactly the rows the
+    expression chooses row by row (`l_id + 0 == 107` is no `field == constant`: not prefiltered),
+    and count every row as checked."""
+    run, _ = deep
+    session = DebugSession(run)
+    try:
+        lin = Lineage(session)
+        every = {ref: lin._rows[ref] for ref in lin.rows_of("ITEMS", "True")}
+        assert len(every) == 30
+        for expr, equal, by_row in [("l_id == 107", {"l_id": 107}, "l_id + 0 == 107"),
+                                    ("o_id == 3 and qty == 5", {"o_id": 3, "qty": 5}, "o_id + 0 == 3 and qty + 0 == 5"),
+                                    ("3 == o_id and qty > 1", {"o_id": 3}, "3 == o_id + 0 and qty > 1"),
+                                    ("o_id == 3 or qty == 3", {}, None)]:
+            assert Where(expr).equal == equal and (by_row is None or Where(by_row).equal == {})
+            expected = sorted(r for r, row in every.items() if eval(expr, {}, values.decode(row)))
+            assert expected and lin.rows_of("ITEMS", expr) == expected, expr
+            if by_row is not None:
+                assert lin.rows_of("ITEMS", by_row) == expected
+        assert Where("l_id == 107 and qty == 'x'").equal == {"l_id": 107, "qty": "x"}   # (not on an int column)
+        for expr in ("l_id == 9999", "l_id + 0 == 9999", "l_id == 107 and qty == 'x'"):
+            with pytest.raises(UsageError, match="none of the 30 rows ITEMS emitted matches"):
+                lin.rows_of("ITEMS", expr)
     finally:
         session.reader.close()
 

@@ -458,8 +458,9 @@ def test_kept_offsets_with_and_without_the_uniform_shortcut():
             i += 1 + data[i]
         return at
     rng = random.Random(3)
-    cases = [array("I"), array("I", [0]), array("I", [0, 0, 0]), array("I", [1, 7, 1, 9]), array("I", [2, 5, 6, 2, 1, 1]),
-             array("I", [1, 2, 1, 1, 1, 1]), array("I", [1, 2, 2, 1, 1])]   # (a position of 2 is no count)
+    cases = [array("I"), array("I", [0]), array("I", [0, 0, 0]), array("I", [1, 7, 1, 9]),
+             array("I", [2, 5, 6, 2, 1, 1]), array("I", [1, 2, 1, 1, 1, 1]), array("I", [1, 2, 2, 1, 1])]
+    # (the last two: a position of 2 is no count)
     for _ in range(200):
         data = array("I")
         same = rng.random() < 0.5
