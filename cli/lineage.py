@@ -150,10 +150,9 @@ def _link_text(lineage, link, back: bool) -> str:
 
 
 def _tree_text(lineage, tree) -> tuple[str, bool]:
-    from ..replay.lineage import Output
-
     """The tree, depth first, each row once ("shown above" where it comes again), at most
     WRITERS_SHOWN writers per state path (`Tree.shown_links`); (text, whether a row was cut)."""
+    from ..replay.lineage import Output
     back = tree.direction == "back"
     lines, shown, cut = [], set(), False
 

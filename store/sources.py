@@ -108,6 +108,32 @@ def _when(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _indices(a: Any) -> Any:
+    """Row numbers (numpy) as the int64 Arrow array `Table.take` wants (pa.array() would import
+    pandas: 0.2 s a query)."""
+    import numpy as np
+    import pyarrow as pa
+
+    a = np.ascontiguousarray(a, np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)])
+
+
+def _scalar(value: Any, kind: Any) -> Any:
+    """`value` as an Arrow scalar to compare a column of type `kind` with, or None where the
+    comparison would not be exact: an int against an integer column, a str against a string
+    one. Built from buffers: pa.scalar() would import pandas (0.16 s a query)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if type(value) is int and pa.types.is_integer(kind) and -2 ** 63 <= value < 2 ** 63:
+        return pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(np.array([value], np.int64))])[0]
+    if type(value) is str and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        data = value.encode()
+        offsets = np.array([0, len(data)], np.int64 if pa.types.is_large_string(kind) else np.int32)
+        return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])[0]
+    return None
+
+
 def _locate(parts: list[tuple[int, Any]], offset: int) -> tuple[int, Any, int]:
     """(file id, its positions, k): a chunk's `offset`-th row is row k of that file's part."""
     for fid, rows in parts:
@@ -170,8 +196,6 @@ class SourceReader:
         those rows): a scan's prefilter (`tt lineage SOURCE --where "key == 42"`), computed on
         the columns. A column it cannot compare exactly (not an integer or string column, or a
         value of another type) is not filtered on: a row it keeps may still fail the test."""
-        import numpy as np
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         table = self.table(data)
@@ -179,17 +203,13 @@ class SourceReader:
         for name, value in equal.items():
             if name not in table.column_names:
                 continue
-            kind = table.schema.field(name).type
-            exact = (type(value) is int and pa.types.is_integer(kind)) or \
-                (type(value) is str and (pa.types.is_string(kind) or pa.types.is_large_string(kind)))
-            if exact:
-                hit = pc.fill_null(pc.equal(table[name], value), False)
+            value = _scalar(value, table.schema.field(name).type)
+            if value is not None:
+                hit = pc.equal(table[name], value)   # (null where the column is: filter and indices_nonzero skip it)
                 mask = hit if mask is None else pc.and_(mask, hit)
         if mask is None:
             return len(table), list(range(len(table))), table.to_pylist()
-        offsets = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-        return len(table), offsets.tolist(), table.take(pa.array(offsets, pa.int64())).to_pylist() if len(offsets) \
-            else []
+        return len(table), pc.indices_nonzero(mask).to_pylist(), table.filter(mask).to_pylist()
 
     def row(self, data: bytes, offset: int) -> dict:
         """A chunk's `offset`-th row alone (lineage shows a few rows of many chunks): read from its
@@ -256,9 +276,7 @@ class SourceReader:
         starts = bounds[groups]
         before = np.concatenate(([0], np.cumsum([p.num_rows for p in pieces[:-1]], dtype=np.int64)))
         which = np.searchsorted(starts, rows, side="right") - 1
-        local = rows - starts[which] + before[which]
-        local = np.ascontiguousarray(local, np.int64)   # (pa.array() would import pandas: 0.2 s a query)
-        return table.take(pa.Array.from_buffers(pa.int64(), len(local), [None, pa.py_buffer(local)]))
+        return table.take(_indices(rows - starts[which] + before[which]))
 
     def _check_rows(self, file_id: int, bounds: Any, low: int, high: int) -> None:
         if low < 0 or high >= bounds[-1]:

@@ -486,3 +486,22 @@ def test_where_reads_fields_of_dict_rows_and_indexes_other_rows_without_changing
     bad = Where("custmer == 'Bob'")
     assert not bad({"customer": "Bob"}) and bad.error.startswith("NameError") and bad.fields == ["customer"]
     assert not bad((1,)) and Where("nope")((1,)) is False
+
+
+def test_arrow_scalars_for_a_prefilter_compare_exactly_or_not_at_all():
+    """store/sources.py `_scalar`: the constant of `field == constant` as an Arrow scalar of a
+    column it compares with exactly (ints with integer columns, strings with string columns),
+    None otherwise; a null in the column matches nothing."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from tt.store.sources import _scalar
+
+    ints = pa.chunked_array([pa.array([1, None, 3], pa.int32()), pa.array([3], pa.int32())])
+    strs = pa.chunked_array([pa.array(["a", None, "b"], pa.large_string())])
+    assert pc.indices_nonzero(pc.equal(ints, _scalar(3, ints.type))).to_pylist() == [2, 3]
+    assert pc.indices_nonzero(pc.equal(strs, _scalar("b", strs.type))).to_pylist() == [2]
+    assert pc.indices_nonzero(pc.equal(pa.chunked_array([pa.array(["é", "e"])]), _scalar("é", pa.string()))
+                              ).to_pylist() == [0]
+    assert _scalar("3", ints.type) is None and _scalar(3, strs.type) is None and _scalar(2 ** 70, ints.type) is None
+    assert _scalar(True, ints.type) is None and _scalar(1.0, pa.float64()) is None
