@@ -936,9 +936,10 @@ class DebuggerApp(App):
 
     def action_why(self) -> None:
         """The lineage of the state field under the state tree's cursor (when the state tree has the
-        focus) or of the selected tuple, beside the state; `w` again closes it."""
+        focus), of the log row under the cursor (in the logs view) or of the selected tuple, beside
+        the state; `w` again closes it (in the logs view, `w` traces the row: the tree is not shown)."""
         why = self.query_one(LineageTree)
-        if why.display:
+        if why.display and self.view != "logs":
             why.display = False
             self.query_one(StateInspector).tree.focus()
             return
