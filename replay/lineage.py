@@ -23,7 +23,7 @@ import collections
 import sqlite3
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
@@ -153,7 +153,7 @@ class Lineage:
         self._channel: dict[Key, tuple] = {}
         self._readers: dict[Key, MadeIndex] = {}   # forward through state: per instance, who read what
         self._kept: dict[Key, _Kept] = {}
-        self._read_chunks: dict[int, tuple[list, list]] = {}   # entry chunk -> (rows, (file, row#) each)
+        self._read_chunks: dict[int, list] = {}   # entry chunk packed by `tt pack` -> its rows
         self._rows: dict[Node, Any] = {}
         self._on_outputs: Callable[[Key, int, list], None] | None = None   # sees each tracked call's outputs
         self.index: LineageIndex | None = None
@@ -308,12 +308,7 @@ class Lineage:
             if rows is not None:   # kept in the index: no replay
                 del targets[key]
                 for position, outs in rows.all():
-                    checked += len(outs)
-                    for j, row in enumerate(outs):
-                        if test(row):
-                            out = Output(TupleRef(key[0], key[1], position), j)
-                            found.append(out)
-                            self._rows[out] = values.encode(row)
+                    outputs(key, position, outs)
         if targets and (self.index is not None or any(self.engine.instances[key].count for key in targets)):
             self._shadow(targets, on_outputs=outputs)   # the tracked replay is past some of them, or not needed
         elif targets:   # read them on the way: the tracked replay goes there anyway
@@ -557,9 +552,21 @@ class Lineage:
 
     def _source_row(self, t: TupleRef, port: int, seq: int, info: dict) -> dict:
         """`info` with the file and row number of `t`, the seq-th row its instance got on `port`,
-        when its source was read by reference; its values are kept for the tree."""
-        for _, _, row, where in self._referenced_rows(t.op, t.instance, port, seq):
-            info.update({} if where is None else {"file": where[0], "row": where[1]})
+        when its source was read by reference (--lineage keeps their file positions; after
+        `tt pack`, the rows themselves, without them); its values are kept for the tree."""
+        for rowid, p, _, start, n, codec in self.reader.entry_index(t.op, t.instance):
+            if p != port or codec not in (blobs.REF, blobs.ARROW) or not start <= seq < start + n:
+                continue
+            k = seq - start
+            if codec == blobs.REF:   # one row, read alone (its row group stays cached)
+                row = self.reader.entry_tuple(codec, rowid, k)
+                uri, number = self.reader.entry_place(rowid, k)
+                info.update({"file": uri, "row": number})
+            else:   # leaves often share chunks: each decoded once
+                rows = self._read_chunks.get(rowid)
+                if rows is None:
+                    rows = self._read_chunks[rowid] = self.reader.entry_tuples(codec, rowid)
+                row = rows[k]
             self._rows[t] = values.encode(row)
         return info
 
@@ -591,27 +598,6 @@ class Lineage:
         if kept is None:
             kept = self._kept[key] = _Kept(self.reader.made_from(*key), f"{self.label(call).rsplit(':', 1)[0]} kept rows")
         return kept
-
-    def _referenced_rows(self, op: int, instance: int, port: int, seq: int | None = None) -> Iterator[tuple]:
-        """((port, src), seq, row, (file, row#) or None) of the source rows an instance outside G(θ)
-        got on `port` from a source read by reference (--lineage keeps their file positions; after
-        `tt pack`, the rows themselves): all of them, or the one at `seq`."""
-        for rowid, p, src, start, n, codec in self.reader.entry_index(op, instance):
-            if p != port or codec not in (blobs.REF, blobs.ARROW) or (seq is not None and not start <= seq < start + n):
-                continue   # (ARROW: the rows `tt pack` copied in; where they were is no longer known)
-            if seq is not None and codec == blobs.REF:   # one row, read alone (its row group stays cached)
-                k = seq - start
-                yield (p, src), seq, self.reader.entry_tuple(codec, rowid, k), self.reader.entry_place(rowid, k)
-                continue
-            read = self._read_chunks.get(rowid)
-            if read is None:
-                places = self.reader.entry_places(rowid) if codec == blobs.REF else [None] * n
-                read = (self.reader.entry_tuples(codec, rowid), places)
-                if seq is not None:   # leaves often share chunks: each read from its files once (a scan: not kept)
-                    self._read_chunks[rowid] = read
-            rows, places = read
-            for k in range(n) if seq is None else (seq - start,):
-                yield (p, src), start + k, rows[k], places[k]
 
     # --- replays ------------------------------------------------------------------------------
 

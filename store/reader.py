@@ -457,10 +457,6 @@ class RunReader:
         return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
                                  (name,)).fetchone() is not None
 
-    def entry_places(self, rowid: int) -> list[tuple[str, int]]:
-        """(file URI, row number) of every row of a chunk recorded by reference."""
-        return self.sources().places(blobs.decompress(self.entry_data(rowid)))
-
     def entry_place(self, rowid: int, offset: int) -> tuple[str, int]:
         """(file URI, row number) of a chunk recorded by reference's `offset`-th row."""
         return self.sources().where(blobs.decompress(self.entry_data(rowid)), offset)
@@ -613,13 +609,13 @@ class NumpyLogArrays(LogArrays):
     of int64 arrays (`_q`), which the core reads as it reads its own arrays."""
 
     @staticmethod
-    def running_sums(counts: array) -> array:
+    def running_sums(counts: array) -> memoryview:
         import numpy as np
 
         return _q(np.concatenate(([0], np.cumsum(np.asarray(counts, dtype=np.int64)))))
 
     @staticmethod
-    def by_destination(dests: array, n: int) -> tuple[array, list[array]]:
+    def by_destination(dests: array, n: int) -> tuple[memoryview, list[memoryview]]:
         import numpy as np
 
         ds = np.asarray(dests, dtype=np.int64)

@@ -126,7 +126,7 @@ def _scalar(value: Any, kind: Any) -> Any:
     import pyarrow as pa
 
     if type(value) is int and pa.types.is_integer(kind) and -2 ** 63 <= value < 2 ** 63:
-        return pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(np.array([value], np.int64))])[0]
+        return _indices([value])[0]
     if type(value) is str and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         data = value.encode()
         offsets = np.array([0, len(data)], np.int64 if pa.types.is_large_string(kind) else np.int32)
@@ -221,11 +221,6 @@ class SourceReader:
         self._check_rows(fid, bounds, r, r)
         g = int(bounds.searchsorted(r, side="right")) - 1
         return self._group(source, fid, g).slice(r - int(bounds[g]), 1).to_pylist()[0]
-
-    def places(self, data: bytes) -> list[tuple[str, int]]:
-        """(file URI, row number) of every row of a chunk, in order (`where` for all of them)."""
-        _, parts = positions.unpack(data)
-        return [(self.files[fid].uri, int(r)) for fid, rows in parts for r in rows.tolist()]
 
     def where(self, data: bytes, offset: int) -> tuple[str, int]:
         """(file URI, row number in the file, from 0) of a chunk's `offset`-th row: where a
