@@ -397,6 +397,36 @@ def test_a_joins_running_digest_equals_one_made_from_scratch():
     assert values.first_difference(stored, changed) == ("<root>", stored, changed)
 
 
+def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
+    """A kept-inputs digest (core/kept_inputs.py) hashes the bytes it hashed before its fast path
+    for Decimals (orjson with `values.encode` for what orjson cannot write; `values.encode` for all
+    of it where orjson refuses the value): run files recorded before it still verify."""
+    import datetime
+    import hashlib
+
+    import orjson
+
+    from tt.core import kept_inputs
+
+    class Price(decimal.Decimal):
+        pass
+
+    def before(key, value) -> int:
+        try:
+            data = orjson.dumps([key, value], default=values.encode, option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            data = orjson.dumps([values.encode(key), values.encode(value)], option=orjson.OPT_SORT_KEYS)
+        return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") << 48 | len(data)
+
+    plain = [{"l_orderkey": 7, "price": decimal.Decimal("901.50"), "d": decimal.Decimal("0.04")},
+             {"b": Price("-1E+3"), "a": [1.5, None, "x", float("nan")], "t": (1, decimal.Decimal("2"))},
+             {"when": datetime.date(1994, 1, 1), "set": {3, 1}, "raw": b"\x00"}]
+    refused = [{"big": 2 ** 70}, {2: "a key that is not a str"}]
+    cases = [(7, plain[:1]), ("k", plain), ((1, "a"), plain[1:]), (3, refused[:1]), (4, [*plain, *refused])]
+    for key, value in cases:
+        assert kept_inputs._entry(key, value) == before(key, value), (key, value)
+
+
 def test_a_decoded_chunk_hands_out_rows_as_recorded_and_decodes_no_more_than_needed():
     """replay/entries.py DecodedChunk: an operator that writes into its rows gets them as recorded
     on a second pass; showing a consumed row after each step costs one spare decode, not one a
