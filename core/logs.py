@@ -157,6 +157,36 @@ def kept_apart(value: Any) -> Any:
         return copy.deepcopy(value)
 
 
+class Frozen:
+    """A value in a log, frozen as its pickle when it was logged (`frozen`). It pickles as a
+    call that unpickles that pickle, so a chunk of rows holding it unpickles to the value itself:
+    replay reads it as it reads any pickled row."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def __reduce__(self):
+        return pickle.loads, (self.data,)
+
+
+def frozen(value: Any) -> Any:
+    """`kept_apart` for a log that is packed by pickle (tuples entering G(θ), a hooked
+    operator's units): where a copy needs a pickle, the pickle is kept (`Frozen`) instead of
+    being unpickled into a copy that is pickled again when the log is packed. A transformWithState
+    unit holding a 100-row pandas chunk: one pickle instead of a pickle, an unpickle and a pickle."""
+    if type(value) is dict:
+        if immutable_items(value.values()):
+            return dict(value)
+    elif immutable(value):
+        return value
+    try:
+        return Frozen(pickle.dumps(value, protocol=5))
+    except Exception:  # noqa: BLE001  (what plain pickle cannot copy; cloudpickle packs it later)
+        return copy.deepcopy(value)
+
+
 def pack_results(results: list[LoggedResult]) -> bytes:
     """JSON when every value survives it exactly (nothing to unpickle on replay), else a pickle."""
     rows = [[r.position, r.call, r.name, r.value] for r in results]

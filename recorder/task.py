@@ -28,7 +28,7 @@ from ..core import values
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
-from ..core.logs import kept_apart, pack_dests, pack_results, pack_runs
+from ..core.logs import frozen, pack_dests, pack_results, pack_runs
 from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
                             SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
                             narrow_target)
@@ -258,7 +258,7 @@ class StageTask:
         self.last_state: dict[int, tuple[int, str]] = {}  # node -> (position, hash) of its last snapshot
         self.entry_seq: dict[tuple[int, int, int], int] = {}
         self.arrow_entries: list[tuple[int, int, int, Any]] = []  # (node, port, src, batch)
-        self.unit_entries: list[tuple[int, int, int, str, Any]] = []  # (node, port, src, codec, unit): hooked
+        self.unit_entries: list[tuple[int, int, int, str, bytes]] = []  # (node, port, src, codec, packed unit): hooked
         self.blob_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, payload)
         self.ref_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, positions)
         self.source_ref = None       # a TaskRef when the source is read by reference
@@ -418,9 +418,9 @@ class StageTask:
         head, codec = self._unit_head, self._unit_codec
         if self._unit_log is not None:
             if codec is None:
-                self._unit_log.append(kept_apart(unit))   # packed later; the function may change it
-            else:
-                self.unit_entries.append((head.node_id, 0, self.partition, codec, unit))
+                self._unit_log.append(frozen(unit))   # packed later; the function may change it
+            else:   # packed now: the function may write into a DataFrame it is handed
+                self.unit_entries.append((head.node_id, 0, self.partition, codec, blobs.pack_unit(codec, unit)))
         try:
             t0 = time.perf_counter()
             self.runners[self.stage.source].feed(unit, 0)
@@ -504,7 +504,7 @@ class StageTask:
             else:
                 rows = batch
                 if captures:   # packed later; the operators may change the rows they get
-                    copies = [kept_apart(r) for r in rows]
+                    copies = [frozen(r) for r in rows]
                     for nid, port in captures:
                         self.runners[nid].log.entry.setdefault((port, self.partition), []).extend(copies)
             t0 = time.perf_counter()
@@ -713,9 +713,8 @@ class StageTask:
         for nid, port, src, n, payload in self.blob_entries:
             extra.append([nid, port, src, self._entry_start(nid, port, src, n), n, blobs.PICKLE,
                           blob(blobs.compress(payload))])
-        for nid, port, src, codec, unit in self.unit_entries:
-            extra.append([nid, port, src, self._entry_start(nid, port, src, 1), 1, codec,
-                          blob(blobs.pack_unit(codec, unit))])
+        for nid, port, src, codec, data in self.unit_entries:
+            extra.append([nid, port, src, self._entry_start(nid, port, src, 1), 1, codec, blob(data)])
         for nid, port, src, n, data in self.ref_entries:
             extra.append([nid, port, src, self._entry_start(nid, port, src, n), n, blobs.REF, blob(data)])
         self.arrow_entries, self.blob_entries, self.unit_entries, self.ref_entries = [], [], [], []

@@ -137,3 +137,32 @@ def test_a_hooked_function_that_changes_its_rows_replays_as_recorded(spark, tmp_
         assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
     finally:
         reader.close()
+
+
+def test_a_hooked_pandas_function_that_changes_its_frames_replays_as_recorded(spark, tmp_path):
+    """The same for a `mapInPandas` class that writes into the DataFrames it is handed (a unit
+    is a DataFrame of 25 rows, logged when it enters and packed after the function ran)."""
+    from pathlib import Path
+
+    from plain_jobs import record_on_and_off
+
+    job = Path(__file__).resolve().parent / "jobs" / "hooked_mutating.py"
+    run, on, off = record_on_and_off(job, tmp_path, ["pandas"], when="bool((row['id'] % 50 == 0).any())")
+    assert on == off == [1] * 200
+    reader = RunReader(run)
+    try:
+        session = DebugSession(reader)
+        op = next(o for o in reader.operators if o.kind == "mapInPandas")
+        ints = [i.k for i in reader.interactions()]
+        assert len(ints) >= 4
+        for k in (ints[-1], ints[1], ints[-1], ints[0]):
+            session.jump(k)
+            snap = reader.instances_at(k)
+            for i in range(op.instances):
+                replayed = session.state(f"{op.name}:{i}")
+                assert replayed == reader.state(snap[(op.id, i)].state), (k, i)
+                assert set(values.decode(replayed)["visits"]) <= {1}, (k, i)
+        results = verify(reader)
+        assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
+    finally:
+        reader.close()
