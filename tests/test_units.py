@@ -400,7 +400,8 @@ def test_a_joins_running_digest_equals_one_made_from_scratch():
 def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
     """A kept-inputs digest (core/kept_inputs.py) hashes the bytes it hashed before its fast path
     for Decimals (orjson with `values.encode` for what orjson cannot write; `values.encode` for all
-    of it where orjson refuses the value): run files recorded before it still verify."""
+    of it where orjson refuses the value), and counts a list's rows as before: run files recorded
+    before it still verify."""
     import datetime
     import hashlib
 
@@ -423,8 +424,12 @@ def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
              {"when": datetime.date(1994, 1, 1), "set": {3, 1}, "raw": b"\x00"}]
     refused = [{"big": 2 ** 70}, {2: "a key that is not a str"}]
     cases = [(7, plain[:1]), ("k", plain), ((1, "a"), plain[1:]), (3, refused[:1]), (4, [*plain, *refused])]
+    low = (1 << 48) - 1
     for key, value in cases:
-        assert kept_inputs._entry(key, value) == before(key, value), (key, value)
+        entry, was = kept_inputs._entry(key, value), before(key, value)
+        assert (entry >> 96, entry & low) == (was >> 48, was & low), (key, value)   # hash, bytes
+        assert (entry >> 48) & low == len(value), (key, value)   # rows: the list's items
+    assert (kept_inputs._entry(1, {"a": 1}) >> 48) & low == 1   # a value that is no list: one row
 
 
 def test_a_decoded_chunk_hands_out_rows_as_recorded_and_decodes_no_more_than_needed():
