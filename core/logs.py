@@ -141,24 +141,29 @@ class LoggedResult:
     value: Any
 
 
-def kept_apart(value: Any) -> Any:
+def kept_apart(value: Any, *, packed_by_pickle: bool = False) -> Any:
     """`value`, or a copy of it where an operator could change it in place. What is logged must
     be the value as it was when logged, and the logs are packed later (a logged result, a tuple
     entering G(θ): the operator that gets it may write into it); what replay serves must be that
-    value every time a replay goes back over it (core/runtime.py)."""
+    value every time a replay goes back over it (core/runtime.py).
+
+    `packed_by_pickle`: the log is packed by pickle (tuples entering G(θ), a hooked operator's
+    units), so where a copy needs a pickle, the pickle is kept (`Frozen`) rather than unpickled
+    into a copy that is pickled again when the log is packed."""
     if type(value) is dict:
         if immutable_items(value.values()):
             return dict(value)   # a row of scalars, the common case: a shallow copy is a whole one
     elif immutable(value):
         return value
     try:
-        return pickle.loads(pickle.dumps(value, protocol=5))   # a deep copy at C speed
+        data = pickle.dumps(value, protocol=5)
+        return Frozen(data) if packed_by_pickle else pickle.loads(data)   # a deep copy at C speed
     except Exception:  # noqa: BLE001  (what plain pickle cannot copy; cloudpickle packs it later)
         return copy.deepcopy(value)
 
 
 class Frozen:
-    """A value in a log, frozen as its pickle when it was logged (`frozen`). It pickles as a
+    """A value in a log, frozen as its pickle when it was logged (`kept_apart`). It pickles as a
     call that unpickles that pickle, so a chunk of rows holding it unpickles to the value itself:
     replay reads it as it reads any pickled row."""
 
@@ -169,22 +174,6 @@ class Frozen:
 
     def __reduce__(self):
         return pickle.loads, (self.data,)
-
-
-def frozen(value: Any) -> Any:
-    """`kept_apart` for a log that is packed by pickle (tuples entering G(θ), a hooked
-    operator's units): where a copy needs a pickle, the pickle is kept (`Frozen`) instead of
-    being unpickled into a copy that is pickled again when the log is packed. A transformWithState
-    unit holding a 100-row pandas chunk: one pickle instead of a pickle, an unpickle and a pickle."""
-    if type(value) is dict:
-        if immutable_items(value.values()):
-            return dict(value)
-    elif immutable(value):
-        return value
-    try:
-        return Frozen(pickle.dumps(value, protocol=5))
-    except Exception:  # noqa: BLE001  (what plain pickle cannot copy; cloudpickle packs it later)
-        return copy.deepcopy(value)
 
 
 def pack_results(results: list[LoggedResult]) -> bytes:

@@ -20,7 +20,7 @@ from array import array
 from typing import Any, Callable
 
 from .errors import OperatorError, ReplayDivergence
-from .logs import END, InputRuns, LoggedResult, callable_name, frozen, kept_apart, new_counts, new_dests
+from .logs import END, InputRuns, LoggedResult, callable_name, kept_apart, new_counts, new_dests
 from .operator import CONTEXT, Operator, Source, call_adapter
 
 INF = float("inf")
@@ -426,12 +426,12 @@ def narrow_target(runner: Runner, port: int) -> Callable[[Any], None]:
 
 def capture_target(target: Callable[[Any], None], buffer: list) -> Callable[[Any], None]:
     """Record tuples entering G(θ) from outside it, then deliver them. What is recorded is a copy
-    where the row could change (`frozen`): the buffer is packed later, after G(θ) processed
+    where the row could change (`kept_apart`): the buffer is packed later, after G(θ) processed
     the row, and an operator may write into the row it gets."""
     append = buffer.append
 
     def deliver(row):
-        append(frozen(row))
+        append(kept_apart(row, packed_by_pickle=True))
         target(row)
 
     return deliver

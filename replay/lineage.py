@@ -801,7 +801,7 @@ class _Kept:
     def __init__(self, data: array, state: str):
         self.data = np.frombuffer(data, np.uint32) if len(data) else np.zeros(0, np.uint32)
         self.state = state            # how a link through it is labelled: "J1:0 kept rows"
-        self.at = _offsets(data, self.data)   # output -> its count's offset
+        self.at = _offsets(self.data)   # output -> its count's offset
 
     def of(self, g: int) -> list[int]:
         if g >= len(self.at):
@@ -817,17 +817,17 @@ class _Kept:
         return g[self.at[g] != found].tolist()   # (not where a count equals the position)
 
 
-def _offsets(data: array, arr: np.ndarray) -> np.ndarray:
+def _offsets(data: np.ndarray) -> np.ndarray:
     """Where each output's count is in `data` (n, then n positions, per output). Each offset
     depends on the count before it: a Python loop, unless every output has the same count
     (a join whose every output was made from one stored row), checked in one pass."""
     n = len(data)
-    if n and n % (data[0] + 1) == 0 and bool((arr[::data[0] + 1] == data[0]).all()):
-        return np.arange(0, n, data[0] + 1, dtype=np.int64)
-    at, i = array("q"), 0
+    if n and n % (int(data[0]) + 1) == 0 and bool((data[::int(data[0]) + 1] == data[0]).all()):
+        return np.arange(0, n, int(data[0]) + 1, dtype=np.int64)
+    at, i, counts = array("q"), 0, data.tolist()
     while i < n:
         at.append(i)
-        i += 1 + data[i]
+        i += 1 + counts[i]
     return np.frombuffer(at, np.int64) if len(at) else np.zeros(0, np.int64)
 
 

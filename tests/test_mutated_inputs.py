@@ -13,6 +13,8 @@ goes back.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -23,7 +25,10 @@ from tt.replay.session import DebugSession
 from tt.replay.verify import verify
 from tt.store.reader import RunReader
 
+from plain_jobs import record_on_and_off
+
 pytestmark = pytest.mark.slow
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_mutating.py"   # RDD.map, or mapInPandas with `pandas`
 
 ROWS = [{"id": i, "v": i % 17} for i in range(1200)]
 
@@ -113,49 +118,29 @@ def test_going_back_replays_rows_and_logged_results_as_recorded(record, tmp_path
 def test_a_hooked_function_that_changes_its_rows_replays_as_recorded(spark, tmp_path):
     """The same through the hooks: an unmodified job's `RDD.map` function (a unit of one row,
     recorded before the function runs and packed after it, tests/jobs/hooked_mutating.py)."""
-    from pathlib import Path
-
-    from plain_jobs import record_on_and_off
-
-    job = Path(__file__).resolve().parent / "jobs" / "hooked_mutating.py"
-    run, on, off = record_on_and_off(job, tmp_path, when="row['id'] % 50 == 0")
+    run, on, off = record_on_and_off(JOB, tmp_path, when="row['id'] % 50 == 0")
     assert on == off == [1] * 400
-    reader = RunReader(run)
-    try:
-        session = DebugSession(reader)
-        op = next(o for o in reader.operators if o.kind == "rdd.map")
-        ints = [i.k for i in reader.interactions()]
-        assert len(ints) >= 6
-        for k in (ints[-1], ints[2], ints[-1], ints[1]):
-            session.jump(k)
-            snap = reader.instances_at(k)
-            for i in range(op.instances):
-                replayed = session.state(f"{op.name}:{i}")
-                assert replayed == reader.state(snap[(op.id, i)].state), (k, i)
-                assert set(values.decode(replayed)["visits"]) <= {1}, (k, i)
-        results = verify(reader)
-        assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
-    finally:
-        reader.close()
+    _jumps_replay_as_recorded(run, "rdd.map", lambda ks: (ks[-1], ks[2], ks[-1], ks[1]), at_least=6)
 
 
 def test_a_hooked_pandas_function_that_changes_its_frames_replays_as_recorded(spark, tmp_path):
     """The same for a `mapInPandas` class that writes into the DataFrames it is handed (a unit
-    is a DataFrame of 25 rows, logged when it enters and packed after the function ran)."""
-    from pathlib import Path
-
-    from plain_jobs import record_on_and_off
-
-    job = Path(__file__).resolve().parent / "jobs" / "hooked_mutating.py"
-    run, on, off = record_on_and_off(job, tmp_path, ["pandas"], when="bool((row['id'] % 50 == 0).any())")
+    is a DataFrame of 25 rows, packed when it is logged, before the function runs)."""
+    run, on, off = record_on_and_off(JOB, tmp_path, ["pandas"], when="bool((row['id'] % 50 == 0).any())")
     assert on == off == [1] * 200
+    _jumps_replay_as_recorded(run, "mapInPandas", lambda ks: (ks[-1], ks[1], ks[-1], ks[0]), at_least=4)
+
+
+def _jumps_replay_as_recorded(run, kind: str, jumps, at_least: int) -> None:
+    """Jumps back and forth (`jumps` of the interactions) give the hooked operator's recorded
+    state, in which every row was visited once, and `tt verify` passes."""
     reader = RunReader(run)
     try:
         session = DebugSession(reader)
-        op = next(o for o in reader.operators if o.kind == "mapInPandas")
+        op = next(o for o in reader.operators if o.kind == kind)
         ints = [i.k for i in reader.interactions()]
-        assert len(ints) >= 4
-        for k in (ints[-1], ints[1], ints[-1], ints[0]):
+        assert len(ints) >= at_least
+        for k in jumps(ints):
             session.jump(k)
             snap = reader.instances_at(k)
             for i in range(op.instances):

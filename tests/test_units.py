@@ -507,7 +507,7 @@ def test_kept_offsets_with_and_without_the_uniform_shortcut():
         cases.append(data)
     for data in cases:
         arr = np.frombuffer(data, np.uint32) if len(data) else np.zeros(0, np.uint32)
-        assert _offsets(data, arr).tolist() == loop(data), list(data)
+        assert _offsets(arr).tolist() == loop(data), list(data)
 
 
 def test_where_reads_fields_of_dict_rows_and_indexes_other_rows_without_changing_them():
