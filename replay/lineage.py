@@ -18,6 +18,7 @@ nothing from it (filtered or absorbed), or an output still pending when the run 
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import collections
 import sqlite3
@@ -305,10 +306,15 @@ class Lineage:
         targets = {(node.id, i): _end(self.engine.instances[(node.id, i)]) for i in range(node.instances)}
         for key in list(targets):
             rows = self.index.rows(key) if self.index is not None else None
-            if rows is not None:   # kept in the index: no replay
+            if rows is not None:   # kept in the index: no replay, and one test over all the rows
                 del targets[key]
-                for position, outs in rows.all():
-                    outputs(key, position, outs)
+                for calls, ends, flat in rows.batches():
+                    checked += len(flat)
+                    for i in test.matching(flat):
+                        c = bisect.bisect_right(ends, i)
+                        out = Output(TupleRef(key[0], key[1], calls[c]), i - (ends[c - 1] if c else 0))
+                        found.append(out)
+                        self._rows[out] = values.encode(flat[i])
         if targets and (self.index is not None or any(self.engine.instances[key].count for key in targets)):
             self._shadow(targets, on_outputs=outputs)   # the tracked replay is past some of them, or not needed
         elif targets:   # read them on the way: the tracked replay goes there anyway
@@ -724,6 +730,19 @@ class Where:
             self._of_row = eval(compile(ast.fix_missing_locations(fn), "<--where>", "eval"), dict(self.globals))
         except SyntaxError:   # (`row := …` is no lambda's body)
             self._of_row = lambda row: eval(self.code, dict(self.globals, row=row), {})
+        # many rows at once: the expression inside one comprehension, no call per row (its own
+        # names cannot be the expression's)
+        scan = ast.Expression(ast.Lambda(
+            ast.arguments(posonlyargs=[], args=[ast.arg("_tt_rows")], kwonlyargs=[], kw_defaults=[], defaults=[]),
+            ast.ListComp(ast.Name("_tt_i", ast.Load()), [ast.comprehension(
+                ast.Tuple([ast.Name("_tt_i", ast.Store()), ast.Name("row", ast.Store())], ast.Store()),
+                ast.Call(ast.Name("_tt_enumerate", ast.Load()), [ast.Name("_tt_rows", ast.Load())], []),
+                [tree.body], 0)])))
+        try:
+            self._scan = eval(compile(ast.fix_missing_locations(scan), "<--where>", "eval"),
+                              dict(self.globals, _tt_enumerate=enumerate))
+        except SyntaxError:
+            self._scan = None
         # a dict row is the expression's locals as it is (no copy per row: a scan tests every row
         # an operator emitted), unless the expression could write into it (`:=`)
         self._assigns = any(isinstance(n, ast.NamedExpr) for n in ast.walk(tree))
@@ -731,6 +750,20 @@ class Where:
         self.error: str | None = None
         self.fields: list[str] = []
         self.held = False
+
+    def matching(self, rows: list) -> list[int]:
+        """The indices of the rows for which the expression holds: as `self(row)` for each row,
+        in one comprehension where no row is a dict and none raises."""
+        found = None
+        if self._scan is not None and not any(isinstance(row, dict) for row in rows):
+            try:
+                found = self._scan(rows)
+            except Exception:  # noqa: BLE001  (row by row, to keep the first error as __call__ does)
+                pass
+        if found is None:
+            return [i for i, row in enumerate(rows) if self(row)]
+        self.held |= bool(found)
+        return found
 
     def __call__(self, row: Any) -> bool:
         names: dict = {}

@@ -197,6 +197,22 @@ class OutputRows:
         _, body, offsets = self._open
         return pickle.loads(body[offsets[k]:offsets[k + 1]]) if offsets[k + 1] > offsets[k] else []
 
+    def batches(self) -> Iterator[tuple[list[int], list[int], list]]:
+        """Per chunk, the rows its calls emitted in one list, in order: (the calls that emitted
+        something, where each one's rows end in the list, the rows). A chunk at a time: a list of
+        every call's rows would keep them all alive, and Python's cycle collector would walk them."""
+        for c in range(-(-self.calls // CHUNK)):
+            body, offsets = _unchunk(self._chunk(c))
+            calls: list[int] = []
+            ends: list[int] = []
+            rows: list = []
+            for k in range(len(offsets) - 1):
+                if offsets[k + 1] > offsets[k]:
+                    calls.append(c * CHUNK + k)
+                    rows += pickle.loads(body[offsets[k]:offsets[k + 1]])
+                    ends.append(len(rows))
+            yield calls, ends, rows
+
     def all(self) -> Iterator[tuple[int, list]]:
         """(call, its outputs) for every call that emitted something, in order."""
         for c in range(-(-self.calls // CHUNK)):

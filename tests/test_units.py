@@ -523,6 +523,23 @@ def test_where_reads_fields_of_dict_rows_and_indexes_other_rows_without_changing
     assert not bad((1,)) and Where("nope")((1,)) is False
 
 
+def test_where_matching_many_rows_at_once_answers_as_row_by_row():
+    """`Where.matching` (the index's scan: one comprehension over a chunk's rows) picks the same
+    rows as calling the expression on each, keeps the first error as a row-by-row scan does, and
+    its own names (the comprehension's index, its list, enumerate) are not the expression's."""
+    from tt.replay.lineage import Where
+
+    rows = [(1, "a"), (2, "b"), (3,), [4, "d"], (5, "e"), {"x": 6}, (2, "b")]
+    exprs = ["row[0] == 2", "row[1] == 'e'", "row[0] > 1 and len(row) == 2", "(y := row[0]) > 3 and y < 6",
+             "i == 0", "rows", "enumerate(row)", "any(v == 'd' for v in row)", "x == 6", "row[9]"]
+    for expr in exprs:
+        for sample in (rows, [r for r in rows if not isinstance(r, dict)], rows[:3], []):
+            one, many = Where(expr), Where(expr)
+            assert many.matching(sample) == [i for i, r in enumerate(sample) if one(r)], (expr, sample)
+            assert (many.held, many.error, many.fields) == (one.held, one.error, one.fields), (expr, sample)
+    assert Where("row[0] == 2").matching(rows) == [1, 6]
+
+
 def test_arrow_scalars_for_a_prefilter_compare_exactly_or_not_at_all():
     """store/sources.py `_scalar`: the constant of `field == constant` as an Arrow scalar of a
     column it compares with exactly (ints with integer columns, strings with string columns),
