@@ -201,14 +201,16 @@ def changed_entries(old: dict, new: dict) -> tuple[dict, list]:
     would cost more than the step. When `new` still starts with `old`'s keys in
     their order (updates keep a key's place; new keys come last), the comparison
     runs at C speed: key identity, then value identity, then `!=` only where a
-    value object was replaced."""
+    value object was replaced, and then exactly (`values.identical`: `True` replacing `1` is a
+    change)."""
     n = len(old)
+    same = values.identical
     if len(new) >= n and all(map(operator.is_, old, new)):
         maybe = compress(old, map(operator.is_not, old.values(), new.values()))
-        changed = {x: new[x] for x in maybe if old[x] != new[x]}
+        changed = {x: new[x] for x in maybe if not same(old[x], new[x])}
         changed.update((x, new[x]) for x in islice(new, n, None))
         return changed, []
-    changed = {x: y for x, y in new.items() if x not in old or old[x] is not y and old[x] != y}
+    changed = {x: y for x, y in new.items() if x not in old or not same(old[x], y)}
     added = sum(1 for x in changed if x not in old)
     deleted = [x for x in old if x not in new] if len(new) != n + added else []
     return changed, deleted

@@ -30,6 +30,29 @@ def immutable(value: Any) -> bool:
     return t in _IMMUTABLE or (t is tuple and all(map(immutable, value)))
 
 
+def identical(a: Any, b: Any) -> bool:
+    """Whether nothing tells `a` from `b`, for immutable values: `==` alone takes `1` for
+    `True`, `0.0` for `-0.0` and `Decimal('1.0')` for `Decimal('1.00')`, and a state delta
+    or a checkpoint delta that trusted it would lose such a change."""
+    if a is b:
+        return True
+    t = type(a)
+    if t is not type(b):
+        return False
+    if t is int or t is str or t is bytes or t is bool:
+        return a == b
+    if t is float:
+        if a != a:
+            return b != b   # NaN, whatever its payload
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if t is tuple:
+        return len(a) == len(b) and all(map(identical, a, b))
+    try:
+        return bool(a == b) and repr(a) == repr(b)
+    except Exception:  # noqa: BLE001  (a value whose == refuses: not known to be the same)
+        return False
+
+
 def immutable_items(items) -> bool:
     """Whether every item is `immutable` (checked by type at C speed first)."""
     if set(map(type, items)) <= _IMMUTABLE:

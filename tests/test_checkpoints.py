@@ -107,6 +107,21 @@ def test_incremental_checkpoints_rebuild_the_exact_state():
     assert kinds == {"full", "delta"}
 
 
+def test_checkpoint_deltas_keep_changes_equality_misses():
+    """`1` → `True`, `0.0` → `-0.0` in a scalar, a dict value, a list item and a tuple: `==`
+    says nothing changed; a restore that trusted it would bring back the old values."""
+    op, writer = Box(), CheckpointWriter()
+    op.flag, op.counts, op.log, op.pair = 1, {"a": 1, "b": 0.0}, [1, 0.0], (1, 0.0)
+    op.counts.update((f"k{i}", i) for i in range(500))   # (big enough for a delta to pay)
+    chain = [writer.take("i", op)]
+    op.flag, op.counts["a"], op.counts["b"], op.log[0], op.log[1], op.pair = True, True, -0.0, True, -0.0, (True, -0.0)
+    chain.append(writer.take("i", op))
+    assert chain[-1][0] == "delta"
+    back = restore(chain)
+    got = (back.flag, back.counts, back.log, back.pair)
+    assert repr(got) == repr((True, {**op.counts, "a": True, "b": -0.0}, [True, -0.0], (True, -0.0)))
+
+
 def test_a_delta_is_small_when_few_keys_change():
     op = Box()
     op.counts = {f"key{i}": i for i in range(200_000)}

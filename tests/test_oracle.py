@@ -74,3 +74,54 @@ def test_snapshots_equal_sequential_oracle(record):
                         list(tally.process(out))
             assert _state(det) == reader.state(snap[(fd.id, d)].state), (k, "FD", d)
             assert _state(tally) == reader.state(snap[(t.id, d)].state), (k, "T", d)
+
+
+def test_states_that_change_to_equal_but_different_values_are_kept_exactly(record, tmp_path, capsys):
+    """`1` → `True` and `0.0` → `-0.0` are changes, though `==` says they are not: the stored
+    snapshots (state deltas) and the checkpoints jumps restore (checkpoint deltas) keep them.
+    The oracle runs Flags over each instance's recorded input in plain Python; states are
+    compared as JSON bytes, which tell `true` from `1` and `-0.0` from `0.0`."""
+    from tt.cli.main import main
+    from tt.replay.session import DebugSession
+    from tt.replay.verify import verify
+
+    path = record(workloads.build_flags, watch="FL", when="row['id'] % 97 == 0")
+    reader = RunReader(path)
+    fl = reader.operator("FL")
+    inputs = {}
+    for i in range(fl.instances):
+        rows = []
+        for port, src, start, n, codec, data in reader.entry_chunks(fl.id, i):
+            rows.extend(blobs.unpack_tuples(codec, data))
+        inputs[i] = rows
+    interactions = [i.k for i in reader.interactions() if i.k > 0]
+    assert len(interactions) >= 10
+
+    def exact(state) -> bytes:
+        return orjson.dumps(state, option=orjson.OPT_SORT_KEYS)
+
+    want = {}
+    for i, rows in inputs.items():
+        for k in interactions:
+            op = workloads.Flags()
+            for row in rows[:reader.instances_at(k)[(fl.id, i)].position]:
+                list(op.process(row))
+            want[(k, i)] = _state(op)
+            assert exact(reader.state(reader.instances_at(k)[(fl.id, i)].state)) == exact(want[(k, i)]), (k, i)
+    flips = {exact(w["flag"]) for w in want.values()}
+    assert any(b"true" in f and b":1" in f for f in flips), "some customers at 1 and some at True"
+    assert {exact(w["sign"]) for w in want.values()} == {b"0.0", b"-0.0"}, "both signs seen at interactions"
+    reader.close()
+
+    # checkpoints at (nearly) every interaction: jumps restore chains of checkpoint deltas
+    assert main(["checkpoint", str(path), "--tau", "1ms", "--json"]) == 0
+    capsys.readouterr()
+    reader = RunReader(path)
+    assert {kind for (kind,) in reader.conn.execute("SELECT kind FROM checkpoints")} >= {"full", "delta"}
+    assert all(r["ok"] for r in verify(reader))
+    reader.close()
+    s = DebugSession(path)
+    for k in [interactions[-1], *interactions[::-1]]:   # backwards: every jump restores a checkpoint
+        s.jump(k)
+        for i in inputs:
+            assert exact(s.state(f"FL:{i}")) == exact(want[(k, i)]), (k, i)

@@ -262,6 +262,44 @@ def test_snapshot_deltas_rebuild_every_state():
     assert kinds == {True, False}
 
 
+def test_identical_tells_apart_what_equality_does_not():
+    import decimal
+
+    from tt.core.state_deltas import changed_entries
+    from tt.core.values import identical
+
+    pairs = [(1, True), (0, False), (0.0, -0.0), (1, 1.0), (decimal.Decimal("1.0"), decimal.Decimal("1.00")),
+             ((1, 0.0), (True, 0.0)), ((1, 0.0), (1, -0.0)), ((1,), (1, 2)), ("a", b"a")]
+    for a, b in pairs:
+        assert a == b or (a, b) in [((1,), (1, 2)), ("a", b"a")]
+        assert not identical(a, b) and not identical(b, a), (a, b)
+    for a, b in [(1, int("1")), (0.5, float("0.5")), (float("nan"), float("nan")), ((1, "x"), (1, "x")),
+                 (decimal.Decimal("1.0"), decimal.Decimal("1.0")), (frozenset({1}), frozenset({1})), (None, None)]:
+        assert identical(a, b), (a, b)
+    old = {"a": 1, "b": 0.0, "c": (1, 2), "d": "x"}
+    new = {"a": True, "b": -0.0, "c": (1, 2), "d": "x"}
+    assert changed_entries(old, new) == ({"a": True, "b": -0.0}, [])
+    assert changed_entries(old, {"d": "x", **new}) == ({"a": True, "b": -0.0}, [])   # (the slower path)
+
+
+def test_snapshot_deltas_keep_changes_equality_misses():
+    import orjson
+
+    from tt.core import state_deltas
+
+    enc = state_deltas.StateEncoder()
+    state = {"big": {f"k{i}": i for i in range(300)}, "flag": 1}
+    stored = {}
+    h, data, _ = enc.encode("i", {"big": dict(state["big"]), "flag": 1})
+    stored[h] = orjson.loads(data)
+    state["big"]["k1"], state["big"]["k0"] = True, 0.0
+    h2, data2, _ = enc.encode("i", {"big": dict(state["big"]), "flag": True})
+    delta = orjson.loads(data2)
+    assert state_deltas.is_delta(delta), "a small change is stored as a delta"
+    rebuilt = state_deltas.apply(stored[delta["$delta"]["base"]], delta)
+    assert orjson.dumps(rebuilt) == values.dumps({"big": state["big"], "flag": True})
+
+
 def test_changed_entries_match_a_plain_comparison():
     from tt.core.state_deltas import changed_entries
 

@@ -103,6 +103,33 @@ class Slow(tt.Operator):
         yield row
 
 
+class Flags(tt.Operator):
+    """State whose values change to ones `==` takes for the old: a customer's flag goes from
+    `1` to `True`, a sign from `0.0` to `-0.0`, a list item and a tuple item likewise."""
+
+    def __init__(self):
+        self.flag = {}        # customer -> 1 on the first payment, True from the second on
+        self.sign = 0.0       # -0.0 after a payment with an odd cent count, 0.0 after an even one
+        self.last = [0, 0.0]  # [1 or True, 0.0 or -0.0] as for the last row
+        self.pair = (0, 0.0)
+
+    def process(self, row, port=0):
+        c = row["customer"]
+        self.flag[c] = True if c in self.flag else 1
+        odd = round(row["amount"] * 100) % 2 == 1
+        self.sign = -0.0 if odd else 0.0
+        self.last[0] = True if odd else 1
+        self.last[1] = self.sign
+        self.pair = (self.last[0], self.sign)
+        yield row
+
+
+def build_flags(spark):
+    flow = tt.Dataflow("flags")
+    flow.source("U", payments_df(spark)).process(Flags(), name="FL").collect("S")
+    return flow
+
+
 # --- chain: one stage, no shuffle ----------------------------------------------
 
 def build_chain(spark):
