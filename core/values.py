@@ -335,7 +335,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | N
         if len(a) != len(b):
             return f"{path}[{min(len(a), len(b))}]", (a[len(b):] or "<missing>"), (b[len(a):] or "<missing>")
         return None
-    return None if a == b else (path or "<root>", a, b)
+    return None if identical(a, b) else (path or "<root>", a, b)   # (-0.0 is not 0.0)
 
 
 def _join(path: str, key: str) -> str:

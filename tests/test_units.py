@@ -56,6 +56,7 @@ def test_objects_and_first_difference():
     assert values.first_difference(a, b) == ("blacklist.Eve", 3, 4)
     assert values.first_difference(a, a) is None
     assert values.first_difference([1, 2], [1, 2, 3])[0] == "[2]"
+    assert values.first_difference({"z": [1, 0.0]}, {"z": [1, -0.0]}) == ("z[1]", 0.0, -0.0), "verify sees the sign"
 
 
 def test_render_is_short():
