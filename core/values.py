@@ -313,6 +313,14 @@ def _render(v: Any) -> str:
     return str(v)
 
 
+def same_encoded(a: Any, b: Any) -> bool:
+    """Whether two encoded values (states as stored: JSON-native) are the same. `==` alone
+    takes `1` for `True` and `0.0` for `-0.0`, which their JSON tells apart."""
+    if a is b:
+        return True
+    return a == b and orjson.dumps(a, option=orjson.OPT_SORT_KEYS) == orjson.dumps(b, option=orjson.OPT_SORT_KEYS)
+
+
 def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
     """The first place where two encoded values differ: (path, a_part, b_part)."""
     if type(a) is not type(b):

@@ -18,6 +18,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core import values
 from ..core.errors import UsageError
 from ..core.hooked import HookedOperator
 from ..core.scopes import Provenance, TupleRef
@@ -253,7 +254,7 @@ class Search:
             counter[0] += 1
             if (i.node.id, i.i) == key:
                 v = lookup_dotted(i.state(), field_path)
-                if v != prev[0]:
+                if not values.same_encoded(prev[0], v):
                     changes.append((counter[0] - 1, pos))
                     prev[0] = v
                 if i.count >= until:
@@ -343,3 +344,4 @@ def _state_fields(op: Any) -> list[str]:
     except Exception:  # noqa: BLE001
         return []
     return [str(k) for k in state] if isinstance(state, dict) else []
+

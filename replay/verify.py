@@ -177,7 +177,7 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
         begin(prev_k)
         a, b = engine.instances[key], other.instances[key]
         if prev_k is not None:
-            if a.state() == b.state():
+            if values.same_encoded(a.state(), b.state()):
                 start = f"interaction {prev_k}"
             else:  # the two replays differ at prev_k already: go back to the initial state
                 begin(None)
@@ -189,7 +189,7 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                 other.advance_to({key: pos + 1}, pull=True)
                 sa, sb = a.state(), b.state()
                 ra, rb = rows["a"].pop(pos, None), rows["b"].pop(pos, None)
-                if sa != sb:
+                if not values.same_encoded(sa, sb):
                     where = values.first_difference(sa, sb)[0]
                     upstream = ra != rb
                     how = (f"replaying {label} twice from {start}, one input at a time, the two replays' states "
@@ -201,7 +201,7 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                     return {"tuple": ref, "input": pos, "row": values.render(ra, 200), "found_by": "replays",
                             "text": f"; it first diverges at input {ref} {values.render(ra, 120)}: {how}"}
                 now = _value_at(sa, path)
-                if first_change is None and now != before:
+                if first_change is None and not values.same_encoded(now, before):
                     first_change = (pos, ra)
             if first_change is None:
                 return {"text": f"; no input of {label} changed {path} in the replay from {start} to interaction {k}, "

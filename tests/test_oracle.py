@@ -82,6 +82,7 @@ def test_states_that_change_to_equal_but_different_values_are_kept_exactly(recor
     The oracle runs Flags over each instance's recorded input in plain Python; states are
     compared as JSON bytes, which tell `true` from `1` and `-0.0` from `0.0`."""
     from tt.cli.main import main
+    from tt.core.scopes import TupleRef
     from tt.replay.session import DebugSession
     from tt.replay.verify import verify
 
@@ -125,3 +126,15 @@ def test_states_that_change_to_equal_but_different_values_are_kept_exactly(recor
         s.jump(k)
         for i in inputs:
             assert exact(s.state(f"FL:{i}")) == exact(want[(k, i)]), (k, i)
+
+    # the last change of a flag is its 1 → True (a customer's second payment), of the sign its
+    # last flip between 0.0 and -0.0
+    rows = inputs[0]
+    customer = rows[0]["customer"]
+    second = [n for n, r in enumerate(rows) if r["customer"] == customer][1]
+    signs = [exact(-0.0 if round(r["amount"] * 100) % 2 else 0.0) for r in rows]
+    flip = max(n for n in range(len(rows)) if signs[n] != (signs[n - 1] if n else b"0.0"))
+    for field, position in ((f"flag.{customer}", second), ("sign", flip)):
+        s.jump(interactions[-1])
+        result = s.last_change("FL:0", field)
+        assert result.stopped_at == TupleRef(fl.id, 0, position), (field, result)

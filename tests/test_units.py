@@ -57,6 +57,8 @@ def test_objects_and_first_difference():
     assert values.first_difference(a, a) is None
     assert values.first_difference([1, 2], [1, 2, 3])[0] == "[2]"
     assert values.first_difference({"z": [1, 0.0]}, {"z": [1, -0.0]}) == ("z[1]", 0.0, -0.0), "verify sees the sign"
+    assert not values.same_encoded({"z": [1, 0.0]}, {"z": [1, -0.0]}) and not values.same_encoded([1], [True])
+    assert values.same_encoded({"a": 1, "b": [0.5]}, {"b": [0.5], "a": 1}) and values.same_encoded(a, a)
 
 
 def test_render_is_short():
