@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from .frozen_frames import freeze, is_frame
 from .values import exact_json, immutable, immutable_items
 
 END = (-1, -1)  # the channel of the end-of-input step, which calls `finish()`
@@ -149,12 +150,19 @@ def kept_apart(value: Any, *, packed_by_pickle: bool = False) -> Any:
 
     `packed_by_pickle`: the log is packed by pickle (tuples entering G(θ), a hooked operator's
     units), so where a copy needs a pickle, the pickle is kept (`Frozen`) rather than unpickled
-    into a copy that is pickled again when the log is packed."""
+    into a copy that is pickled again when the log is packed; a plain pandas DataFrame, alone
+    or in a unit's tuple, is kept as its column arrays (core/frozen_frames.py)."""
     if type(value) is dict:
         if immutable_items(value.values()):
             return dict(value)   # a row of scalars, the common case: a shallow copy is a whole one
     elif immutable(value):
         return value
+    elif packed_by_pickle:
+        if type(value) is tuple and any(map(is_frame, value)):   # a unit: ("row", frame), (key, *frames)
+            return tuple([kept_apart(v, packed_by_pickle=True) for v in value])
+        frame = freeze(value)
+        if frame is not None:
+            return frame
     try:
         data = pickle.dumps(value, protocol=5)
         return Frozen(data) if packed_by_pickle else pickle.loads(data)   # a deep copy at C speed

@@ -24,10 +24,18 @@ _INT64 = 2**63
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
 
 
+# numpy's scalars (PySpark hands a grouping key's values as these), by name: core does not
+# import numpy. Not `void` (a structured scalar is a view that can be written) nor `object_`.
+_NUMPY_SCALARS = frozenset({"bool", "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+                            "longlong", "ulonglong", "float16", "float32", "float64", "longdouble", "complex64",
+                            "complex128", "clongdouble", "str_", "bytes_", "datetime64", "timedelta64"})
+
+
 def immutable(value: Any) -> bool:
     """Whether nothing can change `value` in place: a scalar, or a tuple of such."""
     t = type(value)
-    return t in _IMMUTABLE or (t is tuple and all(map(immutable, value)))
+    return (t in _IMMUTABLE or (t is tuple and all(map(immutable, value)))
+            or (t.__module__ == "numpy" and t.__name__ in _NUMPY_SCALARS))
 
 
 def identical(a: Any, b: Any) -> bool:

@@ -10,6 +10,7 @@ import sqlite3
 import threading
 from array import array
 
+import pandas as pd
 import pytest
 
 from tt.core import values
@@ -28,6 +29,10 @@ from tt.store.writer import Writer
 class Point:
     def __init__(self):
         self.x, self.y, self._hidden = 1, (2, 3), "no"
+
+
+class MyFrame(pd.DataFrame):
+    """A DataFrame subclass (at module level: pickle finds it)."""
 
 
 @pytest.mark.parametrize("value", [
@@ -598,3 +603,66 @@ def test_arrow_scalars_for_a_prefilter_compare_exactly_or_not_at_all():
                               ).to_pylist() == [0]
     assert _scalar("3", ints.type) is None and _scalar(3, strs.type) is None and _scalar(2 ** 70, ints.type) is None
     assert _scalar(True, ints.type) is None and _scalar(1.0, pa.float64()) is None
+
+
+def test_a_frozen_frame_thaws_as_its_pickle_does():
+    """core/frozen_frames.py: a plain DataFrame frozen as its columns comes back as the frame
+    pickle gives back (values, dtypes, index, column order, and a copy: not the frame itself),
+    and a frame it cannot rebuild exactly is not frozen that way (kept_apart pickles it)."""
+    import pickle
+
+    import numpy as np
+
+    from tt.core.frozen_frames import FrozenFrame, freeze
+    from tt.core.logs import Frozen, kept_apart
+
+    n = 7
+    plain = [
+        pd.DataFrame({"k": np.arange(n, dtype=np.int64), "amount": np.linspace(-1, 1, n), "z": -0.0}),
+        pd.DataFrame({"s": ["a", None, "c"], "b": [True, False, True], "f": [np.nan, 1.5, -0.0],
+                      "t": pd.to_datetime(["2024-01-01", "2024-02-01", None]), "i8": np.int8([1, 2, 3])}),
+        pd.DataFrame({"u": pd.to_datetime(["2024-01-01"]).as_unit("us"), "d": pd.to_timedelta([5], "s"),
+                      "o": [[1, 2]], "f32": np.float32([1.25])}),
+        pd.DataFrame({"x": np.zeros(0), "y": np.zeros(0, dtype=np.int64)}),
+    ]
+    for df in plain:
+        frozen = freeze(df)
+        assert isinstance(frozen, FrozenFrame), df.dtypes
+        back, want = pickle.loads(pickle.dumps(frozen)), pickle.loads(pickle.dumps(df))
+        pd.testing.assert_frame_equal(back, want, check_exact=True)
+        assert repr(back) == repr(want) and list(back.dtypes) == list(want.dtypes)
+        assert type(back.index) is type(want.index) and back.index.equals(want.index)
+        assert [np.signbit(v) for v in back.select_dtypes("float").to_numpy().ravel()] == \
+               [np.signbit(v) for v in want.select_dtypes("float").to_numpy().ravel()]
+    df = plain[0]
+    unit = kept_apart(("row", df), packed_by_pickle=True)
+    assert unit[0] == "row" and isinstance(unit[1], FrozenFrame)
+    df.loc[0, "amount"] = 99.0   # the function writes into the frame it was handed
+    assert pickle.loads(pickle.dumps(unit))[1].loc[0, "amount"] == -1.0, "the frame as it was logged"
+
+    subclass = MyFrame
+    others = [
+        pd.DataFrame({"a": [1, 2]}, index=[5, 6]),
+        pd.DataFrame({"a": [1, 2]}, index=pd.RangeIndex(1, 3)),
+        pd.DataFrame({"a": pd.array([1, None], dtype="Int64")}),
+        pd.DataFrame({"a": pd.Categorical(["x", "y"])}),
+        pd.DataFrame({"a": pd.array(["x", "y"], dtype="string")}),
+        pd.DataFrame([[1, 2]], columns=["a", "a"]),
+        pd.DataFrame([[1, 2]], columns=[0, 1]),
+        pd.DataFrame([[1, 2]], columns=pd.MultiIndex.from_tuples([("a", "x"), ("a", "y")])),
+        pd.DataFrame({"a": pd.to_datetime(["2024-01-01"]).tz_localize("UTC")}),
+        subclass({"a": [1]}),
+        pd.DataFrame(index=pd.RangeIndex(4)),   # (no columns: its column index is a RangeIndex)
+    ]
+    named = pd.DataFrame({"a": [1]})
+    named.index.name = "i"
+    attrs = pd.DataFrame({"a": [1]})
+    attrs.attrs["source"] = "x"
+    for df in [*others, named, attrs]:
+        assert freeze(df) is None, df
+        kept = kept_apart(df, packed_by_pickle=True)
+        assert isinstance(kept, Frozen)
+        back = pickle.loads(pickle.dumps(kept))
+        pd.testing.assert_frame_equal(back, df, check_exact=True)
+        assert type(back) is type(df) and back.attrs == df.attrs
+
