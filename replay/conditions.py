@@ -344,4 +344,3 @@ def _state_fields(op: Any) -> list[str]:
     except Exception:  # noqa: BLE001
         return []
     return [str(k) for k in state] if isinstance(state, dict) else []
-

@@ -199,8 +199,8 @@ class OutputRows:
 
     def batches(self) -> Iterator[tuple[list[int], list[int], list]]:
         """Per chunk, the rows its calls emitted in one list, in order: (the calls that emitted
-        something, where each one's rows end in the list, the rows). A chunk at a time: a list of
-        every call's rows would keep them all alive, and Python's cycle collector would walk them."""
+        something, where each one's rows end in the list, the rows). A chunk at a time, so that
+        only one chunk's rows are alive at once."""
         for c in range(-(-self.calls // CHUNK)):
             body, offsets = _unchunk(self._chunk(c))
             calls: list[int] = []
