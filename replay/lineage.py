@@ -549,19 +549,21 @@ class Lineage:
         if t.op not in self.graph.in_g:   # --lineage: a source row, upstream of G(θ)
             return self._source_row(t, port, seq, {"as": "source row", "at": node.name, "from": sender.name,
                                                     "source": sender.kind == SOURCE, "partition": src,
-                                                    "index": seq})
+                                                    "index": seq}, src=src)
         info = {"as": "theta input" if t.op == self.graph.theta else "free tuple", "at": node.name,
                 "from": sender.name, "source": sender.kind == SOURCE}
         if sender.kind == SOURCE:
             info.update(self._file_row(self.engine.instances[(t.op, t.instance)], (port, src), seq))
         return info
 
-    def _source_row(self, t: TupleRef, port: int, seq: int, info: dict) -> dict:
-        """`info` with the file and row number of `t`, the seq-th row its instance got on `port`,
-        when its source was read by reference (--lineage keeps their file positions; after
-        `tt pack`, the rows themselves, without them); its values are kept for the tree."""
-        for rowid, p, _, start, n, codec in self.reader.entry_index(t.op, t.instance):
-            if p != port or codec not in (blobs.REF, blobs.ARROW) or not start <= seq < start + n:
+    def _source_row(self, t: TupleRef, port: int, seq: int, info: dict, src: int | None = None) -> dict:
+        """`info` with the file and row number of `t`, the seq-th row its instance got on `port`
+        (from instance `src` of the sender, where given: rows are numbered per channel), when its
+        source was read by reference (--lineage keeps their file positions; after `tt pack`, the
+        rows themselves, without them); its values are kept for the tree."""
+        for rowid, p, s, start, n, codec in self.reader.entry_index(t.op, t.instance):
+            if (p != port or (src is not None and s != src) or codec not in (blobs.REF, blobs.ARROW)
+                    or not start <= seq < start + n):
                 continue
             k = seq - start
             if codec == blobs.REF:   # one row, read alone (its row group stays cached)
