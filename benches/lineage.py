@@ -12,11 +12,12 @@ how long `tt lineage` takes on a big run.
    (--skip-replay to leave out).
 
 Each run's first query builds the lineage index (one tracked replay of G(θ), kept in the run
-file: replay/lineage_index.py); then each query runs --reps times reading it (median), and once
+file: replay/lineage_index.py); then each query runs --query-reps times reading it (median:
+runs of one query vary by ±0.1 s, so a median of three is one slow run from the goal), and once
 with --no-index (replaying G(θ) as far as it needs), side by side. Query times are taken in
 this process from the command's start (Python's own start-up excluded, as issue 16 asks).
 
-    python benches/lineage.py [--scale 1] [--partitions 4] [--reps 3] [--skip-replay]
+    python benches/lineage.py [--scale 1] [--partitions 4] [--reps 3] [--query-reps 9] [--skip-replay]
 
 Goals (issue 16): `--lineage` ≤ 1.5 % recording overhead and ≤ 1 % extra log bytes; each query
 ≤ 0.2 s on a run of ≥ 1M tuples.
@@ -117,6 +118,8 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (1 = 6M lineitem rows)")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3, help="recordings per variant (interleaved)")
+    ap.add_argument("--query-reps", type=int, default=9,
+                    help="runs of each query with the index (a median of three is one slow run from the goal)")
     ap.add_argument("--skip-replay", action="store_true", help="leave out the queries on the θ = J1 run")
     args = ap.parse_args()
 
@@ -163,7 +166,7 @@ def main() -> None:
         "forward": ["O", "--where", f"o_orderkey == {order}", "--forward"],
     }
     # 2. queries on the --lineage run: walks over the logs outside G(θ)
-    lines += _timed(whole, queries, f"on the --lineage run (θ = REV, {logged:,} tuples logged)", args.reps)
+    lines += _timed(whole, queries, f"on the --lineage run (θ = REV, {logged:,} tuples logged)", args.query_reps)
 
     # 3. queries on a run with every join in G(θ): a replay with state tracked
     if not args.skip_replay:
@@ -171,7 +174,7 @@ def main() -> None:
         record(data, args.partitions, run, "J1")
         q = {"back": queries["back"] + ["--depth", "3"], "forward": queries["forward"]}
         in_g = tuples_of(run, "op IN (SELECT id FROM operators WHERE in_g = 1)")
-        lines += _timed(run, q, f"on a run with θ = J1 ({in_g:,} tuples in G(θ))", args.reps)
+        lines += _timed(run, q, f"on a run with θ = J1 ({in_g:,} tuples in G(θ))", args.query_reps)
     shutil.rmtree(work, ignore_errors=True)
 
     print("\n".join(lines))
@@ -179,7 +182,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{today}-lineage-w2-sf{args.scale:g}.md"
     out.write_text(f"# tt record --lineage and tt lineage on TPC-H W2 ({today})\n\n    python benches/lineage.py "
-                   f"--scale {args.scale:g} --partitions {args.partitions} --reps {args.reps}"
+                   f"--scale {args.scale:g} --partitions {args.partitions} --reps {args.reps} --query-reps {args.query_reps}"
                    f"{' --skip-replay' if args.skip_replay else ''}\n\n"
                    + "\n".join(f"- {line}" for line in lines) + "\n")
     print(f"wrote {out}")
@@ -202,8 +205,8 @@ def _timed(run: Path, queries: dict[str, list[str]], where: str, reps: int) -> l
         med = statistics.median(times)
         print(f"{name} {where}: {', '.join(f'{t:.3f}' for t in times)} s with the index, {plain:.2f} s without; "
               f"{len(text.splitlines())} lines, first: {text.splitlines()[0][:100]}", flush=True)
-        lines.append(f"{name} query {where} (`tt lineage RUN {' '.join(q)}`): with the index "
-                     f"{', '.join(f'{t:.3f}' for t in times)} s (median {med:.3f}), without (--no-index) {plain:.2f} s "
+        lines.append(f"{name} query {where} (`tt lineage RUN {' '.join(q)}`): with the index median {med:.3f} s "
+                     f"of {len(times)} runs (fastest {min(times):.3f}, slowest {max(times):.3f}), without (--no-index) {plain:.2f} s "
                      f"(x{plain / med:.0f}); {len(text.splitlines())} lines of tree, the same both ways; goal "
                      f"{GOAL_SECONDS} s ({'met' if med <= GOAL_SECONDS else f'x{med / GOAL_SECONDS:.1f} over'})")
     return lines
