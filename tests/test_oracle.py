@@ -76,9 +76,10 @@ def test_snapshots_equal_sequential_oracle(record):
             assert _state(tally) == reader.state(snap[(t.id, d)].state), (k, "T", d)
 
 
-def test_states_that_change_to_equal_but_different_values_are_kept_exactly(record, tmp_path, capsys):
+def test_states_that_change_to_equal_but_different_values_are_kept_exactly(record, capsys):
     """`1` → `True` and `0.0` → `-0.0` are changes, though `==` says they are not: the stored
-    snapshots (state deltas) and the checkpoints jumps restore (checkpoint deltas) keep them.
+    snapshots (state deltas), the checkpoints that jumps restore (checkpoint deltas) and the
+    last-change search keep them.
     The oracle runs Flags over each instance's recorded input in plain Python; states are
     compared as JSON bytes, which tell `true` from `1` and `-0.0` from `0.0`."""
     from tt.cli.main import main

@@ -640,7 +640,6 @@ def test_a_frozen_frame_thaws_as_its_pickle_does():
     df.loc[0, "amount"] = 99.0   # the function writes into the frame it was handed
     assert pickle.loads(pickle.dumps(unit))[1].loc[0, "amount"] == -1.0, "the frame as it was logged"
 
-    subclass = MyFrame
     others = [
         pd.DataFrame({"a": [1, 2]}, index=[5, 6]),
         pd.DataFrame({"a": [1, 2]}, index=pd.RangeIndex(1, 3)),
@@ -651,7 +650,7 @@ def test_a_frozen_frame_thaws_as_its_pickle_does():
         pd.DataFrame([[1, 2]], columns=[0, 1]),
         pd.DataFrame([[1, 2]], columns=pd.MultiIndex.from_tuples([("a", "x"), ("a", "y")])),
         pd.DataFrame({"a": pd.to_datetime(["2024-01-01"]).tz_localize("UTC")}),
-        subclass({"a": [1]}),
+        MyFrame({"a": [1]}),
         pd.DataFrame(index=pd.RangeIndex(4)),   # (no columns: its column index is a RangeIndex)
     ]
     named = pd.DataFrame({"a": [1]})
@@ -665,4 +664,3 @@ def test_a_frozen_frame_thaws_as_its_pickle_does():
         back = pickle.loads(pickle.dumps(kept))
         pd.testing.assert_frame_equal(back, df, check_exact=True)
         assert type(back) is type(df) and back.attrs == df.attrs
-
