@@ -2,10 +2,10 @@
 
 A hooked pandas function (a StatefulProcessor's `handleInputRows`, say) is handed a fresh
 DataFrame per key, and its unit is logged before the function may write into it
-(`logs.kept_apart`). Pickling a fresh DataFrame builds pandas' lazy caches first: 41 µs for
-a 100-row, two-column frame, where pickling its column arrays takes 27 µs (this machine,
-best of 5 × 3,000). On the keyed transformWithStateInPandas bench, one frame per key, that
-is the largest single cost tt adds in the Python workers.
+(`logs.kept_apart`). Pickling a fresh DataFrame builds pandas' lazy caches first: 30.4–32.2 µs
+for a 100-row, two-column frame, where `freeze` takes 20.1–21.1 µs (this machine, fresh frames,
+best of 5 × 3,000, three runs). On the keyed transformWithStateInPandas bench, one frame per
+key, that pickle was the largest single cost tt added in the Python workers (a py-spy profile).
 
 Only a plain frame is frozen this way: a `DataFrame` itself (no subclass), a default
 `RangeIndex`, unique `str` column names, every column a numpy array (no extension dtype),
@@ -32,6 +32,9 @@ class FrozenFrame:
 
     def __reduce__(self):
         return thaw, (self.data,)
+
+
+_NAIVE_TIMES = ("DatetimeArray", "TimedeltaArray")   # pandas' own arrays over numpy's datetime64, timedelta64
 
 
 def is_frame(value: Any) -> bool:
@@ -65,8 +68,6 @@ def freeze(frame: Any) -> FrozenFrame | None:
     # (the classes by reference, as in any pickle of a frame: core itself does not import pandas)
     return FrozenFrame(pickle.dumps((type(frame), type(index), len(frame), names, arrays), protocol=5))
 
-
-_NAIVE_TIMES = ("DatetimeArray", "TimedeltaArray")   # pandas' own arrays over numpy's datetime64, timedelta64
 
 
 def thaw(data: bytes) -> Any:

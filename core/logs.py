@@ -142,7 +142,7 @@ class LoggedResult:
     value: Any
 
 
-def kept_apart(value: Any, *, packed_by_pickle: bool = False) -> Any:
+def kept_apart(value: Any, *, packed_by_pickle: bool = False, frames: bool = False) -> Any:
     """`value`, or a copy of it where an operator could change it in place. What is logged must
     be the value as it was when logged, and the logs are packed later (a logged result, a tuple
     entering G(θ): the operator that gets it may write into it); what replay serves must be that
@@ -150,16 +150,18 @@ def kept_apart(value: Any, *, packed_by_pickle: bool = False) -> Any:
 
     `packed_by_pickle`: the log is packed by pickle (tuples entering G(θ), a hooked operator's
     units), so where a copy needs a pickle, the pickle is kept (`Frozen`) rather than unpickled
-    into a copy that is pickled again when the log is packed; a plain pandas DataFrame, alone
-    or in a unit's tuple, is kept as its column arrays (core/frozen_frames.py)."""
+    into a copy that is pickled again when the log is packed. `frames` (with `packed_by_pickle`):
+    the value may hold pandas DataFrames (a hooked operator's unit, `("row", frame)`,
+    `(key, *frames)`): a plain one is kept as its column arrays (core/frozen_frames.py). Rows
+    entering G(θ) never hold one and do not pay for the look (0.5 µs for a three-item tuple)."""
     if type(value) is dict:
         if immutable_items(value.values()):
             return dict(value)   # a row of scalars, the common case: a shallow copy is a whole one
     elif immutable(value):
         return value
-    elif packed_by_pickle:
-        if type(value) is tuple and any(map(is_frame, value)):   # a unit: ("row", frame), (key, *frames)
-            return tuple([kept_apart(v, packed_by_pickle=True) for v in value])
+    elif frames and packed_by_pickle:
+        if type(value) is tuple and any(map(is_frame, value)):
+            return tuple([kept_apart(v, packed_by_pickle=True, frames=True) for v in value])
         frame = freeze(value)
         if frame is not None:
             return frame

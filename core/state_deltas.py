@@ -210,7 +210,7 @@ def changed_entries(old: dict, new: dict) -> tuple[dict, list]:
         changed = {x: new[x] for x in maybe if not same(old[x], new[x])}
         changed.update((x, new[x]) for x in islice(new, n, None))
         return changed, []
-    changed = {x: y for x, y in new.items() if x not in old or not same(old[x], y)}
+    changed = {x: y for x, y in new.items() if x not in old or old[x] is not y and not same(old[x], y)}
     added = sum(1 for x in changed if x not in old)
     deleted = [x for x in old if x not in new] if len(new) != n + added else []
     return changed, deleted

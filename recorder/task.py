@@ -418,7 +418,7 @@ class StageTask:
         head, codec = self._unit_head, self._unit_codec
         if self._unit_log is not None:
             if codec is None:
-                self._unit_log.append(kept_apart(unit, packed_by_pickle=True))   # packed later; the function may change it
+                self._unit_log.append(kept_apart(unit, packed_by_pickle=True, frames=True))   # packed later; the function may change it
             else:   # packed now: the function may write into a DataFrame it is handed
                 self.unit_entries.append((head.node_id, 0, self.partition, codec, blobs.pack_unit(codec, unit)))
         try:

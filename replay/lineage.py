@@ -293,6 +293,11 @@ class Lineage:
         found: list[Output] = []
         checked = 0
 
+        def take(key: Key, position: int, j: int, row: Any) -> None:
+            out = Output(TupleRef(key[0], key[1], position), j)
+            found.append(out)
+            self._rows[out] = values.encode(row)
+
         def outputs(key: Key, position: int, outs: list) -> None:
             nonlocal checked
             if key[0] != node.id:
@@ -300,21 +305,17 @@ class Lineage:
             for j, row in enumerate(outs):
                 checked += 1
                 if test(row):
-                    out = Output(TupleRef(key[0], key[1], position), j)
-                    found.append(out)
-                    self._rows[out] = values.encode(row)
+                    take(key, position, j, row)
         targets = {(node.id, i): _end(self.engine.instances[(node.id, i)]) for i in range(node.instances)}
         for key in list(targets):
             rows = self.index.rows(key) if self.index is not None else None
-            if rows is not None:   # kept in the index: no replay, and one test over all the rows
+            if rows is not None:   # kept in the index: no replay, and one test per chunk of rows
                 del targets[key]
                 for calls, ends, flat in rows.batches():
                     checked += len(flat)
                     for i in test.matching(flat):
                         c = bisect.bisect_right(ends, i)
-                        out = Output(TupleRef(key[0], key[1], calls[c]), i - (ends[c - 1] if c else 0))
-                        found.append(out)
-                        self._rows[out] = values.encode(flat[i])
+                        take(key, calls[c], i - (ends[c - 1] if c else 0), flat[i])
         if targets and (self.index is not None or any(self.engine.instances[key].count for key in targets)):
             self._shadow(targets, on_outputs=outputs)   # the tracked replay is past some of them, or not needed
         elif targets:   # read them on the way: the tracked replay goes there anyway

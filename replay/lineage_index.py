@@ -213,14 +213,6 @@ class OutputRows:
                     ends.append(len(rows))
             yield calls, ends, rows
 
-    def all(self) -> Iterator[tuple[int, list]]:
-        """(call, its outputs) for every call that emitted something, in order."""
-        for c in range(-(-self.calls // CHUNK)):
-            body, offsets = _unchunk(self._chunk(c))
-            for k in range(len(offsets) - 1):
-                if offsets[k + 1] > offsets[k]:
-                    yield c * CHUNK + k, pickle.loads(body[offsets[k]:offsets[k + 1]])
-
 
 def _unchunk(data: bytes) -> tuple[memoryview, list[int]]:
     """A chunk's pickles, one after another, and where each begins (and the last ends)."""

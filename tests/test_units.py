@@ -635,7 +635,7 @@ def test_a_frozen_frame_thaws_as_its_pickle_does():
         assert [np.signbit(v) for v in back.select_dtypes("float").to_numpy().ravel()] == \
                [np.signbit(v) for v in want.select_dtypes("float").to_numpy().ravel()]
     df = plain[0]
-    unit = kept_apart(("row", df), packed_by_pickle=True)
+    unit = kept_apart(("row", df), packed_by_pickle=True, frames=True)
     assert unit[0] == "row" and isinstance(unit[1], FrozenFrame)
     df.loc[0, "amount"] = 99.0   # the function writes into the frame it was handed
     assert pickle.loads(pickle.dumps(unit))[1].loc[0, "amount"] == -1.0, "the frame as it was logged"
@@ -659,7 +659,7 @@ def test_a_frozen_frame_thaws_as_its_pickle_does():
     attrs.attrs["source"] = "x"
     for df in [*others, named, attrs]:
         assert freeze(df) is None, df
-        kept = kept_apart(df, packed_by_pickle=True)
+        kept = kept_apart(df, packed_by_pickle=True, frames=True)
         assert isinstance(kept, Frozen)
         back = pickle.loads(pickle.dumps(kept))
         pd.testing.assert_frame_equal(back, df, check_exact=True)
