@@ -20,8 +20,9 @@ from ..core import errors
 _HEAD = struct.Struct("<IIq")   # format version, source node, segments
 _SEG = struct.Struct("<qq")      # file id, runs
 _WIDTHS = struct.Struct("<BB")   # format 2: bytes per gap, bytes per length (1, 2, 4 or 8)
-VERSION = 2
-READS = (1, 2)
+_DIGEST = 16                     # format 3: the chunk's values digest (store/row_digest.py) after the header
+VERSION = 3
+READS = (1, 2, 3)
 
 
 def runs(rows: Any) -> tuple[Any, Any]:
@@ -47,15 +48,18 @@ def segments(rows: Any, files: Any) -> list[tuple[int, Any]]:
     return [(int(files[a]), rows[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def pack(source: int, parts: list[tuple[int, Any]]) -> bytes:
-    """A chunk's references: the source node, then per file its runs.
+def pack(source: int, parts: list[tuple[int, Any]], digest: bytes | None = None) -> bytes:
+    """A chunk's references: the source node, the digest of the rows' values when given
+    (format 3; format 2 without), then per file its runs.
 
     Starts are stored as the gap after the previous run, so that zstd sees small numbers;
     the gaps, then the lengths, each as the narrowest unsigned ints that hold them, byte
     planes apart (`_planes`). The caller compresses (store/blobs.py)."""
     import numpy as np
 
-    out = [_HEAD.pack(VERSION, source, len(parts))]
+    if digest is not None and len(digest) != _DIGEST:
+        raise ValueError(f"a chunk's digest has {_DIGEST} bytes, not {len(digest)}")
+    out = [_HEAD.pack(VERSION if digest is not None else 2, source, len(parts)), digest or b""]
     for fid, rows in parts:
         starts, lengths = runs(np.asarray(rows, dtype=np.int64))
         gaps = np.diff(starts, prepend=0) - np.concatenate(([0], lengths[:-1]))
@@ -94,14 +98,20 @@ def source_of(data: bytes) -> int:
     return _HEAD.unpack_from(data, 0)[1]
 
 
+def content_digest(data: bytes) -> bytes | None:
+    """The digest of the chunk's values the recording task took (format 3), or None."""
+    version = _HEAD.unpack_from(data, 0)[0]
+    return bytes(data[_HEAD.size:_HEAD.size + _DIGEST]) if version >= 3 else None
+
+
 def unpack(data: bytes) -> tuple[int, list[tuple[int, Any]]]:
-    """(source node, [(file id, positions as an int64 array)]) of a packed chunk (format 1 or 2)."""
+    """(source node, [(file id, positions as an int64 array)]) of a packed chunk (format 1, 2 or 3)."""
     import numpy as np
 
     version, source, n = _HEAD.unpack_from(data, 0)
     if version not in READS:
         raise errors.RunFileError(f"row references in format {version}, this tt reads {READS[-1]}; upgrade tt")
-    at, parts = _HEAD.size, []
+    at, parts = _HEAD.size + (_DIGEST if version >= 3 else 0), []
     for _ in range(n):
         fid, count = _SEG.unpack_from(data, at)
         at += _SEG.size

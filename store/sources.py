@@ -1,13 +1,15 @@
 """Reading a source's rows back from its files, for replay: no Spark, only pyarrow.
 
 A run that read a Parquet source by reference stores, per chunk of input, the
-file and row positions (`store/positions.py`); the files themselves are named in
-`source_files` with their size, modification time and a hash of their footer.
+file and row positions (`store/positions.py`) and a digest of the rows' values (`store/row_digest.py`); the
+files themselves are named in `source_files` with their size, modification time and a hash of
+their footer.
 `SourceReader` turns a chunk back into the rows the operator saw: it opens the
 file, checks it is the one recorded, reads the row groups that hold the
 positions, casts them to the Arrow schema the operator's batches had (Spark's
-types, its session time zone) and takes the rows. A file that is gone or changed
-is a `SourceFileError` naming it and the way out (`tt pack` where the files are).
+types, its session time zone), takes the rows and checks their digest. A file that
+is gone or changed, or rows that differ from those recorded, are a `SourceFileError`
+naming the file and the way out (`tt pack` where the files are).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import orjson
 
 from ..core.errors import RunFileError, SourceFileError
-from . import positions
+from . import positions, row_digest
 
 _CACHED_GROUPS = 4   # row groups kept decoded: a chunk lies in one or two
 
@@ -183,9 +185,14 @@ class SourceReader:
         source, parts = positions.unpack(data)
         schema = self.schema(source)
         tables = [self._take(source, fid, rows) for fid, rows in parts]
-        if not tables:
-            return schema.empty_table()
-        return tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        table = schema.empty_table() if not tables else tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+        recorded = positions.content_digest(data)
+        if recorded is not None and row_digest.digest(table) != recorded:
+            uris = ", ".join(dict.fromkeys(self.files[fid].uri for fid, _ in parts))
+            raise changed(uris, f"the {table.num_rows:,} rows read back at the recorded positions hold other "
+                                f"values than the recording's task read, although the file's size, time and "
+                                f"footer are the recorded ones", self.run)
+        return table
 
     def rows(self, data: bytes) -> list[dict]:
         """One chunk as the rows a tt.Dataflow source hands its operators."""

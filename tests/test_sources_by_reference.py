@@ -29,14 +29,15 @@ from tt.core import values
 from tt.core.errors import SourceFileError
 from tt.recorder.job import record_job
 from tt.replay.verify import verify
-from tt.store import positions
+from tt.store import positions, row_digest
+from tt.store.sources import describe_change
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "parquet_totals.py"
 ROWS = 20_000   # per file
 
 
-def write_files(d: Path, files: int) -> Path:
+def write_files(d: Path, files: int, **parquet) -> Path:
     d.mkdir(parents=True)
     for f in range(files):
         ids = range(f * ROWS, (f + 1) * ROWS)
@@ -46,7 +47,7 @@ def write_files(d: Path, files: int) -> Path:
             "s": [f"ü{i}" if i % 11 else "" for i in ids],
             "ts": pa.array([base + datetime.timedelta(minutes=i) for i in ids], pa.timestamp("us", tz="UTC")),
             "d": pa.array([decimal.Decimal(i) / 100 for i in ids], pa.decimal128(15, 2))}),
-            d / f"part-{f}.parquet", row_group_size=3_000)
+            d / f"part-{f}.parquet", row_group_size=3_000, **parquet)
     return d
 
 
@@ -220,6 +221,77 @@ def test_a_missing_file_is_named_and_tt_pack_makes_the_run_travel(moved, capsys,
     assert results and all(r["ok"] for r in results)
     assert main(["inspect", str(packed)]) == 0
     assert "copied into the run file by `tt pack`" in capsys.readouterr().out
+
+
+def test_a_value_rewritten_in_place_is_found_by_the_chunks_digest(spark, tmp_path, capsys):
+    """A file whose size, modification time and footer are the recorded ones can still hold other
+    values (docs/SOURCES.md §8: an rsync or `touch -r` rewrite): one string rewritten in place, in a
+    file written without statistics or compression, so that its footer stays byte for byte. The
+    rows read back are checked against the digest the recording task took of what Spark gave it:
+    `tt verify` stops with one line naming the file, and passes again once the file is restored."""
+    data = write_files(tmp_path / "data", 1, compression="NONE", use_dictionary=False, write_statistics=False)
+    run, _, _ = record_on_and_off(JOB, tmp_path, [str(data)])
+    f = data / "part-0.parquet"
+    was, now = "ü12346".encode(), "ü98765".encode()   # row 12,346 is read (id % 5 != 0)
+    raw = f.read_bytes()
+    at = raw.index(len(was).to_bytes(4, "little") + was) + 4
+    assert raw.count(was) == 1
+    st = f.stat()
+    f.write_bytes(raw[:at] + now + raw[at + len(was):])
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    reader = RunReader(run)
+    try:
+        assert [describe_change(rec) for rec in reader.sources().files.values()] == [None], \
+            "size, time and footer as recorded: only the values tell"
+    finally:
+        reader.close()
+    assert main(["verify", str(run)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "part-0.parquet by reference and it changed since the recording" in err
+    assert "read back at the recorded positions hold other values" in err and f"tt pack {run.name}" in err
+    f.write_bytes(raw)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(["verify", str(run)]) == 0
+
+
+def test_a_chunks_digest_is_of_its_values_not_of_their_layout():
+    """The task digests Spark's batch, replay the table it read back and took rows from: the same
+    values laid out otherwise (sliced, in chunks, other bytes under a null, a view type, a
+    dictionary) give the same digest; any one value changed, a float's sign, a null, does not."""
+    base = pa.table({
+        "i": pa.array([1, 2, None, 4, 5], pa.int64()),
+        "f": pa.array([0.0, 1.5, 2.5, None, 3.5], pa.float64()),
+        "s": pa.array(["a", "", None, "ü", "long string"], pa.string()),
+        "d": pa.array([decimal.Decimal("1.10"), None, decimal.Decimal("-2.00"), decimal.Decimal("0"),
+                       decimal.Decimal("9.99")], pa.decimal128(15, 2)),
+        "b": pa.array([True, False, None, True, False]),
+        "t": pa.array([datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)] * 5, pa.timestamp("us", tz="UTC")),
+        "l": pa.array([[1], [], None, [2, 3], [4]], pa.list_(pa.int64())),
+    })
+    d = row_digest.digest(base)
+    wider = pa.concat_tables([base.slice(0, 1), base.slice(0, 1), base])
+    assert row_digest.digest(wider.slice(2)) == d, "an offset into the buffers"
+    assert row_digest.digest(pa.concat_tables([base.slice(0, 2), base.slice(2)])) == d, "two chunks"
+    assert row_digest.digest(base.combine_chunks().to_batches()[0]) == d, "a batch"
+    garbage = pa.Array.from_buffers(pa.int64(), 5, [base["i"].chunk(0).buffers()[0],
+                                                    pa.py_buffer(np.array([1, 2, 777, 4, 5], np.int64).tobytes())])
+    assert row_digest.digest(base.set_column(0, "i", garbage)) == d, "another value under a null"
+    as_view = base.set_column(2, "s", base["s"].cast(pa.string_view()))
+    assert row_digest.digest(as_view) == d
+    as_dict = base.set_column(2, "s", base["s"].dictionary_encode())
+    assert row_digest.digest(as_dict) == d
+
+    def changed(column: int, i: int, value) -> bytes:
+        items = base.column(column).to_pylist()
+        items[i] = value
+        return row_digest.digest(base.set_column(column, base.schema.field(column), pa.array(items, base.schema.field(column).type)))
+
+    for column, i, value in [(0, 0, 9), (0, 2, 0), (1, 0, -0.0), (1, 3, 0.0), (2, 1, None), (2, 4, "long strinG"),
+                             (3, 0, decimal.Decimal("1.11")), (4, 0, False), (4, 2, False), (6, 1, None),
+                             (6, 3, [3, 2])]:
+        assert changed(column, i, value) != d, (base.schema.field(column).name, i, value)
+    assert row_digest.digest(base.slice(1)) != d and row_digest.digest(base.drop_columns(["l"])) != d
 
 
 def test_a_source_that_is_not_a_plain_scan_is_copied_and_says_why(spark, record, tmp_path, capsys):
