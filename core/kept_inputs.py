@@ -12,6 +12,19 @@ whose rows differ in replay is still found, down to the input (replay/verify.py)
 The digest is a sum, modulo 2**64, of one hash per key over its encoded key and value, so the
 recorder updates it from the keys the operator lists as changed (`changed_keys`), remembering
 each key's hash, instead of hashing the whole field at every interaction (`KeptDigests`).
+
+Hashing every row's values was most of what recording TPC-H W2 cost (2.5 s of the tasks' CPU at 1
+interaction/10 s: the tasks' CPU ×1.17 over recording off, ×1.05 without the digest). A field whose port takes its tuples through a
+shuffle from outside G(θ) needs less. Those tuples are in the run file, logged, or read back by
+reference and checked against the recording task's digest of their values (store/row_digest.py),
+so replay cannot feed the join other rows without an error; and they arrive unpickled, so no code
+outside the operator holds them. Such a field is digested by its keys and each key's row count,
+what the key function and the order of the inputs decide, and by the values of one key in 64
+(chosen by that hash): a stored row that the join's `merge` or code after it changes differently
+in replay (a random number written into it) is still found when it happens to more than a few
+keys (`of: counts`). A field fed by an operator inside G(θ), whose tuples replay recomputes, or
+through a narrow edge, whose rows other branches hold too, keeps the digest of all its values
+(the default, and what run files before `counts` hold).
 """
 
 from __future__ import annotations
@@ -28,17 +41,25 @@ from . import values
 TAG = "$kept"
 _MASK = (1 << 64) - 1
 _LOW = (1 << 48) - 1
+_UNSAMPLED = 58   # a `counts` digest hashes the values of the keys whose hash is below 2**58: one in 64
+
+
+COUNTS = "counts"   # a field digested by its keys' row counts and one key in 64's values (the run file proves the rest)
 
 
 class Kept:
-    """What an interaction stores of a kept-inputs field; encodes as `{"$kept": {...}}`."""
+    """What an interaction stores of a kept-inputs field; encodes as `{"$kept": {...}}`. `bytes`
+    is the JSON the field stands for (the planner's figure); a `counts` digest stores no such
+    figure, its `bytes` an estimate from a sample of rows."""
 
-    __slots__ = ("keys", "rows", "bytes", "digest")
+    __slots__ = ("keys", "rows", "bytes", "digest", "counts")
 
-    def __init__(self, keys: int, rows: int, nbytes: int, digest: int):
-        self.keys, self.rows, self.bytes, self.digest = keys, rows, nbytes, digest
+    def __init__(self, keys: int, rows: int, nbytes: int, digest: int, counts: bool = False):
+        self.keys, self.rows, self.bytes, self.digest, self.counts = keys, rows, nbytes, digest, counts
 
     def __tt_json__(self) -> dict:
+        if self.counts:
+            return {TAG: {"keys": self.keys, "rows": self.rows, "of": COUNTS, "digest": f"{self.digest:016x}"}}
         return {TAG: {"keys": self.keys, "rows": self.rows, "bytes": self.bytes, "digest": f"{self.digest:016x}"}}
 
 
@@ -62,6 +83,23 @@ def _entry(key: Any, value: Any) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") << 96 | rows << 48 | len(data)
 
 
+def _count_hash(key: Any, rows: int) -> int:
+    """The hash of a key and its row count in a `counts` digest (unsigned 64 bits). An int key (a
+    join's usual) by Python's tuple hash, the same in every process (ints' hashes are not salted)
+    and computed in C for a whole field (`_CountDigest`); any other key encoded and hashed."""
+    if type(key) is int:
+        return hash((key, rows)) & _MASK
+    try:
+        data = orjson.dumps((key, rows), default=_json_default, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        data = orjson.dumps([values.encode(key), rows], option=orjson.OPT_SORT_KEYS)
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _rows(value: Any) -> int:
+    return len(value) if type(value) is list else 1
+
+
 def _json_default(value: Any) -> Any:
     """What orjson cannot write, as `values.encode` writes it, a Decimal first: a TPC-H join
     holds two in every lineitem row, and `values.encode` tries a dozen types before it (the same
@@ -76,12 +114,12 @@ def _kept(field: dict, packed_sum: int) -> Kept:
     return Kept(len(field), (packed_sum >> 48) & _LOW, packed_sum & _LOW, (packed_sum >> 96) & _MASK)
 
 
-def summary(field: Any) -> Any:
+def summary(field: Any, counts: bool = False) -> Any:
     """The `Kept` summary of a whole field, hashed from scratch (replay; a first snapshot)."""
     if type(field) is not dict:
         return field   # not what a kept-inputs field is: stored as it is
     with values.gc_paused():
-        return _kept(field, sum(map(_entry, field, field.values())))
+        return _CountDigest(field).kept(field) if counts else _kept(field, sum(map(_entry, field, field.values())))
 
 
 def is_kept(encoded: Any) -> bool:
@@ -95,21 +133,25 @@ def like_recorded(recorded: Any, state: Any) -> Any:
     if type(recorded) is not dict or type(state) is not dict:
         return state
     kept = [f for f, v in recorded.items() if is_kept(v) and f in state]
-    return {**state, **{f: summary(state[f]) for f in kept}} if kept else state
+    return {**state, **{f: summary(state[f], recorded[f][TAG].get("of") == COUNTS) for f in kept}} if kept else state
 
 
 class _FieldDigest:
     """One field's running sum of packed entries, and each key's packed entry."""
 
-    __slots__ = ("total", "entries")
+    __slots__ = ("total", "known")
 
     def __init__(self, field: dict):
-        self.entries = dict(zip(field, map(_entry, field, field.values())))
-        self.total = sum(self.entries.values())
+        self.known = dict(zip(field, map(_entry, field, field.values())))
+        self.total = sum(self.known.values())
+
+    @property
+    def size(self) -> int:
+        return len(self.known)
 
     def update(self, field: dict, keys: list) -> None:
         """Hash `keys` (distinct) again: those listed as changed, and the keys added since."""
-        entries = self.entries
+        entries = self.known
         was = sum(map(entries.get, keys, itertools.repeat(0)))
         fresh = list(map(_entry, keys, map(field.__getitem__, keys)))
         entries.update(zip(keys, fresh))
@@ -119,14 +161,79 @@ class _FieldDigest:
         return _kept(field, self.total)
 
 
+class _CountDigest:
+    """One field's `counts` digest: the sum of its keys' `_count_hash`, its rows, and the values'
+    hashes of the sampled keys (one in 64: `_count_hash` below 2**58), each key's row count.
+
+    Made of lists and sums built by `map` in C where the keys are ints: a first snapshot of a
+    field shaped like TPC-H W2's lineitem side (645,527 int keys, 1.48M rows with two Decimals)
+    takes 0.31 s, its values digest 1.81 s (best of 3, no other load)."""
+
+    __slots__ = ("size", "_known", "_first", "hashes", "rows", "sampled", "per_row")
+
+    def __init__(self, field: dict):
+        keys, lists = list(field), list(field.values())
+        rows = list(map(len, lists)) if set(map(type, lists)) <= {list} else list(map(_rows, lists))
+        hashes = (list(map(hash, zip(keys, rows))) if set(map(type, keys)) <= {int}
+                  else list(map(_count_hash, keys, rows)))
+        self.size, self._known, self._first = len(keys), None, (keys, rows)
+        self.hashes, self.rows = sum(hashes), sum(rows)
+        self.sampled = {k: _entry(k, field[k]) >> 96 for k, h in zip(keys, hashes) if not (h & _MASK) >> _UNSAMPLED}
+        self.per_row = self._per_row(field)
+
+    @property
+    def known(self) -> dict:
+        """Each key's row count, made when a later snapshot first asks (a run's last snapshot,
+        often its only one at 1 interaction/10 s, never does)."""
+        if self._known is None:
+            self._known, self._first = dict(zip(*self._first)), None
+        return self._known
+
+    @staticmethod
+    def _per_row(field: dict) -> float:
+        """The JSON bytes of a row, from the first few keys' rows: the planner's figure, estimated."""
+        sample = list(itertools.islice(field.items(), 8))
+        rows = sum(_rows(v) for _, v in sample)
+        return sum(_entry(k, v) & _LOW for k, v in sample) / rows if rows else 0.0
+
+    def update(self, field: dict, keys: list) -> None:
+        """Count and hash `keys` (distinct) again: those listed as changed, and the keys added
+        since. In bulk, as `__init__`: at 10 interactions a second a join lists most of its keys
+        again and again."""
+        known, sampled = self.known, self.sampled
+        was = list(map(known.get, keys))
+        lists = list(map(field.__getitem__, keys))
+        rows = list(map(len, lists)) if set(map(type, lists)) <= {list} else list(map(_rows, lists))
+        if set(map(type, keys)) <= {int}:
+            fresh = list(map(hash, zip(keys, rows)))
+            self.hashes += sum(fresh) - sum(map(hash, [(k, r) for k, r in zip(keys, was) if r is not None]))
+        else:
+            fresh = list(map(_count_hash, keys, rows))
+            self.hashes += sum(fresh) - sum(_count_hash(k, r) for k, r in zip(keys, was) if r is not None)
+        self.rows += sum(rows) - sum(filter(None, was))
+        self.size += was.count(None)
+        known.update(zip(keys, rows))
+        for k in sampled.keys() & set(keys):
+            del sampled[k]
+        sampled.update({k: _entry(k, v) >> 96 for k, v, h in zip(keys, lists, fresh) if not (h & _MASK) >> _UNSAMPLED})
+        if not self.per_row:
+            self.per_row = self._per_row(field)
+
+    def kept(self, field: dict) -> Kept:
+        return Kept(len(field), self.rows, round(self.rows * self.per_row),
+                    (self.hashes + sum(self.sampled.values())) & _MASK, counts=True)
+
+
 class KeptDigests:
     """The recorder's side: per instance, each kept-inputs field's running digest."""
 
     def __init__(self):
-        self.fields: dict[tuple[Any, str], _FieldDigest] = {}
+        self.fields: dict[tuple[Any, str], _FieldDigest | _CountDigest] = {}
 
-    def summarize(self, instance: Any, op: Any, state: dict, changed: dict | None) -> tuple[dict, dict | None, int]:
-        """`state` with `op.kept_inputs` fields replaced by their `Kept` summaries, `changed`
+    def summarize(self, instance: Any, op: Any, state: dict, changed: dict | None,
+                  counted: frozenset = frozenset()) -> tuple[dict, dict | None, int]:
+        """`state` with `op.kept_inputs` fields replaced by their `Kept` summaries (by keys and
+        row counts for the fields named in `counted`, whose rows the run file proves), `changed`
         without those fields, and the JSON bytes the summaries stand for (what a checkpoint of
         them would cost: the planner's figure)."""
         names = getattr(op, "kept_inputs", ())
@@ -141,11 +248,11 @@ class KeptDigests:
                 if type(field) is not dict:
                     continue
                 digest = self.fields.get((instance, name))
-                if digest is None or listed is None or len(field) < len(digest.entries):
-                    digest = self.fields[(instance, name)] = _FieldDigest(field)   # from scratch
+                if digest is None or listed is None or len(field) < digest.size:   # from scratch
+                    digest = self.fields[(instance, name)] = (_CountDigest if name in counted else _FieldDigest)(field)
                 else:
-                    known = digest.entries
-                    new = list(itertools.islice(reversed(field), len(field) - len(known)))[::-1]  # a dict gains keys last
+                    known = digest.known
+                    new = list(itertools.islice(reversed(field), len(field) - digest.size))[::-1]  # a dict gains keys last
                     digest.update(field, [k for k in listed if k in known] + new)
                 state[name] = kept = digest.kept(field)
                 extra += kept.bytes

@@ -74,10 +74,10 @@ class Operator:
     #: instead of calling `kept_in` for every input (core/runtime.py `StoredLineageRunner`).
     stores_inputs: bool = False
 
-    #: The state fields that hold the operator's inputs as they came, by key (the built-in join's
-    #: `left` and `right`): the run file has those rows already, as logged inputs or source
-    #: positions, so interactions store a digest of such a field, not a copy, and `tt verify`
-    #: digests the replayed field to compare (core/kept_inputs.py).
+    #: The state fields that hold the operator's inputs as they came, by key, the i-th those of
+    #: port i (the built-in join's `left` and `right`): the run file has those rows already, as
+    #: logged inputs or source positions, so interactions store a digest of such a field, not a
+    #: copy, and `tt verify` digests the replayed field to compare (core/kept_inputs.py).
     kept_inputs: tuple[str, ...] = ()
 
     def log_result(self, fn: Callable, *args, **kwargs):

@@ -33,7 +33,7 @@ from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, Re
                             SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
                             narrow_target)
 from ..core.operator import CONTEXT
-from ..store import blobs, positions
+from ..store import blobs, positions, row_digest
 
 ENVELOPE_DDL = "route int, dest int, epoch int, src int, seq long, payload binary"
 #: How a hooked operator's unit is stored, by the operator's kind; rows (the RDD APIs) are
@@ -541,7 +541,8 @@ class StageTask:
         if not self.schema_sent:
             self.schema_sent = True
             self.source_schema = data.schema.serialize().to_pybytes()
-        return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files)))
+        # the values' digest: replay proves the rows it reads back are these (store/row_digest.py)
+        return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files), row_digest.digest(data)))
 
     def _run_shuffled(self, batches: Iterator) -> Iterator[list[list]]:
         g = self.g
@@ -641,13 +642,22 @@ class StageTask:
             return last[1]  # state changes only by consuming an input: nothing to encode
         changed_keys = getattr(r.op, "changed_keys", None)
         state, changed, kept_bytes = self.kept_digests.summarize(r.node_id, r.op, r.op.state(),
-                                                                 changed_keys and changed_keys())
+                                                                 changed_keys and changed_keys(), self._counted(r))
         h, data, size = self.state_encoder.encode(r.node_id, state, changed)
         size += kept_bytes   # the planner's figure: what a checkpoint of the state would weigh
         if data and h not in self.sent_states and h not in self.new_states:
             self.new_states[h] = (blobs.compress(data), size)
         self.last_state[r.node_id] = (r.count, h)
         return h
+
+    def _counted(self, r: Runner) -> frozenset:
+        """The kept-inputs fields of `r`'s operator (the i-th keeps port i's tuples) whose port
+        brings tuples through a shuffle from outside G(θ): they are in the run file and no other
+        code holds them, so the field is digested by its keys' row counts (core/kept_inputs.py)."""
+        g, node = self.g, self.g.nodes[r.node_id]
+        edges = [g.edges[e] for e in node.inputs]
+        return frozenset(name for port, name in enumerate(getattr(r.op, "kept_inputs", ()))
+                         if port < len(edges) and edges[port].shuffle and g.is_entry(edges[port]))
 
     # --- logs -----------------------------------------------------------------
 

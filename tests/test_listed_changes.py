@@ -62,6 +62,8 @@ def test_join_and_aggregate_snapshots_from_listed_keys_replay_exactly(record, ca
         kept = [values.decode(reader.state(at.state)) for i in ints
                 for (op, _), at in reader.instances_at(i.k).items() if op == reader.operator("J").id and i.k]
         assert kept and all(set(s["left"]) == {"$kept"} and set(s["right"]) == {"$kept"} for s in kept)
+        # both sides come through a shuffle from outside G(θ): their rows' values are in the run file
+        assert all(s[side]["$kept"]["of"] == "counts" for s in kept for side in ("left", "right"))
 
         results = verify(reader)
         assert len(results) == len(ints) and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
@@ -140,5 +142,47 @@ def test_stored_rows_that_differ_in_replay_are_found_through_the_digest(record):
         assert first.get("found_by") == "replays" and first["tuple"].startswith("J:"), first
         assert "processing it is not deterministic" in first["error"], "the row arrived the same both times"
         assert "noise" not in first["row"], "the row as it arrived, before the merge wrote into it"
+        stored = values.decode(reader.state(reader.instances_at(first["k"])[(reader.operator("J").id, 0)].state))
+        assert stored["right"]["$kept"]["of"] == "counts", "found by the values of the keys a counts digest samples"
+    finally:
+        reader.close()
+
+
+CUSTOMERS = [{"cust": f"c{i}", "region": ("north", "south", "east")[i % 3]} for i in range(7)]
+
+
+def build_two_joins(spark):
+    """J (θ) joins two shuffled sources; J2 joins J's output, which replay recomputes, with a third."""
+    flow = tt.Dataflow("two_joins", partitions=2)
+    items = flow.source("L", spark.createDataFrame(ITEMS, "seq long, o long, amount double").repartition(2))
+    orders = flow.source("O", spark.createDataFrame(ORDERS, "seq long, o long, cust string").repartition(2))
+    custs = flow.source("C", spark.createDataFrame(CUSTOMERS, "cust string, region string").repartition(2))
+    joined = items.key_by(lambda r: r["o"]).join(orders.key_by(lambda r: r["o"]), name="J")
+    joined.key_by(lambda r: r["cust"]).join(custs.key_by(lambda r: r["cust"]), name="J2").collect("S")
+    return flow
+
+
+def test_a_join_fed_from_inside_g_theta_keeps_the_digest_of_its_values(record):
+    """J's sides and J2's customers come from outside G(θ) through a shuffle: digested by their
+    keys' row counts. J2's left side is J's output, which replay recomputes: the digest of its
+    values, so that a replay whose J emitted other rows fails verify there. The end states' counts
+    are the plain-Python join's."""
+    path = record(build_two_joins, watch="J", when="row['seq'] % 100 == 0")
+    reader = RunReader(path)
+    try:
+        assert reader.status == "complete"
+        results = verify(reader)
+        assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
+        j, j2 = _end_states(reader, "J"), _end_states(reader, "J2")
+        assert {(side, s[side]["$kept"].get("of")) for s in j for side in ("left", "right")} == {
+            ("left", "counts"), ("right", "counts")}
+        assert {(side, s[side]["$kept"].get("of")) for s in j2 for side in ("left", "right")} == {
+            ("left", None), ("right", "counts")}
+        assert all("bytes" in s["left"]["$kept"] and "bytes" not in s["right"]["$kept"] for s in j2)
+        cust = {r["o"]: r["cust"] for r in ORDERS}
+        matched = [r for r in ITEMS if r["o"] in cust]
+        assert sum(s["left"]["$kept"]["rows"] for s in j2) == len(matched)
+        assert sum(s["left"]["$kept"]["keys"] for s in j2) == len({cust[r["o"]] for r in matched})
+        assert sum(s["right"]["$kept"]["rows"] for s in j2) == len(CUSTOMERS)
     finally:
         reader.close()

@@ -408,10 +408,12 @@ def test_snapshot_deltas_from_the_keys_an_operator_lists():
     assert chains["join"] > 4   # a big state chains past full_every, while its deltas add up to less than it
 
 
-def test_a_joins_running_digest_equals_one_made_from_scratch():
+@pytest.mark.parametrize("counts", [False, True], ids=["values", "counts"])
+def test_a_joins_running_digest_equals_one_made_from_scratch(counts):
     """The recorder updates a join's digest from the keys it lists (core/kept_inputs.py); replay
     digests the whole field. The two must agree after every interaction, also when the merge
-    writes into the stored rows it matched, and must change when one stored value changes."""
+    writes into the stored rows it matched, and must change when one stored value changes (for
+    a `counts` digest, a value of a key it samples)."""
     from tt.core import kept_inputs
     from tt.core.operator import HashJoin
     from tt.core.state_deltas import StateEncoder
@@ -427,20 +429,55 @@ def test_a_joins_running_digest_equals_one_made_from_scratch():
         for _ in range(rng.randrange(0, 150)):
             port = rng.randrange(2)
             join.process({"k": rng.randrange(200), "v": decimal.Decimal(rng.randrange(1000)) / 10, "port": port}, port)
-        state, changed, _ = digests.summarize("J:0", join, join.state(), join.changed_keys())
+        counted = frozenset(("left", "right")) if counts else frozenset()
+        state, changed, _ = digests.summarize("J:0", join, join.state(), join.changed_keys(), counted)
         assert changed == {}, "the kept fields leave the listed keys to the digest"
         for side in ("left", "right"):
-            assert state[side].__tt_json__() == kept_inputs.summary(getattr(join, side)).__tt_json__(), (step, side)
+            assert state[side].__tt_json__() == kept_inputs.summary(getattr(join, side), counts).__tt_json__(), \
+                (step, side)
         encoder.encode("J:0", state, changed)
     assert state["left"].rows == sum(map(len, join.left.values())) and state["left"].keys == len(join.left)
 
     stored = values.encode(state["left"])
     assert kept_inputs.is_kept(stored) and "kept as inputs" in values.render(stored)
+    assert (stored["$kept"].get("of") == "counts") is counts
     replayed = kept_inputs.like_recorded({"left": stored}, join.state())
     assert values.first_difference(stored, values.encode(replayed["left"])) is None
-    next(iter(join.left.values()))[0]["v"] += 1   # one stored value differs in "replay"
+    sampled = [k for k, rows in join.left.items() if not kept_inputs._count_hash(k, len(rows)) >> kept_inputs._UNSAMPLED]
+    assert not counts or sampled, "the seed gives the counts digest a sampled key"
+    join.left[sampled[0] if counts else next(iter(join.left))][0]["v"] += 1   # one stored value differs in "replay"
     changed = values.encode(kept_inputs.like_recorded({"left": stored}, join.state())["left"])
     assert values.first_difference(stored, changed) == ("<root>", stored, changed)
+
+
+def test_a_counts_digest_is_the_same_in_every_process_and_sees_rows_move():
+    """A `counts` digest hashes int keys with Python's own hash, which must not depend on the
+    process (str hashes are salted; int and tuple hashes are not), and must change when a row goes
+    under another key, or a key is added, even where no value it samples changed."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from tt.core import kept_inputs as K\n"
+        "fields = [{k: [{'v': k}] * (1 + k % 3) for k in range(500)},\n"
+        "          {f'c{k}': [{'v': k}] * (1 + k % 3) for k in range(500)},\n"
+        "          {(k, 'x'): [k] for k in range(50)}]\n"
+        "print([K.summary(f, True).__tt_json__() for f in fields])\n")
+    seen = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "random")}
+    assert len(seen) == 1 and "counts" in seen.pop()
+
+    from tt.core import kept_inputs
+
+    field = {k: [{"v": k}] * (1 + k % 3) for k in range(500)}
+    before = kept_inputs.summary(field, True)
+    unsampled = [k for k, rows in field.items() if kept_inputs._count_hash(k, len(rows)) >> kept_inputs._UNSAMPLED]
+    a, b = unsampled[:2]
+    moved = {**field, a: field[a] + [field[b][0]], b: field[b][1:] or []}
+    after = kept_inputs.summary(moved, True)
+    assert (after.rows, after.keys) == (before.rows, before.keys) and after.digest != before.digest
+    assert kept_inputs.summary({**field, 10_000: []}, True).digest != before.digest
 
 
 def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
