@@ -282,6 +282,7 @@ class StoredLineageRunner(RecordingRunner):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.position_of: dict[int, int] = {}   # id(input row) -> its position; the state keeps it alive
+        self.matched = getattr(self.op, "matched", None)
 
     def feed(self, row, port):
         self.position_of[id(row)] = self.count
@@ -289,6 +290,17 @@ class StoredLineageRunner(RecordingRunner):
         n = self.log.counts[-1]
         if n:
             op, made, position_of = self.op, self.log.made, self.position_of
+            matched = self.matched and self.matched()
+            if matched is not None and len(matched) >= n:   # output j made from stored row j (a join's probe)
+                get = position_of.get
+                for r in matched[:n]:
+                    p = get(id(r))
+                    if p is None:
+                        made.append(0)
+                    else:
+                        made.append(1)
+                        made.append(p)
+                return
             for paths in op.emitted_from(row, port, n):
                 at = len(made)
                 made.append(0)
