@@ -74,10 +74,11 @@ class Operator:
     #: instead of calling `kept_in` for every input (core/runtime.py `StoredLineageRunner`).
     stores_inputs: bool = False
 
-    #: With `stores_inputs`, optional: the stored rows the tuples of the last call were made
-    #: from, the j-th tuple from the j-th row (a join's matches), or None to ask `emitted_from`.
-    #: `--lineage` then looks up one position per output instead of a key, a path and a slice.
-    matched: Callable[[], list | None] | None = None
+    #: Optional, for a symmetric hash join (the built-in one): the key the last call stored its
+    #: input under, whose outputs were made, the j-th, from the j-th row stored under that key on
+    #: the other port. `--lineage` then logs an input's key alone, as LOG.io logs ids, and the
+    #: reader works out what each output was made from (core/logs.py `made_from_keys`).
+    join_key: Callable[[], Any] | None = None
 
     #: The state fields that hold the operator's inputs as they came, by key, the i-th those of
     #: port i (the built-in join's `left` and `right`): the run file has those rows already, as
@@ -221,13 +222,13 @@ class HashJoin(Operator):
         self.left: dict = {}
         self.right: dict = {}
         self._changed: tuple[dict, dict] | None = None   # per port, once changed_keys() was asked
-        self._matched: list | None = None                # the stored rows the last call's outputs came from
+        self._key: Any = None                            # the last call's key (`join_key`)
 
     def process(self, row, port=0):
-        k = self._keys[port](row)
+        self._key = k = self._keys[port](row)
         mine, other = (self.left, self.right) if port == 0 else (self.right, self.left)
         mine.setdefault(k, []).append(row)
-        self._matched = matches = other.get(k)
+        matches = other.get(k)
         if self._changed is not None:
             self._changed[port][k] = None
             if matches:   # `merge` gets the stored rows too, and might change them
@@ -242,8 +243,8 @@ class HashJoin(Operator):
         (left, right), self._changed = self._changed or ({}, {}), ({}, {})
         return {"left": left, "right": right}
 
-    def matched(self) -> list | None:
-        return self._matched
+    def join_key(self) -> Any:
+        return self._key
 
     def emitted_from(self, row, port, n):
         """Output j of a probing row is made from the j-th stored row of its key on the other side

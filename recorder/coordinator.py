@@ -401,7 +401,7 @@ class Coordinator:
                 with self.lock:
                     book = self.tasks[(conn.stage, conn.partition)]
                     book.theta_flushed = max(book.theta_flushed, fired)
-            for kind in ("out", "in", "res", "made"):
+            for kind in ("out", "in", "res", "made", "keys"):
                 if kind in rec:
                     chunks.append((a, op, i, kind, -1, start, end - start,
                                    seal("res", blobs[rec[kind]]) if kind == "res" else blobs[rec[kind]]))

@@ -30,7 +30,7 @@ from ..core.state_deltas import StateEncoder
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
 from ..core.logs import kept_apart, pack_dests, pack_results, pack_runs
 from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
-                            SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
+                            JoinLineageRunner, SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
                             narrow_target)
 from ..core.operator import CONTEXT
 from ..store import blobs, positions, row_digest
@@ -217,6 +217,8 @@ def _logging_runner(node, in_g: bool) -> type[RecordingRunner]:
         return RecordingRunner
     if node.kind == SOURCE:
         return SourceLineageRunner     # where its rows went
+    if node.op.join_key is not None:
+        return JoinLineageRunner       # and each input's key, which tells what each output was made from
     if node.op.stores_inputs and node.op.emitted_from is not None:
         return StoredLineageRunner     # and the stored rows each output was made from
     if node.op.kept_in is not None and node.op.emitted_from is not None:
@@ -706,6 +708,9 @@ class StageTask:
             if log.made:
                 rec["made"] = blob(blobs.compress(log.made.tobytes()))
                 del log.made[:]
+            if log.keys:
+                rec["keys"] = blob(blobs.compress(log.keys.tobytes()))
+                del log.keys[:]
             entries = []
             for (port, src), rows in log.entry.items():
                 if rows:
@@ -782,6 +787,7 @@ class StageTask:
             log.inputs.take()
             log.results = []
             del log.made[:]
+            del log.keys[:]
             for rows in log.entry.values():
                 rows.clear()
             log.start = r.count

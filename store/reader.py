@@ -361,7 +361,13 @@ class RunReader:
     def made_from(self, op_id: int, instance: int) -> array:
         """An operator outside G(θ) recorded with --lineage that keeps rows (core/runtime.py
         `LineageRunner`): for each of its outputs in order, n, then the n input positions of the
-        kept rows it was made from. Empty for any other."""
+        kept rows it was made from; a join's worked out from its inputs' keys (`JoinLineageRunner`,
+        `logs.made_from_keys`). Empty for any other."""
+        keys = array("q")
+        for data in self._chunks(op_id, instance, "keys"):
+            keys.frombytes(data)
+        if keys:
+            return logs.made_from_keys(self.input_runs(op_id, instance), keys, self.output_counts(op_id, instance))
         out = array("I")
         for data in self._chunks(op_id, instance, "made"):
             out.frombytes(data)
@@ -560,7 +566,7 @@ class RunReader:
             + q("SELECT 40*COUNT(*) FROM barriers").fetchone()[0],
         }
         for kind, label in (("in", "input_log"), ("out", "output_log"), ("dest", "output_log_dests"),
-                            ("res", "logged_results"), ("made", "lineage_made")):
+                            ("res", "logged_results"), ("made", "lineage_made"), ("keys", "lineage_keys")):
             out[label] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM log_chunks WHERE kind=?", (kind,)).fetchone()[0]
         out["recorded_tuples"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks WHERE codec != 'ref'"
                                    ).fetchone()[0]

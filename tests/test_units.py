@@ -701,3 +701,39 @@ def test_a_frozen_frame_thaws_as_its_pickle_does():
         back = pickle.loads(pickle.dumps(kept))
         pd.testing.assert_frame_equal(back, df, check_exact=True)
         assert type(back) is type(df) and back.attrs == df.attrs
+
+
+@pytest.mark.parametrize("keys", ["ints", "mixed"])
+def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
+    """`--lineage` logs a join's inputs' keys alone (JoinLineageRunner); the reader works out what
+    each output was made from (logs.made_from_keys). It must say what remembering every stored
+    row by identity said (StoredLineageRunner), output for output, for int keys (-1 and -2 too,
+    whose hashes are equal) and for keys of other types."""
+    from tt.core.logs import END, made_from_keys
+    from tt.core.operator import HashJoin
+    from tt.core.runtime import InstanceLog, JoinLineageRunner, StoredLineageRunner
+
+    rng = random.Random(11)
+    domain = [-2, -1, 0, 7, 2 ** 70] if keys == "ints" else [-2, -1, "a", "b", (1, "x"), 2.5, None]
+    seq = [({"k": rng.choice(domain), "i": i}, rng.randrange(2)) for i in range(3_000)]
+    made, logged = None, None
+    for cls in (StoredLineageRunner, JoinLineageRunner):
+        op = HashJoin(lambda r: r["k"], lambda r: r["k"])
+        runner = cls("J", 0, op, 1, InstanceLog([]), False)
+        runner.targets = [lambda row: None]
+        for row, port in seq:
+            runner.feed(row, port)
+        runner.end()
+        if cls is StoredLineageRunner:
+            made = runner.log.made
+        else:
+            logged = runner.log
+    runs = []
+    for _, port in seq:
+        if runs and runs[-1][0] == port:
+            runs[-1][2] += 1
+        else:
+            runs.append([port, 0, 1])
+    runs.append([*END, 1])
+    assert len(logged.keys) == len(seq) and len(logged.made) == 0
+    assert sum(made) > 0 and made_from_keys([tuple(r) for r in runs], logged.keys, logged.counts) == made
