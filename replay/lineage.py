@@ -189,7 +189,9 @@ class Lineage:
             self._building = None
         for rows in outputs.values():
             rows.close()
-        self.index = LineageIndex({key: MadeIndex.of(a.made) for key, a in self.access.items()}, outputs, totals)
+        joined = {key: self.reader.made_from(*key).tobytes() for key in self.reader.keyed_joins()}
+        self.index = LineageIndex({key: MadeIndex.of(a.made) for key, a in self.access.items()}, outputs, totals,
+                                  joined)
         what = f"indexed the lineage of the {total:,} tuples of G(θ)"
         if self.reader.status == "recording":
             return f"{what} for this query only: the run is still being recorded"
@@ -605,7 +607,9 @@ class Lineage:
         key = (call.op, call.instance)
         kept = self._kept.get(key)
         if kept is None:
-            kept = self._kept[key] = _Kept(self.reader.made_from(*key), f"{self.label(call).rsplit(':', 1)[0]} kept rows")
+            made = self.index.joined(key) if self.index is not None else None
+            kept = self._kept[key] = _Kept(made if made is not None else self.reader.made_from(*key),
+                                           f"{self.label(call).rsplit(':', 1)[0]} kept rows")
         return kept
 
     # --- replays ------------------------------------------------------------------------------

@@ -18,6 +18,10 @@ Per instance of G(θ):
   (before any consumer could change it), in chunks of `CHUNK` calls. An instance whose
   outputs do not pickle keeps none; its rows come from a replay, as without an index.
 
+And per instance of a join outside G(θ) recorded with `--lineage`, `joined`: what each of
+its outputs was made from, which its log of keys implies (store/join_lineage.py), worked
+out once here instead of in every query.
+
 Blobs are sealed like checkpoints (store/trust.py): loading them unpickles. The index is
 derived data: it is built only for a run that is no longer being written, and one whose
 instances' log lengths differ from the run's is ignored.
@@ -38,7 +42,7 @@ from ..store.trust import Sealer
 from .engine import Key
 from .state_access import Made
 
-FORMAT = 1
+FORMAT = 2   # 2: with the joins outside G(θ) (`joined`)
 CHUNK = 4096              # calls per chunk of outputs
 _KIND = "lineage index"   # the sealed blobs' kind
 
@@ -225,11 +229,22 @@ class LineageIndex:
     """The index of a whole run: per instance of G(θ), its `MadeIndex` and its `OutputRows`,
     read from the run file as a query first needs them."""
 
-    def __init__(self, made: dict[Key, MadeIndex], outputs: dict[Key, OutputRows], totals: dict[Key, int]):
+    def __init__(self, made: dict[Key, MadeIndex], outputs: dict[Key, OutputRows], totals: dict[Key, int],
+                 joined: dict[Key, bytes] | None = None):
         self._made = made
         self.outputs = outputs
         self.totals = totals      # the inputs each instance's log holds: the index fits these logs only
+        self._joined = joined or {}   # a join outside G(θ): its `made` log, from its keys
         self._load_made: Callable[[Key], MadeIndex] | None = None
+        self._load_joined: Callable[[Key], bytes | None] | None = None
+
+    def joined(self, key: Key) -> bytes | None:
+        """What the outputs of join instance `key`, outside G(θ), were made from (the layout of
+        `RunReader.made_from`), if the index kept it."""
+        found = self._joined.get(key)
+        if found is None and self._load_joined is not None:
+            found = self._joined[key] = self._load_joined(key)
+        return found
 
     def made(self, key: Key) -> MadeIndex:
         found = self._made.get(key)
@@ -252,6 +267,7 @@ class LineageIndex:
             rows.append((*key, "made", 0, seal(_KIND, made.to_bytes())))
         for key, out in self.outputs.items():
             rows += [(*key, "outputs", c, seal(_KIND, data)) for c, data in enumerate(out.chunks)]
+        rows += [(*key, "joined", 0, seal(_KIND, data)) for key, data in self._joined.items()]
         info = {"format": FORMAT, "built": time.time(),
                 "instances": [[*key, total, self.outputs[key].kept, self.outputs[key].calls]
                               for key, total in sorted(self.totals.items())]}
@@ -291,4 +307,10 @@ class LineageIndex:
             outputs[key].kept = bool(ok)
         index = cls({}, outputs, dict(totals))
         index._load_made = lambda key: MadeIndex.from_bytes(blob(key, "made", 0))
+
+        def joined(key: Key) -> bytes | None:
+            row = reader.conn.execute("SELECT data FROM lineage_index WHERE op=? AND instance=? AND part='joined'",
+                                      key).fetchone()
+            return reader.open_blob(_KIND, row[0]) if row is not None else None
+        index._load_joined = joined
         return index

@@ -24,7 +24,7 @@ import orjson
 from ..core import logs, state_deltas
 from ..core.errors import RunFileError
 from ..core.scopes import LogArrays
-from . import blobs, positions, schema, trust
+from . import blobs, join_lineage, positions, schema, trust
 
 
 _noted: set[str] = set()
@@ -367,11 +367,17 @@ class RunReader:
         for data in self._chunks(op_id, instance, "keys"):
             keys.frombytes(data)
         if keys:
-            return logs.made_from_keys(self.input_runs(op_id, instance), keys, self.output_counts(op_id, instance))
+            return join_lineage.made_from_keys(self.input_runs(op_id, instance), keys,
+                                               self.output_counts(op_id, instance))
         out = array("I")
         for data in self._chunks(op_id, instance, "made"):
             out.frombytes(data)
         return out
+
+    def keyed_joins(self) -> list[tuple[int, int]]:
+        """The (op, instance) of the joins outside G(θ) that logged their inputs' keys (--lineage)."""
+        return [tuple(r) for r in self.conn.execute(
+            "SELECT DISTINCT op, instance FROM log_chunks WHERE kind='keys' ORDER BY op, instance")]
 
     def dests(self, op_id: int, instance: int, edge: int) -> array:
         """The destination instance of each output this instance sent on a shuffle edge."""

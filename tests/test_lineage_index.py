@@ -140,3 +140,28 @@ def test_a_run_still_being_recorded_is_indexed_for_the_query_alone(run, capsys):
     assert "for this query only: the run is still being recorded" in err
     with sqlite3.connect(run) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key='lineage_index'").fetchone() is None
+
+
+def test_a_join_outside_g_theta_answers_from_the_index_as_from_its_key_log(spark, tmp_path):
+    """With `--lineage` and θ = R, the join J lies outside G(θ) and logs its inputs' keys alone
+    (core/runtime.py `JoinLineageRunner`); the index keeps what each of its outputs was made
+    from (`joined`), which its keys imply. Every tree must be the same with that index, read back
+    by a new session, as without an index, and each sink row's backward tree must still reach the
+    ids its row carries."""
+    run, out = tmp_path / "run.db", tmp_path / "out.json"
+    assert main(["record", str(JOB), "--watch", "R", "--lineage", "-o", str(run), "--", str(out),
+                 str(tmp_path / "data"), "--items-by-reference"]) == 0
+    plain = Lineage(DebugSession(run))
+    assert plain.reader.keyed_joins(), "J logged its keys"
+    expected = _all_trees(plain)
+    assert Lineage(DebugSession(run)).use_index().startswith("indexed the lineage of the ")
+    read = Lineage(DebugSession(run))
+    assert read.use_index() is None and read.index is not None
+    j = read.graph.node("J").id
+    assert all(read.index.joined(key) == bytes(read.reader.made_from(*key)) for key in read.reader.keyed_joins()
+               if key[0] == j) and read.index.joined((j, 0)), "kept in the index"
+    assert _all_trees(read) == expected
+    sink = read.rows_of("OUT", "True")
+    for tree in read.trees(sink, back=True):
+        assert source_ids(tree) == set(tree.rows[tree.root]["ids"]), read.label(tree.root)
+    assert sink

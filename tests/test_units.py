@@ -712,6 +712,7 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
     from tt.core.logs import END, made_from_keys
     from tt.core.operator import HashJoin
     from tt.core.runtime import InstanceLog, JoinLineageRunner, StoredLineageRunner
+    from tt.store import join_lineage
 
     rng = random.Random(11)
     domain = [-2, -1, 0, 7, 2 ** 70] if keys == "ints" else [-2, -1, "a", "b", (1, "x"), 2.5, None]
@@ -737,3 +738,4 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
     runs.append([*END, 1])
     assert len(logged.keys) == len(seq) and len(logged.made) == 0
     assert sum(made) > 0 and made_from_keys([tuple(r) for r in runs], logged.keys, logged.counts) == made
+    assert join_lineage.made_from_keys([tuple(r) for r in runs], logged.keys, logged.counts) == made, "numpy's"
