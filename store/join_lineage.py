@@ -11,7 +11,6 @@ query's time; this is the same array, from sorts and gathers.
 from __future__ import annotations
 
 from array import array
-from typing import Any
 
 from ..core import logs
 
