@@ -13,12 +13,12 @@ The digest is a sum, modulo 2**64, of one hash per key over its encoded key and 
 recorder updates it from the keys the operator lists as changed (`changed_keys`), remembering
 each key's hash, instead of hashing the whole field at every interaction (`KeptDigests`).
 
-Hashing every row's values was most of what recording TPC-H W2 cost (2.5 s of the tasks' CPU at 1
-interaction/10 s: the tasks' CPU ×1.17 over recording off, ×1.05 without the digest). A field whose port takes its tuples through a
-shuffle from outside G(θ) needs less. Those tuples are in the run file, logged, or read back by
-reference and checked against the recording task's digest of their values (store/row_digest.py),
-so replay cannot feed the join other rows without an error; and they arrive unpickled, so no code
-outside the operator holds them. Such a field is digested by its keys and each key's row count,
+Hashing every row's values was most of what recording TPC-H W2 cost (2.5 s of the tasks' CPU at
+1 interaction/10 s: CPU ×1.17 over recording off, ×1.05 without the digest). A field whose port
+takes its tuples through a shuffle from outside G(θ) needs less. Those tuples are in the run
+file, logged, or read back by reference and checked against the recording task's digest of their
+values (store/row_digest.py), so replay cannot feed the join other rows without an error; and
+they arrive unpickled, so no code outside the operator holds them. Such a field is digested by its keys and each key's row count,
 what the key function and the order of the inputs decide, and by the values of one key in 64
 (chosen by that hash): a stored row that the join's `merge` or code after it changes differently
 in replay (a random number written into it) is still found when it happens to more than a few

@@ -210,6 +210,12 @@ class Outbox:
         return cols
 
 
+def _defined_in(cls: type, name: str) -> type | None:
+    """The class `cls` takes attribute `name` from: a join's `join_key` speaks for its own
+    `process` only (a subclass that processes otherwise falls back on `emitted_from`)."""
+    return next((c for c in cls.__mro__ if name in vars(c)), None)
+
+
 def _logging_runner(node, in_g: bool) -> type[RecordingRunner]:
     """The runner of an instance that keeps Input and Output logs: in G(θ), or outside it with
     `tt record --lineage`, where it logs ids and counts only, and what it can of lineage."""
@@ -217,7 +223,7 @@ def _logging_runner(node, in_g: bool) -> type[RecordingRunner]:
         return RecordingRunner
     if node.kind == SOURCE:
         return SourceLineageRunner     # where its rows went
-    if node.op.join_key is not None:
+    if node.op.join_key is not None and _defined_in(type(node.op), "join_key") is _defined_in(type(node.op), "process"):
         return JoinLineageRunner       # and each input's key, which tells what each output was made from
     if node.op.stores_inputs and node.op.emitted_from is not None:
         return StoredLineageRunner     # and the stored rows each output was made from

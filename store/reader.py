@@ -362,7 +362,7 @@ class RunReader:
         """An operator outside G(θ) recorded with --lineage that keeps rows (core/runtime.py
         `LineageRunner`): for each of its outputs in order, n, then the n input positions of the
         kept rows it was made from; a join's worked out from its inputs' keys (`JoinLineageRunner`,
-        `logs.made_from_keys`). Empty for any other."""
+        store/join_lineage.py). Empty for any other."""
         keys = array("q")
         for data in self._chunks(op_id, instance, "keys"):
             keys.frombytes(data)
