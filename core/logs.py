@@ -78,35 +78,6 @@ def unpack_runs(data: bytes) -> list[tuple[int, int, int]]:
     return [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
 
 
-def made_from_keys(runs: list[tuple[int, int, int]], keys: array, counts: array) -> array:
-    """What the outputs of a symmetric hash join were made from (the `made` log of
-    `runtime.LineageRunner`: per output n, then n input positions), worked out from what
-    `JoinLineageRunner` logged: each input's port (its Input log `runs`), key and output count.
-    Output j of input i is made from the j-th input stored under i's key on the other port, as
-    `HashJoin.process` emits them; the end step's outputs from nothing the keys tell."""
-    made = array("I")
-    stored: tuple[dict, dict] = ({}, {})
-    start, at = 0, 0
-    for port, _, n in runs:
-        start += n
-        for position in range(start - n, start):
-            if port < 0 or at >= len(keys):   # the end step; a failing input, logged without its key
-                continue
-            key = keys[at]
-            at += 1
-            stored[port].setdefault(key, []).append(position)
-            c = counts[position] if position < len(counts) else 0
-            if c:
-                other = stored[1 - port].get(key, ())
-                for j in range(c):
-                    if j < len(other):
-                        made.append(1)
-                        made.append(other[j])
-                    else:
-                        made.append(0)
-    return made
-
-
 def new_counts() -> array:
     """Outputs per input (uint32)."""
     return array("I")

@@ -77,7 +77,7 @@ class Operator:
     #: Optional, for a symmetric hash join (the built-in one): the key the last call stored its
     #: input under, whose outputs were made, the j-th, from the j-th row stored under that key on
     #: the other port. `--lineage` then logs an input's key alone, as LOG.io logs ids, and the
-    #: reader works out what each output was made from (core/logs.py `made_from_keys`).
+    #: reader works out what each output was made from (store/join_lineage.py).
     join_key: Callable[[], Any] | None = None
 
     #: The state fields that hold the operator's inputs as they came, by key, the i-th those of

@@ -306,8 +306,8 @@ class StoredLineageRunner(RecordingRunner):
 class JoinLineageRunner(RecordingRunner):
     """`--lineage` for a symmetric hash join outside G(θ) (`Operator.join_key`: the built-in
     join): each input's key, and nothing else, as LOG.io logs ids. Which stored row an output was
-    made from follows from the keys, the ports and the output counts (`logs.made_from_keys`;
-    the reader runs store/join_lineage.py's, in numpy). Remembering every input by identity instead, as
+    made from follows from the keys, the ports and the output counts, which the reader works
+    out (store/join_lineage.py). Remembering every input by identity instead, as
     `StoredLineageRunner` does, cost a dict entry per input: 0.44 s of 2.19 s for 460,000
     W2-like join inputs fed by hand; an int key in an array, 0.07 s."""
 
