@@ -74,8 +74,12 @@ def plain(x: Any) -> Any:
 
 def shown(x: Any) -> Any:
     """A one-column key or value is shown as its column: `'Bob'`, not `('Bob',)`."""
-    x = plain(x)
-    return x[0] if isinstance(x, tuple) and len(x) == 1 else x
+    return _one(plain(x))
+
+
+def _one(x: Any) -> Any:
+    """`shown` of what is plain already."""
+    return x[0] if type(x) is tuple and len(x) == 1 else x
 
 
 class StoreView:
@@ -94,9 +98,9 @@ class StoreView:
         self.kinds.pop(name, None)
         self.vars.pop(name, None)
 
-    def saw(self, name: str, method: str, key: Any, args: tuple, answer: Any) -> None:
-        """Fold one call and its answer into the view."""
-        k = shown(key)
+    def saw(self, name: str, method: str, k: Any, args: tuple, answer: Any) -> None:
+        """Fold one call and its answer into the view: `k` is the key as shown, `args` and
+        `answer` are plain (`plain`)."""
         if name == "timers":
             self._timer(method, k, args, answer)
             return
@@ -105,32 +109,32 @@ class StoreView:
             per_key.pop(k, None)
         elif kind == "value":
             if method == "update":
-                per_key[k] = shown(args[0])
+                per_key[k] = _one(args[0])
             elif method == "get":
                 if answer is None:
                     per_key.pop(k, None)
                 else:
-                    per_key[k] = shown(answer)
+                    per_key[k] = _one(answer)
         elif kind == "list":
             if method in ("get", "put"):
-                items = [shown(v) for v in (answer if method == "get" else args[0])]
+                items = [_one(v) for v in (answer if method == "get" else args[0])]
                 if items:
                     per_key[k] = items
                 else:
                     per_key.pop(k, None)
             elif method in ("appendValue", "appendList"):
                 new = [args[0]] if method == "appendValue" else list(args[0])
-                per_key.setdefault(k, []).extend(shown(v) for v in new)
+                per_key.setdefault(k, []).extend(_one(v) for v in new)
         elif kind == "map":
             m = per_key.get(k, {})
             if method == "updateValue":
-                m[shown(args[0])] = shown(args[1])
+                m[_one(args[0])] = _one(args[1])
             elif method == "getValue" and answer is not None:
-                m[shown(args[0])] = shown(answer)
+                m[_one(args[0])] = _one(answer)
             elif method in ("getValue", "containsKey", "removeKey") and not answer:   # absent: None, False
-                m.pop(shown(args[0]), None)
+                m.pop(_one(args[0]), None)
             elif method == "iterator":
-                m = {shown(uk): shown(v) for uk, v in answer}
+                m = {_one(uk): _one(v) for uk, v in answer}
             if m:
                 per_key[k] = m
             else:
@@ -166,15 +170,15 @@ class _Call:
 
     __module__ = None   # type: ignore[assignment]  callable_name then gives just the qualname
 
-    def __init__(self, qualname: str, real: Any, key: Any, args: tuple, as_list: bool):
+    def __init__(self, qualname: str, real: Any, key: Any, args: tuple, logged_args: tuple, as_list: bool):
         self.__qualname__ = qualname
-        self._real, self._key, self._args, self._as_list = real, key, args, as_list
+        self._real, self._key, self._args, self._logged_args, self._as_list = real, key, args, logged_args, as_list
 
     def __call__(self) -> tuple:
         answer = self._real(*self._args)
         if self._as_list and answer is not None:
             answer = list(answer)   # an iterator over Spark's socket
-        return self._key, plain(self._args), plain(answer)
+        return self._key, self._logged_args, plain(answer)
 
 
 class Handle:
@@ -184,21 +188,31 @@ class Handle:
     def __init__(self, view: StoreView, backend: Any = None):
         self.view = view
         self.backend = backend
-        self.key: Any = None
+        self.key = None
+
+    @property
+    def key(self) -> Any:
+        return self._key
+
+    @key.setter
+    def key(self, key: Any) -> None:
+        """The key the processor runs under from now on (plain and shown once, not per call)."""
+        self._key, self._plain_key = key, plain(key)
+        self._shown_key = _one(self._plain_key)
 
     def call(self, var: str, method: str, real: Any, args: tuple, as_list: bool = False) -> Any:
         """Run, log (or, in replay, take from the log) and check one call."""
-        key = plain(self.key)
+        key, plain_args = self._plain_key, plain(args)
         real = real if self.backend is not None else _no_spark
-        logged_key, logged_args, answer = log_result(_Call(f"{var}.{method}", real, key, args, as_list))
+        logged_key, logged_args, answer = log_result(_Call(f"{var}.{method}", real, key, args, plain_args, as_list))
         if self.backend is None and CONTEXT.runner is not None and not same((logged_key, logged_args),
-                                                                             (key, plain(args))):
+                                                                             (key, plain_args)):
             runner = CONTEXT.runner
             raise ReplayDivergence(
                 f"{runner.label} input #{runner.count}: {var}.{method}{_args(args)} under key {shown(key)!r} in "
                 f"replay, but {var}.{method}{_args(logged_args)} under key {shown(logged_key)!r} when recorded",
                 op=runner.name, instance=runner.instance, position=runner.count)
-        self.view.saw(var, method, key, args, answer)
+        self.view.saw(var, method, self._shown_key, plain_args, answer)
         return iter(answer) if as_list and answer is not None else answer
 
     def _variable(self, cls: type, kind: str, make: str, name: str, *schema: Any) -> Any:
@@ -236,6 +250,12 @@ class Handle:
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "backend": None}   # Spark's handle stays in its task
+
+    def __setstate__(self, state: dict) -> None:
+        old_key = state.pop("key", None)   # (saved by a tt that kept the key as it came)
+        self.__dict__.update(state)
+        if "_key" not in state:
+            self.key = old_key
 
 
 class _Variable:

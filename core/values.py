@@ -32,10 +32,17 @@ _NUMPY_SCALARS = frozenset({"bool", "bool_", "int8", "int16", "int32", "int64", 
 
 
 def immutable(value: Any) -> bool:
-    """Whether nothing can change `value` in place: a scalar, or a tuple of such."""
+    """Whether nothing can change `value` in place: a scalar, or a tuple of such. (Asked of
+    every logged result and hooked unit: a tuple's plain scalars are passed over without a call.)"""
     t = type(value)
-    return (t in _IMMUTABLE or (t is tuple and all(map(immutable, value)))
-            or (t.__module__ == "numpy" and t.__name__ in _NUMPY_SCALARS))
+    if t in _IMMUTABLE:
+        return True
+    if t is tuple:
+        for v in value:
+            if type(v) not in _IMMUTABLE and not immutable(v):
+                return False
+        return True
+    return t.__module__ == "numpy" and t.__name__ in _NUMPY_SCALARS
 
 
 def identical(a: Any, b: Any) -> bool:

@@ -119,3 +119,70 @@ def test_a_function_that_stops_early_takes_no_more_input():
 def test_feed_before_start_is_refused():
     with pytest.raises(RuntimeError, match="start"):
         Pulled(running_max).feed(1)
+
+
+def test_functions_run_one_after_another_on_reused_greenlets_as_on_fresh_ones():
+    """Each function runs on a greenlet taken from the thread's idle ones (`_workers`): a
+    function that returned, raised, or was dropped half-way must leave nothing behind for the
+    next, and two functions driven in turn each keep their own frame. The oracle: each
+    function run the ordinary way, pulling from a list."""
+    import gc
+
+    from tt.core import pulled as pulled_module
+
+    def fragile(rows):
+        for r in rows:
+            yield 10 // r
+
+    units = [3, 1, 4, 1, 5]
+    for round_ in range(3):
+        p, attributed = drive(running_max, units)
+        assert [o for _, o in attributed] == list(running_max(units))
+        failing = Pulled(fragile)
+        failing.start()
+        assert failing._runner is p._runner, "the greenlet of a function that returned is reused"
+        with pytest.raises(ZeroDivisionError):
+            failing.feed(0)
+        again, attributed = drive(pairs, units)
+        assert again._runner is p._runner, "... and of one that raised"
+        assert [o for _, o in attributed] == list(pairs(units))
+        dropped = Pulled(running_max)   # left suspended in its pull, then forgotten
+        dropped.start()
+        dropped.feed(7)
+        del dropped
+        gc.collect()
+    assert all(not g.dead for g in pulled_module._workers.idle)
+
+    a, b = Pulled(running_max), Pulled(pairs)   # driven in turn, as two operators of one task
+    out_a, out_b = a.start(), b.start()
+    for x, y in zip([1, 5, 2], [9, 8, 7]):
+        out_a += a.feed(x)
+        out_b += b.feed(y)
+    out_a += a.end()
+    out_b += b.end()
+    assert out_a == list(running_max([1, 5, 2])) and out_b == list(pairs([9, 8, 7]))
+    assert a._runner is not b._runner
+
+
+def test_a_greenlet_ended_while_its_function_runs_is_not_reused():
+    """A function suspended in its pull whose greenlet is ended (GreenletExit, as greenlet
+    does to a greenlet it collects) runs its `finally` and ends with its greenlet, which
+    does not go back to the idle ones."""
+    from tt.core import pulled as pulled_module
+
+    closed = []
+
+    def guarded(rows):
+        try:
+            for r in rows:
+                yield r
+        finally:
+            closed.append(True)
+
+    p = Pulled(guarded)
+    p.start()
+    assert p.feed(1) == [1]
+    p._runner.throw()   # GreenletExit
+    assert closed == [True] and p._runner.dead and p._runner not in pulled_module._workers.idle
+    q, attributed = drive(running_max, [2, 8])
+    assert [o for _, o in attributed] == list(running_max([2, 8])) and q._runner is not p._runner

@@ -676,6 +676,20 @@ def test_a_frozen_frame_thaws_as_its_pickle_does():
     assert unit[0] == "row" and isinstance(unit[1], FrozenFrame)
     df.loc[0, "amount"] = 99.0   # the function writes into the frame it was handed
     assert pickle.loads(pickle.dumps(unit))[1].loc[0, "amount"] == -1.0, "the frame as it was logged"
+    lists = plain[2]
+    frozen = freeze(lists)
+    lists.loc[0, "o"].append(3)   # ... or into a list an object column holds
+    back = pickle.loads(pickle.dumps(frozen))
+    assert back.loc[0, "o"] == [1, 2], "an object column's mutable items as they were when frozen"
+    thawed = pickle.loads(pickle.dumps(freeze(plain[0])))
+    thawed.loc[1, "k"] = 42   # a replayed function may write into the frame it is handed
+    assert thawed.loc[1, "k"] == 42
+
+    from tt.core.frozen_frames import thaw   # a frame frozen by an earlier tt: one pickle of its arrays
+    old = pickle.dumps((pd.DataFrame, pd.RangeIndex, 3, ["s", "f"],
+                        [np.array(["a", None, "c"], dtype=object), np.array([np.nan, 1.5, -0.0])]))
+    pd.testing.assert_frame_equal(thaw(old), pd.DataFrame({"s": ["a", None, "c"], "f": [np.nan, 1.5, -0.0]}),
+                                  check_exact=True)
 
     others = [
         pd.DataFrame({"a": [1, 2]}, index=[5, 6]),
