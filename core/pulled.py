@@ -24,7 +24,7 @@ import greenlet
 
 _NEED = object()     # switched to the driver: the function wants the next unit
 _DONE = object()     # the function's output is exhausted
-_OVER = object()     # switched to the driver: the function returned or raised (`Pulled._outcome` says which)
+_OVER = object()     # switched to the driver: the function returned or raised (`_Channel.outcome` says which)
 
 
 class Pulled:
@@ -38,19 +38,26 @@ class Pulled:
     A greenlet belongs to the thread that created it: one `Pulled` is driven from one
     thread (the replay engine's), from `start()` to `end()`. The function runs on a greenlet
     taken from that thread's idle ones (`_workers`), which goes back to them once the function
-    has returned or raised."""
+    has returned or raised. The greenlet holds only the `_Channel`, never the Pulled: a Pulled
+    dropped while its function is suspended in a pull is freed, and with it the greenlet,
+    which greenlet ends by raising GreenletExit in the function (its `finally` runs)."""
 
     def __init__(self, fn: Callable[[Iterator[Any]], Iterable[Any]]):
-        self._fn = fn
-        self._outputs: list[Any] = []
-        self._ended = False
+        self._channel = _Channel(fn)
         self.started = False
         self.finished = False
         self.failed = False                # the function raised: it can take nothing more
-        self.pulled = 0                    # units handed to the function so far
-        self.returned: Any = None          # what fn returned: for a generator, its frame holds the state
         self._runner: greenlet.greenlet | None = None   # the greenlet it runs on, from its first step
-        self._outcome: Any = None          # _DONE or _Raised, once the function is over
+
+    @property
+    def pulled(self) -> int:
+        """Units handed to the function so far."""
+        return self._channel.pulled
+
+    @property
+    def returned(self) -> Any:
+        """What fn returned: for a generator, its frame holds the state."""
+        return self._channel.returned
 
     # --- the driver's side ----------------------------------------------------------------------
 
@@ -69,48 +76,64 @@ class Pulled:
 
     def end(self) -> list[Any]:
         """The input is exhausted: run the function to its end. The outputs meanwhile."""
-        self._ended = True
+        self._channel.ended = True
         if self.finished:
             return []
         self.started = True
         return self._resume(None)
 
     def _resume(self, unit: Any) -> list[Any]:
-        self._outputs = []
+        channel = self._channel
+        channel.outputs = []
         if self._runner is None:   # its first step: the function starts on an idle greenlet
             self._runner = _workers.take()
-            signal = self._runner.switch(self)
+            signal = self._runner.switch(channel)
         else:
             signal = self._runner.switch(unit)
         if signal is _OVER:
-            signal, self._outcome = self._outcome, None
+            signal, channel.outcome = channel.outcome, None
         if signal is _DONE:
             self.finished = True
         elif isinstance(signal, _Raised):
             self.finished = self.failed = True
             raise signal.error
-        return self._outputs
+        return channel.outputs
+
+
+class _Channel:
+    """What a function's greenlet shares with its `Pulled`: the function, the outputs it
+    yielded since the last step, and how it ended."""
+
+    __slots__ = ("fn", "outputs", "ended", "pulled", "returned", "outcome")
+
+    def __init__(self, fn: Callable[[Iterator[Any]], Iterable[Any]]):
+        self.fn = fn
+        self.outputs: list[Any] = []
+        self.ended = False
+        self.pulled = 0
+        self.returned: Any = None
+        self.outcome: Any = None   # _DONE or _Raised, once the function is over
 
     # --- the function's side (inside the greenlet) -------------------------------------------------
 
-    def _run(self) -> None:
+    def run(self) -> None:
         try:
-            out = self.returned = self._fn(_Inputs(self))
+            out = self.returned = self.fn(_Inputs(self))
             for row in out:
-                self._outputs.append(row)
+                self.outputs.append(row)
         except greenlet.GreenletExit:   # the Pulled was dropped unfinished: its greenlet ends
             raise
         except BaseException as e:  # noqa: BLE001  (re-raised on the driver's side)
-            self._outcome = _Raised(e)
+            self.outcome = _Raised(e)
             return
-        self._outcome = _DONE
+        self.outcome = _DONE
 
-    def _next_unit(self) -> Any:
+    def next_unit(self) -> Any:
         """Called by the function's iterator: back to the driver until it feeds a unit."""
-        if self._ended:
+        if self.ended:
             raise StopIteration
-        unit = self._runner.parent.switch(_NEED)
-        if self._ended:
+        unit = greenlet.getcurrent().parent.switch(_NEED)
+        if self.ended:
             raise StopIteration
         self.pulled += 1
         return unit
@@ -139,30 +162,30 @@ class _Workers(threading.local):
 _workers = _Workers()
 
 
-def _serve(pulled: Pulled) -> Any:
-    """A worker greenlet's life: run each function handed to it to its end, then wait idle
-    (holding nothing of the function's: its outcome is the Pulled's)."""
-    me = greenlet.getcurrent()
+def _serve(channel: _Channel) -> Any:
+    """A worker greenlet's life: run each function handed to it to its end, then wait idle.
+    It keeps no reference to itself or to the last function: an idle greenlet is held by
+    `_workers` alone, a busy one by its Pulled alone."""
     while True:
-        pulled._run()
-        pulled = None
+        channel.run()
+        channel = None
         if len(_workers.idle) >= _Workers.KEEP:
             return _OVER
-        _workers.idle.append(me)
-        pulled = me.parent.switch(_OVER)
+        _workers.idle.append(greenlet.getcurrent())
+        channel = greenlet.getcurrent().parent.switch(_OVER)
 
 
 class _Inputs:
     """The iterator the user's function pulls from."""
 
-    def __init__(self, pulled: Pulled):
-        self._pulled = pulled
+    def __init__(self, channel: _Channel):
+        self._channel = channel
 
     def __iter__(self) -> "_Inputs":
         return self
 
     def __next__(self) -> Any:
-        return self._pulled._next_unit()
+        return self._channel.next_unit()
 
 
 class _Raised:

@@ -146,7 +146,7 @@ def test_functions_run_one_after_another_on_reused_greenlets_as_on_fresh_ones():
         again, attributed = drive(pairs, units)
         assert again._runner is p._runner, "... and of one that raised"
         assert [o for _, o in attributed] == list(pairs(units))
-        dropped = Pulled(running_max)   # left suspended in its pull, then forgotten
+        dropped = Pulled(running_max)   # left suspended in its pull, then dropped
         dropped.start()
         dropped.feed(7)
         del dropped
@@ -186,3 +186,31 @@ def test_a_greenlet_ended_while_its_function_runs_is_not_reused():
     assert closed == [True] and p._runner.dead and p._runner not in pulled_module._workers.idle
     q, attributed = drive(running_max, [2, 8])
     assert [o for _, o in attributed] == list(running_max([2, 8])) and q._runner is not p._runner
+
+
+def test_a_pulled_dropped_mid_function_ends_it_and_frees_its_greenlet():
+    """Replay drops a running hooked operator when it restores an instance (a jump back, a
+    failed function's restart). Its function, suspended in a pull, must end there and then:
+    its `finally` runs and its greenlet and frame are freed, not kept alive by a cycle
+    through the Pulled (before, they stayed until the process ended)."""
+    import weakref
+
+    from tt.core import pulled as pulled_module
+
+    closed = []
+
+    def guarded(rows):
+        big = list(range(1000))   # a frame local that must not outlive the Pulled
+        try:
+            for r in rows:
+                yield r + len(big)
+        finally:
+            closed.append(True)
+
+    p = Pulled(guarded)
+    p.start()
+    assert p.feed(1) == [1001]
+    runner = weakref.ref(p._runner)
+    del p   # no gc.collect(): reference counting alone frees it
+    assert closed == [True] and runner() is None
+    assert all(not g.dead for g in pulled_module._workers.idle)
