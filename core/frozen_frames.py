@@ -113,13 +113,16 @@ def thaw_columns(frame_class: type, range_index: type, array_class: type | None,
             arrays.append(a)
         else:
             arrays.append(pickle.loads(column[1]))
-    return frame_class(dict(zip(names, arrays)), index=range_index(n), columns=names, copy=False)
+    return _frame(frame_class, range_index, n, names, arrays)
 
 
 def thaw(data: bytes) -> Any:
     """A frame frozen by an earlier tt as one pickle of its column arrays (run files written
     before `thaw_columns`)."""
-    frame_class, range_index, n, names, arrays = pickle.loads(data)
+    return _frame(*pickle.loads(data))
+
+
+def _frame(frame_class: type, range_index: type, n: int, names: list, arrays: list) -> Any:
     return frame_class(dict(zip(names, arrays)), index=range_index(n), columns=names, copy=False)
 
 

@@ -18,13 +18,14 @@ Hashing every row's values was most of what recording TPC-H W2 cost (2.5 s of th
 takes its tuples through a shuffle from outside G(θ) needs less. Those tuples are in the run
 file, logged, or read back by reference and checked against the recording task's digest of their
 values (store/row_digest.py), so replay cannot feed the join other rows without an error; and
-they arrive unpickled, so no code outside the operator holds them. Such a field is digested by its keys and each key's row count,
-what the key function and the order of the inputs decide, and by the values of one key in 64
-(chosen by that hash): a stored row that the join's `merge` or code after it changes differently
-in replay (a random number written into it) is still found when it happens to more than a few
-keys (`of: counts`). A field fed by an operator inside G(θ), whose tuples replay recomputes, or
-through a narrow edge, whose rows other branches hold too, keeps the digest of all its values
-(the default, and what run files before `counts` hold).
+they arrive unpickled, so no code outside the operator holds them. Such a field is digested by
+its keys and each key's row count, what the key function and the order of the inputs decide,
+and by the values of one key in 64 (chosen by that hash): a stored row that the join's `merge`
+or code after it changes differently in replay (a random number written into it) is still
+found when it happens to more than a few keys (`of: counts`). A field fed by an operator
+inside G(θ), whose tuples replay recomputes, or through a narrow edge, whose rows other
+branches hold too, keeps the digest of all its values (the default, and what run files before
+`counts` hold).
 """
 
 from __future__ import annotations
@@ -100,15 +101,17 @@ def _rows(value: Any) -> int:
     return len(value) if type(value) is list else 1
 
 
-def _counted(keys: list, values_or_rows: list, counts: bool = False) -> tuple[list[int], list[int]]:
-    """(rows, `_count_hash`) of each key, from its value, or from its row count with `counts`;
-    for int keys Python's tuple hash, in C by `map` (its sum, not each one masked: the digest is
-    taken modulo 2**64)."""
-    rows = (values_or_rows if counts else list(map(len, values_or_rows)) if set(map(type, values_or_rows)) <= {list}
-            else list(map(_rows, values_or_rows)))
+def _rows_of(values: list) -> list[int]:
+    """`_rows` of each value, by `map` in C where all are lists."""
+    return list(map(len, values)) if set(map(type, values)) <= {list} else list(map(_rows, values))
+
+
+def _count_hashes(keys: list, rows: list[int]) -> list[int]:
+    """`_count_hash` of each key and its row count; for int keys Python's tuple hash, in C by
+    `map` (its sum, not each one masked: the digest is taken modulo 2**64)."""
     if set(map(type, keys)) <= {int}:
-        return rows, list(map(hash, zip(keys, rows)))
-    return rows, list(map(_count_hash, keys, rows))
+        return list(map(hash, zip(keys, rows)))
+    return list(map(_count_hash, keys, rows))
 
 
 def _json_default(value: Any) -> Any:
@@ -184,7 +187,8 @@ class _CountDigest:
 
     def __init__(self, field: dict):
         keys, lists = list(field), list(field.values())
-        rows, hashes = _counted(keys, lists)
+        rows = _rows_of(lists)
+        hashes = _count_hashes(keys, rows)
         self.size, self._known, self._first = len(keys), None, (keys, rows)
         self.hashes, self.rows = sum(hashes), sum(rows)
         self.sampled = self._sampled(keys, hashes, field)
@@ -217,9 +221,10 @@ class _CountDigest:
         known, sampled = self.known, self.sampled
         was = list(map(known.get, keys))
         lists = list(map(field.__getitem__, keys))
-        rows, fresh = _counted(keys, lists)
-        old = [(k, r) for k, r in zip(keys, was) if r is not None]
-        self.hashes += sum(fresh) - sum(_counted([k for k, _ in old], [r for _, r in old], counts=True)[1])
+        rows = _rows_of(lists)
+        fresh = _count_hashes(keys, rows)
+        seen = [i for i, r in enumerate(was) if r is not None]
+        self.hashes += sum(fresh) - sum(_count_hashes([keys[i] for i in seen], [was[i] for i in seen]))
         self.rows += sum(rows) - sum(filter(None, was))
         self.size += was.count(None)
         known.update(zip(keys, rows))

@@ -145,8 +145,8 @@ class _Workers(threading.local):
     A function run on a fresh greenlet runs slower: Python gives each greenlet a stack of
     its own for frames, allocated anew at its first call. `KeyedSum` of
     benches/tws_overhead.py, driven by a `Pulled` per key over 10,000 keys of 100 rows (no
-    Spark, best of 5): 2.08 s on a new greenlet per key, 1.78 s on reused ones, 1.68 s called
-    directly."""
+    Spark, best of 5): 2.08 s on a new greenlet per key, 1.78 s on reused ones, 1.61–1.68 s
+    called directly."""
 
     KEEP = 4   # idle greenlets kept per thread: one Pulled runs at a time per operator
 

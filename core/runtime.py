@@ -22,6 +22,7 @@ from typing import Any, Callable
 from .errors import OperatorError, ReplayDivergence
 from .logs import END, InputRuns, LoggedResult, callable_name, kept_apart, new_counts, new_dests
 from .operator import CONTEXT, Operator, Source, call_adapter
+from .values import INT64
 
 INF = float("inf")
 
@@ -314,10 +315,8 @@ class JoinLineageRunner(RecordingRunner):
     def feed(self, row, port):
         RecordingRunner.feed(self, row, port)
         k = self.op.join_key()
-        self.log.keys.append(k if type(k) is int and -_INT64 <= k < _INT64 else hash(k))
+        self.log.keys.append(k if type(k) is int and -INT64 <= k < INT64 else hash(k))
 
-
-_INT64 = 1 << 63
 
 
 def _positions(kept: int | array | None) -> tuple | array:

@@ -32,7 +32,6 @@ import orjson
 from . import values
 
 _IMMUTABLE = frozenset({int, float, str, bool, type(None)})
-_INT64 = 2**63
 
 
 _NUMBERS = frozenset({int, float, bool})
@@ -75,7 +74,7 @@ def _diffable(v: Any, whole: bool = True) -> bool:
         vals = v.values()
         if float in types and not math.isfinite(sum(vals)):
             return False
-        if int in types and not (-_INT64 <= min(vals) and max(vals) < _INT64):
+        if int in types and not (-values.INT64 <= min(vals) and max(vals) < values.INT64):
             return False
     return True
 

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import orjson
 
-_INT64 = 2**63
+INT64 = 2**63   # ints in [-INT64, INT64) are int64s
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
 
 
@@ -99,7 +99,7 @@ def _plain_container(value: Any) -> bool:
     if float in types:  # NaN and infinities must be tagged, not turned into null
         if not types <= _NUMBERS or not math.isfinite(sum(items)):
             return False
-    if int in types and any(type(v) is int and not -_INT64 <= v < _INT64 for v in items):
+    if int in types and any(type(v) is int and not -INT64 <= v < INT64 for v in items):
         return False
     return True
 
@@ -112,7 +112,7 @@ def encode(value: Any) -> Any:
     if t is str or t is bool or value is None:
         return value
     if t is int:
-        return value if -_INT64 <= value < _INT64 else {"$int": str(value)}
+        return value if -INT64 <= value < INT64 else {"$int": str(value)}
     if t is float:
         return value if math.isfinite(value) else {"$float": repr(value)}
     if t is dict:
@@ -274,7 +274,7 @@ def _json_exact(v: Any, depth: int) -> bool:
     if t is str or t is bool or v is None:
         return True
     if t is int:
-        return -_INT64 <= v < _INT64
+        return -INT64 <= v < INT64
     if t is float:
         return math.isfinite(v)
     if depth > 200:  # orjson's own limit is 255 levels

@@ -135,7 +135,7 @@ def test_functions_run_one_after_another_on_reused_greenlets_as_on_fresh_ones():
             yield 10 // r
 
     units = [3, 1, 4, 1, 5]
-    for round_ in range(3):
+    for _ in range(3):
         p, attributed = drive(running_max, units)
         assert [o for _, o in attributed] == list(running_max(units))
         failing = Pulled(fragile)
