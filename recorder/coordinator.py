@@ -492,7 +492,8 @@ def state_hash(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-SHUTDOWN_POLL = 0.05  # seconds between the serving loop's looks at shutdown() (Python's default: 0.5)
+SHUTDOWN_POLL = 0.01  # seconds between the serving loop's looks at shutdown() (Python's default: 0.5);
+#                        every recording waits half of it on average at its end
 LOAD_BYTES_PER_SECOND = 100e6  # unpickling a checkpoint's states (a conservative figure)
 DEFAULT_SECONDS_PER_INPUT = 5e-6  # an executor's time per input, until tasks report theirs
 REPLAY_FACTOR = 3.0  # local replay time / executor time per input (measured: tt checkpoint prints it)

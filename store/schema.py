@@ -148,11 +148,10 @@ def create(path: str | Path):
     db = sqlite_utils.Database(conn)
     # The header fields first, while the journal is still a rollback journal: in WAL
     # mode page 1 would sit in the -wal file, and readers check the file's header.
-    conn.execute(f"PRAGMA application_id={APP_ID}")
-    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-    conn.executescript(_TABLES)
-    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-    conn.execute("INSERT INTO meta VALUES ('app', 'tt')")
+    # One transaction: in autocommit each CREATE would be synced to disk on its own (30 ms in all).
+    conn.executescript(f"BEGIN; PRAGMA application_id={APP_ID}; PRAGMA user_version={SCHEMA_VERSION};"
+                       f"{_TABLES}; INSERT INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');"
+                       "INSERT INTO meta VALUES ('app', 'tt'); COMMIT;")
     db.enable_wal()
     conn.execute("PRAGMA synchronous=NORMAL")
     return db
