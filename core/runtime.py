@@ -124,6 +124,10 @@ class Runner:
     def log_result(self, fn, args, kwargs):
         return fn(*args, **kwargs)
 
+    def log_value(self, name: str, value: Any) -> None:
+        """Log what a call named `name` gave, where the caller made the call itself (a hooked
+        state handle: core/state_handle.py). An instance outside G(θ) logs nothing."""
+
 
 class InstanceLog:
     """What one instance in G(θ) (or outside it, with `tt record --lineage`) has logged since the last flush."""
@@ -199,9 +203,12 @@ class RecordingRunner(Runner):
 
     def log_result(self, fn, args, kwargs):
         value = fn(*args, **kwargs)
-        call = self.log.next_call(self.count)
-        self.log.results.append(LoggedResult(self.count, call, callable_name(fn), kept_apart(value)))
+        self.log_value(callable_name(fn), value)
         return value
+
+    def log_value(self, name, value):
+        call = self.log.next_call(self.count)
+        self.log.results.append(LoggedResult(self.count, call, name, kept_apart(value)))
 
 
 class SourceLineageRunner(RecordingRunner):
@@ -407,6 +414,9 @@ class ReplayRunner(Runner):
 
     def log_result(self, fn, args, kwargs):
         return self.results.next(self, callable_name(fn))
+
+    def log_value(self, name, value):
+        raise ReplayDivergence(f"{self.label} input #{self.count}: {name} asked Spark in replay")
 
 
 class ResultSource:

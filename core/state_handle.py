@@ -166,19 +166,16 @@ class StoreView:
 
 
 class _Call:
-    """A state call as `log_result` names it (`blacklist.updateValue`), run on Spark's handle."""
+    """A state call in replay, as `log_result` names it (`blacklist.updateValue`): the log
+    answers it; called, it has no Spark to ask."""
 
     __module__ = None   # type: ignore[assignment]  callable_name then gives just the qualname
 
-    def __init__(self, qualname: str, real: Any, key: Any, args: tuple, logged_args: tuple, as_list: bool):
+    def __init__(self, qualname: str):
         self.__qualname__ = qualname
-        self._real, self._key, self._args, self._logged_args, self._as_list = real, key, args, logged_args, as_list
 
-    def __call__(self) -> tuple:
-        answer = self._real(*self._args)
-        if self._as_list and answer is not None:
-            answer = list(answer)   # an iterator over Spark's socket
-        return self._key, self._logged_args, plain(answer)
+    def __call__(self) -> Any:
+        return _no_spark()
 
 
 class Handle:
@@ -203,10 +200,18 @@ class Handle:
     def call(self, var: str, method: str, real: Any, args: tuple, as_list: bool = False) -> Any:
         """Run, log (or, in replay, take from the log) and check one call."""
         key, plain_args = self._plain_key, plain(args)
-        real = real if self.backend is not None else _no_spark
-        logged_key, logged_args, answer = log_result(_Call(f"{var}.{method}", real, key, args, plain_args, as_list))
-        if self.backend is None and CONTEXT.runner is not None and not same((logged_key, logged_args),
-                                                                             (key, plain_args)):
+        if self.backend is not None:   # Spark answers; logged as `log_result` would, without its round
+            answer = real(*args)
+            if as_list and answer is not None:
+                answer = list(answer)   # an iterator over Spark's socket
+            answer = plain(answer)
+            runner = CONTEXT.runner
+            if runner is not None:
+                runner.log_value(f"{var}.{method}", (key, plain_args, answer))
+            self.view.saw(var, method, self._shown_key, plain_args, answer)
+            return iter(answer) if as_list and answer is not None else answer
+        logged_key, logged_args, answer = log_result(_Call(f"{var}.{method}"))
+        if CONTEXT.runner is not None and not same((logged_key, logged_args), (key, plain_args)):
             runner = CONTEXT.runner
             raise ReplayDivergence(
                 f"{runner.label} input #{runner.count}: {var}.{method}{_args(args)} under key {shown(key)!r} in "
