@@ -423,7 +423,9 @@ class ReplayRunner(Runner):
         return self.results.next(self, callable_name(fn))
 
     def log_value(self, name, value):
-        raise ReplayDivergence(f"{self.label} input #{self.count}: {name} asked Spark in replay")
+        """Only a handle with Spark behind it logs values: in replay there is none."""
+        raise ReplayDivergence(f"{self.label} input #{self.count}: {name} asked Spark in replay",
+                               op=self.name, instance=self.instance, position=self.count)
 
 
 class ResultSource:

@@ -262,10 +262,11 @@ def _copy(src: Path, dst: Path) -> Path:
 
 def _pinned_profile(real):
     """`ck.profile` with fixed costs per input, per byte and per restore instead of this
-    machine's timings, so that the test and the command plan alike: measured twice under
-    load, the command's profile once ran three times faster than the test's, needed no
-    checkpoint for the test's τ, and the test failed. The costs are pessimistic (replay runs
-    a keyed input in tens of µs), so measured jumps stay under the predicted ones."""
+    machine's timings, so that the test and the command plan alike. The test took τ from its
+    own profile and `tt checkpoint` took a second one; under changing load the second can come
+    out faster, and once its plan needed no checkpoint for that τ and the test failed. The
+    costs are pessimistic (replay runs a keyed input in tens of µs), so measured jumps stay
+    under the predicted ones."""
     def profile(*args, **kwargs):
         prof = real(*args, **kwargs)
         prof.seconds_per_input = {op: 1e-3 for op in prof.seconds_per_input}
