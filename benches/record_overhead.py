@@ -103,9 +103,8 @@ def bench(spark, rows: int, reps: int, partitions: int, tmp: Path) -> list[str]:
              f"  {'variant':8} {'median s':>9} {'min s':>7} {'ratio':>7} {'whole s':>8} {'ratio':>7}   "
              f"{'interactions':>12} {'control log':>12} {'% parquet':>9} {'% arrow':>8} {'run file':>9}"]
     for name, _ in VARIANTS:
-        t, w = times[name], statistics.median(wholes[name])
-        line = (f"  {name:8} {statistics.median(t):9.2f} {min(t):7.2f} {statistics.median(t) / base:7.3f} "
-                f"{w:8.2f} {w / whole_base:7.3f}")
+        t, m, w = times[name], statistics.median(times[name]), statistics.median(wholes[name])
+        line = f"  {name:8} {m:9.2f} {min(t):7.2f} {m / base:7.3f} {w:8.2f} {w / whole_base:7.3f}"
         if name in infos:
             i = infos[name]
             line += (f"   {i['interactions']:>12} {i['control'] / 1e3:9.1f} KB {100 * i['control'] / parquet_bytes:8.2f}%"

@@ -89,7 +89,8 @@ class Runner:
         """`feed` each row in turn. A built-in Source with one target (it passes rows on
         unchanged, keeps no state and logs nothing) hands them straight to it: a source
         row then costs one Python call less, two when the target is a runner of this task
-        (its `feed` is called without `narrow_target`'s hop: 75 ns a row)."""
+        (its `feed` is called without `narrow_target`'s hop: 26 ns a row off, 51 ns recording,
+        1M rows into one operator, Spark-free)."""
         if type(self) is Runner and type(self.op) is Source and len(self.targets) == 1:
             CONTEXT.runner = self
             target = self.targets[0]

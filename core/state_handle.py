@@ -200,23 +200,21 @@ class Handle:
     def call(self, var: str, method: str, real: Any, args: tuple, as_list: bool = False) -> Any:
         """Run, log (or, in replay, take from the log) and check one call."""
         key, plain_args = self._plain_key, plain(args)
+        runner = CONTEXT.runner
         if self.backend is not None:   # Spark answers; logged as `log_result` would, without its round
             answer = real(*args)
             if as_list and answer is not None:
                 answer = list(answer)   # an iterator over Spark's socket
             answer = plain(answer)
-            runner = CONTEXT.runner
             if runner is not None:
                 runner.log_value(f"{var}.{method}", (key, plain_args, answer))
-            self.view.saw(var, method, self._shown_key, plain_args, answer)
-            return iter(answer) if as_list and answer is not None else answer
-        logged_key, logged_args, answer = log_result(_Call(f"{var}.{method}"))
-        if CONTEXT.runner is not None and not same((logged_key, logged_args), (key, plain_args)):
-            runner = CONTEXT.runner
-            raise ReplayDivergence(
-                f"{runner.label} input #{runner.count}: {var}.{method}{_args(args)} under key {shown(key)!r} in "
-                f"replay, but {var}.{method}{_args(logged_args)} under key {shown(logged_key)!r} when recorded",
-                op=runner.name, instance=runner.instance, position=runner.count)
+        else:
+            logged_key, logged_args, answer = log_result(_Call(f"{var}.{method}"))
+            if runner is not None and not same((logged_key, logged_args), (key, plain_args)):
+                raise ReplayDivergence(
+                    f"{runner.label} input #{runner.count}: {var}.{method}{_args(args)} under key {shown(key)!r} "
+                    f"in replay, but {var}.{method}{_args(logged_args)} under key {shown(logged_key)!r} when "
+                    f"recorded", op=runner.name, instance=runner.instance, position=runner.count)
         self.view.saw(var, method, self._shown_key, plain_args, answer)
         return iter(answer) if as_list and answer is not None else answer
 
