@@ -164,8 +164,9 @@ def _source_text(src: dict) -> str:
         return f"rows copied into the run file by `tt pack` from {len(src['files'])} {src['format'].capitalize()} file(s)"
     bad = [f for f in src["files"] if f["here"] != "unchanged"]
     n = len(src["files"])
+    kept = "row counts" if src.get("positions") == "counted" else "positions"
     text = (f"by reference: {src['rows']:,} rows as {human_bytes(src['position_bytes'])} of "
-            f"positions in {n} {src['format'].capitalize()} file{'s' if n != 1 else ''}, ")
+            f"{kept} in {n} {src['format'].capitalize()} file{'s' if n != 1 else ''}, ")
     if not bad:
         return text + ("all " if n > 1 else "") + "here and unchanged"
     return text + "; ".join(f"{f['uri']} {f['here']}" for f in bad[:3]) + (" …" if len(bad) > 3 else "") \

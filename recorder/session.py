@@ -153,7 +153,7 @@ class RecordingSession:
         """Store which sources are read by reference (their files) and why the others are copied."""
         scans, files = [], []
         for source, ref in refs.items():
-            scans.append((source, "parquet", orjson.dumps(ref.columns).decode(), orjson.dumps(ref.info).decode()))
+            scans.append((source, "parquet", orjson.dumps(ref.columns).decode(), orjson.dumps(ref.stored_info()).decode()))
             files += [(fid, source, f.uri, f.size, f.mtime_ms, f.footer) for fid, f in ref.file_ids()]
         for source, why in copied.items():
             scans.append((source, None, "[]", orjson.dumps({"copied": why}).decode()))

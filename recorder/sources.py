@@ -8,6 +8,15 @@ chunk of its rows, the file and the row positions instead of the rows
 `_metadata.row_index` column, and the files each task reads through the scan's
 file partitions. Anything else is copied as before: the rule errs towards
 copying, which costs bytes, never fidelity. docs/SOURCES.md has the research.
+
+Where the scan's filter is one pyarrow evaluates exactly as Spark does (comparisons of
+integer, date, boolean and plain string columns with literals, IN lists, null tests,
+AND/OR/NOT: `row_filter`), the tasks do not even take positions: a task's rows are the
+rows of its splits' row groups that pass the filter, in file order, so a chunk is stored
+as its task and the count of rows before it ("counted"), and replay derives the
+positions from the files (store/sources.py). The extra column costs Spark as much as a
+column of the job's own (0.74 s of 16 s on TPC-H W1's scan); the chunk's digest of its
+values still proves every read-back.
 """
 
 from __future__ import annotations
@@ -39,10 +48,23 @@ class ScanRef:
     info: dict = field(default_factory=dict)  # for tt inspect: paths, filters
     hashes: dict[int, int] = field(default_factory=dict)  # xxhash64(uri) -> index, when per-row ids are needed
     first_id: int = 1     # files[i] is source_files.id first_id + i (ids are unique across sources)
+    # counted chunks: Spark partition -> (file index, byte start, byte length) of each split it reads
+    splits: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
+    row_filter: list | None = None   # the scan's filter as `row_filter` gives it, for counted chunks
+    counted: bool = False            # chunks are (task, rows before, count), no position column
 
     @property
     def per_row_file(self) -> bool:
-        return any(len(f) > 1 for f in self.tasks.values())
+        return not self.counted and any(len(f) > 1 for f in self.tasks.values())
+
+    def stored_info(self) -> dict:
+        """`info` as `source_scans` stores it: a counted source's splits and filter with file ids."""
+        if not self.counted:
+            return self.info
+        return {**self.info, "counted": {
+            "filter": self.row_filter,
+            "splits": {str(p): [[self.first_id + i, start, length] for i, start, length in s]
+                       for p, s in self.splits.items()}}}
 
     def file_ids(self) -> list[tuple[int, SourceFile]]:
         return [(self.first_id + i, f) for i, f in enumerate(self.files)]
@@ -50,7 +72,7 @@ class ScanRef:
     def task_ref(self, source: int) -> "TaskRef":
         """What the source's tasks need, with file ids as stored."""
         return TaskRef(source, {p: [self.first_id + i for i in ids] for p, ids in self.tasks.items()},
-                       {h: self.first_id + i for h, i in self.hashes.items()})
+                       {h: self.first_id + i for h, i in self.hashes.items()}, self.counted)
 
 
 @dataclass
@@ -60,6 +82,7 @@ class TaskRef:
     source: int
     files: dict[int, list[int]]      # partition -> file ids in read order
     hashes: dict[int, int]           # xxhash64 -> file id (empty: one file per task)
+    counted: bool = False            # no position columns: chunks are counted (ScanRef.counted)
 
     def file_of(self, partition: int) -> int | None:
         ids = self.files.get(partition, [])
@@ -78,8 +101,11 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
     if "_metadata" in df.columns:
         return None, "a column is named _metadata"
     qe = df._jdf.queryExecution()
+    conditions = []
     for node in _walk(qe.optimizedPlan()):
         name = node.getClass().getSimpleName()
+        if name == "Filter":
+            conditions.append(node.condition())
         if name in ("LocalRelation", "LogicalRDD"):
             return None, "it is in-memory data, not read from files"
         if name not in _PLAIN:
@@ -104,23 +130,30 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
     files: list[SourceFile] = []
     index: dict[str, int] = {}
     tasks: dict[int, list[int]] = {}
+    splits: dict[int, list[tuple[int, int, int]]] = {}
     parts = scan.inputRDD().filePartitions()
     for i in range(parts.size()):
         fp = parts.apply(i)
-        ids = []
+        ids, spans = [], []
         for f in fp.files():
             uri = f.toPath().toString()   # the form _metadata.file_path gives
             if uri not in index:
                 index[uri] = len(files)
                 files.append(SourceFile(uri, int(f.fileSize()), int(f.modificationTime()), None))
             ids.append(index[uri])
+            spans.append((index[uri], int(f.start()), int(f.length())))
         tasks[int(fp.index())] = ids
+        splits[int(fp.index())] = spans
     if not files:
         return None, "it reads no files"
     info = {"paths": _strings(scan.relation().location().rootPaths()),
             "pushed_filters": _strings(scan.pushedDownFilters()),
             "data_filters": _strings(scan.dataFilters())}
     ref = ScanRef([required[c.lower()] for c in df.columns], files, tasks, info)
+    translated = [row_filter(c) for c in conditions]
+    if all(t is not None for t in translated):
+        ref.counted, ref.splits = True, splits
+        ref.row_filter = None if not translated else translated[0] if len(translated) == 1 else ["and", *translated]
     if ref.per_row_file:
         ref.hashes = _hashes(df.sparkSession, [f.uri for f in files])
         if len(ref.hashes) != len(files):
@@ -130,10 +163,82 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
     return ref, ""
 
 
+#: Catalyst comparisons, and what store/sources.py evaluates them with (pyarrow.compute)
+_COMPARE = {"EqualTo": "equal", "LessThan": "less", "LessThanOrEqual": "less_equal",
+            "GreaterThan": "greater", "GreaterThanOrEqual": "greater_equal"}
+_FLIPPED = {"equal": "equal", "less": "greater", "less_equal": "greater_equal",
+            "greater": "less", "greater_equal": "less_equal"}
+#: Spark types whose comparisons pyarrow makes exactly as Spark does (JSON names; a collated
+#: string is "string collate …", a float has NaN rules of its own: neither is here)
+_EXACT = {'"byte"', '"short"', '"integer"', '"long"', '"date"', '"string"', '"boolean"'}
+
+
+def row_filter(expr: Any) -> list | None:
+    """A Catalyst filter condition as JSON that store/sources.py evaluates with pyarrow to
+    the very rows Spark keeps, or None where that is not certain.
+
+    ["and"|"or", a, b], ["not", a], ["is_null"|"is_valid"|"value", column],
+    [comparison, column, literal], ["in", column, [literals]]; a literal is
+    {"int"|"date"|"bool"|"str": value} (a date as days since 1970-01-01). Spark keeps a row
+    whose condition is true, not null: pyarrow's filter drops nulls alike, and its
+    and_kleene/or_kleene are Spark's three-valued AND/OR."""
+    kind = expr.getClass().getSimpleName()
+    if kind in ("And", "Or"):
+        a, b = row_filter(expr.left()), row_filter(expr.right())
+        return None if a is None or b is None else [kind.lower(), a, b]
+    if kind == "AttributeReference":   # a boolean column as the condition (`b = true` optimized)
+        return ["value", str(expr.name())] if expr.dataType().json() == '"boolean"' else None
+    if kind == "Not":
+        inner = expr.child()
+        if inner.getClass().getSimpleName() not in (*_COMPARE, "AttributeReference"):   # NOT IN, NOT IS NULL: not yet
+            return None
+        a = row_filter(inner)
+        return None if a is None else ["not", a]
+    if kind in ("IsNull", "IsNotNull"):
+        col = _column(expr.child())
+        return None if col is None else ["is_null" if kind == "IsNull" else "is_valid", col]
+    if kind in _COMPARE:
+        op, left, right = _COMPARE[kind], expr.left(), expr.right()
+        if left.getClass().getSimpleName() == "Literal":
+            op, left, right = _FLIPPED[op], right, left
+        col, lit = _column(left), _literal(right)
+        return None if col is None or lit is None else [op, col, lit]
+    if kind == "In":
+        col = _column(expr.value())
+        items = expr.list()
+        lits = [_literal(items.apply(i)) for i in range(items.size())]
+        return None if col is None or not lits or None in lits else ["in", col, lits]
+    return None
+
+
+def _column(expr: Any) -> str | None:
+    if expr.getClass().getSimpleName() != "AttributeReference" or expr.dataType().json() not in _EXACT:
+        return None
+    return str(expr.name())
+
+
+def _literal(expr: Any) -> dict | None:
+    if expr.getClass().getSimpleName() != "Literal" or expr.dataType().json() not in _EXACT:
+        return None
+    value, kind = expr.value(), expr.dataType().json().strip('"')
+    if value is None:   # a comparison with NULL keeps nothing; rare enough to leave to positions
+        return None
+    if kind == "string":
+        return {"str": str(value.toString())}
+    if kind == "date":
+        return {"date": int(value)}
+    if kind == "boolean":
+        return {"bool": bool(value)}
+    return {"int": int(value)}
+
+
 def augment(df: Any, ref: ScanRef) -> Any:
-    """`df` with its row positions (and file hashes, when needed) as trailing columns."""
+    """`df` with its row positions (and file hashes, when needed) as trailing columns; a
+    counted source as it is."""
     from pyspark.sql import functions as F
 
+    if ref.counted:
+        return df
     cols = [F.col("_metadata.row_index").alias(ROW)]
     if ref.per_row_file:
         cols.append(F.xxhash64(F.col("_metadata.file_path")).alias(FILE))

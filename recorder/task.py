@@ -271,6 +271,7 @@ class StageTask:
         self.ref_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, positions)
         self.source_ref = None       # a TaskRef when the source is read by reference
         self.schema_sent = False     # the referenced source's Arrow schema went to the coordinator
+        self.source_rows = 0         # a counted source's rows so far (recorder/sources.py)
         self.source_schema: bytes | None = None  # ... and is due in the next flush
         self.last_flush = time.monotonic()
         self.since_flush = 0
@@ -530,6 +531,13 @@ class StageTask:
         import numpy as np
 
         ref = self.source_ref
+        if ref.counted:   # no position column: the task's n-th row is its splits' n-th row that passes the filter
+            if not logged:
+                return batch, None
+            before, self.source_rows = self.source_rows, self.source_rows + batch.num_rows
+            self._send_schema(batch)
+            return batch, blobs.compress(positions.pack_counted(
+                ref.source, self.partition, before, batch.num_rows, row_digest.digest(batch)))
         width = batch.num_columns - (2 if ref.hashes else 1)
         rows = batch.column(width).to_numpy()
         data = batch.select(list(range(width)))
@@ -546,11 +554,15 @@ class StageTask:
             if fid is None:
                 return data, None
             files = np.full(len(rows), fid, np.int64)
+        self._send_schema(data)
+        # the values' digest: replay proves the rows it reads back are these (store/row_digest.py)
+        return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files), row_digest.digest(data)))
+
+    def _send_schema(self, data: Any) -> None:
+        """The referenced source's Arrow schema goes to the coordinator once (with the next flush)."""
         if not self.schema_sent:
             self.schema_sent = True
             self.source_schema = data.schema.serialize().to_pybytes()
-        # the values' digest: replay proves the rows it reads back are these (store/row_digest.py)
-        return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files), row_digest.digest(data)))
 
     def _run_shuffled(self, batches: Iterator) -> Iterator[list[list]]:
         g = self.g

@@ -124,7 +124,9 @@ def sources(reader: RunReader) -> list[dict]:
         rows, size = referenced.get(scan["source"], (0, 0))
         out.append({"source": name, "stored": "referenced",
                     "format": scan["format"], "columns": scan["columns"], "files": files,
-                    "filters": info.get("data_filters", []), "rows": rows, "position_bytes": size})
+                    "filters": info.get("data_filters", []), "rows": rows, "position_bytes": size,
+                    # counted: chunks hold row counts, positions follow from the splits and the filter
+                    "positions": "counted" if info.get("counted") else "listed"})
     return out
 
 

@@ -4,7 +4,9 @@ A source read from Parquet files is not copied into the run file: each chunk of
 its rows is stored as references, a list of (file id, row positions), the
 positions as runs of consecutive rows. Spark hands a task the rows of a file in
 position order, so a whole split is one run and a filter leaves few; only the
-gaps cost bytes.
+gaps cost bytes. A counted chunk (format 4) holds no positions at all: only its
+task and how many of the task's rows came before it; replay derives them from
+the task's splits and the scan's filter (store/sources.py).
 
 This module runs in Spark's Python workers and in replay: numpy is the only
 thing it needs beyond the standard library, and it imports it when called.
@@ -21,8 +23,10 @@ _HEAD = struct.Struct("<IIq")   # format version, source node, segments
 _SEG = struct.Struct("<qq")      # file id, runs
 _WIDTHS = struct.Struct("<BB")   # format 2: bytes per gap, bytes per length (1, 2, 4 or 8)
 _DIGEST = 16                     # format 3: the chunk's values digest (store/row_digest.py) after the header
+_COUNTED = struct.Struct("<qqq")  # format 4, after the digest: task, rows before the chunk, rows
 VERSION = 3
-READS = (1, 2, 3)
+COUNTED = 4                      # a counted chunk: no positions, they follow from the task's splits
+READS = (1, 2, 3, 4)
 
 
 def runs(rows: Any) -> tuple[Any, Any]:
@@ -71,6 +75,21 @@ def pack(source: int, parts: list[tuple[int, Any]], digest: bytes | None = None)
     return b"".join(out)
 
 
+def pack_counted(source: int, task: int, before: int, count: int, digest: bytes) -> bytes:
+    """A counted chunk (format 4): the task's rows `before` to `before + count` of the rows its
+    splits give after the scan's filter (recorder/sources.py); replay derives the positions."""
+    if len(digest) != _DIGEST:
+        raise ValueError(f"a chunk's digest has {_DIGEST} bytes, not {len(digest)}")
+    return _HEAD.pack(COUNTED, source, 0) + digest + _COUNTED.pack(task, before, count)
+
+
+def counted(data: bytes) -> tuple[int, int, int] | None:
+    """(task, rows before, rows) of a counted chunk; None for one that lists its positions."""
+    if _HEAD.unpack_from(data, 0)[0] != COUNTED:
+        return None
+    return _COUNTED.unpack_from(data, _HEAD.size + _DIGEST)
+
+
 def _planes(a: Any) -> bytes:
     """The bytes of `a`, lowest byte of every value first, then the next: a byte shuffle, so the
     high bytes, nearly all zero, compress to almost nothing (a third off W2's positions)."""
@@ -111,6 +130,8 @@ def unpack(data: bytes) -> tuple[int, list[tuple[int, Any]]]:
     version, source, n = _HEAD.unpack_from(data, 0)
     if version not in READS:
         raise errors.RunFileError(f"row references in format {version}, this tt reads {READS[-1]}; upgrade tt")
+    if version == COUNTED:
+        raise ValueError("a counted chunk's positions come from its files (store/sources.py SourceReader)")
     at, parts = _HEAD.size + (_DIGEST if version >= 3 else 0), []
     for _ in range(n):
         fid, count = _SEG.unpack_from(data, at)

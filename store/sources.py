@@ -7,7 +7,10 @@ their footer.
 `SourceReader` turns a chunk back into the rows the operator saw: it opens the
 file, checks it is the one recorded, reads the row groups that hold the
 positions, casts them to the Arrow schema the operator's batches had (Spark's
-types, its session time zone), takes the rows and checks their digest. A file that
+types, its session time zone), takes the rows and checks their digest. A counted
+chunk (no positions: its task and the rows before it) gets its positions from the
+task's splits first: the row groups Spark reads for each split, the rows of them that
+pass the scan's recorded filter (`task_rows`). A file that
 is gone or changed, or rows that differ from those recorded, are a `SourceFileError`
 naming the file and the way out (`tt pack` where the files are).
 """
@@ -26,6 +29,7 @@ from ..core.errors import RunFileError, SourceFileError
 from . import positions, row_digest
 
 _CACHED_GROUPS = 4   # row groups kept decoded: a chunk lies in one or two
+_CACHED_TASKS = 8    # counted sources: tasks whose row positions are kept
 
 
 @dataclass
@@ -145,6 +149,92 @@ def _locate(parts: list[tuple[int, Any]], offset: int) -> tuple[int, Any, int]:
     raise RunFileError("the run file's row references are damaged: a chunk holds fewer rows than its log says")
 
 
+def split_groups(metadata: Any, start: int, length: int) -> list[int]:
+    """The row groups Spark reads for the split [start, start + length) of a Parquet file, in
+    file order: those whose midpoint lies in it, as parquet-mr's `filterFileMetaDataByMidpoint`
+    decides for Spark's readers (the midpoint: the first column chunk's first page, plus half
+    the group's compressed size)."""
+    out = []
+    for g in range(metadata.num_row_groups):
+        rg = metadata.row_group(g)
+        first = rg.column(0)
+        at = first.data_page_offset
+        if first.has_dictionary_page and first.dictionary_page_offset is not None:
+            at = min(at, first.dictionary_page_offset)
+        size = sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+        if start <= at + size // 2 < start + length:
+            out.append(g)
+    return out
+
+
+def filter_columns(expr: list | None) -> list[str]:
+    """The columns a recorded filter (recorder/sources.py `row_filter`) reads."""
+    if expr is None:
+        return []
+    if expr[0] in ("and", "or"):
+        return list(dict.fromkeys(filter_columns(expr[1]) + filter_columns(expr[2])))
+    if expr[0] == "not":
+        return filter_columns(expr[1])
+    return [expr[1]]
+
+
+def evaluate(expr: list, table: Any) -> Any:
+    """A recorded filter over `table`'s columns (named as the filter names them): a boolean
+    array, null where Spark's condition is null (a filter drops those rows, as Spark does)."""
+    import pyarrow.compute as pc
+
+    op = expr[0]
+    if op == "and":
+        return pc.and_kleene(evaluate(expr[1], table), evaluate(expr[2], table))
+    if op == "or":
+        return pc.or_kleene(evaluate(expr[1], table), evaluate(expr[2], table))
+    if op == "not":
+        return pc.invert(evaluate(expr[1], table))
+    column = table[expr[1]]
+    if op == "value":   # a boolean column
+        return column
+    if op == "is_null":
+        return pc.is_null(column)
+    if op == "is_valid":
+        return pc.is_valid(column)
+    if op == "in":
+        return pc.is_in(column, value_set=_literals(expr[2]))
+    return getattr(pc, op)(column, _literals([expr[2]])[0])
+
+
+def _literals(items: list[dict]) -> Any:
+    """A filter's literals as one Arrow array (built from buffers: pa.array() imports pandas)."""
+    import numpy as np
+    import pyarrow as pa
+
+    kind = next(iter(items[0]))
+    if any(next(iter(i)) != kind for i in items):
+        raise RunFileError(f"the run file's recorded filter mixes literal kinds: {items}")
+    vals = [i[kind] for i in items]
+    if kind == "int":
+        return _indices(vals)
+    if kind == "date":
+        return pa.Array.from_buffers(pa.date32(), len(vals), [None, pa.py_buffer(np.asarray(vals, np.int32))])
+    if kind == "bool":
+        bits = np.packbits(np.asarray(vals, np.uint8), bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(vals), [None, pa.py_buffer(bits)])
+    data = [v.encode() for v in vals]
+    offsets = np.concatenate(([0], np.cumsum([len(d) for d in data]))).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), len(vals), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+
+
+def _slice(parts: list[tuple[int, Any]], before: int, count: int) -> tuple[list[tuple[int, Any]], int]:
+    """Rows `before` to `before + count` of a task's [(file id, positions)], and how many it has."""
+    out, total = [], sum(len(rows) for _, rows in parts)
+    for fid, rows in parts:
+        if count and before < len(rows):
+            piece = rows[before:before + count]
+            out.append((fid, piece))
+            count -= len(piece)
+        before = max(0, before - len(rows))
+    return out, total
+
+
 class SourceReader:
     """Rows of `ref` chunks, read from the recorded files (checked on first use)."""
 
@@ -163,6 +253,7 @@ class SourceReader:
         self._opened: dict[int, Any] = {}
         self._schemas: dict[int, Any] = {}
         self._groups: collections.OrderedDict = collections.OrderedDict()
+        self._tasks: collections.OrderedDict = collections.OrderedDict()
 
     def check(self, file_id: int) -> None:
         """Raise `SourceFileError` unless the file is here and is the one recorded."""
@@ -182,7 +273,7 @@ class SourceReader:
         """One chunk's rows as an Arrow table in the operator's schema."""
         import pyarrow as pa
 
-        source, parts = positions.unpack(data)
+        source, parts = self.parts(data)
         schema = self.schema(source)
         tables = [self._take(source, fid, rows) for fid, rows in parts]
         table = schema.empty_table() if not tables else tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -221,7 +312,7 @@ class SourceReader:
     def row(self, data: bytes, offset: int) -> dict:
         """A chunk's `offset`-th row alone (lineage shows a few rows of many chunks): read from its
         row group, which stays cached for the next."""
-        source, parts = positions.unpack(data)
+        source, parts = self.parts(data)
         fid, rows, k = _locate(parts, offset)
         r = int(rows[k])
         _, bounds = self._parquet(fid)
@@ -231,10 +322,71 @@ class SourceReader:
 
     def where(self, data: bytes, offset: int) -> tuple[str, int]:
         """(file URI, row number in the file, from 0) of a chunk's `offset`-th row: where a
-        row of lineage came from. Reads no file."""
-        _, parts = positions.unpack(data)
+        row of lineage came from. Reads no file, but a counted chunk's filter columns."""
+        _, parts = self.parts(data)
         fid, rows, k = _locate(parts, offset)
         return self.files[fid].uri, int(rows[k])
+
+    def parts(self, data: bytes) -> tuple[int, list[tuple[int, Any]]]:
+        """(source node, [(file id, positions)]) of a chunk: as stored, or a counted chunk's
+        rows of its task (`task_rows`)."""
+        counted = positions.counted(data)
+        if counted is None:
+            return positions.unpack(data)
+        task, before, count = counted
+        source = positions.source_of(data)
+        parts, total = _slice(self.task_rows(source, task), before, count)
+        if before + count > total:
+            uris = ", ".join(dict.fromkeys(self.files[fid].uri for fid, _ in self.task_rows(source, task)))
+            raise changed(uris or f"source {source}", f"task {task}'s splits hold {total:,} rows that pass the "
+                          f"scan's filter, the recording's task read {before + count:,}", self.run)
+        return source, parts
+
+    def task_rows(self, source: int, task: int) -> list[tuple[int, Any]]:
+        """[(file id, positions)] of every row a counted source's task read, in order: the row
+        groups Spark reads for each of its splits (`split_groups`), the rows of them that pass
+        the scan's filter. Kept for the next chunks of the same task."""
+        import numpy as np
+
+        key = (source, task)
+        if key in self._tasks:
+            self._tasks.move_to_end(key)
+            return self._tasks[key]
+        counted = self.scans[source]["info"].get("counted")
+        spans = (counted or {}).get("splits", {}).get(str(task))
+        if spans is None:
+            raise RunFileError(f"the run file's row references are damaged: source {source} has no splits "
+                               f"for task {task}")
+        out = []
+        for fid, start, length in spans:
+            pf, bounds = self._parquet(fid)
+            rows = [self._passing(fid, g, counted["filter"]) + bounds[g] for g in split_groups(pf.metadata, start, length)]
+            out.append((fid, np.concatenate(rows) if rows else np.empty(0, np.int64)))
+        self._tasks[key] = out
+        while len(self._tasks) > _CACHED_TASKS:
+            self._tasks.popitem(last=False)
+        return out
+
+    def _passing(self, file_id: int, group: int, expr: list | None) -> Any:
+        """Offsets in one row group of its rows that pass a recorded filter."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        pf, bounds = self._parquet(file_id)
+        if expr is None:
+            return np.arange(int(bounds[group + 1] - bounds[group]), dtype=np.int64)
+        names = {n.lower(): n for n in pf.schema_arrow.names}
+        wanted = filter_columns(expr)
+        missing = [c for c in wanted if c.lower() not in names]
+        if missing:
+            raise changed(self.files[file_id].uri, f"it has no column {missing[0]!r}", self.run)
+        raw = pf.read_row_group(group, columns=[names[c.lower()] for c in wanted], use_threads=False)
+        cols = []
+        for c in raw.columns:   # pyarrow compares string views only once cast (tpchgen-cli writes them)
+            cols.append(c.cast(pa.string()) if pa.types.is_string_view(c.type) else c)
+        mask = evaluate(expr, pa.Table.from_arrays(cols, names=wanted))
+        return np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False)).astype(np.int64)
 
     def schema(self, source: int) -> Any:
         import pyarrow as pa

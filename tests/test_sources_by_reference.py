@@ -83,16 +83,23 @@ def verified(run: Path) -> list[dict]:
 
 
 ONE_TASK = ["spark.sql.files.openCostInBytes=1024", "spark.sql.files.minPartitionNum=1"]
-LAYOUTS = {   # name: (files, Spark settings that shape the tasks)
-    "one file per task": (1, ["spark.sql.session.timeZone=UTC"]),
-    "several files per task": (3, ["spark.sql.session.timeZone=America/New_York", *ONE_TASK]),
-    "files split across tasks": (2, ["spark.sql.files.maxPartitionBytes=100k"]),
+SPLIT = ["spark.sql.files.maxPartitionBytes=100k"]
+#: a filter pyarrow evaluates as Spark does: the chunks are counted (no position column)
+EXACT = "filter=g <> 3 and s <> '' and (id >= 1000 or id in (7, 70, 700))"
+LAYOUTS = {   # name: (files, Spark settings that shape the tasks, the rows the job's filter keeps)
+    "one file per task": (1, ["spark.sql.session.timeZone=UTC"], lambda i: i % 5),
+    "several files per task": (3, ["spark.sql.session.timeZone=America/New_York", *ONE_TASK], lambda i: i % 5),
+    "files split across tasks": (2, SPLIT, lambda i: i % 5),
+    "counted, no filter, one file per task": (1, ["filter="], lambda i: True),
+    "counted, several files per task": (3, [EXACT, *ONE_TASK], lambda i: i % 7 != 3 and i % 11 and (i >= 1000 or i in (7, 70, 700))),
+    "counted, files split across tasks": (2, [EXACT, "spark.sql.session.timeZone=America/New_York", *SPLIT],
+                                          lambda i: i % 7 != 3 and i % 11 and (i >= 1000 or i in (7, 70, 700))),
 }
 
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
 def pair(request, spark, tmp_path_factory):
-    files, settings = LAYOUTS[request.param]
+    files, settings, _ = LAYOUTS[request.param]
     d = tmp_path_factory.mktemp("by_ref")
     data = write_files(d / "data", files)
     args = [str(data), *settings]
@@ -106,8 +113,9 @@ def pair(request, spark, tmp_path_factory):
 
 def test_recording_by_reference_changes_nothing_the_job_computes(pair):
     _, _, _, on, off, copied = pair
+    files, _, kept = LAYOUTS[pair[0]]
     assert on == off == copied
-    assert len(on) == sum(1 for f in range(LAYOUTS[pair[0]][0]) for i in range(ROWS) if (f * ROWS + i) % 5)
+    assert len(on) == sum(1 for i in range(files * ROWS) if kept(i))
 
 
 def test_every_tuple_read_back_equals_the_one_spark_gave(pair):
@@ -148,18 +156,21 @@ def test_several_files_per_task_use_per_row_file_ids(pair):
     name, run, *_ = pair
     reader = RunReader(run)
     try:
-        files_per_chunk = []
-        for (data,) in reader.conn.execute("SELECT data FROM entry_chunks"):
-            from tt.store import blobs
-            _, parts = positions.unpack(blobs.decompress(data))
-            files_per_chunk.append({fid for fid, _ in parts})
+        from tt.store import blobs
+        sources = reader.sources()
+        chunks = [blobs.decompress(data) for (data,) in reader.conn.execute("SELECT data FROM entry_chunks")]
+        files_per_chunk = [{fid for fid, _ in sources.parts(c)[1]} for c in chunks]
+        counted = [positions.counted(c) is not None for c in chunks]
         tasks = reader.conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
         files = len(reader.source_scans()[0]["files"])
+        info = reader.source_scans()[0]["info"]
     finally:
         reader.close()
-    if name == "several files per task":
+    assert all(counted) == name.startswith("counted") and any(counted) == all(counted)
+    assert ("counted" in info) == name.startswith("counted")
+    if "several files per task" in name:
         assert files == 3 and tasks == 1 and any(len(f) > 1 for f in files_per_chunk)
-    elif name == "files split across tasks":
+    elif "files split across tasks" in name:
         assert files == 2 and tasks > 2
     else:
         assert files == 1 and all(len(f) == 1 for f in files_per_chunk)
@@ -310,6 +321,48 @@ def test_a_source_that_is_not_a_plain_scan_is_copied_and_says_why(spark, record,
     assert codecs(run) == {"arrow"}
     assert main(["inspect", str(run)]) == 0
     assert "source   U: rows copied into the run file (its plan has a Repartition" in capsys.readouterr().out
+
+
+# --- counted chunks: the scan's filter, evaluated again by pyarrow -------------------------------
+
+#: conditions pyarrow evaluates to the very rows Spark keeps: nulls in every column
+COUNTED = ["n > 3", "n <= 3 or n is null", "not (s = 'b')", "s in ('a', 'ü') and dt >= date'2024-01-03'",
+           "b = true or n = 2", "not b", "(n < 2 or s > 'a') and not (dt < date'2024-01-02')", "s is not null and n <> 1",
+           "5 > n", "true"]
+#: conditions it would not (a double's NaN, arithmetic, NOT IN, a collation): their positions are listed
+LISTED = ["x > 1.0", "n % 2 = 0", "not (s in ('a', 'b'))", "collate(s, 'UNICODE_CI') = 'A'", "length(s) = 1"]
+
+
+def test_a_counted_sources_filter_keeps_the_rows_spark_keeps(spark, tmp_path):
+    """The oracle is Spark itself: the `_metadata.row_index` of the rows its filter keeps."""
+    from pyspark.sql import functions as F
+
+    from tt.recorder import sources
+    from tt.store.sources import evaluate
+
+    n = 400
+    rng = np.random.default_rng(3)
+    pick = lambda options: [options[int(k)] for k in rng.integers(0, len(options), n)]   # noqa: E731
+    table = pa.table({
+        "n": pa.array(pick([None, 0, 1, 2, 3, 4, 5]), pa.int32()),
+        "s": pa.array(pick([None, "a", "b", "ü", "A", ""]), pa.string()),
+        "dt": pa.array(pick([None, *(datetime.date(2024, 1, d) for d in (1, 2, 3))]), pa.date32()),
+        "b": pa.array(pick([None, True, False]), pa.bool_()),
+        "x": pa.array(pick([None, 0.5, 1.5, float("nan")]), pa.float64())})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=64)
+    for condition in COUNTED + LISTED:
+        df = spark.read.parquet(str(path)).where(condition).select("n", "s")
+        ref, why = sources.reference(df)
+        assert ref is not None, (condition, why)
+        assert ref.counted == (condition in COUNTED), condition
+        if not ref.counted:
+            continue
+        oracle = [r[0] for r in df.select(F.col("_metadata.row_index")).collect()]
+        names = ["n", "s", "dt", "b", "x"]
+        kept = np.arange(n) if ref.row_filter is None else \
+            np.flatnonzero(evaluate(ref.row_filter, table.select(names)).fill_null(False).to_numpy(zero_copy_only=False))
+        assert list(kept) == oracle and (condition == "true" or 0 < len(oracle) < n), (condition, ref.row_filter)
 
 
 def test_positions_round_trip():
