@@ -89,22 +89,56 @@ class Runner:
         """`feed` each row in turn. A built-in Source with one target (it passes rows on
         unchanged, keeps no state and logs nothing) hands them straight to it: a source
         row then costs one Python call less, two when the target is a runner of this task
-        (its `feed` is called without `narrow_target`'s hop: 26 ns a row off, 51 ns recording,
-        1M rows into one operator, Spark-free)."""
+        (its `feed_many`: no `narrow_target` hop, no call of `feed` per row)."""
         if type(self) is Runner and type(self.op) is Source and len(self.targets) == 1:
             CONTEXT.runner = self
             target = self.targets[0]
             narrow = getattr(target, "narrow", None)
             if narrow is not None:
-                feed, to_port = narrow
-                for self.count, row in enumerate(rows, self.count + 1):   # counted before its outputs flow, as feed
-                    feed(row, to_port)
+                runner, to_port = narrow
+                runner.feed_many(rows, to_port, self)
             else:
                 for self.count, row in enumerate(rows, self.count + 1):
                     target(row)
             return
         feed = self.feed
         for row in rows:
+            feed(row, port)
+
+    def feed_many(self, rows: list, port: int, upstream: "Runner") -> None:
+        """`feed` each of `rows`, which `upstream` (a source, passing rows on unchanged) hands
+        on; `upstream.count` counts each row before its outputs flow, as its own loop would.
+
+        A plain runner does it in one loop, without a call of `feed` per row: 1M rows from a
+        source into one operator, Spark-free, best of 7, 152 → 95 ms (`RecordingRunner.feed_many`:
+        215 → 146 ms)."""
+        if type(self) is not Runner:
+            return self._feed_each(rows, port, upstream)
+        call, targets = self.call, self.targets
+        count, up = self.count, upstream.count
+        CONTEXT.runner = self
+        for row in rows:
+            up += 1
+            try:
+                outs = call(row, port)
+                if outs is not None and type(outs) is not list and type(outs) is not tuple:
+                    outs = _materialize(outs)
+            except Exception as e:
+                upstream.count = up
+                raise OperatorFailure(self, port, row, e) from e
+            count += 1
+            self.count = count
+            if outs:
+                upstream.count = up
+                for o in outs:
+                    for t in targets:
+                        t(o)
+                CONTEXT.runner = self
+        upstream.count = up
+
+    def _feed_each(self, rows: list, port: int, upstream: "Runner") -> None:
+        feed = self.feed
+        for upstream.count, row in enumerate(rows, upstream.count + 1):
             feed(row, port)
 
     def end(self) -> None:
@@ -196,6 +230,40 @@ class RecordingRunner(Runner):
                     t(o)
         else:
             log.counts.append(0)
+
+    def feed_many(self, rows, port, upstream):
+        """`Runner.feed_many` with `feed`'s logging, in one loop (a subclass that logs otherwise,
+        or an instance that logs ports or checks `--when`, feeds row by row)."""
+        if self.multi_port or getattr(self.feed, "__func__", None) is not RecordingRunner.feed:
+            return self._feed_each(rows, port, upstream)
+        call, targets, append = self.call, self.targets, self.log.counts.append   # (a flush empties counts in place)
+        count, up = self.count, upstream.count
+        CONTEXT.runner = self
+        for row in rows:
+            up += 1
+            if count >= self.barrier_at:   # read each row: the control thread sets it
+                upstream.count = up
+                self.on_barrier(count)
+                CONTEXT.runner = self
+            try:
+                outs = call(row, port)
+                if outs is not None and type(outs) is not list and type(outs) is not tuple:
+                    outs = _materialize(outs)
+            except Exception as e:
+                upstream.count = up
+                raise OperatorFailure(self, port, row, e) from e
+            count += 1
+            self.count = count
+            if outs:
+                append(len(outs))
+                upstream.count = up
+                for o in outs:
+                    for t in targets:
+                        t(o)
+                CONTEXT.runner = self
+            else:
+                append(0)
+        upstream.count = up
 
     def end(self):
         outs = self._finish_outputs()
@@ -464,7 +532,7 @@ def narrow_target(runner: Runner, port: int) -> Callable[[Any], None]:
     def deliver(row):
         feed(row, port)
 
-    deliver.narrow = (feed, port)
+    deliver.narrow = (runner, port)
     return deliver
 
 
