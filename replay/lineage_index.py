@@ -20,7 +20,9 @@ Per instance of G(θ):
 
 And per instance of a join outside G(θ) recorded with `--lineage`, `joined`: what each of
 its outputs was made from, which its log of keys implies (store/join_lineage.py), worked
-out once here instead of in every query.
+out once here instead of in every query. Per task of a source whose chunks are counted
+(store/sources.py), `counts`: how many rows of each of its row groups pass the scan's
+filter, which a query would otherwise count in every row group before the row it shows.
 
 Blobs are sealed like checkpoints (store/trust.py): loading them unpickles. The index is
 derived data: it is built only for a run that is no longer being written, and one whose
@@ -237,6 +239,8 @@ class LineageIndex:
         self._joined = joined or {}   # a join outside G(θ): its `made` log, from its keys
         self._load_made: Callable[[Key], MadeIndex] | None = None
         self._load_joined: Callable[[Key], bytes | None] | None = None
+        self.counts: dict[Key, bytes] = {}   # (source, task) -> int64 rows passing per row group
+        self.load_counts: Callable[[Key], np.ndarray | None] | None = None
 
     def joined(self, key: Key) -> bytes | None:
         """What the outputs of join instance `key`, outside G(θ), were made from (the layout of
@@ -268,6 +272,7 @@ class LineageIndex:
         for key, out in self.outputs.items():
             rows += [(*key, "outputs", c, seal(_KIND, data)) for c, data in enumerate(out.chunks)]
         rows += [(*key, "joined", 0, seal(_KIND, data)) for key, data in self._joined.items()]
+        rows += [(*key, "counts", 0, seal(_KIND, data)) for key, data in self.counts.items()]
         info = {"format": FORMAT, "built": time.time(),
                 "instances": [[*key, total, self.outputs[key].kept, self.outputs[key].calls]
                               for key, total in sorted(self.totals.items())]}
@@ -313,4 +318,10 @@ class LineageIndex:
                                       key).fetchone()
             return reader.open_blob(_KIND, row[0]) if row is not None else None
         index._load_joined = joined
+
+        def counts(key: Key) -> np.ndarray | None:
+            row = reader.conn.execute("SELECT data FROM lineage_index WHERE op=? AND instance=? AND part='counts'",
+                                      key).fetchone()
+            return np.frombuffer(reader.open_blob(_KIND, row[0]), np.int64) if row is not None else None
+        index.load_counts = counts
         return index

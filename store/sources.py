@@ -20,8 +20,8 @@ from __future__ import annotations
 import collections
 import datetime
 import hashlib
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import orjson
 
@@ -223,16 +223,21 @@ def _literals(items: list[dict]) -> Any:
     return pa.Array.from_buffers(pa.string(), len(vals), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
-def _slice(parts: list[tuple[int, Any]], before: int, count: int) -> tuple[list[tuple[int, Any]], int]:
-    """Rows `before` to `before + count` of a task's [(file id, positions)], and how many it has."""
-    out, total = [], sum(len(rows) for _, rows in parts)
-    for fid, rows in parts:
-        if count and before < len(rows):
-            piece = rows[before:before + count]
-            out.append((fid, piece))
-            count -= len(piece)
-        before = max(0, before - len(rows))
-    return out, total
+@dataclass
+class _TaskRows:
+    """A counted task's row positions, derived row group by row group only where a chunk
+    needs them: a lineage query that shows one row reads the filter's columns of the groups
+    before it (to count) and of its own, not the task's whole split; with the counts known (the
+    lineage index keeps them), of its own group alone."""
+
+    groups: list[tuple[int, int]]    # (file id, row group) in the order the task read them
+    expr: list | None                # the scan's recorded filter
+    counts: list[int] = field(default_factory=list)   # rows that pass, per group of groups[:len(counts)]
+    parts: dict = field(default_factory=dict)         # group index -> (file id, positions), as derived
+
+    @property
+    def rows(self) -> int:
+        return sum(self.counts)
 
 
 class SourceReader:
@@ -254,6 +259,9 @@ class SourceReader:
         self._schemas: dict[int, Any] = {}
         self._groups: collections.OrderedDict = collections.OrderedDict()
         self._tasks: collections.OrderedDict = collections.OrderedDict()
+        # (source, task) -> its rows that pass the filter per row group, or None: the lineage index
+        # keeps them (`counted_tasks`, replay/lineage_index.py)
+        self.known_counts: Callable[[tuple[int, int]], Any] | None = None
 
     def check(self, file_id: int) -> None:
         """Raise `SourceFileError` unless the file is here and is the one recorded."""
@@ -333,38 +341,75 @@ class SourceReader:
         counted = positions.counted(data)
         if counted is None:
             return positions.unpack(data)
-        task, before, count = counted
-        source = positions.source_of(data)
-        parts, total = _slice(self.task_rows(source, task), before, count)
-        if before + count > total:
-            uris = ", ".join(dict.fromkeys(self.files[fid].uri for fid, _ in self.task_rows(source, task)))
-            raise changed(uris or f"source {source}", f"task {task}'s splits hold {total:,} rows that pass the "
-                          f"scan's filter, the recording's task read {before + count:,}", self.run)
-        return source, parts
-
-    def task_rows(self, source: int, task: int) -> list[tuple[int, Any]]:
-        """[(file id, positions)] of every row a counted source's task read, in order: the row
-        groups Spark reads for each of its splits (`split_groups`), the rows of them that pass
-        the scan's filter. Kept for the next chunks of the same task."""
         import numpy as np
 
+        task, before, count = counted
+        source = positions.source_of(data)
+        rows = self.task_rows(source, task, before + count)
+        if before + count > rows.rows:
+            uris = ", ".join(dict.fromkeys(self.files[fid].uri for fid, _ in rows.groups))
+            raise changed(uris or f"source {source}", f"task {task}'s splits hold {rows.rows:,} rows that pass the "
+                          f"scan's filter, the recording's task read {before + count:,}", self.run)
+        out: list[tuple[int, Any]] = []
+        start, end = 0, before + count
+        for g, n in enumerate(rows.counts):
+            if start >= end:
+                break
+            if n and start + n > before:
+                fid, found = self._derive(rows, g)
+                piece = found[max(0, before - start):end - start]
+                if out and out[-1][0] == fid:   # the next row group of the same file
+                    out[-1] = (fid, np.concatenate((out[-1][1], piece)))
+                else:
+                    out.append((fid, piece))
+            start += n
+        return source, out
+
+    def task_rows(self, source: int, task: int, upto: int | None = None) -> _TaskRows:
+        """A counted source's task: its row groups (those Spark reads for each of its splits,
+        `split_groups`) and how many rows of each pass the scan's filter, counted at least as far
+        as its first `upto` rows (all when None). Kept for the next chunks of the same task."""
         key = (source, task)
-        if key in self._tasks:
-            self._tasks.move_to_end(key)
-            return self._tasks[key]
-        counted = self.scans[source]["info"].get("counted")
-        spans = (counted or {}).get("splits", {}).get(str(task))
-        if spans is None:
-            raise RunFileError(f"the run file's row references are damaged: source {source} has no splits "
-                               f"for task {task}")
-        out = []
-        for fid, start, length in spans:
-            pf, bounds = self._parquet(fid)
-            rows = [self._passing(fid, g, counted["filter"]) + bounds[g] for g in split_groups(pf.metadata, start, length)]
-            out.append((fid, np.concatenate(rows) if rows else np.empty(0, np.int64)))
-        self._tasks[key] = out
-        while len(self._tasks) > _CACHED_TASKS:
-            self._tasks.popitem(last=False)
+        rows = self._tasks.get(key)
+        if rows is None:
+            counted = self.scans[source]["info"].get("counted")
+            spans = (counted or {}).get("splits", {}).get(str(task))
+            if spans is None:
+                raise RunFileError(f"the run file's row references are damaged: source {source} has no splits "
+                                   f"for task {task}")
+            groups = [(fid, g) for fid, start, length in spans
+                      for g in split_groups(self._parquet(fid)[0].metadata, start, length)]
+            rows = self._tasks[key] = _TaskRows(groups, counted["filter"])
+            known = self.known_counts(key) if self.known_counts is not None else None
+            if known is not None and len(known) == len(groups):   # counted before, and kept
+                rows.counts = [int(n) for n in known]
+            while len(self._tasks) > _CACHED_TASKS:
+                self._tasks.popitem(last=False)
+        self._tasks.move_to_end(key)
+        while len(rows.counts) < len(rows.groups) and (upto is None or rows.rows < upto):
+            rows.counts.append(len(self._derive(rows, len(rows.counts))[1]))
+        return rows
+
+    def _derive(self, rows: _TaskRows, g: int) -> tuple[int, Any]:
+        """(file id, positions in the file) of the rows of a task's g-th group that pass its filter."""
+        found = rows.parts.get(g)
+        if found is None:
+            fid, group = rows.groups[g]
+            found = rows.parts[g] = (fid, self._passing(fid, group, rows.expr) + self._parquet(fid)[1][group])
+        return found
+
+    def counted_tasks(self) -> dict[tuple[int, int], bytes]:
+        """Per counted task, how many rows of each of its row groups pass the filter (int64s):
+        what the lineage index keeps, so that a query reads the filter's columns of the row
+        group it shows a row of, and of no other."""
+        import numpy as np
+
+        out = {}
+        for source, scan in self.scans.items():
+            counted = scan["info"].get("counted")
+            if counted and not scan["info"].get("packed"):
+                for task in counted["splits"]:
+                    out[(source, int(task))] = np.asarray(self.task_rows(source, int(task)).counts, np.int64).tobytes()
         return out
 
     def _passing(self, file_id: int, group: int, expr: list | None) -> Any:
@@ -386,7 +431,10 @@ class SourceReader:
         for c in raw.columns:   # pyarrow compares string views only once cast (tpchgen-cli writes them)
             cols.append(c.cast(pa.string()) if pa.types.is_string_view(c.type) else c)
         mask = evaluate(expr, pa.Table.from_arrays(cols, names=wanted))
-        return np.flatnonzero(pc.fill_null(mask, False).to_numpy(zero_copy_only=False)).astype(np.int64)
+        # indices_nonzero skips nulls, as Spark's filter does; read from its buffer, as fill_null and
+        # to_numpy() would import pandas (0.3–0.4 s a query)
+        hits = pc.indices_nonzero(mask)
+        return np.frombuffer(hits.buffers()[1], np.uint64, len(hits), hits.offset * 8).astype(np.int64)
 
     def schema(self, source: int) -> Any:
         import pyarrow as pa

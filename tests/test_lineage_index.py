@@ -160,6 +160,9 @@ def test_a_join_outside_g_theta_answers_from_the_index_as_from_its_key_log(spark
     j = read.graph.node("J").id
     assert all(read.index.joined(key) == bytes(read.reader.made_from(*key)) for key in read.reader.keyed_joins()
                if key[0] == j) and read.index.joined((j, 0)), "kept in the index"
+    items = read.graph.node("ITEMS").id   # read by reference, counted (no filter): its rows per row group kept
+    counts = read.index.load_counts((items, 0))
+    assert counts is not None and counts.sum() > 0 and read.reader.sources().known_counts is not None
     assert _all_trees(read) == expected
     sink = read.rows_of("OUT", "True")
     for tree in read.trees(sink, back=True):

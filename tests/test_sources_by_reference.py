@@ -135,6 +135,17 @@ def test_both_runs_verify(pair):
         assert results and all(x["ok"] for x in results), results
 
 
+def test_tt_pack_copies_the_very_rows_spark_gave(pair, tmp_path, capsys):
+    """`tt pack` reads every chunk back (a counted one through its task's splits and filter)
+    and copies the rows in: the packed run holds the copied run's tuples."""
+    name, run, copied, *_ = pair
+    packed = tmp_path / "packed.db"
+    assert main(["pack", str(run), "-o", str(packed)]) == 0
+    assert "packed" in capsys.readouterr().out
+    assert "ref" not in codecs(packed)
+    assert entry_tuples(packed) == entry_tuples(copied), name
+
+
 def test_positions_are_a_small_fraction_of_the_copied_rows(pair):
     _, run, copied, *_ = pair
     a, b = RunReader(run), RunReader(copied)
