@@ -172,6 +172,7 @@ class Lineage:
         self.index = None if rebuild else LineageIndex.load(self.reader, totals)
         if self.index is not None:
             self.reader.sources().known_counts = self.index.load_counts
+            self.reader.sources().known_rows = self.index.load_rows
         if self.index is not None or not build:
             return None
         if any(inst.count for inst in self.engine.instances.values()):
@@ -194,7 +195,7 @@ class Lineage:
         joined = {key: self.reader.made_from(*key).tobytes() for key in self.reader.keyed_joins()}
         self.index = LineageIndex({key: MadeIndex.of(a.made) for key, a in self.access.items()}, outputs, totals,
                                   joined)
-        self.index.counts = self.reader.sources().counted_tasks()
+        self.index.counted = self.reader.sources().counted_tasks()
         what = f"indexed the lineage of the {total:,} tuples of G(θ)"
         if self.reader.status == "recording":
             return f"{what} for this query only: the run is still being recorded"

@@ -22,7 +22,8 @@ And per instance of a join outside G(θ) recorded with `--lineage`, `joined`: wh
 its outputs was made from, which its log of keys implies (store/join_lineage.py), worked
 out once here instead of in every query. Per task of a source whose chunks are counted
 (store/sources.py), `counts`: how many rows of each of its row groups pass the scan's
-filter, which a query would otherwise count in every row group before the row it shows.
+filter, and `rows` (one per row group): their positions, which a query would otherwise
+derive from the filter's columns of the row group it shows a row of and every one before.
 
 Blobs are sealed like checkpoints (store/trust.py): loading them unpickles. The index is
 derived data: it is built only for a run that is no longer being written, and one whose
@@ -39,7 +40,7 @@ import numpy as np
 import orjson
 
 from ..core.errors import RunFileError
-from ..store import blobs, schema
+from ..store import blobs, positions, schema
 from ..store.trust import Sealer
 from .engine import Key
 from .state_access import Made
@@ -239,8 +240,11 @@ class LineageIndex:
         self._joined = joined or {}   # a join outside G(θ): its `made` log, from its keys
         self._load_made: Callable[[Key], MadeIndex] | None = None
         self._load_joined: Callable[[Key], bytes | None] | None = None
-        self.counts: dict[Key, bytes] = {}   # (source, task) -> int64 rows passing per row group
+        # counted sources (SourceReader.counted_tasks): (source, task) -> int64 rows passing per row
+        # group, (source, task, group) -> their packed positions
+        self.counted: dict[tuple[int, ...], bytes] = {}
         self.load_counts: Callable[[Key], np.ndarray | None] | None = None
+        self.load_rows: Callable[[tuple[int, int, int]], np.ndarray | None] | None = None
 
     def joined(self, key: Key) -> bytes | None:
         """What the outputs of join instance `key`, outside G(θ), were made from (the layout of
@@ -272,7 +276,8 @@ class LineageIndex:
         for key, out in self.outputs.items():
             rows += [(*key, "outputs", c, seal(_KIND, data)) for c, data in enumerate(out.chunks)]
         rows += [(*key, "joined", 0, seal(_KIND, data)) for key, data in self._joined.items()]
-        rows += [(*key, "counts", 0, seal(_KIND, data)) for key, data in self.counts.items()]
+        rows += [(k[0], k[1], "counts" if len(k) == 2 else "rows", 0 if len(k) == 2 else k[2], seal(_KIND, data))
+                 for k, data in self.counted.items()]
         info = {"format": FORMAT, "built": time.time(),
                 "instances": [[*key, total, self.outputs[key].kept, self.outputs[key].calls]
                               for key, total in sorted(self.totals.items())]}
@@ -324,4 +329,10 @@ class LineageIndex:
                                       key).fetchone()
             return np.frombuffer(reader.open_blob(_KIND, row[0]), np.int64) if row is not None else None
         index.load_counts = counts
+
+        def rows(key: tuple[int, int, int]) -> np.ndarray | None:
+            row = reader.conn.execute("SELECT data FROM lineage_index WHERE op=? AND instance=? AND part='rows' "
+                                      "AND seq=?", key).fetchone()
+            return None if row is None else positions.unpack(blobs.decompress(reader.open_blob(_KIND, row[0])))[1][0][1]
+        index.load_rows = rows
         return index

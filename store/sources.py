@@ -230,6 +230,7 @@ class _TaskRows:
     before it (to count) and of its own, not the task's whole split; with the counts known (the
     lineage index keeps them), of its own group alone."""
 
+    key: tuple[int, int]             # (source, task)
     groups: list[tuple[int, int]]    # (file id, row group) in the order the task read them
     expr: list | None                # the scan's recorded filter
     counts: list[int] = field(default_factory=list)   # rows that pass, per group of groups[:len(counts)]
@@ -259,9 +260,11 @@ class SourceReader:
         self._schemas: dict[int, Any] = {}
         self._groups: collections.OrderedDict = collections.OrderedDict()
         self._tasks: collections.OrderedDict = collections.OrderedDict()
-        # (source, task) -> its rows that pass the filter per row group, or None: the lineage index
-        # keeps them (`counted_tasks`, replay/lineage_index.py)
+        # what the lineage index keeps of counted tasks (`counted_tasks`, replay/lineage_index.py):
+        # (source, task) -> its rows that pass the filter per row group; (source, task, g) -> the
+        # positions of its g-th group's (each None when not kept)
         self.known_counts: Callable[[tuple[int, int]], Any] | None = None
+        self.known_rows: Callable[[tuple[int, int, int]], Any] | None = None
 
     def check(self, file_id: int) -> None:
         """Raise `SourceFileError` unless the file is here and is the one recorded."""
@@ -379,7 +382,7 @@ class SourceReader:
                                    f"for task {task}")
             groups = [(fid, g) for fid, start, length in spans
                       for g in split_groups(self._parquet(fid)[0].metadata, start, length)]
-            rows = self._tasks[key] = _TaskRows(groups, counted["filter"])
+            rows = self._tasks[key] = _TaskRows(key, groups, counted["filter"])
             known = self.known_counts(key) if self.known_counts is not None else None
             if known is not None and len(known) == len(groups):   # counted before, and kept
                 rows.counts = [int(n) for n in known]
@@ -395,21 +398,29 @@ class SourceReader:
         found = rows.parts.get(g)
         if found is None:
             fid, group = rows.groups[g]
-            found = rows.parts[g] = (fid, self._passing(fid, group, rows.expr) + self._parquet(fid)[1][group])
+            known = self.known_rows((*rows.key, g)) if self.known_rows is not None else None
+            found = rows.parts[g] = (fid, known if known is not None else
+                                     self._passing(fid, group, rows.expr) + self._parquet(fid)[1][group])
         return found
 
-    def counted_tasks(self) -> dict[tuple[int, int], bytes]:
-        """Per counted task, how many rows of each of its row groups pass the filter (int64s):
-        what the lineage index keeps, so that a query reads the filter's columns of the row
-        group it shows a row of, and of no other."""
+    def counted_tasks(self) -> dict[tuple[int, ...], bytes]:
+        """What the lineage index keeps of every counted task, so that a query reads none of the
+        filter's columns: (source, task) -> how many rows of each of its row groups pass the
+        filter (int64s); (source, task, g) -> the positions of those of its g-th group (packed,
+        store/positions.py, compressed)."""
         import numpy as np
 
-        out = {}
+        from . import blobs
+
+        out: dict[tuple[int, ...], bytes] = {}
         for source, scan in self.scans.items():
             counted = scan["info"].get("counted")
             if counted and not scan["info"].get("packed"):
                 for task in counted["splits"]:
-                    out[(source, int(task))] = np.asarray(self.task_rows(source, int(task)).counts, np.int64).tobytes()
+                    rows = self.task_rows(source, int(task))
+                    out[(source, int(task))] = np.asarray(rows.counts, np.int64).tobytes()
+                    for g in range(len(rows.groups)):
+                        out[(source, int(task), g)] = blobs.compress(positions.pack(source, [self._derive(rows, g)]))
         return out
 
     def _passing(self, file_id: int, group: int, expr: list | None) -> Any:

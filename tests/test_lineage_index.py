@@ -163,6 +163,7 @@ def test_a_join_outside_g_theta_answers_from_the_index_as_from_its_key_log(spark
     items = read.graph.node("ITEMS").id   # read by reference, counted (no filter): its rows per row group kept
     counts = read.index.load_counts((items, 0))
     assert counts is not None and counts.sum() > 0 and read.reader.sources().known_counts is not None
+    assert len(read.index.load_rows((items, 0, 0))) == counts[0] and read.reader.sources().known_rows is not None
     assert _all_trees(read) == expected
     sink = read.rows_of("OUT", "True")
     for tree in read.trees(sink, back=True):
