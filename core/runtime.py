@@ -52,8 +52,9 @@ def _materialize(outs: Any) -> list | tuple:
 class Runner:
     """One operator instance, without logging (recording off).
 
-    `feed` is repeated in the subclasses on purpose: it is the per-tuple hot loop of
-    every job, and a shared helper would cost a call per tuple.
+    `feed` (and `feed_many`, its loop over a source's batch) is repeated in the subclasses
+    on purpose: it is the per-tuple hot loop of every job, and a shared helper would cost a
+    call per tuple.
     """
 
     def __init__(self, name: str, instance: int, op: Operator, node_id: int = -1):
@@ -525,8 +526,8 @@ class ResultSource:
 
 
 def narrow_target(runner: Runner, port: int) -> Callable[[Any], None]:
-    """Deliver to a runner in the same task, depth first. (`narrow` names the call, for
-    `Runner.feed_rows`, which makes it itself.)"""
+    """Deliver to a runner in the same task, depth first. (`narrow` names the runner and port,
+    for `Runner.feed_rows`, which hands them a whole batch: `feed_many`.)"""
     feed = runner.feed
 
     def deliver(row):

@@ -44,14 +44,18 @@ class ScanRef:
 
     columns: list[str]                  # the file columns read, in the DataFrame's order
     files: list[SourceFile]
-    tasks: dict[int, list[int]]         # Spark partition -> indexes into files, in read order
+    # Spark partition -> (index into files, byte start, byte length) of each split it reads, in read order
+    splits: dict[int, list[tuple[int, int, int]]]
     info: dict = field(default_factory=dict)  # for tt inspect: paths, filters
     hashes: dict[int, int] = field(default_factory=dict)  # xxhash64(uri) -> index, when per-row ids are needed
     first_id: int = 1     # files[i] is source_files.id first_id + i (ids are unique across sources)
-    # counted chunks: Spark partition -> (file index, byte start, byte length) of each split it reads
-    splits: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)
     row_filter: list | None = None   # the scan's filter as `row_filter` gives it, for counted chunks
     counted: bool = False            # chunks are (task, rows before, count), no position column
+
+    @property
+    def tasks(self) -> dict[int, list[int]]:
+        """Spark partition -> indexes into files, in read order."""
+        return {p: [i for i, _, _ in spans] for p, spans in self.splits.items()}
 
     @property
     def per_row_file(self) -> bool:
@@ -129,30 +133,26 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
         return None, "its columns are not the file's columns as read"
     files: list[SourceFile] = []
     index: dict[str, int] = {}
-    tasks: dict[int, list[int]] = {}
     splits: dict[int, list[tuple[int, int, int]]] = {}
     parts = scan.inputRDD().filePartitions()
     for i in range(parts.size()):
         fp = parts.apply(i)
-        ids, spans = [], []
+        spans = splits[int(fp.index())] = []
         for f in fp.files():
             uri = f.toPath().toString()   # the form _metadata.file_path gives
             if uri not in index:
                 index[uri] = len(files)
                 files.append(SourceFile(uri, int(f.fileSize()), int(f.modificationTime()), None))
-            ids.append(index[uri])
             spans.append((index[uri], int(f.start()), int(f.length())))
-        tasks[int(fp.index())] = ids
-        splits[int(fp.index())] = spans
     if not files:
         return None, "it reads no files"
     info = {"paths": _strings(scan.relation().location().rootPaths()),
             "pushed_filters": _strings(scan.pushedDownFilters()),
             "data_filters": _strings(scan.dataFilters())}
-    ref = ScanRef([required[c.lower()] for c in df.columns], files, tasks, info)
+    ref = ScanRef([required[c.lower()] for c in df.columns], files, splits, info)
     translated = [row_filter(c) for c in conditions]
     if all(t is not None for t in translated):
-        ref.counted, ref.splits = True, splits
+        ref.counted = True
         ref.row_filter = None if not translated else translated[0] if len(translated) == 1 else ["and", *translated]
     if ref.per_row_file:
         ref.hashes = _hashes(df.sparkSession, [f.uri for f in files])

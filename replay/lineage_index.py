@@ -240,9 +240,8 @@ class LineageIndex:
         self._joined = joined or {}   # a join outside G(θ): its `made` log, from its keys
         self._load_made: Callable[[Key], MadeIndex] | None = None
         self._load_joined: Callable[[Key], bytes | None] | None = None
-        # counted sources (SourceReader.counted_tasks): (source, task) -> int64 rows passing per row
-        # group, (source, task, group) -> their packed positions
-        self.counted: dict[tuple[int, ...], bytes] = {}
+        # counted sources: (source, task, part, seq, data) as SourceReader.counted_tasks gives them
+        self.counted: list[tuple[int, int, str, int, bytes]] = []
         self.load_counts: Callable[[Key], np.ndarray | None] | None = None
         self.load_rows: Callable[[tuple[int, int, int]], np.ndarray | None] | None = None
 
@@ -276,8 +275,7 @@ class LineageIndex:
         for key, out in self.outputs.items():
             rows += [(*key, "outputs", c, seal(_KIND, data)) for c, data in enumerate(out.chunks)]
         rows += [(*key, "joined", 0, seal(_KIND, data)) for key, data in self._joined.items()]
-        rows += [(k[0], k[1], "counts" if len(k) == 2 else "rows", 0 if len(k) == 2 else k[2], seal(_KIND, data))
-                 for k, data in self.counted.items()]
+        rows += [(source, task, part, seq, seal(_KIND, data)) for source, task, part, seq, data in self.counted]
         info = {"format": FORMAT, "built": time.time(),
                 "instances": [[*key, total, self.outputs[key].kept, self.outputs[key].calls]
                               for key, total in sorted(self.totals.items())]}

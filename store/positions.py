@@ -61,8 +61,8 @@ def pack(source: int, parts: list[tuple[int, Any]], digest: bytes | None = None)
     planes apart (`_planes`). The caller compresses (store/blobs.py)."""
     import numpy as np
 
-    if digest is not None and len(digest) != _DIGEST:
-        raise ValueError(f"a chunk's digest has {_DIGEST} bytes, not {len(digest)}")
+    if digest is not None:
+        _check_digest(digest)
     out = [_HEAD.pack(VERSION if digest is not None else 2, source, len(parts)), digest or b""]
     for fid, rows in parts:
         starts, lengths = runs(np.asarray(rows, dtype=np.int64))
@@ -78,9 +78,13 @@ def pack(source: int, parts: list[tuple[int, Any]], digest: bytes | None = None)
 def pack_counted(source: int, task: int, before: int, count: int, digest: bytes) -> bytes:
     """A counted chunk (format 4): the task's rows `before` to `before + count` of the rows its
     splits give after the scan's filter (recorder/sources.py); replay derives the positions."""
+    _check_digest(digest)
+    return _HEAD.pack(COUNTED, source, 0) + digest + _COUNTED.pack(task, before, count)
+
+
+def _check_digest(digest: bytes) -> None:
     if len(digest) != _DIGEST:
         raise ValueError(f"a chunk's digest has {_DIGEST} bytes, not {len(digest)}")
-    return _HEAD.pack(COUNTED, source, 0) + digest + _COUNTED.pack(task, before, count)
 
 
 def counted(data: bytes) -> tuple[int, int, int] | None:

@@ -128,16 +128,25 @@ def _scalar(value: Any, kind: Any) -> Any:
     """`value` as an Arrow scalar to compare a column of type `kind` with, or None where the
     comparison would not be exact: an int against an integer column, a str against a string
     one. Built from buffers: pa.scalar() would import pandas (0.16 s a query)."""
-    import numpy as np
     import pyarrow as pa
 
     if type(value) is int and pa.types.is_integer(kind) and -2 ** 63 <= value < 2 ** 63:
         return _indices([value])[0]
     if type(value) is str and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        data = value.encode()
-        offsets = np.array([0, len(data)], np.int64 if pa.types.is_large_string(kind) else np.int32)
-        return pa.Array.from_buffers(kind, 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])[0]
+        return _strings([value], kind)[0]
     return None
+
+
+def _strings(values: list[str], kind: Any = None) -> Any:
+    """Python strs as an Arrow string (or large_string) array, built from buffers."""
+    import numpy as np
+    import pyarrow as pa
+
+    kind = pa.string() if kind is None else kind
+    data = [v.encode() for v in values]
+    offsets = np.concatenate(([0], np.cumsum([len(d) for d in data], dtype=np.int64)))
+    offsets = offsets.astype(np.int64 if pa.types.is_large_string(kind) else np.int32)
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
 
 
 def _locate(parts: list[tuple[int, Any]], offset: int) -> tuple[int, Any, int]:
@@ -218,9 +227,7 @@ def _literals(items: list[dict]) -> Any:
     if kind == "bool":
         bits = np.packbits(np.asarray(vals, np.uint8), bitorder="little")
         return pa.Array.from_buffers(pa.bool_(), len(vals), [None, pa.py_buffer(bits)])
-    data = [v.encode() for v in vals]
-    offsets = np.concatenate(([0], np.cumsum([len(d) for d in data]))).astype(np.int32)
-    return pa.Array.from_buffers(pa.string(), len(vals), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+    return _strings(vals)
 
 
 @dataclass
@@ -333,7 +340,8 @@ class SourceReader:
 
     def where(self, data: bytes, offset: int) -> tuple[str, int]:
         """(file URI, row number in the file, from 0) of a chunk's `offset`-th row: where a
-        row of lineage came from. Reads no file, but a counted chunk's filter columns."""
+        row of lineage came from. Reads no rows; a counted chunk's positions may need its
+        filter's columns (`task_rows`), unless the lineage index kept them."""
         _, parts = self.parts(data)
         fid, rows, k = _locate(parts, offset)
         return self.files[fid].uri, int(rows[k])
@@ -403,24 +411,24 @@ class SourceReader:
                                      self._passing(fid, group, rows.expr) + self._parquet(fid)[1][group])
         return found
 
-    def counted_tasks(self) -> dict[tuple[int, ...], bytes]:
+    def counted_tasks(self) -> list[tuple[int, int, str, int, bytes]]:
         """What the lineage index keeps of every counted task, so that a query reads none of the
-        filter's columns: (source, task) -> how many rows of each of its row groups pass the
-        filter (int64s); (source, task, g) -> the positions of those of its g-th group (packed,
-        store/positions.py, compressed)."""
+        filter's columns, as (source, task, part, seq, data): part "counts", how many rows of
+        each of its row groups pass the filter (int64s); part "rows", seq g, the positions of
+        those of its g-th group (packed, store/positions.py, compressed)."""
         import numpy as np
 
         from . import blobs
 
-        out: dict[tuple[int, ...], bytes] = {}
+        out = []
         for source, scan in self.scans.items():
             counted = scan["info"].get("counted")
             if counted and not scan["info"].get("packed"):
-                for task in counted["splits"]:
-                    rows = self.task_rows(source, int(task))
-                    out[(source, int(task))] = np.asarray(rows.counts, np.int64).tobytes()
-                    for g in range(len(rows.groups)):
-                        out[(source, int(task), g)] = blobs.compress(positions.pack(source, [self._derive(rows, g)]))
+                for task in map(int, counted["splits"]):
+                    rows = self.task_rows(source, task)
+                    out.append((source, task, "counts", 0, np.asarray(rows.counts, np.int64).tobytes()))
+                    out += [(source, task, "rows", g, blobs.compress(positions.pack(source, [self._derive(rows, g)])))
+                            for g in range(len(rows.groups))]
         return out
 
     def _passing(self, file_id: int, group: int, expr: list | None) -> Any:
