@@ -480,6 +480,42 @@ def test_a_counts_digest_is_the_same_in_every_process_and_sees_rows_move():
     assert kept_inputs.summary({**field, 10_000: []}, True).digest != before.digest
 
 
+def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
+    """`_CountDigest` hashes a field of int keys with numpy (Python's tuple hash, re-done over
+    arrays): its digest must be the one `_count_hash` gives key by key, as run files recorded
+    before hold it, at the edges of an int's hash too (-1, ±2**61, beyond 64 bits), for fields of
+    any other keys and values, and after updates as from scratch."""
+    import random
+
+    from tt.core import kept_inputs as K
+
+    rng = random.Random(5)
+    edges = [0, 1, -1, -2, 2**61 - 2, 2**61 - 1, 2**61, -(2**61 - 2), -(2**61 - 1), 2**63 - 1, -(2**63), 2**70]
+    fields = [{k: [k] * rng.randrange(0, 5) for k in [rng.randrange(-2**62, 2**62) for _ in range(3000)]},
+              {k: [k] * (1 + i % 3) for i, k in enumerate(edges)},
+              {k: [k] for k in edges[:2]},
+              {f"c{i}": [i] * (1 + i % 4) for i in range(300)},
+              {1: [1, 2], 2: "x", 3: {"a": 1}, 4: []},
+              {True: [1], (1, "x"): [2, 3]},
+              {}]
+
+    def by_key(field):
+        total = sum(K._count_hash(k, K._rows(v)) for k, v in field.items())
+        sampled = sum(K._entry(k, v) >> 96 for k, v in field.items()
+                      if not K._count_hash(k, K._rows(v)) >> K._UNSAMPLED)
+        return (total + sampled) & K._MASK
+
+    for field in fields:
+        kept = K.summary(field, True)
+        assert (kept.keys, kept.rows) == (len(field), sum(map(K._rows, field.values())))
+        assert kept.digest == by_key(field), list(field)[:3]
+    big = fields[0]
+    digest = K._CountDigest(big)
+    grown = {**big, **{k: v + [0] for k, v in list(big.items())[:400]}, 2**62 + 5: [1], -1: [2, 2]}
+    digest.update(grown, list(big)[:400] + [2**62 + 5, -1])
+    assert digest.kept(grown).digest == by_key(grown)
+
+
 def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
     """A kept-inputs digest (core/kept_inputs.py) hashes the bytes it hashed before its fast path
     for Decimals (orjson with `values.encode` for what orjson cannot write; `values.encode` for all
