@@ -98,13 +98,14 @@ def _count_hash(key: Any, rows: int) -> int:
 
 
 def _rows(value: Any) -> int:
-    return len(value) if type(value) is list else 1
+    """A `counts` digest's rows of one key: a list's items (a subclass's too), 1 for any other value."""
+    return len(value) if isinstance(value, list) else 1
 
 
 def _rows_of(lists: Any, n: int) -> Any:
-    """`_rows` of each of the `n` values, as a numpy int64 array: in C, one pass over them, where
-    all are lists (`list.__len__` refuses any other value; a second pass over 321,000 lists costs
-    25 ms more, the lists being scattered in memory)."""
+    """`_rows` of each of the `n` values, as a numpy int64 array: in C, in one pass over them, where
+    all are lists (`list.__len__` refuses any other value). A pass over 321,000 lists takes 45 ms,
+    most of it reading each from memory: checking their types first took 25 ms more."""
     import numpy as np
 
     try:
@@ -121,8 +122,7 @@ _HASH_MODULUS = (1 << 61) - 1   # an int hashes to itself strictly within ±this
 def _count_hashes(keys: list, rows: Any) -> Any:
     """`_count_hash` of each key and its row count (`rows`, an int64 array), as a uint64 array.
     For int keys that hash to themselves (all but -1 and those beyond ±2**61) it is Python's
-    tuple hash, computed by numpy over the whole field: a TPC-H W2 task's lineitem side (321,000
-    keys) is counted and hashed in 0.05 s, where a `map` of `hash` over tuples took 0.08 s."""
+    tuple hash, computed by numpy over the whole field (321,000 keys: 15 ms)."""
     import numpy as np
 
     n = len(keys)
@@ -220,9 +220,11 @@ class _CountDigest:
     """One field's `counts` digest: the sum of its keys' `_count_hash`, its rows, and the values'
     hashes of the sampled keys (one in 64: `_count_hash` below 2**58), each key's row count.
 
-    Made of lists and sums built by `map` in C where the keys are ints: a first snapshot of a
-    field shaped like TPC-H W2's lineitem side (645,527 int keys, 1.48M rows with two Decimals)
-    takes 0.31–0.36 s, its values digest 1.79–1.81 s (best of 3, no other load)."""
+    Taken in bulk by numpy where the keys are ints and the values lists (each key's rows in one
+    pass, the hashes over arrays, the sampled keys by a mask). A first snapshot of a field shaped
+    like one W2 task's lineitem side (321,110 int keys, 824,757 rows with two Decimals each)
+    takes 94 ms, 167 ms with Python's `map` over lists (best of 5, no other load); its values
+    digest, about ten times that (1.8 s for twice the field)."""
 
     __slots__ = ("size", "_known", "_first", "hashes", "rows", "sampled", "per_row")
 

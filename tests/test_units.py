@@ -489,6 +489,9 @@ def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
 
     from tt.core import kept_inputs as K
 
+    class Rows(list):
+        pass
+
     rng = random.Random(5)
     edges = [0, 1, -1, -2, 2**61 - 2, 2**61 - 1, 2**61, -(2**61 - 2), -(2**61 - 1), 2**63 - 1, -(2**63), 2**70]
     fields = [{k: [k] * rng.randrange(0, 5) for k in [rng.randrange(-2**62, 2**62) for _ in range(3000)]},
@@ -497,6 +500,7 @@ def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
               {f"c{i}": [i] * (1 + i % 4) for i in range(300)},
               {1: [1, 2], 2: "x", 3: {"a": 1}, 4: []},
               {True: [1], (1, "x"): [2, 3]},
+              {1: Rows([1, 2]), 2: [3]}, {1: Rows([1, 2]), 2: "x"},   # a list subclass counts its items either way
               {}]
 
     def by_key(field):
@@ -509,6 +513,7 @@ def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
         kept = K.summary(field, True)
         assert (kept.keys, kept.rows) == (len(field), sum(map(K._rows, field.values())))
         assert kept.digest == by_key(field), list(field)[:3]
+    assert K.summary(fields[-3], True).rows == K.summary(fields[-2], True).rows + 1 == 3
     big = fields[0]
     digest = K._CountDigest(big)
     grown = {**big, **{k: v + [0] for k, v in list(big.items())[:400]}, 2**62 + 5: [1], -1: [2, 2]}
