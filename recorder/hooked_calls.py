@@ -56,19 +56,17 @@ class TaskFeed:
         self.recording = recording
         self.task_end = task_end   # an accumulator: the worker pickles its value when the task ends
         self._task: StageTask | None = None
-        self._attempt: int | None = None
+        self._context: Any = None   # the TaskContext of the task attempt `_task` runs
 
     def feed(self, unit: Any, attach: Any = None, run: int = 0) -> list:
         """One unit into this task attempt's stage (opened at its first unit). `attach`: what
         the operator is given before this unit (a processor's Spark handle, a GroupState).
         `run`: which of the task's Python runs this is, where Spark makes more than one."""
-        from pyspark import TaskContext
-
-        tc = TaskContext.get()
-        if self._task is None or self._attempt != tc.taskAttemptId():
+        tc = _task_context()
+        if self._task is None or tc is not self._context:   # (a worker makes a TaskContext per task)
             attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), **_slot(tc, run)}
             self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
-            self._attempt = tc.taskAttemptId()
+            self._context = tc
             self._task.open_units()
             self.task_end._value = _TaskEnd(self)
         if attach is not None:
@@ -85,7 +83,21 @@ class TaskFeed:
             task.end_units()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_task": None, "_attempt": None}
+        return {**self.__dict__, "_task": None, "_context": None}
+
+
+_TaskContext: Any = None
+
+
+def _task_context() -> Any:
+    """PySpark's TaskContext of the running task (the class imported once: a unit is fed per
+    row, and `from pyspark import …` runs importlib's Python code at every call)."""
+    global _TaskContext
+    if _TaskContext is None:
+        from pyspark import TaskContext
+
+        _TaskContext = TaskContext
+    return _TaskContext.get()
 
 
 def micro_batch(tc: Any) -> int | None:
