@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import operator
 from decimal import Decimal
 from typing import Any
 
@@ -87,7 +88,7 @@ def _entry(key: Any, value: Any) -> int:
 def _count_hash(key: Any, rows: int) -> int:
     """The hash of a key and its row count in a `counts` digest (unsigned 64 bits). An int key (a
     join's usual) by Python's tuple hash, the same in every process (ints' hashes are not salted)
-    and computed by numpy for a whole field (`_count_hashes`); any other key encoded and hashed."""
+    and computed in C for a whole field (`_count_hashes`); any other key encoded and hashed."""
     if type(key) is int:
         return hash((key, rows)) & _MASK
     try:
@@ -102,58 +103,23 @@ def _rows(value: Any) -> int:
     return len(value) if isinstance(value, list) else 1
 
 
-def _rows_of(lists: Any, n: int) -> Any:
-    """`_rows` of each of the `n` values (a list or a dict's values: read twice where one is not
-    a list), as a numpy int64 array: in C, in one pass over them, where
-    all are lists (`list.__len__` refuses any other value). A pass over 321,000 lists takes 45 ms,
-    most of it reading each from memory: checking their types first took 25 ms more."""
-    import numpy as np
-
+def _rows_of(lists: Any) -> list[int]:
+    """`_rows` of each value (a list, or a dict's values: read twice where one is not a list),
+    in C and in one pass where all are lists (`list.__len__` refuses any other value). Most of
+    a pass over 321,000 lists is reading each from memory: checking their types first, as this
+    did before, made it 54 ms where one pass takes 46."""
     try:
-        return np.fromiter(map(list.__len__, lists), np.int64, n)
+        return list(map(list.__len__, lists))
     except TypeError:
-        return np.fromiter(map(_rows, lists), np.int64, n)
+        return list(map(_rows, lists))
 
 
-# Python's hash of a 2-tuple (CPython's xxHash-based tuplehash, 64-bit), for numpy
-_XXPRIME_1, _XXPRIME_2, _XXPRIME_5 = 11400714785074694791, 14029467366897019727, 2870177450012600261
-_HASH_MODULUS = (1 << 61) - 1   # an int hashes to itself strictly within ±this, except -1
-
-
-def _count_hashes(keys: list, rows: Any) -> Any:
-    """`_count_hash` of each key and its row count (`rows`, an int64 array), as a uint64 array.
-    For int keys that hash to themselves (all but -1 and those beyond ±2**61) it is Python's
-    tuple hash, computed by numpy over the whole field (321,000 keys: 15 ms)."""
-    import numpy as np
-
-    n = len(keys)
-    k = None
-    if n and set(map(type, keys)) <= {int}:
-        try:
-            k = np.fromiter(keys, np.int64, n)
-        except OverflowError:
-            k = None
-        if k is not None and not (-_HASH_MODULUS < int(k.min()) and int(k.max()) < _HASH_MODULUS
-                                  and not (k == -1).any()):
-            k = None
-    if k is None:
-        return np.fromiter(map(_count_hash, keys, rows.tolist()), np.uint64, n)
-    u64 = np.uint64
-    with np.errstate(over="ignore"):
-        acc = u64(_XXPRIME_5)
-        for lane in (k.view(u64), rows.view(u64)):
-            acc = acc + lane * u64(_XXPRIME_2)
-            acc = ((acc << u64(31)) | (acc >> u64(33))) * u64(_XXPRIME_1)
-        acc += u64(2 ^ _XXPRIME_5 ^ 3527539)
-    acc[acc == u64(_MASK)] = u64(1546275796)   # CPython's hash is never -1
-    return acc
-
-
-def _wrapped_sum(hashes: Any) -> int:
-    """The sum of uint64 hashes, modulo 2**64 (numpy wraps)."""
-    import numpy as np
-
-    return int(hashes.sum(dtype=np.uint64)) if len(hashes) else 0
+def _count_hashes(keys: list, rows: list[int]) -> list[int]:
+    """`_count_hash` of each key and its row count; for int keys Python's tuple hash, in C by
+    `map` (its sum, not each one masked: the digest is taken modulo 2**64)."""
+    if set(map(type, keys)) <= {int}:
+        return list(map(hash, zip(keys, rows)))
+    return list(map(_count_hash, keys, rows))
 
 
 def _json_default(value: Any) -> Any:
@@ -221,38 +187,36 @@ class _CountDigest:
     """One field's `counts` digest: the sum of its keys' `_count_hash`, its rows, and the values'
     hashes of the sampled keys (one in 64: `_count_hash` below 2**58), each key's row count.
 
-    Taken in bulk by numpy where the keys are ints and the values lists (each key's rows in one
-    pass, the hashes over arrays, the sampled keys by a mask). A first snapshot of a field shaped
-    like one W2 task's lineitem side (321,110 int keys, 824,757 rows with two Decimals each)
-    takes 94 ms, 167 ms with Python's `map` over lists (best of 5, no other load); its values
-    digest, about ten times that (1.8 s for twice the field)."""
+    Made of lists and sums built by `map` in C where the keys are ints, each key's rows read in
+    one pass over the lists. A first snapshot of a field shaped like one W2 task's lineitem side
+    (321,110 int keys, 824,757 rows with two Decimals each) takes 137 ms, 168 ms with a second
+    pass over the lists (best of 5, no other load). Digesting its values instead took 1.8 s for
+    the whole lineitem side, twice this field."""
 
     __slots__ = ("size", "_known", "_first", "hashes", "rows", "sampled", "per_row")
 
     def __init__(self, field: dict):
         keys = list(field)
-        rows = _rows_of(field.values(), len(keys))
+        rows = _rows_of(field.values())
         hashes = _count_hashes(keys, rows)
         self.size, self._known, self._first = len(keys), None, (keys, rows)
-        self.hashes, self.rows = _wrapped_sum(hashes), int(rows.sum())
+        self.hashes, self.rows = sum(hashes), sum(rows)
         self.sampled = self._sampled(keys, hashes, field)
         self.per_row = self._per_row(field)
 
     @staticmethod
-    def _sampled(keys: list, hashes: Any, field: dict) -> dict:
-        """The values' hash of each sampled key (one in 64, by its `_count_hash`)."""
-        import numpy as np
-
-        chosen = np.flatnonzero((hashes >> np.uint64(_UNSAMPLED)) == 0).tolist()
-        return {keys[i]: _entry(keys[i], field[keys[i]]) >> 96 for i in chosen}
+    def _sampled(keys: list, hashes: list[int], field: dict) -> dict:
+        """The values' hash of each sampled key (one in 64, by its `_count_hash`: below 2**58 as
+        unsigned is, for Python's signed hash too, a shift by 58 that leaves 0), chosen in C."""
+        chosen = itertools.compress(keys, map(operator.not_, map(operator.rshift, hashes, itertools.repeat(_UNSAMPLED))))
+        return {k: _entry(k, field[k]) >> 96 for k in chosen}
 
     @property
     def known(self) -> dict:
         """Each key's row count, made when a later snapshot first asks (a run's last snapshot,
         often its only one at 1 interaction/10 s, never does)."""
         if self._known is None:
-            keys, rows = self._first
-            self._known, self._first = dict(zip(keys, rows.tolist())), None
+            self._known, self._first = dict(zip(*self._first)), None
         return self._known
 
     @staticmethod
@@ -266,18 +230,15 @@ class _CountDigest:
         """Count and hash `keys` (distinct) again: those listed as changed, and the keys added
         since. In bulk, as `__init__`: at 10 interactions a second a join lists most of its keys
         again and again."""
-        import numpy as np
-
         known, sampled = self.known, self.sampled
         was = list(map(known.get, keys))
-        rows = _rows_of(list(map(field.__getitem__, keys)), len(keys))   # (a list: the fallback reads it again)
+        rows = _rows_of(list(map(field.__getitem__, keys)))
         fresh = _count_hashes(keys, rows)
         seen = [i for i, r in enumerate(was) if r is not None]
-        old = _count_hashes([keys[i] for i in seen], np.fromiter((was[i] for i in seen), np.int64, len(seen)))
-        self.hashes += _wrapped_sum(fresh) - _wrapped_sum(old)
-        self.rows += int(rows.sum()) - sum(filter(None, was))
+        self.hashes += sum(fresh) - sum(_count_hashes([keys[i] for i in seen], [was[i] for i in seen]))
+        self.rows += sum(rows) - sum(filter(None, was))
         self.size += was.count(None)
-        known.update(zip(keys, rows.tolist()))
+        known.update(zip(keys, rows))
         for k in sampled.keys() & set(keys):
             del sampled[k]
         sampled.update(self._sampled(keys, fresh, field))

@@ -481,10 +481,10 @@ def test_a_counts_digest_is_the_same_in_every_process_and_sees_rows_move():
 
 
 def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
-    """`_CountDigest` hashes a field of int keys with numpy (Python's tuple hash, re-done over
-    arrays): its digest must be the one `_count_hash` gives key by key, as run files recorded
-    before hold it, at the edges of an int's hash too (-1, ±2**61, beyond 64 bits), for fields of
-    any other keys and values, and after updates as from scratch."""
+    """`_CountDigest` counts and hashes a field in bulk (each key's rows in one pass, the sampled
+    keys chosen by shifts in C): its digest must be the one `_count_hash` gives key by key, as
+    run files recorded before hold it, at the edges of an int's hash too (-1, ±2**61, beyond 64
+    bits), for fields of any other keys and values, and after updates as from scratch."""
     import random
 
     from tt.core import kept_inputs as K
