@@ -15,9 +15,10 @@ repetition (one SparkSession, one process):
           recorded, must be what it prints with recording off.
 
 Each workload runs once each way before the measured repetitions, which alternate the order
-(off first, then 10s first). Prints median wall times, their ratio, the median of each
-repetition's own ratio, and the run file's size; writes the same as
-markdown to benches/results/. Goal (issue 14): on ≤ 1.05 × off for each.
+(off first in the first, 10s first in the second, and so on). Prints median wall times, their
+ratio, the median of each repetition's own ratio, CPU (this process and every process under
+it) and the run file's size; writes the same as markdown to benches/results/. Goal (issue
+14): on ≤ 1.05 × off for each.
 
     python benches/tws_overhead.py [--reps 3] [--rows 1000000] [--keys 10000] [--files 4] [--workloads keyed,stream,sessions]
 """
@@ -179,7 +180,7 @@ def main() -> None:
         shutil.rmtree(d, ignore_errors=True)
     for rep in range(args.reps):
         for w, (plain, argv, want) in workloads.items():
-            # off first in even repetitions, 10s first in odd ones: a drift left over favours neither
+            # off first in the first repetition, 10s first in the second, and so on: a drift left over favours neither
             for variant in (("off", "10s") if rep % 2 == 0 else ("10s", "off")):   # (a workload without an oracle: off's answer is 10s's)
                 d = work / f"{w}-{rep}-{variant}"
                 d.mkdir()
