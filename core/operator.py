@@ -16,6 +16,7 @@ import inspect
 from typing import Any, Callable, Iterable
 
 from . import values
+from .kept_inputs import APPENDED
 
 _IMMUTABLE = (int, float, str, bytes, bool, tuple, frozenset, type(None))
 
@@ -45,7 +46,10 @@ class Operator:
     #: returns {field: keys whose value changed since the previous call}. Such a field
     #: must only gain keys or change values; the recorder then stores each interaction's
     #: state as the changed and the new keys instead of comparing the whole dict
-    #: (core/state_deltas.py). The built-in Aggregate and HashJoin keep it.
+    #: (core/state_deltas.py). The built-in Aggregate and HashJoin keep it. A dict of keys
+    #: may say how each changed: `kept_inputs.APPENDED`, rows only added at the end of its
+    #: list (the list and the rows before are the same objects, unchanged), which a
+    #: kept-inputs field's digest then hashes alone; any other value, changed in any way.
     changed_keys: Callable[[], dict[str, Iterable]] | None = None
 
     #: Optional, for row lineage (replay/lineage.py, docs/LINEAGE.md), never called while
@@ -230,7 +234,7 @@ class HashJoin(Operator):
         mine.setdefault(k, []).append(row)
         matches = other.get(k)
         if self._changed is not None:
-            self._changed[port][k] = None
+            self._changed[port].setdefault(k, APPENDED)   # a row added at the end of k's list
             if matches:   # `merge` gets the stored rows too, and might change them
                 self._changed[1 - port][k] = None
         if not matches:

@@ -450,6 +450,39 @@ def test_a_joins_running_digest_equals_one_made_from_scratch(counts):
     assert values.first_difference(stored, changed) == ("<root>", stored, changed)
 
 
+def test_a_joins_long_lists_hashed_as_streams_equal_a_digest_from_scratch():
+    """A long list the join lists as only appended to is hashed from its new rows on
+    (`_Stream`); a key whose rows a `merge` was handed, which may change them, is hashed whole.
+    After every interaction the running digest must be the one replay makes from scratch, also
+    when the merge writes into stored rows, a list is replaced, or a row cannot be JSON."""
+    from tt.core import kept_inputs
+    from tt.core.operator import HashJoin
+
+    def merge(left, right):
+        if right.get("touch"):
+            left["matched"] = left.get("matched", 0) + 1   # changes a stored row of the left side
+        return {**left, **right}
+
+    rng = random.Random(11)
+    join = HashJoin(lambda r: r["k"], lambda r: r["k"], merge=merge)
+    digests = kept_inputs.KeptDigests()
+    streamed = 0
+    for step in range(60):
+        for _ in range(rng.randrange(0, 120)):
+            port = 0 if rng.random() < 0.9 else 1
+            row = {"k": rng.randrange(4), "v": decimal.Decimal(rng.randrange(1000)) / 10, "touch": rng.random() < 0.3}
+            if step == 30 and port == 0 and row["k"] == 1:
+                row["odd"] = {1: "an int key: orjson refuses it"}
+            join.process(row, port)
+        if step == 45:
+            join.left[2] = list(join.left[2])   # the same rows in a new list
+        state, _, _ = digests.summarize("J:0", join, join.state(), join.changed_keys())
+        for side in ("left", "right"):
+            assert state[side].__tt_json__() == kept_inputs.summary(getattr(join, side)).__tt_json__(), (step, side)
+        streamed += len(digests.fields[("J:0", "left")].streams)
+    assert streamed and max(map(len, join.left.values())) > 10 * kept_inputs._STREAMED
+
+
 def test_a_counts_digest_is_the_same_in_every_process_and_sees_rows_move():
     """A `counts` digest hashes int keys with Python's own hash, which must not depend on the
     process (str hashes are salted; int and tuple hashes are not), and must change when a row goes
