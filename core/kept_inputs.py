@@ -86,8 +86,12 @@ def _entry(key: Any, value: Any) -> int:
         data = orjson.dumps((key, value), default=_json_default, option=orjson.OPT_SORT_KEYS)
     except TypeError:   # a dict with keys that are not str, an int beyond 64 bits: values' encoding
         data = orjson.dumps([values.encode(key), values.encode(value)], option=orjson.OPT_SORT_KEYS)
-    rows = len(value) if type(value) is list else 1
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") << 96 | rows << 48 | len(data)
+    return _packed(hashlib.blake2b(data, digest_size=8).digest(), len(value) if type(value) is list else 1, len(data))
+
+
+def _packed(digest: bytes, rows: int, size: int) -> int:
+    """An entry's hash, rows and JSON bytes in one int (`_entry`)."""
+    return int.from_bytes(digest, "little") << 96 | rows << 48 | size
 
 
 def _count_hash(key: Any, rows: int) -> int:
@@ -188,7 +192,7 @@ class _Stream:
     def entry(self) -> int:
         done = self.hasher.copy()
         done.update(b"]]")
-        return int.from_bytes(done.digest(), "little") << 96 | self.count << 48 | self.size + 2
+        return _packed(done.digest(), self.count, self.size + 2)
 
     def extended(self, value: list) -> int | None:
         """The entry of `value`, this stream's list with rows added at its end since (the rows
@@ -230,11 +234,12 @@ class _FieldDigest:
         entries = self.known
         was = sum(map(entries.get, keys, itertools.repeat(0)))
         appended = listed if type(listed) is dict else {}
-        fresh = list(map(self._entry, keys, map(field.__getitem__, keys), map(appended.get, keys)))
+        fresh = list(map(self._entry_of, keys, map(field.__getitem__, keys), map(appended.get, keys)))
         entries.update(zip(keys, fresh))
         self.total += sum(fresh) - was
 
-    def _entry(self, key: Any, value: Any, how: Any) -> int:
+    def _entry_of(self, key: Any, value: Any, how: Any) -> int:
+        """`_entry` of one key, through its `_Stream` where its list is long (`how`: as listed)."""
         if type(value) is not list or len(value) < _STREAMED:
             if self.streams:
                 self.streams.pop(key, None)

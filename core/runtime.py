@@ -91,7 +91,7 @@ class Runner:
         unchanged, keeps no state and logs nothing) hands them straight to it: a source
         row then costs one Python call less, two when the target is a runner of this task
         (its `feed_many`: no `narrow_target` hop, no call of `feed` per row)."""
-        if self.passes_on:
+        if type(self) is Runner and type(self.op) is Source and len(self.targets) == 1:
             CONTEXT.runner = self
             target = self.targets[0]
             narrow = getattr(target, "narrow", None)
@@ -105,17 +105,6 @@ class Runner:
         feed = self.feed
         for row in rows:
             feed(row, port)
-
-    @property
-    def passes_on(self) -> bool:
-        """A built-in Source with one target, which it hands each row unchanged: logging nothing
-        and keeping no state, it may count a row and pass it on without running its `process`."""
-        return type(self) is Runner and type(self.op) is Source and len(self.targets) == 1
-
-    def next_in_task(self) -> "tuple[Runner, int] | None":
-        """The runner and port this source hands its rows to where it `passes_on` to a runner of
-        this task, else None: a caller with one row at a time counts it here and feeds that runner."""
-        return getattr(self.targets[0], "narrow", None) if self.passes_on else None
 
     def feed_many(self, rows: list, port: int, upstream: "Runner") -> None:
         """`feed` each of `rows`, which `upstream` (a source, passing rows on unchanged) hands

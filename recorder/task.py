@@ -421,8 +421,6 @@ class StageTask:
         self._unit_codec = UNIT_CODECS.get(self.g.nodes[head_id].kind)  # None: a row, logged with the others
         logged = isinstance(head, RecordingRunner) and self.mode == "record"
         self._unit_log = head.log.entry.setdefault((0, self.partition), []) if logged else None
-        self._unit_source = self.runners[self.stage.source]
-        self._unit_next = self._unit_source.next_in_task()   # (runner, port): skip the source's own call
 
     def feed_unit(self, unit: Any) -> list:
         """One step of the hooked operator; what it produced meanwhile."""
@@ -434,11 +432,7 @@ class StageTask:
                 self.unit_entries.append((head.node_id, 0, self.partition, codec, blobs.pack_unit(codec, unit)))
         try:
             t0 = time.perf_counter()
-            if self._unit_next is not None:   # as the source's `feed` would: counted, then handed on
-                self._unit_source.count += 1
-                self._unit_next[0].feed(unit, self._unit_next[1])
-            else:
-                self._unit_source.feed(unit, 0)
+            self.runners[self.stage.source].feed_rows((unit,), 0)   # a Source hands it straight on
             self.busy += time.perf_counter() - t0
             self.since_flush += 1 if codec is None else _unit_rows(unit)
             self._after_input()
