@@ -155,6 +155,7 @@ class Lineage:
         self._readers: dict[Key, MadeIndex] = {}   # forward through state: per instance, who read what
         self._kept: dict[Key, _Kept] = {}
         self._read_chunks: dict[int, list] = {}   # entry chunk packed by `tt pack` -> its rows
+        self._entry_indexes: dict[Key, list] = {}   # instance -> its entry chunks (`RunReader.entry_index`)
         self._rows: dict[Node, Any] = {}
         self._on_outputs: Callable[[Key, int, list], None] | None = None   # sees each tracked call's outputs
         self.index: LineageIndex | None = None
@@ -568,7 +569,10 @@ class Lineage:
         (from instance `src` of the sender, where given: rows are numbered per channel), when its
         source was read by reference (--lineage keeps their file positions; after `tt pack`, the
         rows themselves, without them); its values are kept for the tree."""
-        for rowid, p, s, start, n, codec in self.reader.entry_index(t.op, t.instance):
+        chunks = self._entry_indexes.get((t.op, t.instance))
+        if chunks is None:   # (a tree's leaves come by the dozen from a few instances)
+            chunks = self._entry_indexes[(t.op, t.instance)] = self.reader.entry_index(t.op, t.instance)
+        for rowid, p, s, start, n, codec in chunks:
             if (p != port or (src is not None and s != src) or codec not in (blobs.REF, blobs.ARROW)
                     or not start <= seq < start + n):
                 continue
@@ -766,7 +770,7 @@ class Where:
         """The indices of the rows for which the expression holds: as `self(row)` for each row,
         in one comprehension where no row is a dict and none raises."""
         found = None
-        if self._scan is not None and not any(isinstance(row, dict) for row in rows):
+        if self._scan is not None and not any(issubclass(t, dict) for t in set(map(type, rows))):
             try:
                 found = self._scan(rows)
             except Exception:  # noqa: BLE001  (row by row, to keep the first error as __call__ does)

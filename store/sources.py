@@ -30,6 +30,7 @@ from . import positions, row_digest
 
 _CACHED_GROUPS = 4   # row groups kept decoded: a chunk lies in one or two
 _CACHED_TASKS = 8    # counted sources: tasks whose row positions are kept
+_CACHED_PARTS = 16   # chunks whose parts (files and positions) are kept
 
 
 @dataclass
@@ -267,6 +268,7 @@ class SourceReader:
         self._schemas: dict[int, Any] = {}
         self._groups: collections.OrderedDict = collections.OrderedDict()
         self._tasks: collections.OrderedDict = collections.OrderedDict()
+        self._parts: collections.OrderedDict = collections.OrderedDict()   # chunk data -> `parts`
         # what the lineage index keeps of counted tasks (`counted_tasks`, replay/lineage_index.py):
         # (source, task) -> its rows that pass the filter per row group; (source, task, g) -> the
         # positions of its g-th group's (each None when not kept)
@@ -348,7 +350,16 @@ class SourceReader:
 
     def parts(self, data: bytes) -> tuple[int, list[tuple[int, Any]]]:
         """(source node, [(file id, positions)]) of a chunk: as stored, or a counted chunk's
-        rows of its task (`task_rows`)."""
+        rows of its task (`task_rows`). The last few are kept: lineage asks for a chunk's row and
+        then for its place."""
+        found = self._parts.get(data)
+        if found is None:
+            found = self._parts[data] = self._unpack_parts(data)
+            while len(self._parts) > _CACHED_PARTS:
+                self._parts.popitem(last=False)
+        return found
+
+    def _unpack_parts(self, data: bytes) -> tuple[int, list[tuple[int, Any]]]:
         counted = positions.counted(data)
         if counted is None:
             return positions.unpack(data)
