@@ -571,7 +571,7 @@ class StageTask:
         logged = isinstance(head, RecordingRunner)
         entry = ({eid for eid in self.stage.inputs if g.is_entry(g.edges[eid]) and eid not in g.by_reference}
                  if logged and self.mode == "record" else set())
-        feed = head.feed
+        feed_rows = head.feed_rows
         hid = head.node_id
         for batch in batches:
             t0 = time.perf_counter()
@@ -585,8 +585,7 @@ class StageTask:
                     head.log.inputs.add(port, src, len(rows))
                     if route in entry:
                         self.blob_entries.append((hid, port, src, len(rows), payload))
-                for row in rows:
-                    feed(row, port)
+                feed_rows(rows, port)
                 self.since_flush += len(rows)
             self.busy += time.perf_counter() - t0
             self._after_input()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import decimal
+import itertools
 import random
 import socket
 import sqlite3
@@ -689,7 +691,7 @@ def test_where_matching_many_rows_at_once_answers_as_row_by_row():
     its own names (the comprehension's index, its list, enumerate) are not the expression's."""
     from tt.replay.lineage import Where
 
-    rows = [(1, "a"), (2, "b"), (3,), [4, "d"], (5, "e"), {"x": 6}, (2, "b")]
+    rows = [(1, "a"), (2, "b"), (3,), [4, "d"], (5, "e"), {"x": 6}, (2, "b"), collections.OrderedDict(x=7)]
     exprs = ["row[0] == 2", "row[1] == 'e'", "row[0] > 1 and len(row) == 2", "(y := row[0]) > 3 and y < 6",
              "i == 0", "rows", "enumerate(row)", "any(v == 'd' for v in row)", "x == 6", "row[9]"]
     for expr in exprs:
@@ -698,6 +700,7 @@ def test_where_matching_many_rows_at_once_answers_as_row_by_row():
             assert many.matching(sample) == [i for i, r in enumerate(sample) if one(r)], (expr, sample)
             assert (many.held, many.error, many.fields) == (one.held, one.error, one.fields), (expr, sample)
     assert Where("row[0] == 2").matching(rows) == [1, 6]
+    assert Where("x == 7").matching(rows) == [7]   # (a dict subclass's fields are names too)
 
 
 def test_arrow_scalars_for_a_prefilter_compare_exactly_or_not_at_all():
@@ -808,16 +811,26 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
     rng = random.Random(11)
     domain = [-2, -1, 0, 7, 2 ** 70] if keys == "ints" else [-2, -1, "a", "b", (1, "x"), 2.5, None]
     seq = [({"k": rng.choice(domain), "i": i}, rng.randrange(2)) for i in range(3_000)]
-    made, logged = None, None
-    for cls in (StoredLineageRunner, JoinLineageRunner):
-        op = HashJoin(lambda r: r["k"], lambda r: r["k"])
+    made, logged, emitted = None, None, {}
+    for cls, batched in ((StoredLineageRunner, False), (JoinLineageRunner, False), (JoinLineageRunner, True)):
+        op = HashJoin(lambda r: r["k"], lambda r: r["k"], merge=lambda a, b: (a["i"], b["i"]))
         runner = cls("J", 0, op, 1, InstanceLog([]), False)
-        runner.targets = [lambda row: None]
-        for row, port in seq:
-            runner.feed(row, port)
+        out = emitted[(cls, batched)] = []
+        runner.targets = [out.append]
+        if batched:   # as a shuffle's payloads come: a run of one port's rows at a time (feed_many's loop)
+            for _, run in itertools.groupby(seq, key=lambda rp: rp[1]):
+                run = list(run)
+                runner.feed_rows([row for row, _ in run], run[0][1])
+        else:
+            for row, port in seq:
+                runner.feed(row, port)
         runner.end()
+        assert runner.count == len(seq) + 1
         if cls is StoredLineageRunner:
             made = runner.log.made
+        elif batched:   # the same logs and outputs as row by row
+            assert (runner.log.keys, runner.log.counts) == (logged.keys, logged.counts)
+            assert out == emitted[(JoinLineageRunner, False)] == emitted[(StoredLineageRunner, False)]
         else:
             logged = runner.log
     runs = []
