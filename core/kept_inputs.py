@@ -36,6 +36,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import operator
+import sys
+from array import array
 from decimal import Decimal
 from typing import Any
 
@@ -47,6 +49,8 @@ TAG = "$kept"
 _MASK = (1 << 64) - 1
 _LOW = (1 << 48) - 1
 _UNSAMPLED = 58   # a `counts` digest hashes the values of the keys whose hash is below 2**58: one in 64
+_TOP_BYTE = 7 if sys.byteorder == "little" else 0   # of a 64-bit int in an array's bytes
+_SAMPLED_TOP = bytes(int(b >> (_UNSAMPLED - 56) == 0) for b in range(256))   # top byte -> 1 where the top 6 bits are 0
 
 
 COUNTS = "counts"   # a field digested by its keys' row counts and one key in 64's values (the run file proves the rest)
@@ -129,6 +133,21 @@ def _count_hashes(keys: list, rows: list[int]) -> list[int]:
     if set(map(type, keys)) <= {int}:
         return list(map(hash, zip(keys, rows)))
     return list(map(_count_hash, keys, rows))
+
+
+def _chosen(keys: list, hashes: list[int]) -> Any:
+    """The keys whose hash `h` is sampled (`not h >> 58`), chosen in C: the hashes as 64-bit ints in
+    an array, whose bytes' every eighth is a hash's top byte, its top 6 bits 0 or not by a table
+    (320,000 keys: 6 ms; a `map` of `>>` and one of `not`, 68 ms on this machine)."""
+    try:
+        packed = array("q", hashes)   # Python's hashes: signed
+    except OverflowError:
+        try:
+            packed = array("Q", hashes)   # blake2b's (`_count_hash` of any other key): unsigned
+        except OverflowError:
+            return itertools.compress(keys, map(operator.not_, map(operator.rshift, hashes,
+                                                                   itertools.repeat(_UNSAMPLED))))
+    return itertools.compress(keys, packed.tobytes()[_TOP_BYTE::8].translate(_SAMPLED_TOP))
 
 
 def _json_default(value: Any) -> Any:
@@ -284,9 +303,8 @@ class _CountDigest:
     @staticmethod
     def _sampled(keys: list, hashes: list[int], field: dict) -> dict:
         """The values' hash of each sampled key (one in 64, by its `_count_hash`: below 2**58 as
-        unsigned is, for Python's signed hash too, a shift by 58 that leaves 0), chosen in C."""
-        chosen = itertools.compress(keys, map(operator.not_, map(operator.rshift, hashes, itertools.repeat(_UNSAMPLED))))
-        return {k: _entry(k, field[k]) >> 96 for k in chosen}
+        unsigned is, for Python's signed hash too, a shift by 58 that leaves 0)."""
+        return {k: _entry(k, field[k]) >> 96 for k in _chosen(keys, hashes)}
 
     @property
     def known(self) -> dict:

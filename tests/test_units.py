@@ -557,6 +557,12 @@ def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
     odd = {**grown, -1: "not a list"}   # met after a list: the bulk count gives way to the one by one
     digest.update(odd, [next(iter(big)), -1])
     assert digest.kept(odd).digest == by_key(odd)
+    # the sampled keys, chosen by their hashes' top bytes, are those `not h >> 58` chooses: Python's
+    # signed hashes, blake2b's unsigned ones, and at the bounds of both
+    for hashes in ([0, 1, 2**58 - 1, 2**58, 3 << 56, 4 << 56, -1, -(2**58), -(2**63), 2**63 - 1],
+                   [0, 2**58 - 1, 2**58, 2**63, 2**64 - 1, 5], [rng.getrandbits(64) - 2**63 for _ in range(5000)]):
+        keys = [f"k{i}" for i in range(len(hashes))]
+        assert list(K._chosen(keys, hashes)) == [k for k, h in zip(keys, hashes) if not h >> K._UNSAMPLED]
 
 
 def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
