@@ -33,8 +33,6 @@ instances' log lengths differ from the run's is ignored.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import pickle
 import time
 from typing import Callable, Iterator
@@ -42,6 +40,7 @@ from typing import Callable, Iterator
 import numpy as np
 import orjson
 
+from ..core import values
 from ..core.errors import RunFileError
 from ..store import blobs, positions, schema
 from ..store.trust import Sealer
@@ -196,7 +195,7 @@ class OutputRows:
     def _flush(self) -> None:
         rows: list = []
         ends = [0]
-        with _no_gc():
+        with values.gc_paused():   # (rows hold no cycles: no collection walks the heap for them)
             for p in self._pending:
                 if p:
                     rows += pickle.loads(p)
@@ -230,23 +229,9 @@ def _unchunk(data: bytes) -> tuple[list[int], list]:
     """A chunk's ends of each call's rows (and 0 first), and its rows."""
     raw = blobs.decompress(data)
     n = int.from_bytes(raw[:4], "little")
-    with _no_gc():
+    with values.gc_paused():   # (in a process with a large heap, collections set off by the rows cost +30 %)
         rows = pickle.loads(memoryview(raw)[4 + 8 * (n + 1):])
     return np.frombuffer(raw, np.uint64, n + 1, 4).tolist(), rows
-
-
-@contextlib.contextmanager
-def _no_gc():
-    """The cycle collector off while a chunk's rows are unpickled: they hold no cycles, and in a
-    process with a large heap (a notebook, the TUI after a long session) each of the collections
-    that thousands of new rows set off walks the whole heap (+30 % on a query)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class LineageIndex:
