@@ -329,13 +329,17 @@ class _CountDigest:
         was = list(map(known.get, keys))
         rows = _rows_of(list(map(field.__getitem__, keys)))
         fresh = _count_hashes(keys, rows)
-        seen = [i for i, r in enumerate(was) if r is not None]
-        self.hashes += sum(fresh) - sum(_count_hashes([keys[i] for i in seen], [was[i] for i in seen]))
-        self.rows += sum(rows) - sum(filter(None, was))
-        self.size += was.count(None)
+        old_keys, old_rows = keys, was
+        if None in was:   # keys added since: only the others had a hash, and maybe a sample
+            seen = list(map(operator.is_not, was, itertools.repeat(None)))
+            old_keys, old_rows = list(itertools.compress(keys, seen)), list(itertools.compress(was, seen))
+        old = _count_hashes(old_keys, old_rows)
+        self.hashes += sum(fresh) - sum(old)
+        self.rows += sum(rows) - sum(old_rows)
+        self.size += len(keys) - len(old_keys)
         known.update(zip(keys, rows))
-        for k in sampled.keys() & set(keys):
-            del sampled[k]
+        for k in _chosen(old_keys, old):   # the keys sampled before (by the hashes they had)
+            sampled.pop(k, None)
         sampled.update(self._sampled(keys, fresh, field))
         if not self.per_row:
             self.per_row = self._per_row(field)
@@ -374,7 +378,7 @@ class KeptDigests:
                 else:
                     known = digest.known
                     new = list(itertools.islice(reversed(field), len(field) - digest.size))[::-1]  # a dict gains keys last
-                    digest.update(field, [k for k in listed if k in known] + new, listed)
+                    digest.update(field, list(filter(known.__contains__, listed)) + new, listed)
                 state[name] = kept = digest.kept(field)
                 extra += kept.bytes
         return state, changed, extra
