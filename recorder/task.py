@@ -28,12 +28,13 @@ from ..core import values
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
-from ..core.logs import kept_apart, pack_dests, pack_results, pack_runs
+from ..core.logs import kept_apart, pack_results, pack_runs
 from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
                             JoinLineageRunner, SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
                             narrow_target)
 from ..core.operator import CONTEXT
 from ..store import blobs, positions, row_digest
+from ..store.dests import pack_dests
 
 ENVELOPE_DDL = "route int, dest int, epoch int, src int, seq long, payload binary"
 #: How a hooked operator's unit is stored, by the operator's kind; rows (the RDD APIs) are

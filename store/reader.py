@@ -25,6 +25,7 @@ from ..core import logs, state_deltas
 from ..core.errors import RunFileError
 from ..core.scopes import LogArrays
 from . import blobs, join_lineage, positions, schema, trust
+from .dests import unpack_dests
 
 
 _noted: set[str] = set()
@@ -598,21 +599,6 @@ class RunReader:
         s = self.sizes()
         return (s["interactions"] + s["input_log"] + s["output_log"] + s["output_log_dests"] + s["logged_results"]
                 + s["lineage_made"])
-
-
-def unpack_dests(data: bytes, n: int) -> array:
-    """`core.logs.unpack_dests` with numpy: a shuffle's sender logs one destination per row."""
-    import numpy as np
-
-    w = data[0]
-    if w >= 8:
-        return logs.unpack_dests(data, n)
-    per, mask = 8 // w, (1 << w) - 1
-    packed = np.frombuffer(data, np.uint8, offset=1)
-    fields = (packed[:, None] >> (np.arange(per, dtype=np.uint8) * w)) & mask   # per byte, low bits first
-    out = array("I")
-    out.frombytes(fields.reshape(-1)[:n].astype(np.uint32).tobytes())
-    return out
 
 
 class NumpyLogArrays(LogArrays):

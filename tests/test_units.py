@@ -626,19 +626,21 @@ def test_a_decoded_chunk_hands_out_rows_as_recorded_and_decodes_no_more_than_nee
 
 
 def test_numpy_readers_of_shuffle_logs_equal_the_core_ones():
-    """store/reader.py's numpy `unpack_dests` and `NumpyLogArrays` give what core's pure-Python
-    ones give (the core runs in executors, without numpy)."""
+    """store/dests.py's numpy `pack_dests` and `unpack_dests` and store/reader.py's `NumpyLogArrays`
+    give what core's pure-Python ones give (the core runs without numpy)."""
     import random
     from array import array
 
     from tt.core.scopes import LogArrays
-    from tt.store.reader import NumpyLogArrays, unpack_dests as np_unpack_dests
+    from tt.store.dests import pack_dests as np_pack_dests, unpack_dests as np_unpack_dests
+    from tt.store.reader import NumpyLogArrays
 
     rng = random.Random(7)
     for n_dest in (1, 2, 3, 4, 5, 16, 300, 70000):
         for n in (0, 1, 7, 8, 9, 1000):
             ds = [rng.randrange(n_dest) for _ in range(n)]
             packed = pack_dests(ds, n_dest)
+            assert np_pack_dests(array("I", ds), n_dest) == packed, (n_dest, n)
             assert np_unpack_dests(packed, n) == unpack_dests(packed, n) == array("I", ds), (n_dest, n)
             if n_dest <= 300:
                 assert NumpyLogArrays.by_destination(array("I", ds), n_dest) == \
