@@ -2,9 +2,10 @@
 how long `tt lineage` takes on a big run.
 
 1. Overhead of whole-job lineage: W2 recorded with θ = REV (the aggregate at the end, so the three
-   joins and the four sources lie outside G(θ)) without and with `--lineage`, interleaved, --reps
-   times, medians: the ratio, and the bytes `--lineage` adds (the logs of the operators outside
-   G(θ)) as a share of the Parquet input.
+   joins and the four sources lie outside G(θ)) without and with `--lineage` in one SparkSession,
+   each once unmeasured, then interleaved, --reps times, medians: the ratio of wall times, each
+   repetition's own, the ratio of CPU times (the JVM and the Python workers too), and the bytes
+   `--lineage` adds (the logs of the operators outside G(θ)) as a share of the Parquet input.
 2. Queries on that `--lineage` run (θ = REV): the top customer's sink row of `rev` back down to the
    source rows, and one order of `O` (a source row) forward to the sink row it reached. Outside
    G(θ) lineage walks the logs; nothing there is replayed.
@@ -42,32 +43,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench-key"))
 
-from tpch import TABLES, q10_flow, q10_tt, tpch_parquet   # noqa: E402  (benches/tpch.py)
+from tpch import TABLES, cpu_seconds, q10_flow, q10_tt, tpch_parquet   # noqa: E402  (benches/tpch.py)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 GOAL_SECONDS = 0.2
 
 
-def record(data: Path, partitions: int, out: Path, theta: str, lineage: bool = False) -> tuple[list[tuple], float]:
-    """W2 recorded into `out`: (its top 20, seconds)."""
+def session(data: Path, partitions: int):
+    """One SparkSession for every recording: a new one per recording started a new Python daemon
+    whose workers imported pyspark and tt again, a cost and a spread of their own."""
     import tt
-    from tt.recorder.session import RecordingSession
 
     split = -(-(data / "lineitem.parquet").stat().st_size // partitions)
-    spark = tt.spark_session("tt-bench-lineage", master="local[2]",
-                             conf={"spark.sql.files.maxPartitionBytes": split,
-                                   "spark.sql.shuffle.partitions": partitions})
+    return tt.spark_session("tt-bench-lineage", master="local[2]",
+                            conf={"spark.sql.files.maxPartitionBytes": split,
+                                  "spark.sql.shuffle.partitions": partitions})
+
+
+def record(spark, data: Path, partitions: int, out: Path, theta: str,
+           lineage: bool = False) -> tuple[list[tuple], float, float]:
+    """W2 recorded into `out`: (its top 20, wall seconds, CPU seconds of this process and every
+    process under it: the JVM and the Python workers)."""
+    from tt.recorder.session import RecordingSession
+
     flow = q10_flow(spark, data, partitions)
-    start = time.perf_counter()
+    cpu, start = cpu_seconds(), time.perf_counter()
     session = RecordingSession(out, Path(__file__), [], watch=theta, every=10.0, lineage=lineage)
     try:
         with session:
             result = flow.run()
     finally:
         session.close()
-    seconds = time.perf_counter() - start
-    spark.stop()
-    return q10_tt(result), seconds
+    return q10_tt(result), time.perf_counter() - start, cpu_seconds() - cpu
 
 
 def lineage_bytes(run: Path) -> int:
@@ -131,29 +138,38 @@ def main() -> None:
 
     # 1. recording without and with --lineage, θ = REV
     seconds: dict[str, list[float]] = {"plain": [], "lineage": []}
+    cpu: dict[str, list[float]] = {"plain": [], "lineage": []}
     extra: list[int] = []
     tops = set()
     whole = work / "rev-lineage.db"
-    record(data, args.partitions, work / "warm-up.db", "REV")   # Spark's and Python's first-run costs, unmeasured
+    spark = session(data, args.partitions)
+    for variant in ("plain", "lineage"):   # each once, unmeasured: Spark's and Python's first-run costs
+        record(spark, data, args.partitions, work / f"warm-up-{variant}.db", "REV", lineage=variant == "lineage")
     for rep in range(args.reps):
         for variant in (("plain", "lineage") if rep % 2 == 0 else ("lineage", "plain")):
             run = whole if variant == "lineage" else work / "rev-plain.db"
-            if run.exists():
-                run.unlink()
-            top, s = record(data, args.partitions, run, "REV", lineage=variant == "lineage")
+            for f in work.glob(run.name + "*"):   # the run file and its -wal and -shm
+                f.unlink()
+            top, s, c = record(spark, data, args.partitions, run, "REV", lineage=variant == "lineage")
             tops.add(tuple(map(tuple, top)))
             seconds[variant].append(s)
+            cpu[variant].append(c)
             if variant == "lineage":
                 extra.append(lineage_bytes(run))
-            print(f"rep {rep + 1} {variant}: {s:.1f} s", flush=True)
+            print(f"rep {rep + 1} {variant}: {s:.1f} s, {c:.1f} s CPU", flush=True)
+    spark.stop()
     assert len(tops) == 1, "every recording gives Q10's answer"
     med = {k: statistics.median(v) for k, v in seconds.items()}
     ratio = med["lineage"] / med["plain"]
+    cpu_ratio = statistics.median(cpu["lineage"]) / statistics.median(cpu["plain"])
+    per_rep = [a / b for a, b in zip(seconds["lineage"], seconds["plain"])]
     logged = tuples_of(whole)
     lines += [
         f"recording θ = REV: without --lineage {', '.join(f'{s:.1f}' for s in seconds['plain'])} s (median "
         f"{med['plain']:.1f}), with --lineage {', '.join(f'{s:.1f}' for s in seconds['lineage'])} s (median "
-        f"{med['lineage']:.1f}): ratio {ratio:.3f} ({100 * (ratio - 1):+.1f} %; goal ≤ +1.5 %)",
+        f"{med['lineage']:.1f}): ratio {ratio:.3f} ({100 * (ratio - 1):+.1f} %; goal ≤ +1.5 %); each repetition's "
+        f"own {', '.join(f'{r:.3f}' for r in per_rep)}; CPU (JVM and workers too) median "
+        f"{statistics.median(cpu['plain']):.1f} → {statistics.median(cpu['lineage']):.1f} s, ratio {cpu_ratio:.3f}",
         f"--lineage logs {logged:,} tuples outside G(θ) in {statistics.median(extra) / 1e6:.2f} MB = "
         f"{100 * statistics.median(extra) / input_bytes:.2f} % of the input (goal ≤ 1 %)",
     ]
@@ -171,7 +187,9 @@ def main() -> None:
     # 3. queries on a run with every join in G(θ): a replay with state tracked
     if not args.skip_replay:
         run = work / "j1.db"
-        record(data, args.partitions, run, "J1")
+        spark = session(data, args.partitions)
+        record(spark, data, args.partitions, run, "J1")
+        spark.stop()
         q = {"back": queries["back"] + ["--depth", "3"], "forward": queries["forward"]}
         in_g = tuples_of(run, "op IN (SELECT id FROM operators WHERE in_g = 1)")
         lines += _timed(run, q, f"on a run with θ = J1 ({in_g:,} tuples in G(θ))", args.query_reps)
