@@ -18,8 +18,8 @@ Every variant runs once at full size before the measured repetitions (unmeasured
 every answer is checked against Spark SQL's. Prints median wall time and median
 CPU time (this process and every process under it: the JVM and its Python workers), the
 ratios to the floor and to `off`, the median and range of each repetition's own ratio to
-`off` (this machine's runs of one commit spread over ±5 %), the run file as a share of the Parquet input, the rate it
-was written at (run file / wall time) and the CPU time of this process alone, where tt's
+`off` (this machine's runs of one commit spread over ±5 % and more), the run file as a share
+of the Parquet input, the rate it was written at (run file / wall time) and the CPU time of this process alone, where tt's
 coordinator receives and writes it (is the driver the bottleneck? issue 15 item 4); writes
 the same as markdown to benches/results/.
 
