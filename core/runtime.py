@@ -418,7 +418,7 @@ class JoinLineageRunner(RecordingRunner):
         try:   # an int key as it is (an array of int64 refuses any other, and a bigger one)
             self.log.keys.append(k)
         except (OverflowError, TypeError):
-            self.log.keys.append(hash(k))
+            self.log.keys.append(_logged_key(k))
 
     def feed_many(self, rows, port, upstream):
         """`feed` for each row in one loop (a shuffle's payload: a join's every input comes so):
@@ -444,7 +444,7 @@ class JoinLineageRunner(RecordingRunner):
             try:   # (as `feed`; a third of the cost of testing the key first)
                 keep(k)
             except (OverflowError, TypeError):
-                keep(hash(k))
+                keep(_logged_key(k))
             if outs:
                 append(len(outs))
                 upstream.count = up
@@ -456,6 +456,19 @@ class JoinLineageRunner(RecordingRunner):
                 append(0)
         upstream.count = up
 
+
+
+def _logged_key(key: Any) -> int:
+    """A join key the int64 key log refuses: one equal to an int64 (a float, a Decimal) as that
+    int, any other as its hash, so that keys the join finds equal log alike (the hash of -1, or
+    of an int beyond 2**61, is not its value)."""
+    try:
+        i = int(key)
+        if i == key and -(1 << 63) <= i < 1 << 63:
+            return i
+    except (TypeError, ValueError, OverflowError):   # (not a number, NaN, an infinity)
+        pass
+    return hash(key)
 
 
 def _positions(kept: int | array | None) -> tuple | array:

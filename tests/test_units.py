@@ -810,8 +810,9 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
     """`--lineage` logs a join's inputs' keys alone (JoinLineageRunner); the reader works out what
     each output was made from (store/join_lineage.py). It must say what remembering every stored
     row by identity said (StoredLineageRunner), output for output, for int keys (-1 and -2 too,
-    whose hashes are equal) and for keys of other types (a numpy int is the same key as the int it
-    equals, -1 and 2**62 too, whose hashes are not their values; fed row by row and in runs)."""
+    whose hashes are equal) and for keys of other types (a numpy int, a float or a Decimal is the
+    same key as the int it equals, -1 and 2**62 too, whose hashes are not their values; fed row by
+    row and in runs)."""
     from tt.core.logs import END
     from tt.core.operator import HashJoin
     from tt.core.runtime import InstanceLog, JoinLineageRunner, StoredLineageRunner
@@ -821,7 +822,8 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
     import numpy as np
 
     domain = [-2, -1, 0, 7, 2 ** 70] if keys == "ints" else [-2, -1, "a", "b", (1, "x"), 2.5, None, True,
-                                                             np.int64(-1), 2 ** 62, np.int64(2 ** 62)]
+                                                             np.int64(-1), 2 ** 62, np.int64(2 ** 62), -1.0,
+                                                             decimal.Decimal(-2), float(2 ** 62), float("nan")]
     seq = [({"k": rng.choice(domain), "i": i}, rng.randrange(2)) for i in range(3_000)]
     made, logged, emitted = None, None, {}
     for cls, batched in ((StoredLineageRunner, False), (JoinLineageRunner, False), (JoinLineageRunner, True)):
