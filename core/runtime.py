@@ -22,6 +22,7 @@ from typing import Any, Callable
 from .errors import OperatorError, ReplayDivergence
 from .logs import END, InputRuns, LoggedResult, callable_name, kept_apart, new_counts, new_dests
 from .operator import CONTEXT, Operator, Source, call_adapter
+from .values import INT64
 
 INF = float("inf")
 
@@ -307,14 +308,9 @@ class SourceLineageRunner(RecordingRunner):
     def feed_rows(self, rows: list, port: int) -> None:
         CONTEXT.runner = self
         targets = self.targets
-        if len(targets) == 1:   # (a source that feeds one shuffle: W2's lineitem, 1.5M rows)
-            target = targets[0]
-            for self.count, row in enumerate(rows, self.count + 1):
-                target(row)
-        else:
-            for self.count, row in enumerate(rows, self.count + 1):
-                for t in targets:
-                    t(row)
+        for self.count, row in enumerate(rows, self.count + 1):
+            for t in targets:
+                t(row)
         self.log.counts.extend(itertools.repeat(1, len(rows)))
 
 
@@ -464,7 +460,7 @@ def _logged_key(key: Any) -> int:
     of an int beyond 2**61, is not its value)."""
     try:
         i = int(key)
-        if i == key and -(1 << 63) <= i < 1 << 63:
+        if i == key and -INT64 <= i < INT64:
             return i
     except (TypeError, ValueError, OverflowError):   # (not a number, NaN, an infinity)
         pass
