@@ -233,7 +233,18 @@ class HookedProcessor:
         return self.feed.feed(unit)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator:
+        """A key whose rows are one element is one unit (`one_row`); any other key, a unit to
+        start, one per element and one to end. Spark's iterator is read one element ahead."""
+        rows = iter(rows)
+        first = next(rows, _NO_ROW)
+        second = next(rows, _NO_ROW) if first is not _NO_ROW else _NO_ROW
+        if first is not _NO_ROW and second is _NO_ROW:
+            yield from self._unit(("one_row", key, _times(timerValues), first))
+            return
         yield from self._unit(("rows", key, _times(timerValues)))
+        if first is not _NO_ROW:
+            yield from self.feed.feed(("row", first))
+            yield from self.feed.feed(("row", second))
         for row in rows:
             yield from self.feed.feed(("row", row))
         yield from self.feed.feed(("rows_end",))
@@ -302,6 +313,9 @@ class _Prepared:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._handle, name)
+
+
+_NO_ROW = object()   # Spark's rows iterator ran out
 
 
 def _times(tv: Any) -> tuple[int, int]:

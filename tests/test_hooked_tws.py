@@ -29,6 +29,7 @@ ROWS = 120
 def payments() -> pd.DataFrame:
     pdf = pd.DataFrame({"id": range(ROWS)})
     pdf["customer"] = "c" + (pdf["id"] % 5).astype(str)
+    pdf.loc[pdf["id"] == 2, "customer"] = "c5"   # one payment: one element for each processor
     pdf["amount"] = ((pdf["id"] * 37) % 101).astype(float)
     pdf["kind"] = ["card" if i % 3 == 0 else "cash" for i in pdf["id"]]
     return pdf
@@ -107,18 +108,22 @@ def test_verify_replays_every_interaction(recorded, capsys):
 
 def test_replay_holds_each_keys_oracle_state_when_its_rows_end(recorded):
     """Step over every unit of every Totals instance, in a replay with no Spark: when a key's
-    rows end, its ValueState, ListState and MapState hold what pandas computes for it."""
+    rows end, its ValueState, ListState and MapState hold what pandas computes for it. A
+    key of one chunk (c5) is one unit, `one_row`; the others start, take chunks and end."""
     session = DebugSession(recorded[0])
-    want, checked, key = oracle(), [], None
+    want, checked, key, kinds = oracle(), [], None, {}
     for _, unit, state in each_step(session, "Totals"):
-        if unit is not None and unit[0] == "rows":
+        if unit is not None and unit[0] in ("rows", "one_row"):
+            kinds[unit[1][0]] = unit[0]
+        if unit is not None and unit[0] in ("rows", "one_row"):
             key = unit[1][0]
-        elif unit is not None and unit[0] == "rows_end":
+        if unit is not None and unit[0] in ("rows_end", "one_row"):
             assert state["total"][key] == want["total"][key]
             assert state["recent"][key] == want["recent"][key]
             assert state["by_kind"][key] == want["by_kind"][key]
             checked.append(key)
     assert sorted(checked) == sorted(want["total"])
+    assert kinds == {c: "one_row" if c == "c5" else "rows" for c in want["total"]}
     session.reader.close()
 
 
@@ -152,20 +157,22 @@ def test_step_back_restores_the_state_variables(recorded):
     session.reader.close()
 
 
-def test_a_processor_raising_on_one_key_is_debuggable_post_mortem(spark, tmp_path):
-    """Totals raises on c2 in handleInputRows: the run fails naming it, and the replay stops
-    just before that key's rows, every earlier key of its instance complete."""
-    session = post_mortem(JOB, [str(tmp_path / "o.json"), str(ROWS), "c2"], tmp_path / "failed.db",
-                          "raised ValueError: bad customer c2", "operator Totals:")
+@pytest.mark.parametrize("bad, unit_kind", [("c2", "rows"), ("c5", "one_row")])
+def test_a_processor_raising_on_one_key_is_debuggable_post_mortem(spark, tmp_path, bad, unit_kind):
+    """Totals raises on one key in handleInputRows (c2, of many chunks; c5, of one): the run
+    fails naming it, and the replay stops just before that key's rows, every earlier key of
+    its instance complete."""
+    session = post_mortem(JOB, [str(tmp_path / "o.json"), str(ROWS), bad], tmp_path / "failed.db",
+                          f"raised ValueError: bad customer {bad}", "operator Totals:")
     failure = session.failure
     assert failure.label.startswith("Totals:")
     _, i, position = failure.label.split(":")
     unit = session.engine.instances[(session.reader.theta.id, int(i))].peek()
-    assert unit[0] == "rows" and unit[1][0] == "c2"
+    assert unit[0] == unit_kind and unit[1][0] == bad
     state = values.decode(session.engine.states()[(session.reader.theta.id, int(i))])
     want = oracle()
-    assert "c2" not in state["total"]
+    assert bad not in state["total"]
     assert all(v == want["total"][k] for k, v in state["total"].items())
     result = session.step_into(session.parse_ref(failure.label))
-    assert result.raised is not None and result.raised["message"] == "bad customer c2"
+    assert result.raised is not None and result.raised["message"] == f"bad customer {bad}"
     session.reader.close()

@@ -147,11 +147,11 @@ def test_the_store_at_every_users_end_and_micro_batch_end_equals_the_pandas_orac
         steps.setdefault(i, set())
         if unit is None:
             continue
-        if unit[0] == "rows":
+        if unit[0] in ("rows", "one_row"):   # a user's clicks, or (one_row) a user's one click
             user = unit[1][0]
-        elif unit[0] == "row":
-            steps[i].add(step_of[(user, int(unit[1].ts.timestamp() * 1000))])
-        elif unit[0] == "rows_end":
+        if unit[0] in ("row", "one_row"):
+            steps[i].add(step_of[(user, int(unit[-1].ts.timestamp() * 1000))])
+        if unit[0] in ("rows_end", "one_row"):
             held = state["session"][user]
             assert state["timers"][user] == [timer(held[1])], state
             seen.add((user, held, timer(held[1])))

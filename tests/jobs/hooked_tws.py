@@ -13,7 +13,8 @@
 
 The data is a pure function of the row id, so the tests compute every customer's
 state with pandas alone (tests/test_hooked_tws.py). Two rows per Arrow batch make
-the pandas processor see several chunks per key.
+the pandas processor see several chunks per key, but for customer c5, who made one
+payment (id 2): each processor sees that key's rows as one element.
 Usage: python hooked_tws.py OUT.json [ROWS] [FAIL_KEY]
 """
 
@@ -90,7 +91,7 @@ def main(out: str, rows: int = 120, fail_key: str = "-") -> None:
                 "spark.sql.shuffle.partitions": "3", "spark.sql.adaptive.enabled": "false"}
     with spark_settings(spark, settings):   # the session may be a test suite's
         payments = spark.range(0, rows, numPartitions=2).selectExpr(
-            "id", "concat('c', id % 5) AS customer", "CAST((id * 37) % 101 AS DOUBLE) AS amount",
+            "id", "IF(id = 2, 'c5', concat('c', id % 5)) AS customer", "CAST((id * 37) % 101 AS DOUBLE) AS amount",
             "IF(id % 3 = 0, 'card', 'cash') AS kind")
         totals = payments.groupBy("customer").transformWithStateInPandas(
             statefulProcessor=Totals(fail_key), outputStructType="customer string, amount double, n long",
