@@ -11,6 +11,7 @@ turns each call into units of the call site's task, one step each:
 | `("key", key, before)` | start `func(key, chunks, state)`; `before` is the GroupState as Spark built it |
 | `("chunk", frame)` | hand it the key's next DataFrame |
 | `("key_end",)` | the key's chunks ran out: run it to its end |
+| `("one_chunk", key, before, frame)` | a key whose data is one DataFrame: the whole call, one step |
 
 While recording the function gets Spark's own GroupState, so the job runs as without tt.
 A replay has no Spark: it gets tt's `GroupState`, built from `before`, which behaves as
@@ -170,10 +171,7 @@ class GroupStateOperator(HookedOperator):
             group = self._group
             return [] if group.finished else group.feed(unit[1])   # a function may stop pulling early
         if what == "key":
-            key, fn = unit[1], self._fn
-            self._recording = self._spark_state is not None
-            state = self._spark_state if self._recording else GroupState(unit[2])
-            self._spark_state, self._key, self._state = None, key, state
+            key, fn, state = unit[1], self._fn, self._begin(unit[1], unit[2])
             self._group = Pulled(lambda chunks: fn(key, chunks, state))
             return self._group.start()
         if what == "key_end":
@@ -182,7 +180,20 @@ class GroupStateOperator(HookedOperator):
             self._ended(snapshot(self._state))
             self._key = self._state = None
             return out
+        if what == "one_chunk":   # no greenlet: nothing is handed over after the call starts
+            out = self._fn(unit[1], iter(unit[3:4]), self._begin(unit[1], unit[2]))
+            out = list(out) if out is not None else []
+            self._ended(snapshot(self._state))
+            self._key = self._state = None
+            return out
         raise ValueError(f"not an applyInPandasWithState unit: {what!r}")
+
+    def _begin(self, key: Any, before: dict) -> Any:
+        """The GroupState a call for `key` gets: Spark's while recording, else tt's from `before`."""
+        self._recording = self._spark_state is not None
+        state = self._spark_state if self._recording else GroupState(before)
+        self._spark_state, self._key, self._state = None, key, state
+        return state
 
     def _ended(self, after: dict) -> None:
         """Log the GroupState a call left (replay: check it) and fold it into the view."""

@@ -282,7 +282,20 @@ class HookedGroupStateFunction:
         self.__name__ = feed.graph.hooked_node(feed.stage_id).name
 
     def __call__(self, key: Any, chunks: Any, state: Any) -> Iterator:
-        yield from self.feed.feed(("key", key, snapshot(state)), attach=state, run=int(state.hasTimedOut))
+        """A key whose data is one DataFrame is one unit (`one_chunk`), as a processor's key of
+        one element is (`HookedProcessor.handleInputRows`); any other, a unit to start, one per
+        DataFrame and one to end."""
+        run = int(state.hasTimedOut)
+        chunks = iter(chunks)
+        first = next(chunks, _NO_ROW)
+        second = next(chunks, _NO_ROW) if first is not _NO_ROW else _NO_ROW
+        if first is not _NO_ROW and second is _NO_ROW:
+            yield from self.feed.feed(("one_chunk", key, snapshot(state), first), attach=state, run=run)
+            return
+        yield from self.feed.feed(("key", key, snapshot(state)), attach=state, run=run)
+        if first is not _NO_ROW:
+            yield from self.feed.feed(("chunk", first))
+            yield from self.feed.feed(("chunk", second))
         for chunk in chunks:
             yield from self.feed.feed(("chunk", chunk))
         yield from self.feed.feed(("key_end",))

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from hooked_apiws_stream import events   # tests/jobs/: what the job writes
-from plain_jobs import post_mortem, run_plain
+from plain_jobs import each_step, post_mortem, run_plain
 
 from tt.core import values
 from tt.core.group_state import GroupState, snapshot
@@ -119,6 +119,35 @@ def test_every_group_state_equals_the_pandas_oracle(recorded):
     reader.close()
 
 
+def test_each_call_leaves_the_pandas_oracles_session_in_replay(recorded):
+    """Step over every unit of every instance, with no Spark: when a call for a user ends, the
+    user's session is what pandas computes over the files so far, and a timed-out user's is
+    gone. A user whose clicks come as one DataFrame is one step, `one_chunk`, as a timed-out
+    user is (PySpark hands it one empty DataFrame); the others start, take DataFrames and end.
+    (Spark cuts a task's rows into batches of 16 across users: which of file 0's users of ten
+    clicks get one DataFrame is its choice; the twenty and forty of later files take several.)"""
+    session = DebugSession(recorded[0])
+    slots = session.reader.plan["micro_batches"]["sessions"]
+    kinds, user, timed_out = {}, None, False
+    for i, unit, state in each_step(session, "sessions"):
+        if unit is None:
+            continue
+        if unit[0] in ("key", "one_chunk"):
+            user, timed_out = unit[1][0], unit[2]["props"]["hasTimedOut"]
+            kinds[(slots[i][0], user, timed_out)] = unit[0]
+        if unit[0] in ("key_end", "one_chunk"):
+            if timed_out:
+                assert user not in state["state"]
+            else:
+                assert tuple(state["state"][user]) == sessions_after(slots[i][0] + 1)[user]
+    session.reader.close()
+    assert set(kinds) == {*((0, u, False) for u in ("u0", "u1", "u2", "u3")), (1, "u0", False), (1, "u1", False),
+                          (2, "u0", False), (2, "u2", True), (2, "u3", True), (3, "u1", True)}
+    assert {kinds[(b, u, False)] for b, u in ((1, "u0"), (1, "u1"), (2, "u0"))} == {"key"}
+    assert "one_chunk" in {kinds[(0, u, False)] for u in ("u0", "u1", "u2", "u3")}
+    assert {k for k, v in kinds.items() if k[2]} == {k for k, v in kinds.items() if k[2] and v == "one_chunk"}
+
+
 def test_verify_and_run_until_without_spark(recorded, capsys):
     from tt.cli.main import main
 
@@ -142,7 +171,7 @@ def test_step_back_puts_the_group_state_back(recorded):
     inst = session.engine.instances[(op.id, i)]
     before = session.engine.states()[(op.id, i)]
     steps = 0
-    while inst.peek() is not None and inst.peek()[0] != "key_end":
+    while inst.peek() is not None and inst.peek()[0] not in ("key_end", "one_chunk"):   # (one_chunk: a whole call)
         session.step_over(session.parse_ref(f"sessions:{i}:{inst.count}"))
         steps += 1
     session.step_over(session.parse_ref(f"sessions:{i}:{inst.count}"))
@@ -162,7 +191,8 @@ def test_a_function_raising_on_a_timeout_is_debuggable_post_mortem(spark, tmp_pa
     op, i = session.reader.operator("sessions"), int(session.failure.label.split(":")[1])
     assert session.reader.plan["micro_batches"]["sessions"][i][2:] == [1]   # the timed-out keys' run
     unit = session.engine.instances[(op.id, i)].peek()
-    assert unit[0] == "key" and unit[1][0] == "u1" and unit[2]["props"]["hasTimedOut"]
+    assert unit[0] == "one_chunk" and unit[1][0] == "u1" and unit[2]["props"]["hasTimedOut"]
+    assert len(unit[3]) == 0   # PySpark hands a timed-out key one empty DataFrame: one unit
     assert tuple(unit[2]["value"]) == sessions_after(3)["u1"]
     result = session.step_into(session.parse_ref(session.failure.label))
     assert result.raised is not None and result.raised["message"] == "cannot close u1's session"

@@ -114,9 +114,8 @@ def test_replay_holds_each_keys_oracle_state_when_its_rows_end(recorded):
     want, checked, key, kinds = oracle(), [], None, {}
     for _, unit, state in each_step(session, "Totals"):
         if unit is not None and unit[0] in ("rows", "one_row"):
-            kinds[unit[1][0]] = unit[0]
-        if unit is not None and unit[0] in ("rows", "one_row"):
             key = unit[1][0]
+            kinds[key] = unit[0]
         if unit is not None and unit[0] in ("rows_end", "one_row"):
             assert state["total"][key] == want["total"][key]
             assert state["recent"][key] == want["recent"][key]

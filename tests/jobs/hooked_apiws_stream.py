@@ -11,7 +11,8 @@ the session "closed" and removes the state.
 Events (times in seconds after BASE): file 0 has every user u0..u3 at 0..49 s, file 1 only u0 and u1
 at 100..149 s, file 2 only u0 at 300..349 s; click i of a file has value (i * 7) % 13.
 So u2 and u3 time out once file 1 is in, u1 once file 2 is in, and u0 never: the tests
-compute every session with pandas. With FAIL=u1 the function raises on u1's timeout.
+compute every session with pandas. Sixteen rows an Arrow batch: a user's ten clicks of
+file 0 come as one DataFrame, the twenty or forty of the later files as several. With FAIL=u1 the function raises on u1's timeout.
 Usage: python hooked_apiws_stream.py OUT.json IN_DIR CKPT [FAIL]
 """
 
@@ -75,7 +76,8 @@ def main(out: str, in_dir: str, ckpt: str, fail: str | None = None) -> None:
     FAIL = fail
     write_files(Path(in_dir))
     spark = SparkSession.builder.master("local[2]").appName("hooked-apiws-stream").getOrCreate()
-    settings = {"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC"}
+    settings = {"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC",
+                "spark.sql.execution.arrow.maxRecordsPerBatch": "16"}   # file 0's users: one DataFrame each; later, more
     with spark_settings(spark, settings):   # the session may be a test suite's
         clicks = (spark.readStream.schema("user string, ts timestamp, value long")
                   .option("maxFilesPerTrigger", 1).option("header", True).csv(in_dir)
