@@ -14,7 +14,8 @@ user's function through the one runtime (`StageTask`), logged like any operator:
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import itertools
+from typing import Any, Iterable, Iterator
 
 from ..core.graph import Graph
 from ..core.group_state import snapshot
@@ -235,16 +236,11 @@ class HookedProcessor:
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator:
         """A key whose rows are one element is one unit (`one_row`); any other key, a unit to
         start, one per element and one to end. Spark's iterator is read one element ahead."""
-        rows = iter(rows)
-        first = next(rows, _NO_ROW)
-        second = next(rows, _NO_ROW) if first is not _NO_ROW else _NO_ROW
-        if first is not _NO_ROW and second is _NO_ROW:
-            yield from self._unit(("one_row", key, _times(timerValues), first))
+        only, rows = _only(rows)
+        if rows is None:
+            yield from self._unit(("one_row", key, _times(timerValues), only))
             return
         yield from self._unit(("rows", key, _times(timerValues)))
-        if first is not _NO_ROW:
-            yield from self.feed.feed(("row", first))
-            yield from self.feed.feed(("row", second))
         for row in rows:
             yield from self.feed.feed(("row", row))
         yield from self.feed.feed(("rows_end",))
@@ -286,16 +282,11 @@ class HookedGroupStateFunction:
         one element is (`HookedProcessor.handleInputRows`); any other, a unit to start, one per
         DataFrame and one to end."""
         run = int(state.hasTimedOut)
-        chunks = iter(chunks)
-        first = next(chunks, _NO_ROW)
-        second = next(chunks, _NO_ROW) if first is not _NO_ROW else _NO_ROW
-        if first is not _NO_ROW and second is _NO_ROW:
-            yield from self.feed.feed(("one_chunk", key, snapshot(state), first), attach=state, run=run)
+        only, chunks = _only(chunks)
+        if chunks is None:
+            yield from self.feed.feed(("one_chunk", key, snapshot(state), only), attach=state, run=run)
             return
         yield from self.feed.feed(("key", key, snapshot(state)), attach=state, run=run)
-        if first is not _NO_ROW:
-            yield from self.feed.feed(("chunk", first))
-            yield from self.feed.feed(("chunk", second))
         for chunk in chunks:
             yield from self.feed.feed(("chunk", chunk))
         yield from self.feed.feed(("key_end",))
@@ -328,7 +319,14 @@ class _Prepared:
         return getattr(self._handle, name)
 
 
-_NO_ROW = object()   # Spark's rows iterator ran out
+def _only(elements: Iterable) -> tuple[Any, Iterator | None]:
+    """`(its element, None)` where `elements` has exactly one, else `(None, every element)`:
+    Spark's iterator read at most two ahead."""
+    it = iter(elements)
+    ahead = list(itertools.islice(it, 2))
+    if len(ahead) == 1:
+        return ahead[0], None
+    return None, itertools.chain(ahead, it)
 
 
 def _times(tv: Any) -> tuple[int, int]:

@@ -860,3 +860,17 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
     # counts beyond the stored rows (a log the built-in join never writes): those outputs come from nothing
     runs, keys, counts = [(0, 0, 2), (1, 0, 2), (-1, -1, 1)], array("q", [5, 6, 5, 5]), array("I", [0, 0, 2, 3, 0])
     assert list(join_lineage.made_from_keys(runs, keys, counts)) == [1, 0, 0, 1, 0, 0, 0]
+
+
+def test_a_hooked_key_is_one_unit_only_when_spark_hands_it_exactly_one_element():
+    """`_only` (recorder/hooked_calls.py) reads Spark's iterator at most two ahead: a key of one
+    element becomes the one unit `one_row`/`one_chunk`; of none or several, every element in
+    order, each read once."""
+    from tt.recorder.hooked_calls import _only
+
+    assert _only(iter(["a"])) == ("a", None)
+    for elements in ([], ["a", "b"], ["a", "b", "c", "d"]):
+        pulled = []
+        only, rest = _only(pulled.append(e) or e for e in elements)
+        assert only is None and len(pulled) == min(len(elements), 2)
+        assert list(rest) == elements and pulled == elements
