@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from .errors import ReplayDivergence
-from .hooked import HookedOperator
+from .hooked import HookedOperator, outputs
 from .operator import CONTEXT, log_result
 from .pulled import Pulled
 from .state_handle import plain, same, shown
@@ -177,14 +177,11 @@ class GroupStateOperator(HookedOperator):
         if what == "key_end":
             group, self._group = self._group, None
             out = group.end()
-            self._ended(snapshot(self._state))
-            self._key = self._state = None
+            self._end()
             return out
         if what == "one_chunk":   # no greenlet: nothing is handed over after the call starts
-            out = self._fn(unit[1], iter(unit[3:4]), self._begin(unit[1], unit[2]))
-            out = list(out) if out is not None else []
-            self._ended(snapshot(self._state))
-            self._key = self._state = None
+            out = outputs(self._fn(unit[1], iter(unit[3:4]), self._begin(unit[1], unit[2])))
+            self._end()
             return out
         raise ValueError(f"not an applyInPandasWithState unit: {what!r}")
 
@@ -194,6 +191,11 @@ class GroupStateOperator(HookedOperator):
         state = self._spark_state if self._recording else GroupState(before)
         self._spark_state, self._key, self._state = None, key, state
         return state
+
+    def _end(self) -> None:
+        """The call's output is exhausted: Spark reads its GroupState back now."""
+        self._ended(snapshot(self._state))
+        self._key = self._state = None
 
     def _ended(self, after: dict) -> None:
         """Log the GroupState a call left (replay: check it) and fold it into the view."""

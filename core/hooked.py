@@ -132,7 +132,7 @@ class UdtfOperator(HookedOperator):
             self._handler = cls()
         method = cls.eval if unit[0] == "eval" else cls.terminate
         out = method(self._handler, *unit[1], **unit[2]) if unit[0] == "eval" else method(self._handler)
-        return list(out) if out is not None else []
+        return outputs(out)
 
     def state(self) -> dict:
         h = self._handler
@@ -207,6 +207,11 @@ class IteratorOperator(HookedOperator):
         return self.__dict__
 
 
+def outputs(returned: Any) -> list:
+    """What a user's method returned (a generator, a list, or None), as its step's outputs."""
+    return list(returned) if returned is not None else []
+
+
 def name_of(fn: Any) -> str:
     """The name a hooked function goes by: its own, or its class's for a callable instance."""
     name = getattr(fn, "__name__", None)
@@ -254,5 +259,5 @@ def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
 
 
-__all__ = ["HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "UdtfOperator", "operator_for",
+__all__ = ["outputs", "HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "UdtfOperator", "operator_for",
            "HOOKED_KINDS", "GROUP_KINDS", "PROCESSOR_KINDS", "GROUP_STATE_KIND", "UNITS", "name_of"]

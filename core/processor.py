@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import values
-from .hooked import HookedOperator
+from .hooked import HookedOperator, outputs
 from .pulled import Pulled
 from .state_handle import STATE_VARIABLES, ExpiredTimerInfo, Handle, StoreView, TimerValues
 
@@ -58,28 +58,23 @@ class ProcessorOperator(HookedOperator):
             group = self._group
             return [] if group.finished else group.feed(unit[1])   # it may stop pulling early
         if what == "one_row":
-            key, tv = unit[1], TimerValues(*unit[2])
-            self._handle.key = key
-            out = p.handleInputRows(key, iter(unit[3:4]), tv)
-            return list(out) if out is not None else []
+            key, tv = self._keyed(unit)
+            return outputs(p.handleInputRows(key, iter(unit[3:4]), tv))
         if what == "rows":
-            key, tv = unit[1], TimerValues(*unit[2])
-            self._handle.key = key
+            key, tv = self._keyed(unit)
             self._group = Pulled(lambda rows: p.handleInputRows(key, rows, tv))
             return self._group.start()
         if what == "rows_end":
             group, self._group = self._group, None
             return group.end()
         if what == "timer":
-            key, tv, expiry = unit[1], TimerValues(*unit[2]), unit[3]
-            self._handle.key = key
-            out = p.handleExpiredTimer(key=key, timerValues=tv, expiredTimerInfo=ExpiredTimerInfo(expiry))
-            out = list(out) if out is not None else []
+            (key, tv), expiry = self._keyed(unit), unit[3]
+            out = outputs(p.handleExpiredTimer(key=key, timerValues=tv, expiredTimerInfo=ExpiredTimerInfo(expiry)))
             self._store.fired(key, expiry)
             return out
         if what == "initial":
-            self._handle.key = unit[1]
-            p.handleInitialState(unit[1], unit[3], TimerValues(*unit[2]))
+            key, tv = self._keyed(unit)
+            p.handleInitialState(key, unit[3], tv)
             return []
         if what == "init":
             self._handle.key = None
@@ -91,6 +86,11 @@ class ProcessorOperator(HookedOperator):
             p.close()
             return []
         raise ValueError(f"not a processor unit: {what!r}")
+
+    def _keyed(self, unit: tuple) -> tuple[Any, TimerValues]:
+        """A unit `(what, key, (processing, watermark), ...)`: its key, now the handle's, and its times."""
+        self._handle.key = unit[1]
+        return unit[1], TimerValues(*unit[2])
 
     @property
     def fields_known(self) -> bool:

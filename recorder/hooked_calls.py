@@ -235,7 +235,7 @@ class HookedProcessor:
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator:
         """A key whose rows are one element is one unit (`one_row`); any other key, a unit to
-        start, one per element and one to end. Spark's iterator is read one element ahead."""
+        start, one per element and one to end (`_only` reads Spark's iterator ahead to know)."""
         only, rows = _only(rows)
         if rows is None:
             yield from self._unit(("one_row", key, _times(timerValues), only))
