@@ -96,9 +96,12 @@ class Runner:
             CONTEXT.runner = self
             target = self.targets[0]
             narrow = getattr(target, "narrow", None)
+            many = getattr(target, "many", None)
             if narrow is not None:
                 runner, to_port = narrow
                 runner.feed_many(rows, to_port, self)
+            elif many is not None and _emitted_many(self, many, rows):
+                pass
             else:
                 for self.count, row in enumerate(rows, self.count + 1):
                     target(row)
@@ -169,6 +172,18 @@ class Runner:
     def log_value(self, name: str, value: Any) -> None:
         """Log what a call named `name` gave, where the caller made the call itself (a hooked
         state handle: core/state_handle.py). An instance outside G(θ) logs nothing."""
+
+
+def _emitted_many(source: Runner, many: Callable[[list], bool], rows: list) -> bool:
+    """Hand a source's batch to its one target, a shuffle, at once (`Outbox.shuffle_target`'s
+    `many`); the source counts the batch first, as nothing reads its count until the batch is
+    sent. False where the shuffle's key function raised on a row: nothing was sent then."""
+    start = source.count
+    source.count += len(rows)
+    if many(rows):
+        return True
+    source.count = start
+    return False
 
 
 class _Uncounted:
@@ -308,9 +323,13 @@ class SourceLineageRunner(RecordingRunner):
     def feed_rows(self, rows: list, port: int) -> None:
         CONTEXT.runner = self
         targets = self.targets
-        for self.count, row in enumerate(rows, self.count + 1):
-            for t in targets:
-                t(row)
+        many = getattr(targets[0], "many", None) if len(targets) == 1 else None
+        if many is not None and _emitted_many(self, many, rows):
+            pass
+        else:
+            for self.count, row in enumerate(rows, self.count + 1):
+                for t in targets:
+                    t(row)
         self.log.counts.extend(itertools.repeat(1, len(rows)))
 
 

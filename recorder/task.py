@@ -159,6 +159,25 @@ class Outbox:
                 dests_log.append(d)
             if len(b) >= ROWS_PER_PAYLOAD:
                 pack(route, d, b, in_g)
+
+        def emit_many(rows) -> bool:
+            """`emit` each of a source's batch: their destinations first, logged in one `extend`
+            (1M rows: the dests log cost 90-110 ms appended row by row, most of what a source
+            feeding G(θ) pays for being logged). False, having done nothing, where the key
+            function raised: the caller then emits row by row, to fail at that row."""
+            try:
+                ds = [stable_hash(key(row)) % n_dest for row in rows]
+            except Exception:
+                return False
+            if dests_log is not None:
+                dests_log.extend(ds)
+            for row, d in zip(rows, ds):
+                b = bufs[d]
+                b.append(row)
+                if len(b) >= ROWS_PER_PAYLOAD:
+                    pack(route, d, b, in_g)
+            return True
+        emit.many = emit_many
         return emit
 
     def sink_target(self, route: int, in_g: bool):

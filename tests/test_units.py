@@ -6,6 +6,7 @@ import collections
 import datetime as dt
 import decimal
 import itertools
+import pickle
 import random
 import socket
 import sqlite3
@@ -874,3 +875,58 @@ def test_a_hooked_key_is_one_unit_only_when_spark_hands_it_exactly_one_element()
         only, rest = _only(pulled.append(e) or e for e in elements)
         assert only is None and len(pulled) == min(len(elements), 2)
         assert list(rest) == elements and pulled == elements
+
+
+# --- a source's batch into a shuffle ---------------------------------------------------------
+
+@pytest.mark.parametrize("logged", [False, True])
+def test_a_sources_batch_into_a_shuffle_is_routed_and_logged_as_row_by_row(logged):
+    """A source hands its batch to its one shuffle at once (`emit.many`): every row goes to the
+    destination `emit` sends it to, in order, and the dests log is the same; where the key
+    function raises on a row, the source fails at that row, having sent each row before it
+    once (the batch is then emitted row by row)."""
+    from tt.core.runtime import InstanceLog, Runner, SourceLineageRunner
+    from tt.recorder.task import ROWS_PER_PAYLOAD, Outbox
+
+    class Task:
+        epoch = 0
+
+    def key(row):
+        if row["k"] == -1:
+            raise ValueError("no key")
+        return row["k"]
+
+    def run(rows, batch: int, one_by_one: bool):
+        outbox = Outbox(0, Task())
+        dests = array("I") if logged else None
+        emit = outbox.shuffle_target(0, key, 3, False, dests)
+        if one_by_one:
+            del emit.many
+        if logged:
+            log = InstanceLog([0])
+            source = SourceLineageRunner("U", 0, Source(), 0, log, False)
+        else:
+            source = Runner("U", 0, Source(), 0)
+        source.targets = [emit]
+        error = None
+        try:
+            for i in range(0, len(rows), batch):
+                source.feed_rows(rows[i:i + batch], 0)
+        except ValueError as e:
+            error = e
+        outbox.close()
+        sent = [(d, r["i"]) for d, payload in zip(outbox.cols[1], outbox.cols[5]) for r in pickle.loads(payload)]
+        return sent, list(dests or []), source.count, error
+
+    rows = [{"i": i, "k": i * 7919 % 1009} for i in range(3 * ROWS_PER_PAYLOAD + 17)]
+    at_once = run(rows, 700, False)
+    assert at_once[:3] == run(rows, 700, True)[:3] and at_once[3] is None
+    assert sorted(i for _, i in at_once[0]) == list(range(len(rows)))
+    assert {d for d, _ in at_once[0]} == {0, 1, 2} and at_once[2] == len(rows)
+    if logged:
+        assert at_once[1] == [stable_hash(r["k"]) % 3 for r in rows]
+
+    rows[1000]["k"] = -1   # in the second batch
+    failed, by_row = run(rows, 700, False), run(rows, 700, True)
+    assert failed[:3] == by_row[:3] and str(failed[3]) == str(by_row[3]) == "no key"
+    assert failed[2] == 1001 and sorted(i for _, i in failed[0]) == list(range(1000))
