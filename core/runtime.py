@@ -91,18 +91,16 @@ class Runner:
         the runner has one (`feed_many`). A built-in Source with one target (it passes rows on
         unchanged, keeps no state and logs nothing) hands them straight to it: a source
         row then costs one Python call less, two when the target is a runner of this task
-        (its `feed_many`: no `narrow_target` hop, no call of `feed` per row)."""
+        (its `feed_many`: no `narrow_target` hop, no call of `feed` per row); a shuffle takes
+        the whole batch (`_emitted_many`)."""
         if type(self) is Runner and type(self.op) is Source and len(self.targets) == 1:
             CONTEXT.runner = self
             target = self.targets[0]
             narrow = getattr(target, "narrow", None)
-            many = getattr(target, "many", None)
             if narrow is not None:
                 runner, to_port = narrow
                 runner.feed_many(rows, to_port, self)
-            elif many is not None and _emitted_many(self, many, rows):
-                pass
-            else:
+            elif not _emitted_many(self, target, rows):
                 for self.count, row in enumerate(rows, self.count + 1):
                     target(row)
             return
@@ -174,10 +172,14 @@ class Runner:
         state handle: core/state_handle.py). An instance outside G(θ) logs nothing."""
 
 
-def _emitted_many(source: Runner, many: Callable[[list], bool], rows: list) -> bool:
-    """Hand a source's batch to its one target, a shuffle, at once (`Outbox.shuffle_target`'s
-    `many`); the source counts the batch first, as nothing reads its count until the batch is
-    sent. False where the shuffle's key function raised on a row: nothing was sent then."""
+def _emitted_many(source: Runner, target: Callable[[Any], None], rows: list) -> bool:
+    """Hand a source's batch to its one target at once where that is a shuffle's
+    (`Outbox.shuffle_target`'s `many`); the source counts the batch first, as nothing reads its
+    count until the batch is sent. False where the target takes rows one by one, or the
+    shuffle's key function raised on a row: nothing was sent then."""
+    many = getattr(target, "many", None)
+    if many is None:
+        return False
     start = source.count
     source.count += len(rows)
     if many(rows):
@@ -323,10 +325,7 @@ class SourceLineageRunner(RecordingRunner):
     def feed_rows(self, rows: list, port: int) -> None:
         CONTEXT.runner = self
         targets = self.targets
-        many = getattr(targets[0], "many", None) if len(targets) == 1 else None
-        if many is not None and _emitted_many(self, many, rows):
-            pass
-        else:
+        if len(targets) != 1 or not _emitted_many(self, targets[0], rows):
             for self.count, row in enumerate(rows, self.count + 1):
                 for t in targets:
                     t(row)
