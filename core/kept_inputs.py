@@ -246,10 +246,11 @@ class _FieldDigest:
     def size(self) -> int:
         return len(self.known)
 
-    def update(self, field: dict, keys: list, listed: Any = None) -> None:
-        """Hash `keys` (distinct) again: those listed as changed, and the keys added since. A long
+    def update(self, field: dict, keys: list, listed: Any = None, added: list = ()) -> None:
+        """Hash `keys` (distinct) again: those listed as changed, and the keys `added` since. A long
         list that `listed` (the operator's `changed_keys()` of this field) says was only
         `APPENDED` to has its new rows hashed alone; any other is hashed whole."""
+        keys = [*keys, *added]
         entries = self.known
         was = sum(map(entries.get, keys, itertools.repeat(0)))
         appended = listed if type(listed) is dict else {}
@@ -289,13 +290,13 @@ class _CountDigest:
     pass over the lists (best of 5, no other load). Digesting its values instead took 1.8 s for
     the whole lineitem side, twice this field."""
 
-    __slots__ = ("size", "_known", "_first", "hashes", "rows", "sampled", "per_row")
+    __slots__ = ("size", "_known", "_pending", "hashes", "rows", "sampled", "per_row")
 
     def __init__(self, field: dict):
         keys = list(field)
         rows = _rows_of(field.values())
         hashes = _count_hashes(keys, rows)
-        self.size, self._known, self._first = len(keys), None, (keys, rows)
+        self.size, self._known, self._pending = len(keys), {}, [(keys, rows)]
         self.hashes, self.rows = sum(hashes), sum(rows)
         self.sampled = self._sampled(keys, hashes, field)
         self.per_row = self._per_row(field)
@@ -309,9 +310,11 @@ class _CountDigest:
     @property
     def known(self) -> dict:
         """Each key's row count, made when a later snapshot first asks (a run's last snapshot,
-        often its only one at 1 interaction/10 s, never does)."""
-        if self._known is None:
-            self._known, self._first = dict(zip(*self._first)), None
+        often its only one at 1 interaction/10 s, never does) from the keys counted since."""
+        if self._pending:
+            for keys, rows in self._pending:
+                self._known.update(zip(keys, rows))
+            self._pending = []
         return self._known
 
     @staticmethod
@@ -321,28 +324,46 @@ class _CountDigest:
         rows = sum(_rows(v) for _, v in sample)
         return sum(_entry(k, v) & _LOW for k, v in sample) / rows if rows else 0.0
 
-    def update(self, field: dict, keys: list, listed: Any = None) -> None:
-        """Count and hash `keys` (distinct) again: those listed as changed, and the keys added
-        since. In bulk, as `__init__`: at 10 interactions a second a join lists most of its keys
-        again and again."""
+    def update(self, field: dict, keys: list, listed: Any = None, added: list = ()) -> None:
+        """Count and hash `keys` (distinct) again: those listed as changed; and count `added`, the
+        field's last keys, added since. In bulk, as `__init__`: at 10 interactions a second a
+        join lists most of its keys again and again.
+
+        Where a join's inputs come in key order (TPC-H's lineitem by l_orderkey), most keys of a
+        snapshot are added ones. They are counted as `__init__` counts: their lists read from the
+        field's last values, not looked up by key, and their counts remembered when the next
+        snapshot asks. 321,000 J1-like keys added to an empty field, through `summarize`: 0.258 s
+        looked up and remembered at once, 0.170 s so, 0.133 s from scratch; a J1-like task of
+        380,000 rows in key order, a snapshot every 10,000 rows: 0.073 → 0.063 s in all."""
         known, sampled = self.known, self.sampled
         was = list(map(known.get, keys))
-        rows = _rows_of(list(map(field.__getitem__, keys)))
-        fresh = _count_hashes(keys, rows)
-        old_keys, old_rows = keys, was
-        if None in was:   # keys added since: only the others had a hash, and maybe a sample
+        if None in was:   # a key it did not have, though not among the last: counted as added
             seen = list(map(operator.is_not, was, itertools.repeat(None)))
-            old_keys, old_rows = list(itertools.compress(keys, seen)), list(itertools.compress(was, seen))
-        old = _count_hashes(old_keys, old_rows)
+            other = list(itertools.compress(keys, map(operator.not_, seen)))
+            self._add(field, other, list(map(field.__getitem__, other)))
+            keys, was = list(itertools.compress(keys, seen)), list(itertools.compress(was, seen))
+        rows = _rows_of(list(map(field.__getitem__, keys)))
+        fresh, old = _count_hashes(keys, rows), _count_hashes(keys, was)
         self.hashes += sum(fresh) - sum(old)
-        self.rows += sum(rows) - sum(old_rows)
-        self.size += len(keys) - len(old_keys)
+        self.rows += sum(rows) - sum(was)
         known.update(zip(keys, rows))
-        for k in _chosen(old_keys, old):   # the keys sampled before (by the hashes they had)
+        for k in _chosen(keys, old):   # the keys sampled before (by the hashes they had)
             sampled.pop(k, None)
         sampled.update(self._sampled(keys, fresh, field))
+        if added:
+            self._add(field, added, list(itertools.islice(reversed(field.values()), len(added)))[::-1])
         if not self.per_row:
             self.per_row = self._per_row(field)
+
+    def _add(self, field: dict, keys: list, lists: list) -> None:
+        """Count keys it did not have, whose values are `lists`."""
+        rows = _rows_of(lists)
+        hashes = _count_hashes(keys, rows)
+        self.hashes += sum(hashes)
+        self.rows += sum(rows)
+        self.size += len(keys)
+        self._pending.append((keys, rows))
+        self.sampled.update(self._sampled(keys, hashes, field))
 
     def kept(self, field: dict) -> Kept:
         return Kept(len(field), self.rows, round(self.rows * self.per_row),
@@ -378,7 +399,7 @@ class KeptDigests:
                 else:
                     known = digest.known
                     new = list(itertools.islice(reversed(field), len(field) - digest.size))[::-1]  # a dict gains keys last
-                    digest.update(field, list(filter(known.__contains__, listed)) + new, listed)
+                    digest.update(field, list(filter(known.__contains__, listed)), listed, new)
                 state[name] = kept = digest.kept(field)
                 extra += kept.bytes
         return state, changed, extra
