@@ -162,9 +162,9 @@ class Outbox:
 
         def emit_many(rows) -> bool:
             """`emit` each of a source's batch: their destinations first, logged in one `extend`
-            (1M rows: the dests log cost 90-110 ms appended row by row, most of what a source
-            feeding G(θ) pays for being logged). False, having done nothing, where the key
-            function raised: the caller then emits row by row, to fail at that row."""
+            (1M rows into 4 destinations, Spark-free, best of 9: logging them cost +86 ms appended
+            row by row, +42 ms so). False, having done nothing, where the key function raised:
+            the caller then emits row by row, to fail at that row."""
             try:
                 ds = [stable_hash(key(row)) % n_dest for row in rows]
             except Exception:

@@ -553,7 +553,7 @@ def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
     big = fields[0]
     digest = K._CountDigest(big)
     grown = {**big, **{k: v + [0] for k, v in list(big.items())[:400]}, 2**62 + 5: [1], -1: [2, 2]}
-    digest.update(grown, list(big)[:400] + [2**62 + 5, -1])
+    digest.update(grown, list(big)[:400], None, [2**62 + 5, -1])   # the keys it had, then those added last
     assert digest.kept(grown).digest == by_key(grown)
     odd = {**grown, -1: "not a list"}   # met after a list: the bulk count gives way to the one by one
     digest.update(odd, [next(iter(big)), -1])
