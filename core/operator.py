@@ -52,6 +52,13 @@ class Operator:
     #: kept-inputs field's digest then hashes alone; any other value, changed in any way.
     changed_keys: Callable[[], dict[str, Iterable]] | None = None
 
+    #: Optional, with `changed_keys`, for an operator whose kept-inputs fields only gain rows:
+    #: `appended_rows()` returns {field: {key: rows added at the end of its list}} between the
+    #: last two `changed_keys()` calls, every key whose rows changed in number among them. A
+    #: field whose rows the run file proves is then digested from those counts (`KEY_ROWS`,
+    #: core/kept_inputs.py), not from its lists. The built-in HashJoin keeps it.
+    appended_rows: Callable[[], dict[str, dict]] | None = None
+
     #: Optional, for row lineage (replay/lineage.py, docs/LINEAGE.md), never called while
     #: recording: `emitted_from(row, port, n)` says, for each of the n tuples just emitted for
     #: `row` (None, port -1: by `finish()`), which state it was made from, as a list of paths
@@ -225,7 +232,9 @@ class HashJoin(Operator):
         self._merge = merge or _merge_rows
         self.left: dict = {}
         self.right: dict = {}
-        self._changed: tuple[dict, dict] | None = None   # per port, once changed_keys() was asked
+        self._added: tuple[dict, dict] | None = None     # per port, rows added per key, once changed_keys() was asked
+        self._touched: tuple[dict, dict] | None = None   # per port, keys whose rows a merge was handed
+        self._appended: dict = {}                        # `_added` as the last changed_keys() took it
         self._key: Any = None                            # the last call's key (`join_key`)
 
     def process(self, row, port=0):
@@ -233,10 +242,11 @@ class HashJoin(Operator):
         mine, other = (self.left, self.right) if port == 0 else (self.right, self.left)
         mine.setdefault(k, []).append(row)
         matches = other.get(k)
-        if self._changed is not None:
-            self._changed[port].setdefault(k, APPENDED)   # a row added at the end of k's list
+        if self._added is not None:
+            added = self._added[port]
+            added[k] = added.get(k, 0) + 1   # a row added at the end of k's list
             if matches:   # `merge` gets the stored rows too, and might change them
-                self._changed[1 - port][k] = None
+                self._touched[1 - port][k] = None
         if not matches:
             return None
         if port == 0:
@@ -244,8 +254,28 @@ class HashJoin(Operator):
         return [self._merge(l, row) for l in matches]
 
     def changed_keys(self) -> dict:
-        (left, right), self._changed = self._changed or ({}, {}), ({}, {})
-        return {"left": left, "right": right}
+        """Each side's keys that gained rows (`APPENDED`) or whose rows a merge was handed (None)."""
+        added, self._added = self._added or ({}, {}), ({}, {})
+        touched, self._touched = self._touched or ({}, {}), ({}, {})
+        self._appended = {"left": added[0], "right": added[1]}
+        listed = []
+        for appended, handed in zip(added, touched):
+            how = dict.fromkeys(appended, APPENDED)
+            how.update(handed)
+            listed.append(how)
+        return {"left": listed[0], "right": listed[1]}
+
+    def appended_rows(self) -> dict:
+        """Per side, the rows added under each key between the last two `changed_keys()`."""
+        return self._appended
+
+    def __setstate__(self, state: dict) -> None:
+        """A join saved by a tt that listed changed keys in `_changed` (a checkpoint in an older
+        run file) counts nothing until asked, as a new one."""
+        if "_added" not in state:
+            state = {k: v for k, v in state.items() if k != "_changed"}
+            state.update(_added=None, _touched=None, _appended={})
+        self.__dict__.update(state)
 
     def join_key(self) -> Any:
         return self._key

@@ -679,9 +679,11 @@ class StageTask:
         last = self.last_state.get(r.node_id)
         if last is not None and last[0] == r.count:
             return last[1]  # state changes only by consuming an input: nothing to encode
-        changed_keys = getattr(r.op, "changed_keys", None)
-        state, changed, kept_bytes = self.kept_digests.summarize(r.node_id, r.op, r.op.state(),
-                                                                 changed_keys and changed_keys(), self._counted(r))
+        changed_keys, appended_rows = getattr(r.op, "changed_keys", None), getattr(r.op, "appended_rows", None)
+        changed = changed_keys and changed_keys()
+        appended = appended_rows() if changed_keys and appended_rows else None   # (as that changed_keys() took them)
+        state, changed, kept_bytes = self.kept_digests.summarize(r.node_id, r.op, r.op.state(), changed,
+                                                                 self._counted(r), appended)
         h, data, size = self.state_encoder.encode(r.node_id, state, changed)
         size += kept_bytes   # the planner's figure: what a checkpoint of the state would weigh
         if data and h not in self.sent_states and h not in self.new_states:

@@ -63,7 +63,8 @@ def test_join_and_aggregate_snapshots_from_listed_keys_replay_exactly(record, ca
                 for (op, _), at in reader.instances_at(i.k).items() if op == reader.operator("J").id and i.k]
         assert kept and all(set(s["left"]) == {"$kept"} and set(s["right"]) == {"$kept"} for s in kept)
         # both sides come through a shuffle from outside G(θ): their rows' values are in the run file
-        assert all(s[side]["$kept"]["of"] == "counts" for s in kept for side in ("left", "right"))
+        # (by the rows it counts as it appends them: `key rows`)
+        assert all(s[side]["$kept"]["of"] == "key rows" for s in kept for side in ("left", "right"))
 
         results = verify(reader)
         assert len(results) == len(ints) and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
@@ -143,7 +144,7 @@ def test_stored_rows_that_differ_in_replay_are_found_through_the_digest(record):
         assert "processing it is not deterministic" in first["error"], "the row arrived the same both times"
         assert "noise" not in first["row"], "the row as it arrived, before the merge wrote into it"
         stored = values.decode(reader.state(reader.instances_at(first["k"])[(reader.operator("J").id, 0)].state))
-        assert stored["right"]["$kept"]["of"] == "counts", "found by the values of the keys a counts digest samples"
+        assert stored["right"]["$kept"]["of"] == "key rows", "found by the values of the keys its digest samples"
     finally:
         reader.close()
 
@@ -175,9 +176,9 @@ def test_a_join_fed_from_inside_g_theta_keeps_the_digest_of_its_values(record):
         assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
         j, j2 = _end_states(reader, "J"), _end_states(reader, "J2")
         assert {(side, s[side]["$kept"].get("of")) for s in j for side in ("left", "right")} == {
-            ("left", "counts"), ("right", "counts")}
+            ("left", "key rows"), ("right", "key rows")}
         assert {(side, s[side]["$kept"].get("of")) for s in j2 for side in ("left", "right")} == {
-            ("left", None), ("right", "counts")}
+            ("left", None), ("right", "key rows")}
         assert all("bytes" in s["left"]["$kept"] and "bytes" not in s["right"]["$kept"] for s in j2)
         cust = {r["o"]: r["cust"] for r in ORDERS}
         matched = [r for r in ITEMS if r["o"] in cust]

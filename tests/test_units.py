@@ -411,44 +411,55 @@ def test_snapshot_deltas_from_the_keys_an_operator_lists():
     assert chains["join"] > 4   # a big state chains past full_every, while its deltas add up to less than it
 
 
-@pytest.mark.parametrize("counts", [False, True], ids=["values", "counts"])
-def test_a_joins_running_digest_equals_one_made_from_scratch(counts):
-    """The recorder updates a join's digest from the keys it lists (core/kept_inputs.py); replay
-    digests the whole field. The two must agree after every interaction, also when the merge
-    writes into the stored rows it matched, and must change when one stored value changes (for
-    a `counts` digest, a value of a key it samples)."""
+@pytest.mark.parametrize("of", [None, "counts", "key rows"], ids=["values", "counts", "key-rows"])
+def test_a_joins_running_digest_equals_one_made_from_scratch(of):
+    """The recorder updates a join's digest from the keys it lists (core/kept_inputs.py), and a
+    `key rows` one from the rows it counts as it appends them; replay digests the whole field. The
+    two must agree after every interaction, also when the merge writes into the stored rows it
+    matched, and must change when one stored value changes (for a digest by keys' rows, a value
+    of a key it samples). A `counts` digest is what an operator that lists its changed keys but
+    does not count its appends gets (and what older run files hold)."""
     from tt.core import kept_inputs
     from tt.core.operator import HashJoin
     from tt.core.state_deltas import StateEncoder
+
+    class ListingJoin(HashJoin):
+        appended_rows = None   # lists its changed keys, counts no rows
 
     def merge(left, right):
         left["matched"] = left.get("matched", 0) + 1   # changes a stored row
         return {**left, **right}
 
     rng = random.Random(3)
-    join = HashJoin(lambda r: r["k"], lambda r: r["k"], merge=merge)
+    join = (ListingJoin if of == "counts" else HashJoin)(lambda r: r["k"], lambda r: r["k"], merge=merge)
     digests, encoder = kept_inputs.KeptDigests(), StateEncoder()
     for step in range(40):
         for _ in range(rng.randrange(0, 150)):
             port = rng.randrange(2)
             join.process({"k": rng.randrange(200), "v": decimal.Decimal(rng.randrange(1000)) / 10, "port": port}, port)
-        counted = frozenset(("left", "right")) if counts else frozenset()
-        state, changed, _ = digests.summarize("J:0", join, join.state(), join.changed_keys(), counted)
+        counted = frozenset(("left", "right")) if of else frozenset()
+        listed = join.changed_keys()
+        appended = join.appended_rows() if join.appended_rows else None
+        state, changed, _ = digests.summarize("J:0", join, join.state(), listed, counted, appended)
         assert changed == {}, "the kept fields leave the listed keys to the digest"
         for side in ("left", "right"):
-            assert state[side].__tt_json__() == kept_inputs.summary(getattr(join, side), counts).__tt_json__(), \
+            assert state[side].__tt_json__() == kept_inputs.summary(getattr(join, side), of).__tt_json__(), \
                 (step, side)
         encoder.encode("J:0", state, changed)
     assert state["left"].rows == sum(map(len, join.left.values())) and state["left"].keys == len(join.left)
+    if of == "key rows":   # kept up from the counted rows: never made again from scratch
+        assert step > 0 and type(digests.fields[("J:0", "left")]).__name__ == "_KeyRowsDigest"
 
     stored = values.encode(state["left"])
     assert kept_inputs.is_kept(stored) and "kept as inputs" in values.render(stored)
-    assert (stored["$kept"].get("of") == "counts") is counts
+    assert stored["$kept"].get("of") == of
     replayed = kept_inputs.like_recorded({"left": stored}, join.state())
     assert values.first_difference(stored, values.encode(replayed["left"])) is None
-    sampled = [k for k, rows in join.left.items() if not kept_inputs._count_hash(k, len(rows)) >> kept_inputs._UNSAMPLED]
-    assert not counts or sampled, "the seed gives the counts digest a sampled key"
-    join.left[sampled[0] if counts else next(iter(join.left))][0]["v"] += 1   # one stored value differs in "replay"
+    picks = {"counts": lambda k, rows: kept_inputs._count_hash(k, len(rows)),
+             "key rows": lambda k, rows: kept_inputs._key_hash(k)}
+    sampled = [k for k, rows in join.left.items() if of and not picks[of](k, rows) >> kept_inputs._UNSAMPLED]
+    assert not of or sampled, "the seed gives the digest by keys' rows a sampled key"
+    join.left[sampled[0] if of else next(iter(join.left))][0]["v"] += 1   # one stored value differs in "replay"
     changed = values.encode(kept_inputs.like_recorded({"left": stored}, join.state())["left"])
     assert values.first_difference(stored, changed) == ("<root>", stored, changed)
 
@@ -499,21 +510,25 @@ def test_a_counts_digest_is_the_same_in_every_process_and_sees_rows_move():
         "fields = [{k: [{'v': k}] * (1 + k % 3) for k in range(500)},\n"
         "          {f'c{k}': [{'v': k}] * (1 + k % 3) for k in range(500)},\n"
         "          {(k, 'x'): [k] for k in range(50)}]\n"
-        "print([K.summary(f, True).__tt_json__() for f in fields])\n")
+        "print([K.summary(f, of).__tt_json__() for f in fields for of in (K.COUNTS, K.KEY_ROWS)])\n")
     seen = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2", "random")}
-    assert len(seen) == 1 and "counts" in seen.pop()
+    printed = seen.pop()
+    assert not seen and "'counts'" in printed and "'key rows'" in printed
 
     from tt.core import kept_inputs
 
     field = {k: [{"v": k}] * (1 + k % 3) for k in range(500)}
-    before = kept_inputs.summary(field, True)
-    unsampled = [k for k, rows in field.items() if kept_inputs._count_hash(k, len(rows)) >> kept_inputs._UNSAMPLED]
-    a, b = unsampled[:2]
-    moved = {**field, a: field[a] + [field[b][0]], b: field[b][1:] or []}
-    after = kept_inputs.summary(moved, True)
-    assert (after.rows, after.keys) == (before.rows, before.keys) and after.digest != before.digest
-    assert kept_inputs.summary({**field, 10_000: []}, True).digest != before.digest
+    picks = {kept_inputs.COUNTS: lambda k, rows: kept_inputs._count_hash(k, len(rows)),
+             kept_inputs.KEY_ROWS: lambda k, rows: kept_inputs._key_hash(k)}
+    for of, pick in picks.items():
+        before = kept_inputs.summary(field, of)
+        unsampled = [k for k, rows in field.items() if pick(k, rows) >> kept_inputs._UNSAMPLED]
+        a, b = unsampled[:2]
+        moved = {**field, a: field[a] + [field[b][0]], b: field[b][1:] or []}
+        after = kept_inputs.summary(moved, of)
+        assert (after.rows, after.keys) == (before.rows, before.keys) and after.digest != before.digest, of
+        assert kept_inputs.summary({**field, 10_000: []}, of).digest != before.digest, of
 
 
 def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
@@ -546,10 +561,10 @@ def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
         return (total + sampled) & K._MASK
 
     for field in fields:
-        kept = K.summary(field, True)
+        kept = K.summary(field, K.COUNTS)
         assert (kept.keys, kept.rows) == (len(field), sum(map(K._rows, field.values())))
         assert kept.digest == by_key(field), list(field)[:3]
-    assert K.summary(fields[-3], True).rows == K.summary(fields[-2], True).rows == 3   # 2 + 1 either way
+    assert K.summary(fields[-3], K.COUNTS).rows == K.summary(fields[-2], K.COUNTS).rows == 3   # 2 + 1 either way
     big = fields[0]
     digest = K._CountDigest(big)
     grown = {**big, **{k: v + [0] for k, v in list(big.items())[:400]}, 2**62 + 5: [1], -1: [2, 2]}
@@ -564,6 +579,76 @@ def test_a_counts_digest_in_bulk_is_the_sum_of_its_keys_hashes():
                    [0, 2**58 - 1, 2**58, 2**63, 2**64 - 1, 5], [rng.getrandbits(64) - 2**63 for _ in range(5000)]):
         keys = [f"k{i}" for i in range(len(hashes))]
         assert list(K._chosen(keys, hashes)) == [k for k, h in zip(keys, hashes) if not h >> K._UNSAMPLED]
+
+
+def test_a_key_rows_digest_kept_up_from_counted_rows_is_the_sum_over_its_keys():
+    """A `key rows` digest (core/kept_inputs.py) is the sum over its keys of (rows + 1) × the
+    key's hash, plus the values' hashes of the keys whose hash it samples. Made in bulk from a
+    field, and kept up from the rows counted as appended, it must be that sum taken key by key,
+    at the edges of an int's hash, for keys of any type, and for a key whose rows a merge was
+    handed (its value hashed again, its count unchanged)."""
+    import random
+
+    from tt.core import kept_inputs as K
+
+    rng = random.Random(7)
+    edges = [0, 1, -1, -2, 2**61 - 2, 2**61 - 1, 2**61, -(2**61 - 1), 2**63 - 1, -(2**63), 2**70]
+    fields = [{k: [k] * rng.randrange(0, 5) for k in [rng.randrange(-2**62, 2**62) for _ in range(3000)]},
+              {k: [k] * (1 + i % 3) for i, k in enumerate(edges)},
+              {f"c{i}": [i] * (1 + i % 4) for i in range(300)},
+              {1: [1, 2], 2: "x", 3: {"a": 1}, 4: []}, {True: [1], (1, "x"): [2, 3]}, {}]
+
+    def by_key(field):
+        total = sum((K._rows(v) + 1) * K._key_hash(k) for k, v in field.items())
+        sampled = sum(K._entry(k, v) >> 96 for k, v in field.items() if not K._key_hash(k) >> K._UNSAMPLED)
+        return (total + sampled) & K._MASK
+
+    for field in fields:
+        kept = K.summary(field, K.KEY_ROWS)
+        assert (kept.keys, kept.rows, kept.of) == (len(field), sum(map(K._rows, field.values())), K.KEY_ROWS)
+        assert kept.digest == by_key(field), list(field)[:3]
+    big = {k: list(v) for k, v in fields[0].items()}
+    digest = K._KeyRowsDigest(big)
+    appended = {}
+    for k in list(big)[:400]:
+        big[k].append(0)
+        appended[k] = 1
+    for k, rows in ((2**62 + 5, [1]), (-1, [2, 2]), (2**70, [3])):   # keys added last, with their rows
+        big[k] = rows
+        appended[k] = len(rows)
+    sampled = [k for k in list(big)[400:] if big[k] and not K._key_hash(k) >> K._UNSAMPLED]
+    big[sampled[0]][:0] = ["a merge wrote here"]   # a key whose rows a merge was handed: one more item,
+    big[sampled[0]].pop()                          # the same count
+    digest.update(big, appended, {**dict.fromkeys(appended, K.APPENDED), sampled[0]: None}, [2**62 + 5, -1, 2**70])
+    assert digest.kept(big).digest == by_key(big) == K.summary(big, K.KEY_ROWS).digest
+    assert digest.kept(big).rows == sum(map(len, big.values()))
+
+
+def test_a_join_saved_by_an_older_tt_is_restored_and_counts_when_asked():
+    """A checkpoint in an older run file holds a HashJoin that listed its changed keys in
+    `_changed` and counted no rows: restored, it joins as it did, and counts the rows it appends
+    from the next `changed_keys()` on."""
+    import operator
+    import pickle
+
+    from tt.core.operator import HashJoin
+
+    join = HashJoin(operator.itemgetter("k"), operator.itemgetter("k"))
+    join.process({"k": 1, "v": "a"}, 0)
+    old = dict(join.__dict__)
+    for name in ("_added", "_touched", "_appended"):
+        del old[name]
+    old["_changed"] = ({1: "appended"}, {})
+    back = HashJoin.__new__(HashJoin)
+    back.__setstate__(old)
+    assert back.process({"k": 1, "w": "b"}, 1) == [{"k": 1, "v": "a", "w": "b"}]
+    assert back.changed_keys() == {"left": {}, "right": {}} and back.appended_rows() == {"left": {}, "right": {}}
+    back.process({"k": 1, "v": "c"}, 0)
+    back.process({"k": 2, "v": "d"}, 0)
+    assert back.changed_keys() == {"left": {1: "appended", 2: "appended"}, "right": {1: None}}
+    assert back.appended_rows() == {"left": {1: 1, 2: 1}, "right": {}}
+    again = pickle.loads(pickle.dumps(back))
+    assert again.left == back.left and again.right == back.right
 
 
 def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
