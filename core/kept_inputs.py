@@ -291,6 +291,14 @@ class _FieldDigest:
         return _kept(field, self.total)
 
 
+def _per_row(field: dict) -> float:
+    """The JSON bytes of a row, from the first few keys' rows: the planner's figure, estimated
+    (a digest by keys' rows stores none)."""
+    sample = list(itertools.islice(field.items(), 8))
+    rows = sum(_rows(v) for _, v in sample)
+    return sum(_entry(k, v) & _LOW for k, v in sample) / rows if rows else 0.0
+
+
 class _CountDigest:
     """One field's `counts` digest: the sum of its keys' `_count_hash`, its rows, and the values'
     hashes of the sampled keys (one in 64: `_count_hash` below 2**58), each key's row count.
@@ -307,7 +315,7 @@ class _CountDigest:
         self.size = self.hashes = self.rows = 0
         self._known, self._pending, self.sampled = {}, [], {}
         self._add(field, list(field), field.values())
-        self.per_row = self._per_row(field)
+        self.per_row = _per_row(field)
 
     @staticmethod
     def _sampled(keys: list, hashes: list[int], field: dict) -> dict:
@@ -324,13 +332,6 @@ class _CountDigest:
                 self._known.update(zip(keys, rows))
             self._pending = []
         return self._known
-
-    @staticmethod
-    def _per_row(field: dict) -> float:
-        """The JSON bytes of a row, from the first few keys' rows: the planner's figure, estimated."""
-        sample = list(itertools.islice(field.items(), 8))
-        rows = sum(_rows(v) for _, v in sample)
-        return sum(_entry(k, v) & _LOW for k, v in sample) / rows if rows else 0.0
 
     def update(self, field: dict, keys: list, listed: Any = None, added: list = ()) -> None:
         """Count and hash `keys` (distinct, each one it has) again: those listed as changed; and
@@ -356,7 +357,7 @@ class _CountDigest:
         if added:
             self._add(field, added, list(itertools.islice(reversed(field.values()), len(added)))[::-1])
         if not self.per_row:
-            self.per_row = self._per_row(field)
+            self.per_row = _per_row(field)
 
     def _add(self, field: dict, keys: list, lists: Any) -> None:
         """Count keys it did not have, whose values are `lists` (a first snapshot's every key)."""
@@ -416,7 +417,7 @@ class _KeyRowsDigest:
         self.hashes = sum(map(operator.mul, rows, hashes)) + sum(hashes)
         self.sampled, self.sampled_sum = {}, 0
         self._sample(field, keys, hashes)
-        self.per_row = _CountDigest._per_row(field)
+        self.per_row = _per_row(field)
 
     def update(self, field: dict, appended: dict, listed: Any, added: list) -> None:
         """`appended`: the rows added under each key since the last snapshot, every key whose rows
@@ -432,7 +433,7 @@ class _KeyRowsDigest:
         if others:
             self._sample(field, others, _key_hashes(others))
         if not self.per_row:
-            self.per_row = _CountDigest._per_row(field)
+            self.per_row = _per_row(field)
 
     def _sample(self, field: dict, keys: list, hashes: list[int]) -> None:
         """Hash the values of the keys it samples among `keys` (whose `_key_hashes` are `hashes`)."""
@@ -451,7 +452,7 @@ class KeptDigests:
     """The recorder's side: per instance, each kept-inputs field's running digest."""
 
     def __init__(self):
-        self.fields: dict[tuple[Any, str], _FieldDigest | _CountDigest] = {}
+        self.fields: dict[tuple[Any, str], _FieldDigest | _CountDigest | _KeyRowsDigest] = {}
 
     def summarize(self, instance: Any, op: Any, state: dict, changed: dict | None,
                   counted: frozenset = frozenset(), appended: dict | None = None) -> tuple[dict, dict | None, int]:
@@ -459,7 +460,8 @@ class KeptDigests:
         row counts for the fields named in `counted`, whose rows the run file proves), `changed`
         without those fields, and the JSON bytes the summaries stand for (what a checkpoint of
         them would cost: the planner's figure). `appended`: the operator's `appended_rows()`
-        since the last snapshot, where it counts them: its counted fields are `KEY_ROWS` digests."""
+        since the last snapshot, where it counts them: its counted fields are `KEY_ROWS` digests
+        (made from scratch at a snapshot without them)."""
         names = getattr(op, "kept_inputs", ())
         if not names or type(state) is not dict:
             return state, changed, 0

@@ -270,11 +270,10 @@ class HashJoin(Operator):
         return self._appended
 
     def __setstate__(self, state: dict) -> None:
-        """A join saved by a tt that listed changed keys in `_changed` (a checkpoint in an older
-        run file) counts nothing until asked, as a new one."""
-        if "_added" not in state:
-            state = {k: v for k, v in state.items() if k != "_changed"}
-            state.update(_added=None, _touched=None, _appended={})
+        """A restored join (a checkpoint in replay, one saved by a tt that kept `_changed` too)
+        counts nothing until asked, as a new one: only the recorder asks."""
+        state = {k: v for k, v in state.items() if k != "_changed"}
+        state.update(_added=None, _touched=None, _appended={})
         self.__dict__.update(state)
 
     def join_key(self) -> Any:
