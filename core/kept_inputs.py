@@ -404,9 +404,9 @@ class _KeyRowsDigest:
     under each key since the previous snapshot), so a later snapshot costs the keys that changed
     and reads no key's list but a sampled one's, where a `COUNTS` digest reads every changed
     key's list and looks up the count it had. A J1-like task (1,023,506 rows in key order, both
-    sides), a snapshot every 4,000 rows (256 snapshots), Spark-free, best of 3 in each of three
-    runs: 336 and 355 ms of digests as `COUNTS`, 209 to 240 ms so, about what one snapshot at
-    the end costs from scratch (201 to 245 ms) either way."""
+    sides), a snapshot every 4,000 rows (256 snapshots), Spark-free, best of 3 in each run: 336
+    and 355 ms of digests as `COUNTS` (two runs), 209, 215 and 240 ms so (three runs), about
+    what one snapshot at the end costs from scratch (201 to 245 ms) either way."""
 
     __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row")
 
