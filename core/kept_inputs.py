@@ -406,7 +406,8 @@ class _KeyRowsDigest:
     key's list and looks up the count it had. A J1-like task (1,023,506 rows in key order, both
     sides), a snapshot every 4,000 rows (256 snapshots), Spark-free, best of 3 in each run: 336
     and 355 ms of digests as `COUNTS` (two runs), 209, 215 and 240 ms so (three runs), about
-    what one snapshot at the end costs from scratch (201 to 245 ms) either way."""
+    what one snapshot at the end costs from scratch either way (207 and 223 ms before, 221 to
+    245 ms so)."""
 
     __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row")
 
