@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import traceback
+from time import perf_counter
 from array import array
 from typing import Any, Callable
 
@@ -25,6 +26,9 @@ from .operator import CONTEXT, Operator, Source, call_adapter
 from .values import INT64
 
 INF = float("inf")
+#: `RecordingRunner.feed_many` checks for a barrier after slices of rows that take about this long
+_SLICE_SECONDS = 0.001
+_SLICE_ROWS = 4096   # (and are never longer)
 
 
 class OperatorFailure(Exception):
@@ -263,36 +267,64 @@ class RecordingRunner(Runner):
 
     def feed_many(self, rows, port, upstream):
         """`Runner.feed_many` with `feed`'s logging, in one loop (a subclass that logs otherwise,
-        or an instance that logs ports or checks `--when`, feeds row by row)."""
+        or an instance that logs ports or checks `--when`, feeds row by row).
+
+        Two things `feed` does per row are done here per slice of rows. A barrier is checked
+        between slices, which last about a millisecond (`_SLICE_SECONDS`; a slice grows from
+        one row while its rows are quick, so a slow operator still checks after each row): an
+        interaction that arrives mid-slice is taken when it ends, as one that arrived a
+        moment later would be; a barrier at a fixed position (a re-run's) ends a slice there.
+        And an input that emits nothing is logged as a 0 only when the next one emits or the
+        slice ends, a run of zeros at once. Per row, that saved 0.6 s of the Python workers'
+        25 s on TPC-H W1 (θ: an aggregate that emits only at the end)."""
         if self.multi_port or getattr(self.feed, "__func__", None) is not RecordingRunner.feed:
             return self._feed_each(rows, port, upstream)
-        call, targets, append = self.call, self.targets, self.log.counts.append   # (a flush empties counts in place)
+        call, targets, counts = self.call, self.targets, self.log.counts   # (a flush empties counts in place)
+        append, zeros, width = counts.append, counts.frombytes, counts.itemsize
         count, up = self.count, upstream.count
+        n, i, size = len(rows), 0, 1
         CONTEXT.runner = self
-        for row in rows:
-            up += 1
-            if count >= self.barrier_at:   # read each row: the control thread sets it
+        while i < n:
+            if count >= self.barrier_at:   # (the control thread sets it)
                 upstream.count = up
                 self.on_barrier(count)
                 CONTEXT.runner = self
-            try:
-                outs = call(row, port)
-                if outs is not None and type(outs) is not list and type(outs) is not tuple:
-                    outs = _materialize(outs)
-            except Exception as e:
-                upstream.count = up
-                raise OperatorFailure(self, port, row, e) from e
-            count += 1
-            self.count = count
-            if outs:
-                append(len(outs))
-                upstream.count = up
-                for o in outs:
-                    for t in targets:
-                        t(o)
-                CONTEXT.runner = self
-            else:
-                append(0)
+            due = self.barrier_at - count   # ≥ 1, but for an interaction that came since the test
+            stop = i + (size if due >= size else max(1, int(due)))
+            logged = count   # counts holds an entry for each input before `logged`
+            started = perf_counter()
+            for row in rows[i:stop]:
+                up += 1
+                try:
+                    outs = call(row, port)
+                    if outs is not None and type(outs) is not list and type(outs) is not tuple:
+                        outs = _materialize(outs)
+                except Exception as e:
+                    upstream.count = up
+                    if count > logged:
+                        zeros(bytes(width * (count - logged)))
+                    raise OperatorFailure(self, port, row, e) from e
+                count += 1
+                self.count = count
+                if outs:
+                    if count - 1 > logged:
+                        zeros(bytes(width * (count - 1 - logged)))
+                    append(len(outs))
+                    logged = count
+                    upstream.count = up
+                    for o in outs:
+                        for t in targets:
+                            t(o)
+                    CONTEXT.runner = self
+            if count > logged:
+                zeros(bytes(width * (count - logged)))
+            took = perf_counter() - started
+            if took < _SLICE_SECONDS:
+                if size < _SLICE_ROWS:
+                    size *= 2
+            elif took > 4 * _SLICE_SECONDS and size > 1:
+                size //= 2
+            i = stop
         upstream.count = up
 
     def end(self):

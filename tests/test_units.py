@@ -968,6 +968,79 @@ def test_a_hooked_key_is_one_unit_only_when_spark_hands_it_exactly_one_element()
         assert list(rest) == elements and pulled == elements
 
 
+# --- θ's loop over a batch ------------------------------------------------------------------
+
+def test_thetas_loop_over_a_batch_logs_and_takes_barriers_as_row_by_row():
+    """`RecordingRunner.feed_many` logs a run of silent inputs at once and checks for barriers
+    between slices of rows: its outputs and output counts equal those of `feed` row by row; a
+    barrier at a fixed position (a re-run's) is taken exactly there, with every input before
+    it logged; an interaction that arrives mid-batch (the control thread sets `barrier_at` to
+    0) is taken within a slice (≤ `_SLICE_ROWS` rows) with the log complete; a failing input
+    leaves the log complete up to it."""
+    from tt.core.runtime import _SLICE_ROWS, INF, InstanceLog, OperatorFailure, ThetaRunner
+
+    class Op(Operator):   # 0, 1 or 2 outputs by the row; long silent runs, as an aggregate's
+        def __init__(self):
+            self.seen = 0
+            self.arrived: list[int] = []   # positions at which an "interaction" arrives
+            self.runner = None
+            self.fail_at = -1
+
+        def process(self, row, port=0):
+            self.seen += 1
+            if row == self.fail_at:
+                raise ValueError("bad row")
+            if self.arrived and self.seen == self.arrived[0]:
+                self.arrived.pop(0)
+                self.runner.barrier_at = 0
+            if row % 1000 < 700:
+                return None
+            return [row] * (row % 3)
+
+    rows = list(range(20_000))
+
+    def run(batched: bool, fixed=(), arrive=(), fail_at=-1):
+        op = Op()
+        op.arrived, op.fail_at = list(arrive), fail_at
+        taken = []
+        fixed = list(fixed)
+
+        def on_barrier(position):
+            assert len(runner.log.counts) == position - runner.log.start   # every input before it logged
+            taken.append(position)
+            while fixed and fixed[0] <= position:
+                fixed.pop(0)
+            runner.barrier_at = fixed[0] if fixed else INF
+
+        runner = ThetaRunner("T", 0, op, 1, InstanceLog([]), False, on_barrier=on_barrier,
+                             on_trigger=None, when=None)
+        op.runner = runner
+        runner.barrier_at = fixed[0] if fixed else INF
+        out = []
+        runner.targets = [out.append]
+        try:
+            if batched:
+                for at in range(0, len(rows), 3_000):   # as a source's batches come
+                    runner.feed_rows(rows[at:at + 3_000], 0)
+            else:
+                for row in rows:
+                    runner.feed(row, 0)
+        except OperatorFailure as f:
+            assert f.row == fail_at and runner.count == fail_at
+        return out, runner.log.counts, taken, runner.count
+
+    plain = run(False)
+    assert run(True) == plain and sum(plain[1]) == len(plain[0]) > 0 and len(plain[1]) == len(rows)
+    fixed = [1, 2, 699, 700, 2_999, 3_000, 3_001, 12_345, 19_999]
+    assert run(True, fixed=fixed) == run(False, fixed=fixed)
+    assert run(True, fixed=fixed)[2] == fixed
+    out, counts, taken, _ = run(True, arrive=[500, 9_000])
+    assert (out, counts) == plain[:2]
+    assert len(taken) == 2 and 500 <= taken[0] <= 500 + _SLICE_ROWS and 9_000 <= taken[1] <= 9_000 + _SLICE_ROWS
+    failed = run(True, fail_at=7_777)
+    assert failed == run(False, fail_at=7_777) and len(failed[1]) == 7_777
+
+
 # --- a source's batch into a shuffle ---------------------------------------------------------
 
 @pytest.mark.parametrize("logged", [False, True])
