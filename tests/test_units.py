@@ -907,7 +907,7 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
     row and in runs)."""
     from tt.core.logs import END
     from tt.core.operator import HashJoin
-    from tt.core.runtime import InstanceLog, JoinLineageRunner, StoredLineageRunner
+    from tt.core.runtime import InstanceLog, JoinLineageRunner, OperatorFailure, StoredLineageRunner
     from tt.store import join_lineage
 
     rng = random.Random(11)
@@ -948,6 +948,27 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
     runs.append([*END, 1])
     assert len(logged.keys) == len(seq) and len(logged.made) == 0
     assert sum(made) > 0 and join_lineage.made_from_keys([tuple(r) for r in runs], logged.keys, logged.counts) == made
+
+    # a key function that raises mid-run: the logs are complete up to the failing input either way
+    def failing_key(r):
+        if r["i"] == 1_550:
+            raise ValueError("no key")
+        return r["k"]
+
+    for inputs in (seq, [({"k": i // 3, "i": i}, i // 100 % 2) for i in range(3_000)]):   # (the second: silent runs)
+        failed = []
+        for batched in (False, True):
+            runner = JoinLineageRunner("J", 0, HashJoin(failing_key, failing_key), 1, InstanceLog([]), False)
+            runner.targets = [lambda o: None]
+            with pytest.raises(OperatorFailure):
+                if batched:
+                    for port, run in itertools.groupby(inputs, key=lambda rp: rp[1]):
+                        runner.feed_rows([row for row, _ in run], port)
+                else:
+                    for row, port in inputs:
+                        runner.feed(row, port)
+            failed.append((runner.count, runner.log.keys, runner.log.counts))
+        assert failed[0] == failed[1] and failed[0][0] == len(failed[0][1]) == len(failed[0][2]) == 1_550
 
     # counts beyond the stored rows (a log the built-in join never writes): those outputs come from nothing
     runs, keys, counts = [(0, 0, 2), (1, 0, 2), (-1, -1, 1)], array("q", [5, 6, 5, 5]), array("I", [0, 0, 2, 3, 0])
