@@ -241,6 +241,7 @@ class RecordingRunner(Runner):
         self.implicit_channel: tuple[int, int] | None = None
 
     barrier_at: float = INF   # only θ takes barriers (ThetaRunner); checked here, not in a second call per tuple
+    slice_rows = 1            # `feed_many`'s slice, as its last call left it (a shuffle's payloads are 512 rows)
 
     def feed(self, row, port):
         if self.count >= self.barrier_at:
@@ -270,20 +271,21 @@ class RecordingRunner(Runner):
         or an instance that logs ports or checks `--when`, feeds row by row).
 
         Two things `feed` does per row are done here per slice of rows. A barrier is checked
-        between slices, which last about a millisecond (`_SLICE_SECONDS`; a slice grows from
-        one row while its rows are quick, so a slow operator still checks after each row): an
-        interaction that arrives mid-slice is taken when it ends, as one that arrived a
-        moment later would be; a barrier at a fixed position (a re-run's) ends a slice there.
-        And an input that emits nothing is logged as a 0 only when the next one emits or the
-        slice ends, a run of zeros at once. Per row, that saved 0.6 s of the Python workers'
-        25 s on TPC-H W1 (θ: an aggregate that emits only at the end)."""
+        between slices, which last about a millisecond (`_SLICE_SECONDS`): a slice grows from
+        one row, call after call, while its rows are quick, and shrinks again, so a slow
+        operator still checks after each row. An interaction that arrives mid-slice is taken
+        when the slice ends, as one that arrived a moment later would be; a barrier at a fixed
+        position (a re-run's) ends a slice there. And an input that emits nothing is logged as
+        a 0 only when the next one emits or the slice ends, a run of zeros at once. Per row,
+        that saved 0.6 s of the Python workers' 25 s on TPC-H W1 (θ: an aggregate that emits
+        only at the end)."""
         if (len(rows) < 8 or self.multi_port   # (a few rows, a hooked function's unit: `feed` costs less)
                 or getattr(self.feed, "__func__", None) is not RecordingRunner.feed):
             return self._feed_each(rows, port, upstream)
         call, targets, counts = self.call, self.targets, self.log.counts   # (a flush empties counts in place)
         append, zeros, width = counts.append, counts.frombytes, counts.itemsize
         count, up = self.count, upstream.count
-        n, i, size = len(rows), 0, 1
+        n, i, size = len(rows), 0, self.slice_rows
         CONTEXT.runner = self
         while i < n:
             if count >= self.barrier_at:   # (the control thread sets it)
@@ -326,6 +328,7 @@ class RecordingRunner(Runner):
             elif took > 4 * _SLICE_SECONDS and size > 1:
                 size //= 2
             i = stop
+        self.slice_rows = size
         upstream.count = up
 
     def end(self):
