@@ -276,9 +276,11 @@ class RecordingRunner(Runner):
         operator still checks after each row. An interaction that arrives mid-slice is taken
         when the slice ends, as one that arrived a moment later would be; a barrier at a fixed
         position (a re-run's) ends a slice there. And an input that emits nothing is logged as
-        a 0 only when the next one emits or the slice ends, a run of zeros at once. Per row,
-        that saved 0.6 s of the Python workers' 25 s on TPC-H W1 (θ: an aggregate that emits
-        only at the end)."""
+        a 0 only when the next one emits or the slice ends, a run of zeros at once. On TPC-H W1
+        (θ: an aggregate that emits only at the end) at 1 interaction/10 s, the Python workers'
+        CPU went from 0.60 s above recording off's 25 s to 0.23 s below it (medians of 6 and 5
+        alternating rounds: within the noise); Spark-free, 1M rows of a silent operator, from
+        +44 to +7 ms."""
         if (len(rows) < 8 or self.multi_port   # (a few rows, a hooked function's unit: `feed` costs less)
                 or getattr(self.feed, "__func__", None) is not RecordingRunner.feed):
             return self._feed_each(rows, port, upstream)
