@@ -478,10 +478,8 @@ class JoinLineageRunner(RecordingRunner):
         if self.multi_port or self.barrier_at != INF or type(self) is not JoinLineageRunner:
             return self._feed_each(rows, port, upstream)
         call, targets, key = self.call, self.targets, self.op.join_key
-        counts, keep = self.log.counts, self.log.keys.append   # (a flush empties them in place)
-        append, zeros, width = counts.append, counts.frombytes, counts.itemsize
+        append, keep = self.log.counts.append, self.log.keys.append   # (a flush empties them in place)
         count, up = self.count, upstream.count
-        logged = count   # as in `RecordingRunner.feed_many`: silent inputs' zeros are logged a run at once
         CONTEXT.runner = self
         for row in rows:
             up += 1
@@ -491,8 +489,6 @@ class JoinLineageRunner(RecordingRunner):
                     outs = _materialize(outs)
             except Exception as e:
                 upstream.count = up
-                if count > logged:
-                    zeros(bytes(width * (count - logged)))
                 raise OperatorFailure(self, port, row, e) from e
             count += 1
             self.count = count
@@ -502,17 +498,14 @@ class JoinLineageRunner(RecordingRunner):
             except (OverflowError, TypeError):
                 keep(_logged_key(k))
             if outs:
-                if count - 1 > logged:
-                    zeros(bytes(width * (count - 1 - logged)))
                 append(len(outs))
-                logged = count
                 upstream.count = up
                 for o in outs:
                     for t in targets:
                         t(o)
                 CONTEXT.runner = self
-        if count > logged:
-            zeros(bytes(width * (count - logged)))
+            else:
+                append(0)
         upstream.count = up
 
 
