@@ -400,51 +400,6 @@ def _key_hash(key: Any) -> int:
     return _json_hash(key, lambda: values.encode(key))
 
 
-#: CPython's 64-bit tuple hash (Objects/tupleobject.c): its primes, and what it adds for a 1-tuple
-_XXPRIME_1, _XXPRIME_2, _XXPRIME_5 = 11400714785074694791, 14029467366897019727, 2870177450012600261
-_XXLEN_1 = 1 ^ (_XXPRIME_5 ^ 3527539)
-_INT_MODULUS = (1 << 61) - 1   # an int's hash is the int modulo this, signed (Objects/longobject.c)
-_IN_NUMPY = 256   # keys, from which `_key_sums` hashes ints in numpy (below, numpy's fixed costs weigh more)
-
-
-def _int_key_hashes(keys: list) -> Any:
-    """`_key_hashes` of keys that are all ints within int64, as a numpy uint64 array made the way
-    CPython makes `hash((key,))`; None for any other keys. 320,000 keys of a J1-like join: 70 ms
-    by `map`; 30 ms to read them into numpy, then 3 to hash them there. `tests/test_units.py`
-    holds the values to CPython's."""
-    import numpy as np
-
-    if not set(map(type, keys)) <= {int}:
-        return None
-    try:
-        k = np.fromiter(keys, np.int64, len(keys))
-    except OverflowError:
-        return None
-    u, negative, one = k.view(np.uint64), k < 0, np.uint64(1)
-    magnitude = np.where(negative, ~u + one, u) % np.uint64(_INT_MODULUS)
-    lane = np.where(negative, ~magnitude + one, magnitude)
-    lane[lane == np.uint64(_MASK)] = np.uint64(_MASK - 1)   # hash(-1) is -2
-    acc = np.uint64(_XXPRIME_5) + lane * np.uint64(_XXPRIME_2)
-    acc = ((acc << np.uint64(31)) | (acc >> np.uint64(33))) * np.uint64(_XXPRIME_1) + np.uint64(_XXLEN_1)
-    acc[acc == np.uint64(_MASK)] = np.uint64(1546275796)   # a tuple's hash is never -1
-    return acc
-
-
-def _key_sums(keys: list, weights: Any, plus: int = 0) -> tuple[int, list]:
-    """The sum of (weight + `plus`) × `_key_hashes` over `keys` (weights: ints ≥ 0, a list or an
-    array; None for 0 each), modulo 2**64, and the keys sampled among them (`_chosen`)."""
-    import numpy as np
-
-    hashes = _int_key_hashes(keys) if len(keys) >= _IN_NUMPY else None
-    if hashes is None:
-        hashes = _key_hashes(keys)
-        total = plus * sum(hashes) + (sum(map(operator.mul, weights, hashes)) if weights is not None else 0)
-        return total & _MASK, list(_chosen(keys, hashes))
-    w = np.full(len(keys), plus, np.uint64) if weights is None else np.asarray(weights, np.uint64) + np.uint64(plus)
-    sampled = np.flatnonzero(hashes >> np.uint64(_UNSAMPLED) == 0).tolist()
-    return int((w * hashes).sum()), [keys[i] for i in sampled]
-
-
 class _KeyRowsDigest:
     """One field's `KEY_ROWS` digest: the sum over its keys of (rows + 1) × the key's hash
     (`_key_hashes`), its rows, and the values' hashes of the keys it samples (one in 64: the key's
@@ -456,43 +411,41 @@ class _KeyRowsDigest:
     and reads no key's list but a sampled one's, where a `COUNTS` digest reads every changed
     key's list and looks up the count it had. A J1-like task (1,023,506 rows in key order, both
     sides), a snapshot every 4,000 rows (256 snapshots), Spark-free, best of 3 in each run: 336
-    and 355 ms of digests as `COUNTS` (two runs), 209, 215 and 240 ms so (three runs). One
-    snapshot at the end, from scratch: 207 and 223 ms as `COUNTS`, 221 to 245 ms so while int
-    keys were hashed by `map`, 136 to 156 ms (four runs) since numpy hashes them
-    (`_int_key_hashes`). Every recorded task takes that end snapshot: on TPC-H W2 at 1
-    interaction/10 s, J1's was 0.08 to 0.17 s of each task before numpy."""
+    and 355 ms of digests as `COUNTS` (two runs), 209, 215 and 240 ms so (three runs), about
+    what one snapshot at the end costs from scratch either way (207 and 223 ms before, 221 to
+    245 ms so)."""
 
     __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row")
 
     def __init__(self, field: dict):
         keys = list(field)
-        rows = _rows_of(field.values())
+        rows, hashes = _rows_of(field.values()), _key_hashes(keys)
         self.size, self.rows = len(keys), sum(rows)
-        self.hashes, chosen = _key_sums(keys, rows, plus=1)
+        self.hashes = sum(map(operator.mul, rows, hashes)) + sum(hashes)
         self.sampled, self.sampled_sum = {}, 0
-        self._sample(field, chosen)
+        self._sample(field, keys, hashes)
         self.per_row = _per_row(field)
 
     def update(self, field: dict, appended: dict, listed: Any, added: list) -> None:
         """`appended`: the rows added under each key since the last snapshot, every key whose rows
         changed in number among them; `listed`: every key that changed in any way (the operator's
         `changed_keys()` of this field); `added`: the keys added since, the field's last ones."""
-        counts = list(appended.values())
-        total, chosen = _key_sums(list(appended), counts)
-        self.hashes += total + _key_sums(added, None, plus=1)[0]
+        keys = list(appended)
+        counts, hashes = list(appended.values()), _key_hashes(keys)
+        self.hashes += sum(map(operator.mul, counts, hashes)) + sum(_key_hashes(added))
         self.rows += sum(counts)
         self.size = len(field)
-        self._sample(field, chosen)
+        self._sample(field, keys, hashes)
         others = list(set(listed).difference(appended)) if listed else []   # changed, but no row added
         if others:
-            self._sample(field, _key_sums(others, None)[1])
+            self._sample(field, others, _key_hashes(others))
         if not self.per_row:
             self.per_row = _per_row(field)
 
-    def _sample(self, field: dict, chosen: list) -> None:
-        """Hash the values of the keys `chosen` to be sampled (`_key_sums`)."""
+    def _sample(self, field: dict, keys: list, hashes: list[int]) -> None:
+        """Hash the values of the keys it samples among `keys` (whose `_key_hashes` are `hashes`)."""
         sampled = self.sampled
-        for k in chosen:
+        for k in _chosen(keys, hashes):
             entry = _entry(k, field[k]) >> 96
             self.sampled_sum += entry - sampled.get(k, 0)
             sampled[k] = entry
