@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import itertools
 import traceback
-from time import perf_counter
 from array import array
+from time import perf_counter
 from typing import Any, Callable
 
 from .errors import OperatorError, ReplayDivergence
