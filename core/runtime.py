@@ -298,31 +298,31 @@ class RecordingRunner(Runner):
             stop = i + (size if due >= size else max(1, int(due)))
             logged = count   # counts holds an entry for each input before `logged`
             started = perf_counter()
-            for row in rows[i:stop]:
-                up += 1
-                try:
-                    outs = call(row, port)
-                    if outs is not None and type(outs) is not list and type(outs) is not tuple:
-                        outs = _materialize(outs)
-                except Exception as e:
-                    upstream.count = up
-                    if count > logged:
-                        zeros(bytes(width * (count - logged)))
-                    raise OperatorFailure(self, port, row, e) from e
-                count += 1
-                self.count = count
-                if outs:
-                    if count - 1 > logged:
-                        zeros(bytes(width * (count - 1 - logged)))
-                    append(len(outs))
-                    logged = count
-                    upstream.count = up
-                    for o in outs:
-                        for t in targets:
-                            t(o)
-                    CONTEXT.runner = self
-            if count > logged:
-                zeros(bytes(width * (count - logged)))
+            try:
+                for row in rows[i:stop]:
+                    up += 1
+                    try:
+                        outs = call(row, port)
+                        if outs is not None and type(outs) is not list and type(outs) is not tuple:
+                            outs = _materialize(outs)
+                    except Exception as e:
+                        upstream.count = up
+                        raise OperatorFailure(self, port, row, e) from e
+                    count += 1
+                    self.count = count
+                    if outs:
+                        if count - 1 > logged:
+                            zeros(bytes(width * (count - 1 - logged)))
+                        append(len(outs))
+                        logged = count
+                        upstream.count = up
+                        for o in outs:
+                            for t in targets:
+                                t(o)
+                        CONTEXT.runner = self
+            finally:   # (a failing input too: the log is complete up to it)
+                if count > logged:
+                    zeros(bytes(width * (count - logged)))
             took = perf_counter() - started
             if took < _SLICE_SECONDS:
                 if size < _SLICE_ROWS:

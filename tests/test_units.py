@@ -1054,8 +1054,8 @@ def test_thetas_loop_over_a_batch_logs_and_takes_barriers_as_row_by_row():
     plain = run(False)
     assert run(True) == plain and sum(plain[1]) == len(plain[0]) > 0 and len(plain[1]) == len(rows)
     fixed = [1, 2, 699, 700, 2_999, 3_000, 3_001, 12_345, 19_999]
-    assert run(True, fixed=fixed) == run(False, fixed=fixed)
-    assert run(True, fixed=fixed)[2] == fixed
+    batched = run(True, fixed=fixed)
+    assert batched == run(False, fixed=fixed) and batched[2] == fixed
     out, counts, taken, _ = run(True, arrive=[500, 9_000])
     assert (out, counts) == plain[:2]
     assert len(taken) == 2 and 500 <= taken[0] <= 500 + _SLICE_ROWS and 9_000 <= taken[1] <= 9_000 + _SLICE_ROWS
