@@ -400,6 +400,16 @@ def _key_hash(key: Any) -> int:
     return _json_hash(key, lambda: values.encode(key))
 
 
+def key_sums(keys: list, weights: Any, plus: int = 0) -> tuple[int, list]:
+    """The sum of (weight + `plus`) × `_key_hashes` over `keys` (weights: ints ≥ 0, None for 0
+    each), modulo 2**64, and the keys among them whose values a `KEY_ROWS` digest samples
+    (`_chosen`). What replay digests with; the recorder hands `KeptDigests` one that computes the
+    same in numpy (recorder/key_sums.py), which the core may not import."""
+    hashes = _key_hashes(keys)
+    total = plus * sum(hashes) + (sum(map(operator.mul, weights, hashes)) if weights is not None else 0)
+    return total & _MASK, list(_chosen(keys, hashes))
+
+
 class _KeyRowsDigest:
     """One field's `KEY_ROWS` digest: the sum over its keys of (rows + 1) × the key's hash
     (`_key_hashes`), its rows, and the values' hashes of the keys it samples (one in 64: the key's
@@ -415,37 +425,38 @@ class _KeyRowsDigest:
     what one snapshot at the end costs from scratch either way (207 and 223 ms before, 221 to
     245 ms so)."""
 
-    __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row")
+    __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row", "sums")
 
-    def __init__(self, field: dict):
+    def __init__(self, field: dict, sums: Any = key_sums):
         keys = list(field)
-        rows, hashes = _rows_of(field.values()), _key_hashes(keys)
+        rows = _rows_of(field.values())
+        self.sums = sums   # `key_sums`, or the recorder's with the same values
         self.size, self.rows = len(keys), sum(rows)
-        self.hashes = sum(map(operator.mul, rows, hashes)) + sum(hashes)
+        self.hashes, chosen = sums(keys, rows, 1)
         self.sampled, self.sampled_sum = {}, 0
-        self._sample(field, keys, hashes)
+        self._sample(field, chosen)
         self.per_row = _per_row(field)
 
     def update(self, field: dict, appended: dict, listed: Any, added: list) -> None:
         """`appended`: the rows added under each key since the last snapshot, every key whose rows
         changed in number among them; `listed`: every key that changed in any way (the operator's
         `changed_keys()` of this field); `added`: the keys added since, the field's last ones."""
-        keys = list(appended)
-        counts, hashes = list(appended.values()), _key_hashes(keys)
-        self.hashes += sum(map(operator.mul, counts, hashes)) + sum(_key_hashes(added))
+        counts = list(appended.values())
+        total, chosen = self.sums(list(appended), counts)
+        self.hashes += total + self.sums(added, None, 1)[0]
         self.rows += sum(counts)
         self.size = len(field)
-        self._sample(field, keys, hashes)
+        self._sample(field, chosen)
         others = list(set(listed).difference(appended)) if listed else []   # changed, but no row added
         if others:
-            self._sample(field, others, _key_hashes(others))
+            self._sample(field, self.sums(others, None)[1])
         if not self.per_row:
             self.per_row = _per_row(field)
 
-    def _sample(self, field: dict, keys: list, hashes: list[int]) -> None:
-        """Hash the values of the keys it samples among `keys` (whose `_key_hashes` are `hashes`)."""
+    def _sample(self, field: dict, chosen: list) -> None:
+        """Hash the values of the keys `chosen` to be sampled (by their `key_sums`)."""
         sampled = self.sampled
-        for k in _chosen(keys, hashes):
+        for k in chosen:
             entry = _entry(k, field[k]) >> 96
             self.sampled_sum += entry - sampled.get(k, 0)
             sampled[k] = entry
@@ -458,8 +469,9 @@ class _KeyRowsDigest:
 class KeptDigests:
     """The recorder's side: per instance, each kept-inputs field's running digest."""
 
-    def __init__(self):
+    def __init__(self, sums: Any = key_sums):
         self.fields: dict[tuple[Any, str], _FieldDigest | _CountDigest | _KeyRowsDigest] = {}
+        self.sums = sums   # a `KEY_ROWS` digest's `key_sums` (the recorder's: in numpy)
 
     def summarize(self, instance: Any, op: Any, state: dict, changed: dict | None,
                   counted: frozenset = frozenset(), appended: dict | None = None) -> tuple[dict, dict | None, int]:
@@ -486,7 +498,8 @@ class KeptDigests:
                 kind = (_KeyRowsDigest if by_rows else _CountDigest) if name in counted else _FieldDigest
                 if (digest is None or listed is None or len(field) < digest.size
                         or (kind is _KeyRowsDigest and rows_added is None)):   # from scratch
-                    digest = self.fields[(instance, name)] = kind(field)
+                    digest = self.fields[(instance, name)] = (kind(field, self.sums) if kind is _KeyRowsDigest
+                                                              else kind(field))
                 else:
                     new = list(itertools.islice(reversed(field), len(field) - digest.size))[::-1]  # a dict gains keys last
                     if type(digest) is _KeyRowsDigest:

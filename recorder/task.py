@@ -35,6 +35,7 @@ from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, Re
 from ..core.operator import CONTEXT
 from ..store import blobs, positions, row_digest
 from ..store.dests import pack_dests
+from .key_sums import key_sums
 
 ENVELOPE_DDL = "route int, dest int, epoch int, src int, seq long, payload binary"
 #: How a hooked operator's unit is stored, by the operator's kind; rows (the RDD APIs) are
@@ -269,7 +270,7 @@ class StageTask:
         self.k_now = 0
         self.new_checkpoints: list[tuple[dict, bytes]] = []
         self.state_encoder = StateEncoder()  # interaction states: deltas against the previous one
-        self.kept_digests = KeptDigests()    # ... and a join's stored rows as digests (core/kept_inputs.py)
+        self.kept_digests = KeptDigests(key_sums)    # ... and a join's stored rows as digests (core/kept_inputs.py)
         self.checkpointer = None   # a CheckpointWriter when the recording checkpoints online
         self.checkpoint_seq: dict[int, int] = {}
         self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)

@@ -593,6 +593,7 @@ def test_a_key_rows_digest_kept_up_from_counted_rows_is_the_sum_over_its_keys():
     import random
 
     from tt.core import kept_inputs as K
+    from tt.recorder import key_sums
 
     rng = random.Random(7)
     edges = [0, 1, -1, -2, 2**61 - 2, 2**61 - 1, 2**61, -(2**61 - 1), 2**63 - 1, -(2**63), 2**70]
@@ -600,7 +601,13 @@ def test_a_key_rows_digest_kept_up_from_counted_rows_is_the_sum_over_its_keys():
               {k: [k] * (1 + i % 3) for i, k in enumerate(edges)},
               {f"c{i}": [i] * (1 + i % 4) for i in range(300)},
               {1: [1, 2], 2: "x", 3: {"a": 1}, 4: []}, {True: [1], (1, "x"): [2, 3]}, {}]
-    fields.append({k: [k] * (1 + i % 3) for i, k in enumerate(k for k in edges if -2**63 <= k < 2**63)})   # int64 keys only
+    int64 = [k for k in edges if -2**63 <= k < 2**63] + [-(2**61), -(2**61) - 1, 2**62, -(2**63) + 1]
+    fields.append({k: [k] * (1 + i % 3) for i, k in enumerate(int64)})   # int64 keys only
+    fields.append({k: [k] * (1 + i % 3) for i, k in enumerate(int64 + list(range(-300, 300)))})   # summed in numpy
+    # the recorder sums int keys' hashes in numpy (recorder/key_sums.py), replay in the core: the same
+    assert key_sums.int_key_hashes(int64).tolist() == [hash((k,)) & K._MASK for k in int64]
+    assert key_sums.int_key_hashes([1, True]) is None and key_sums.int_key_hashes([1, 2**63]) is None
+    assert key_sums.int_key_hashes([1, 1.5]) is None
 
     def by_key(field):
         total = sum((K._rows(v) + 1) * K._key_hash(k) for k, v in field.items())
@@ -611,19 +618,32 @@ def test_a_key_rows_digest_kept_up_from_counted_rows_is_the_sum_over_its_keys():
         kept = K.summary(field, K.KEY_ROWS)
         assert (kept.keys, kept.rows, kept.of) == (len(field), sum(map(K._rows, field.values())), K.KEY_ROWS)
         assert kept.digest == by_key(field), list(field)[:3]
-    big = {k: list(v) for k, v in fields[0].items()}
-    digest = K._KeyRowsDigest(big)
+        assert K._KeyRowsDigest(field, key_sums.key_sums).kept(field).digest == kept.digest, list(field)[:3]
+        keys, rows = list(field), [K._rows(v) for v in field.values()]
+        for plus in (0, 1):
+            assert key_sums.key_sums(keys, rows, plus) == K.key_sums(keys, rows, plus)
+            assert key_sums.key_sums(keys, None, plus) == K.key_sums(keys, None, plus)
+    for sums, last in ((K.key_sums, 2**70), (key_sums.key_sums, 2**70), (key_sums.key_sums, -(2**63))):
+        big = {k: list(v) for k, v in fields[0].items()}   # (with an int64 key last, all in numpy)
+        _kept_up_from_appends(K, big, sums, by_key, last)
+
+
+def _kept_up_from_appends(K, big: dict, sums, by_key, last: int) -> None:
+    """A `key rows` digest of `big` kept up from rows appended under 400 keys, 3 keys added (the
+    last one `last`) and a key whose rows a merge was handed, equal to the same field digested
+    from scratch."""
+    digest = K._KeyRowsDigest(big, sums)
     appended = {}
     for k in list(big)[:400]:
         big[k].append(0)
         appended[k] = 1
-    for k, rows in ((2**62 + 5, [1]), (-1, [2, 2]), (2**70, [3])):   # keys added last, with their rows
+    for k, rows in ((2**62 + 5, [1]), (-1, [2, 2]), (last, [3])):   # keys added last, with their rows
         big[k] = rows
         appended[k] = len(rows)
     sampled = [k for k in list(big)[400:] if big[k] and not K._key_hash(k) >> K._UNSAMPLED]
     big[sampled[0]][:0] = ["a merge wrote here"]   # a key whose rows a merge was handed: one more item,
     big[sampled[0]].pop()                          # the same count
-    digest.update(big, appended, {**dict.fromkeys(appended, K.APPENDED), sampled[0]: None}, [2**62 + 5, -1, 2**70])
+    digest.update(big, appended, {**dict.fromkeys(appended, K.APPENDED), sampled[0]: None}, [2**62 + 5, -1, last])
     assert digest.kept(big).digest == by_key(big) == K.summary(big, K.KEY_ROWS).digest
     assert digest.kept(big).rows == sum(map(len, big.values()))
 
