@@ -589,7 +589,8 @@ def test_a_key_rows_digest_kept_up_from_counted_rows_is_the_sum_over_its_keys():
     key's hash, plus the values' hashes of the keys whose hash it samples. Made in bulk from a
     field, and kept up from the rows counted as appended, it must be that sum taken key by key,
     at the edges of an int's hash, for keys of any type, and for a key whose rows a merge was
-    handed (its value hashed again, its count unchanged)."""
+    handed (its value hashed again, its count unchanged); the recorder's sums in numpy
+    (recorder/key_sums.py) must give the core's, which replay digests with."""
     import random
 
     from tt.core import kept_inputs as K
