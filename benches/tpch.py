@@ -7,7 +7,7 @@ partials up. W2 is Q10: `lineitem` (l_returnflag = 'R') ⋈ `orders` (one quarte
 o_orderdate) ⋈ `customer` ⋈ `nation`, then revenue per customer, top 20; θ is the first
 join, `J1`. Data from `tpchgen-cli` as Parquet, generated once per scale factor.
 
-Variants, interleaved in every repetition (their order rotates), one SparkSession:
+Variants, interleaved in every repetition (their order rotates, backwards in every second one), one SparkSession:
   sql    the query in Spark SQL
   floor  the same Python work as tt's operators in one `mapInArrow` per Spark stage, rows
          from `to_pylist` (the Arrow floor: what any per-row Python operator pays)
@@ -375,6 +375,14 @@ def run_variant(spark, w: Workload, variant: str, every: float | None, data: Pat
     return w.answer(result), size
 
 
+def order(rep: int) -> list[tuple[str, float | None]]:
+    """The variants in repetition `rep`: rotated by one each repetition, and backwards in every
+    second one, so that no variant always follows the same one (whatever a run leaves behind,
+    the JVM's garbage or the page cache, the next one pays)."""
+    turned = VARIANTS[rep % len(VARIANTS):] + VARIANTS[:rep % len(VARIANTS)]
+    return turned[::-1] if rep % 2 else turned
+
+
 def bench(spark, w: Workload, data: Path, reps: int, partitions: int, work: Path) -> dict:
     for t in w.tables:
         spark.read.parquet(str(data / f"{t}.parquet")).createOrReplaceTempView(t)
@@ -390,7 +398,7 @@ def bench(spark, w: Workload, data: Path, reps: int, partitions: int, work: Path
     driver: dict[str, list[float]] = {v: [] for v, _ in VARIANTS}   # this process: tt's coordinator and writer
     sizes: dict[str, int] = {}
     for rep in range(reps):
-        for variant, every in VARIANTS[rep % len(VARIANTS):] + VARIANTS[:rep % len(VARIANTS)]:
+        for variant, every in order(rep):
             out = work / f"{w.name}-{variant.replace('/', 'per')}.db"
             c, d, t = cpu_seconds(), sum(os.times()[:2]), time.perf_counter()
             rows, size = run_variant(spark, w, variant, every, data, partitions, out)
