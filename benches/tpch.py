@@ -7,7 +7,8 @@ partials up. W2 is Q10: `lineitem` (l_returnflag = 'R') ⋈ `orders` (one quarte
 o_orderdate) ⋈ `customer` ⋈ `nation`, then revenue per customer, top 20; θ is the first
 join, `J1`. Data from `tpchgen-cli` as Parquet, generated once per scale factor.
 
-Variants, interleaved in every repetition (their order rotates, backwards in every second one), one SparkSession:
+Variants, interleaved in every repetition (their order rotates, backwards in every second
+one), one SparkSession:
   sql    the query in Spark SQL
   floor  the same Python work as tt's operators in one `mapInArrow` per Spark stage, rows
          from `to_pylist` (the Arrow floor: what any per-row Python operator pays)
