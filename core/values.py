@@ -269,6 +269,12 @@ def exact_json(value: Any) -> bytes | None:
         return None
 
 
+def json_exact(value: Any, depth: int = 0) -> bool:
+    """Whether `exact_json` would give `value` back exactly, as an item `depth` levels down a
+    value it writes."""
+    return _json_exact(value, depth)
+
+
 def _json_exact(v: Any, depth: int) -> bool:
     t = type(v)
     if t is str or t is bool or v is None:
