@@ -16,13 +16,14 @@ one), one SparkSession:
   10s    tt record, one interaction every 10 s
   10/s   tt record, ten interactions a second
 Every variant runs once at full size before the measured repetitions (unmeasured), and
-every answer is checked against Spark SQL's. Prints median wall time and median
-CPU time (this process and every process under it: the JVM and its Python workers), the
-ratios to the floor and to `off`, the median and range of each repetition's own ratio to
-`off` (this machine's runs of one commit spread over ±5 % and more), the run file as a share
-of the Parquet input, the rate it was written at (run file / wall time) and the CPU time of this process alone, where tt's
-coordinator receives and writes it (is the driver the bottleneck? issue 15 item 4); writes
-the same as markdown to benches/results/.
+every answer is checked against Spark SQL's. Prints median wall time and median CPU time
+(this process and every process under it: the JVM and its Python workers), the ratios to the
+floor and to `off`, the median and range of each repetition's own ratio to `off` (this
+machine's runs of one commit spread over ±5 % and more), the Python workers' CPU alone as a
+ratio to `off` (where tt's operators and logs run, without the JVM's share), the run file as a
+share of the Parquet input, the rate it was written at (run file / wall time) and the CPU time
+of this process alone, where tt's coordinator receives and writes it (is the driver the
+bottleneck? issue 15 item 4); writes the same as markdown to benches/results/.
 
     python benches/tpch.py [--workloads W1 W2] [--reps 3] [--scale 1] [--partitions 4]
 
@@ -330,8 +331,13 @@ def check(rows: list[tuple], reference: list[tuple], what: str) -> None:
                 raise SystemExit(f"{what}: {got} != Spark SQL's {want}")
 
 
-def cpu_seconds() -> float:
-    """CPU time of this process and every process under it (the JVM, its Python workers), live and reaped."""
+WORKERS = b"pyspark.daemon"   # in the command line of PySpark's worker daemon and of the workers it forks
+
+
+def cpu_seconds(only: bytes | None = None) -> float:
+    """CPU time of this process and every process under it (the JVM, its Python workers), live and
+    reaped; `only`: of those whose command line holds it (`WORKERS`: the Python workers, where
+    tt's operators and logs run; a worker that ended is in its daemon's figure)."""
     tick = os.sysconf("SC_CLK_TCK")
     procs: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
@@ -346,9 +352,17 @@ def cpu_seconds() -> float:
     total, todo = 0, [os.getpid()]
     while todo:
         pid = todo.pop()
-        total += procs.get(pid, (0, 0))[1]
+        if only is None or only in _command_line(pid):
+            total += procs.get(pid, (0, 0))[1]
         todo.extend(p for p, (ppid, _) in procs.items() if ppid == pid)
     return total / tick
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def run_variant(spark, w: Workload, variant: str, every: float | None, data: Path, partitions: int,
@@ -396,15 +410,17 @@ def bench(spark, w: Workload, data: Path, reps: int, partitions: int, work: Path
             p.unlink()
     wall: dict[str, list[float]] = {v: [] for v, _ in VARIANTS}
     cpu: dict[str, list[float]] = {v: [] for v, _ in VARIANTS}
+    workers: dict[str, list[float]] = {v: [] for v, _ in VARIANTS}   # the Python workers alone
     driver: dict[str, list[float]] = {v: [] for v, _ in VARIANTS}   # this process: tt's coordinator and writer
     sizes: dict[str, int] = {}
     for rep in range(reps):
         for variant, every in order(rep):
             out = work / f"{w.name}-{variant.replace('/', 'per')}.db"
-            c, d, t = cpu_seconds(), sum(os.times()[:2]), time.perf_counter()
+            c, p, d, t = cpu_seconds(), cpu_seconds(WORKERS), sum(os.times()[:2]), time.perf_counter()
             rows, size = run_variant(spark, w, variant, every, data, partitions, out)
             wall[variant].append(time.perf_counter() - t)
             cpu[variant].append(cpu_seconds() - c)
+            workers[variant].append(cpu_seconds(WORKERS) - p)
             driver[variant].append(sum(os.times()[:2]) - d)
             check(rows, reference, f"{w.name} rep {rep + 1} {variant}")
             if size is not None:
@@ -413,19 +429,19 @@ def bench(spark, w: Workload, data: Path, reps: int, partitions: int, work: Path
                     p.unlink()
             print(f"  {w.name} rep {rep + 1} {variant:5} {wall[variant][-1]:7.2f} s wall "
                   f"{cpu[variant][-1]:7.2f} s CPU", flush=True)
-    return {"wall": wall, "cpu": cpu, "driver": driver, "sizes": sizes,
+    return {"wall": wall, "cpu": cpu, "workers": workers, "driver": driver, "sizes": sizes,
             "input": sum((data / f"{t}.parquet").stat().st_size for t in w.tables)}
 
 
 def report(w: Workload, r: dict) -> tuple[list[str], list[str]]:
     """Printed lines and markdown table rows for one workload."""
-    med = {k: {v: statistics.median(r[k][v]) for v, _ in VARIANTS} for k in ("wall", "cpu", "driver")}
+    med = {k: {v: statistics.median(r[k][v]) for v, _ in VARIANTS} for k in ("wall", "cpu", "workers", "driver")}
     lines = [f"{w.name}: {w.what}; input {r['input'] / 1e6:.1f} MB Parquet",
              f"  {'variant':7} {'wall s':>7} {'CPU s':>7} {'wall×floor':>10} {'wall×off':>8} {'per rep ×off':>20} "
-             f"{'CPU×off':>7} {'run file':>9} {'/ input':>8} {'written':>10} {'driver CPU':>10}"]
+             f"{'CPU×off':>7} {'workers×off':>11} {'run file':>9} {'/ input':>8} {'written':>10} {'driver CPU':>10}"]
     table = [f"| {w.name} variant | wall s | CPU s | wall × floor | wall × off | per repetition × off: median "
-             "(range) | CPU × off | run file | run file / input | written | driver CPU s |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "(range) | CPU × off | workers' CPU × off | run file | run file / input | written | driver CPU s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for v, _ in VARIANTS:
         mb = f"{r['sizes'][v] / 1e6:.1f} MB" if v in r["sizes"] else "–"
         share = f"{100 * r['sizes'][v] / r['input']:.2f} %" if v in r["sizes"] else "–"
@@ -435,9 +451,10 @@ def report(w: Workload, r: dict) -> tuple[list[str], list[str]]:
         cells = (f"{med['wall'][v]:.2f}", f"{med['cpu'][v]:.2f}", f"{med['wall'][v] / med['wall']['floor']:.3f}",
                  f"{med['wall'][v] / med['wall']['off']:.3f}",
                  f"{statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f})",
-                 f"{med['cpu'][v] / med['cpu']['off']:.3f}", mb, share, rate, f"{med['driver'][v]:.2f}")
+                 f"{med['cpu'][v] / med['cpu']['off']:.3f}", f"{med['workers'][v] / med['workers']['off']:.3f}",
+                 mb, share, rate, f"{med['driver'][v]:.2f}")
         lines.append(f"  {v:7} {cells[0]:>7} {cells[1]:>7} {cells[2]:>10} {cells[3]:>8} {cells[4]:>20} "
-                     f"{cells[5]:>7} {cells[6]:>9} {cells[7]:>8} {cells[8]:>10} {cells[9]:>10}")
+                     f"{cells[5]:>7} {cells[6]:>11} {cells[7]:>9} {cells[8]:>8} {cells[9]:>10} {cells[10]:>10}")
         table.append(f"| {v} | " + " | ".join(cells) + " |")
     return lines, table
 
@@ -477,13 +494,14 @@ def main() -> None:
     today = datetime.date.today().isoformat()
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"{today}-tpch-{'-'.join(args.workloads).lower()}-sf{args.scale:g}.md"
-    per_rep = "\n".join(f"- {name} {v}: " + ", ".join(f"{t:.2f}/{c:.2f}" for t, c in zip(r["wall"][v], r["cpu"][v]))
-                        + " s (wall/CPU)" for name, r in results.items() for v, _ in VARIANTS)
+    per_rep = "\n".join(f"- {name} {v}: " + ", ".join(f"{t:.2f}/{c:.2f}/{p:.2f}" for t, c, p in
+                                                      zip(r["wall"][v], r["cpu"][v], r["workers"][v]))
+                        + " s (wall/CPU/workers' CPU)" for name, r in results.items() for v, _ in VARIANTS)
     out.write_text(
         f"# TPC-H W1/W2: tt against Spark SQL and the Arrow floor ({today})\n\n"
         f"    python benches/tpch.py --workloads {' '.join(args.workloads)} --reps {args.reps} "
         f"--scale {args.scale:g} --partitions {args.partitions}\n\n{head}. CPU = this process and "
-        f"every process under it. Every answer checked against Spark SQL's.\n\n"
+        f"every process under it; workers' CPU = the Python workers' alone. Every answer checked against Spark SQL's.\n\n"
         + "\n\n".join(tables) + f"\n\nPer repetition:\n\n{per_rep}\n")
     print(f"\nwrote {out}")
 
