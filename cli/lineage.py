@@ -77,6 +77,8 @@ def lineage(
         require_dataflow(reader, "trace")
         session = DebugSession(reader, trust=trust)
         lineage = Lineage(session)
+        if ":" not in target:
+            reader.operator(target)   # a name that is no operator's is told at once: before an index is built
         if (index or reindex) and not _STATE.fullmatch(target):   # (a state value is read from a replay)
             note = lineage.use_index(rebuild=reindex, progress=bar("indexing lineage (once)")
                                      if sys.stderr.isatty() else None)
