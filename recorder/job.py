@@ -138,8 +138,9 @@ def _nothing_recorded(job: Path, session: RecordingSession) -> str:
                 f"server's executors); use a classic SparkSession (SparkSession.builder without .remote)")
     skipped = "".join(f"; {u['kind']} at {u['site']} ran unrecorded: {u['why']}" for u in session.unrecorded_calls)
     return (f"{job} ran no tt dataflow and called no PySpark method tt records (Dataflow.run(), "
-            f"mapInPandas, mapInArrow, applyInPandas, applyInArrow, rdd.mapPartitions/map/flatMap/filter, "
-            f"Python UDTFs){skipped}")
+            f"mapInPandas, mapInArrow, applyInPandas, applyInArrow and their cogrouped forms, "
+            f"transformWithStateInPandas, transformWithState, applyInPandasWithState, "
+            f"rdd.mapPartitions/mapPartitionsWithIndex/map/flatMap/filter, Python UDTFs){skipped}")
 
 
 def _disk_full(e: BaseException) -> bool:

@@ -11,6 +11,7 @@ import pytest
 
 import tt
 from tt.core.errors import UsageError
+from tt.core.hooked import GROUP_STATE_KIND, PROCESSOR_KINDS
 from tt.store.reader import RunReader
 
 ROWS, PARTITIONS = 300, 3
@@ -88,6 +89,7 @@ def test_a_job_that_calls_nothing_tt_records_says_what_it_records(spark, tmp_pat
     assert outcome.status == "failed" and outcome.exit_code == 1
     assert outcome.error.startswith(f"{job} ran no tt dataflow and called no PySpark method tt records (")
     assert "mapInPandas" in outcome.error and "Python UDTFs" in outcome.error
+    assert all(kind in outcome.error for kind in [*PROCESSOR_KINDS, GROUP_STATE_KIND])   # every API tt records is named
     assert "; applyInPandas at plain.py:8 ran unrecorded: its type hints ask for the iterator form" in outcome.error
 
 
