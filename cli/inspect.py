@@ -116,6 +116,10 @@ def _summary_text(s: dict) -> str:
                  f"{s['tasks']['committed']} tasks committed")
     if s["seconds"] is not None:
         lines.append(f"time     {s['started']} · {s['seconds']:.1f}s")
+    if not s["operators"]:   # the job ran nothing tt records (the status line says why)
+        lines.append("θ        none: the run has no operator")
+        lines.append(f"sizes    file {human_bytes(s['sizes']['file'])}")
+        return "\n".join(lines)
     lines.append(f"θ        {s['theta']}   (G(θ) = {', '.join(o['name'] for o in s['operators'] if o['in_g'])})"
                  + (f"; {s['theta_tuples']:,} tuples into θ" if s.get("theta_tuples") is not None else ""))
     logged = [o["name"] for o in s["operators"] if o.get("lineage")]

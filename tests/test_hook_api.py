@@ -72,8 +72,10 @@ def test_hook_as_a_context_manager_and_one_recording_at_a_time(spark, tmp_path):
         reader.close()
 
 
-def test_a_job_that_calls_nothing_tt_records_says_what_it_records(spark, tmp_path):
-    """One line naming what tt hooks, and what ran unrecorded and why."""
+def test_a_job_that_calls_nothing_tt_records_says_what_it_records(spark, tmp_path, capsys):
+    """One line naming what tt hooks, and what ran unrecorded and why; `tt inspect` shows the
+    run without an operator table."""
+    from tt.cli.main import main
     from tt.recorder.job import record_job
 
     job = tmp_path / "plain.py"
@@ -91,6 +93,11 @@ def test_a_job_that_calls_nothing_tt_records_says_what_it_records(spark, tmp_pat
     assert "mapInPandas" in outcome.error and "Python UDTFs" in outcome.error
     assert all(kind in outcome.error for kind in [*PROCESSOR_KINDS, GROUP_STATE_KIND])   # every API tt records is named
     assert "; applyInPandas at plain.py:8 ran unrecorded: its type hints ask for the iterator form" in outcome.error
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "plain.db")]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith(f"{tmp_path / 'plain.db'}: failed — ") and "θ        none: the run has no operator" in shown
+    assert not any(line.startswith(("operator ", "edges ")) for line in shown)
 
 
 def test_a_hooked_function_whose_state_cannot_be_pickled_steps_back_by_replay(spark, tmp_path):
