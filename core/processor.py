@@ -69,8 +69,13 @@ class ProcessorOperator(HookedOperator):
             return group.end()
         if what == "timer":
             (key, tv), expiry = self._keyed(unit), unit[3]
+            observer = self._handle.observer
+            if observer is not None:   # the call is made because of the key's timers: it read them
+                observer("read", "timers", self._handle._shown_key)
             out = outputs(p.handleExpiredTimer(key=key, timerValues=tv, expiredTimerInfo=ExpiredTimerInfo(expiry)))
             self._store.fired(key, expiry)
+            if observer is not None:
+                observer("change", "timers", self._handle._shown_key)
             return out
         if what == "initial":
             key, tv = self._keyed(unit)
@@ -103,12 +108,23 @@ class ProcessorOperator(HookedOperator):
         return self._group is not None and self._group.failed
 
     def state(self) -> dict:
-        attrs = getattr(self._fn, "__dict__", None)
-        out = {k: v for k, v in values.public_attrs(attrs).items()
-               if not isinstance(v, STATE_VARIABLES)} if isinstance(attrs, dict) else {}
+        out = self.own_fields()
         for name, per_key in self._store.state().items():
             out[name if name not in out else f"{name} (state)"] = per_key
         return out
+
+    def own_fields(self) -> dict:
+        """The processor object's public attributes but its state variables: the state kept in
+        Python, beside what the handle keeps per key."""
+        attrs = getattr(self._fn, "__dict__", None)
+        return {k: v for k, v in values.public_attrs(attrs).items()
+                if not isinstance(v, STATE_VARIABLES)} if isinstance(attrs, dict) else {}
+
+    def watch_state_calls(self, observer: Any) -> None:
+        """Row lineage's tracked replay (replay/state_access.py): `observer(kind, variable, key)`
+        hears which key's value each state call read or wrote (`state_handle.ACCESS`), and each
+        fired timer; None stops it."""
+        self._handle.observer = observer
 
     def __getstate__(self) -> dict:
         if self._group is not None:

@@ -178,9 +178,24 @@ class _Call:
         return _no_spark()
 
 
+#: How a state call touches its variable's value under the current key, for row lineage
+#: (replay/state_access.py): "read" it, "write" it anew, "change" it (write what it read:
+#: an append, one map entry), or "delete" it. Calls not listed touch no key's value.
+ACCESS = {"get": "read", "exists": "read", "getValue": "read", "containsKey": "read", "iterator": "read",
+          "keys": "read", "values": "read", "listTimers": "read",
+          "update": "write", "put": "write",
+          "appendValue": "change", "appendList": "change", "updateValue": "change", "removeKey": "change",
+          "registerTimer": "change", "deleteTimer": "change",
+          "clear": "delete"}
+
+
 class Handle:
     """What the processor's `init` gets: Spark's handle while recording (`backend`), nothing
-    in replay. `key` is the grouping key the operator is running the processor under."""
+    in replay. `key` is the grouping key the operator is running the processor under.
+    `observer`: told `(ACCESS kind, variable, key as shown)` after every call that touches a
+    key's value (lineage's tracked replay sets it)."""
+
+    observer: Any = None
 
     def __init__(self, view: StoreView, backend: Any = None):
         self.view = view
@@ -216,6 +231,8 @@ class Handle:
                     f"in replay, but {var}.{method}{_args(logged_args)} under key {shown(logged_key)!r} when "
                     f"recorded", op=runner.name, instance=runner.instance, position=runner.count)
         self.view.saw(var, method, self._shown_key, plain_args, answer)
+        if self.observer is not None and method in ACCESS:
+            self.observer(ACCESS[method], var, self._shown_key)
         return iter(answer) if as_list and answer is not None else answer
 
     def _variable(self, cls: type, kind: str, make: str, name: str, *schema: Any) -> Any:
@@ -252,7 +269,7 @@ class Handle:
         self.view.drop(stateName)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "backend": None}   # Spark's handle stays in its task
+        return {**self.__dict__, "backend": None, "observer": None}   # Spark's handle stays in its task
 
     def __setstate__(self, state: dict) -> None:
         old_key = state.pop("key", None)   # (saved by a tt that kept the key as it came)
@@ -360,5 +377,5 @@ def _args(args: tuple) -> str:
     return "(" + ", ".join(repr(shown(a)) for a in args) + ")"
 
 
-__all__ = ["Handle", "StoreView", "TimerValues", "ExpiredTimerInfo", "ValueState", "ListState", "MapState",
+__all__ = ["ACCESS", "Handle", "StoreView", "TimerValues", "ExpiredTimerInfo", "ValueState", "ListState", "MapState",
            "STATE_VARIABLES", "plain", "same", "shown"]

@@ -4,8 +4,9 @@ Row lineage (replay/lineage.py) needs it; it is computed while lineage replays a
 never while recording. Each public dict field of the operator is replaced by a
 `TrackedDict`, which reports reads and writes of its keys; every other public field
 (or, for an operator with its own `state()`, that whole state) is one slot that every
-call reads and that a call writes when its value changed. A *slot* is `(field, key)`
-or `(field,)`. The rules (docs/LINEAGE.md):
+call reads and that a call writes when its value changed. A StatefulProcessor's state
+variables are reported per key by its handle instead (`state_call`). A *slot* is
+`(field, key)` or `(field,)`. The rules (docs/LINEAGE.md):
 
 * reads: `d[k]`, `get`, `in`, `setdefault`, `pop`; iterating reads each key as it
   comes; `len`, comparing and copying read every key;
@@ -286,8 +287,11 @@ class StateAccess:
         self.items: dict[Slot, list] = {}          # per list value: the writers of each item
         self.made: dict[int, list[Made]] = {}
         self.outputs: list | tuple = ()           # what the current call emitted
-        self._own_state = type(op).state is not Operator.state
-        self._counters = frozenset() if self._own_state else counters(type(op))
+        # a StatefulProcessor's keyed state lives behind its handle, which reports each call's key
+        # (`watch_state_calls`); the processor object's own attributes are plain slots
+        self._by_calls = getattr(op, "watch_state_calls", None) is not None
+        self._own_state = type(op).state is not Operator.state and not self._by_calls
+        self._counters = (frozenset() if self._own_state or self._by_calls else counters(type(op)))
         # an operator that lists the keys it changed (the built-in join and aggregate) changes a stored
         # list item only by replacing it, as the recorder's state deltas assume: its lists are compared
         # by their items' identities, not encoded (a join's list of a thousand rows, on every call)
@@ -297,11 +301,13 @@ class StateAccess:
         self._plain: dict[str, Any] = {}           # field -> fingerprint after the last call
         self._paused = False
         self.begin(-1)
-        for name, value in self.fields().items():
-            if type(value) is dict and not self._own_state:
+        for name, value in self._slot_fields().items():
+            if type(value) is dict and not self._own_state and not self._by_calls:
                 self._track(name, value)
             else:
                 self._plain[name] = fingerprint(value)
+        if self._by_calls:
+            op.watch_state_calls(self.state_call)
 
     # --- one call ---------------------------------------------------------------------
 
@@ -347,23 +353,14 @@ class StateAccess:
             return
         slot = (d._field, key)
         self._touch(slot, d, key)
-        self._read.add(slot)
-        w = self.writers.get(slot)
-        if w is not None:
-            seen = self._since.setdefault(slot, [])
-            if not any(_within(w, x) for x in seen):
-                seen[:] = [x for x in seen if not _within(x, w)] + [w]
+        self._read_slot(slot)
 
     def write(self, d: TrackedDict, key: Any) -> None:
         if self._paused:
             return
         slot = (d._field, key)
         self._touch(slot, d, key)
-        if slot in self._read:
-            self._add_writer(slot)
-        else:
-            self.writers[slot] = (self.position, None)
-        self._wrote.add(slot)
+        self._write_slot(slot)
 
     def delete(self, d: TrackedDict, key: Any) -> None:
         if self._paused:
@@ -373,13 +370,51 @@ class StateAccess:
         self.writers[slot] = (self.position, None)
         self._wrote.add(slot)
 
+    def state_call(self, kind: str, variable: str, key: Any) -> None:
+        """A processor's state call on `variable` under `key` (core/state_handle.py `ACCESS`):
+        its value lives in Spark's store, changed only by such calls, so nothing is compared
+        after the call. A "change" (an append, one map entry) keeps what earlier writers wrote."""
+        if self._paused:
+            return
+        slot = (variable, key)
+        if kind == "read" or kind == "change":
+            self._read_slot(slot)
+        if kind == "delete":
+            self.writers[slot] = (self.position, None)
+            self._wrote.add(slot)
+        elif kind != "read":
+            self._write_slot(slot)
+
+    def _read_slot(self, slot: Slot) -> None:
+        self._read.add(slot)
+        w = self.writers.get(slot)
+        if w is not None:
+            seen = self._since.setdefault(slot, [])
+            if not any(_within(w, x) for x in seen):
+                seen[:] = [x for x in seen if not _within(x, w)] + [w]
+
+    def _write_slot(self, slot: Slot) -> None:
+        if slot in self._read:
+            self._add_writer(slot)
+        else:
+            self.writers[slot] = (self.position, None)
+        self._wrote.add(slot)
+
     # --- inside --------------------------------------------------------------------------
 
     def fields(self) -> dict[str, Any]:
-        """The fields as tracked (the whole `state()`, for an operator that has its own)."""
+        """The fields as tracked (the whole `state()`, for an operator that has its own; a
+        processor's state, its variables per key among it)."""
+        if self._by_calls:
+            return self.op.state()
         if self._own_state:
             return {"state()": self.op.state()}
         return values.public_attrs(vars(self.op))
+
+    def _slot_fields(self) -> dict[str, Any]:
+        """The fields whose changes are found by comparing them after each call: all of them but
+        a processor's variables, whose calls report themselves (`state_call`)."""
+        return self.op.own_fields() if self._by_calls else self.fields()
 
     def _track(self, name: str, value: dict) -> None:
         tracked = TrackedDict(value)
@@ -438,7 +473,7 @@ class StateAccess:
     def _settle(self) -> None:
         """The writes a call made in place (a key's value changed without `d[k] = v`), and
         fields it changed, replaced, added or removed."""
-        fields = self.fields()
+        fields = self._slot_fields()
         for slot, (before, length, writers) in self._before.items():
             d = self._dicts.get(slot[0])
             if d is None or fields.get(slot[0]) is not d:
@@ -452,7 +487,7 @@ class StateAccess:
         for name, value in fields.items():
             if self._dicts.get(name) is value:
                 continue
-            if type(value) is dict and not self._own_state:
+            if type(value) is dict and not self._own_state and not self._by_calls:
                 self._replaced(name, value)
                 continue
             self._dicts.pop(name, None)

@@ -572,3 +572,57 @@ def test_a_packed_lineage_run_keeps_its_source_rows(deep, tmp_path, capsys):
     assert main(["lineage", str(packed), "OUT", "--where", "kind == 'customer' and cust == 'c2'", "--back"]) == 0
     text = capsys.readouterr().out
     assert "of its read (copied into the run file)" in text and ".parquet row" not in text
+
+
+# --- a StatefulProcessor: through its state variables, per key ---------------------------------
+
+TWS_JOB = ROOT / "tests" / "jobs" / "lineage_tws.py"
+
+
+@pytest.fixture(scope="module")
+def trail(spark, tmp_path_factory):
+    """(run file, the job's rows recorded, its rows with recording off): tests/jobs/lineage_tws.py."""
+    from plain_jobs import record_on_and_off
+
+    return record_on_and_off(TWS_JOB, tmp_path_factory.mktemp("lineage_tws"))
+
+
+def _unit_id(row) -> int:
+    """The payment id of a processor's unit ('row', Row(id, customer)), as lineage shows it."""
+    what, payment = values.decode(row)
+    assert what == "row"
+    return payment[0]
+
+
+def test_a_processors_rows_trace_through_its_state_calls_to_exactly_the_rows_of_their_key(trail):
+    """Each row the processor emitted names, as plain data, the ids its two state reads were
+    written by: every earlier row of its customer (`ids`, read then appended to), and the last
+    row of its customer that wrote `latest` without reading it. tt's lineage, which never reads
+    those columns, must find exactly them, variable by variable, and no other customer's rows.
+    Then `VAR.KEY` as a root: a customer's `ids` was written by all of their rows."""
+    run, on, off = trail
+    assert on == off, "recording does not change the job's output"
+    session = DebugSession(run)
+    try:
+        lin = Lineage(session)
+        rows = lin.rows_of("Trail", "True")
+        assert len(rows) == len(on) == 60
+        instance_of: dict[str, str] = {}
+        for root in rows:
+            tree = lin.back(root, depth=1)
+            pid, customer, earlier, latest = values.decode(tree.rows[root])
+            by_state: dict[str, set] = {}
+            for link in tree.links:
+                if link.kind == "state":
+                    by_state.setdefault(link.state.split(" ", 1)[1], set()).add(_unit_id(tree.rows[link.to]))
+            want = {f"ids[{customer!r}]": set(json.loads(earlier))} if json.loads(earlier) else {}
+            if latest != -1:
+                want[f"latest[{customer!r}]"] = {latest}
+            assert by_state == want, lin.label(root)
+            instance_of[customer] = lin.label(root).split(":")[1]
+        for customer in ("c0", "c3"):
+            tree = lin.back(lin.state_value(f"Trail:{instance_of[customer]}", f"ids.{customer}"))
+            writers = {_unit_id(tree.rows[link.to]) for link in tree.links if link.kind == "state"}
+            assert writers == {r[0] for r in on if r[1] == customer}
+    finally:
+        session.reader.close()
