@@ -150,6 +150,8 @@ class GroupStateOperator(HookedOperator):
     """An `applyInPandasWithState` function, one unit per step (the table above)."""
 
     empty_fields = frozenset({"timeouts"})
+    _before: dict | None = None   # the GroupState the key's call was handed
+    _observer: Any = None         # row lineage's tracked replay (`watch_state_calls`)
 
     def __init__(self, fn: Any, kind: str = "applyInPandasWithState", site: str = ""):
         super().__init__(fn, kind, site)
@@ -167,6 +169,10 @@ class GroupStateOperator(HookedOperator):
 
     def process(self, unit: tuple, port: int = 0) -> list:
         what = unit[0]
+        if self._observer is not None:   # every step of a key's call may read its GroupState
+            key = unit[1] if what in ("key", "one_chunk") else self._key
+            self._observer("read", "state", shown(key))
+            self._observer("read", "timeouts", shown(key))
         if what == "chunk":
             group = self._group
             return [] if group.finished else group.feed(unit[1])   # a function may stop pulling early
@@ -189,13 +195,20 @@ class GroupStateOperator(HookedOperator):
         """The GroupState a call for `key` gets: Spark's while recording, else tt's from `before`."""
         self._recording = self._spark_state is not None
         state = self._spark_state if self._recording else GroupState(before)
-        self._spark_state, self._key, self._state = None, key, state
+        self._spark_state, self._key, self._state, self._before = None, key, state, before
         return state
 
     def _end(self) -> None:
         """The call's output is exhausted: Spark reads its GroupState back now."""
-        self._ended(snapshot(self._state))
-        self._key = self._state = None
+        after = snapshot(self._state)
+        self._ended(after)
+        if self._observer is not None:
+            k, props = shown(self._key), after["props"]
+            if props.get("updated") or props.get("removed"):
+                self._observer("change", "state", k)
+            if props["timeoutTimestamp"] != self._before["props"].get("timeoutTimestamp", NO_TIMESTAMP):
+                self._observer("change", "timeouts", k)
+        self._key = self._state = self._before = None
 
     def _ended(self, after: dict) -> None:
         """Log the GroupState a call left (replay: check it) and fold it into the view."""
@@ -212,6 +225,16 @@ class GroupStateOperator(HookedOperator):
     def failed(self) -> bool:
         return self._group is not None and self._group.failed
 
+    def own_fields(self) -> dict:
+        """The function's own state (closure, attributes), beside the GroupStates per key."""
+        return super().state()
+
+    def watch_state_calls(self, observer: Any) -> None:
+        """Row lineage's tracked replay (replay/state_access.py): `observer(kind, field, key)`
+        hears that each step of a key's call read the key's `state` and `timeouts`, and which
+        of them the call changed (updated or removed its value; set another timeout)."""
+        self._observer = observer
+
     def state(self) -> dict:
         out = super().state()
         values, timeouts = self._values, self._timeouts
@@ -227,7 +250,7 @@ class GroupStateOperator(HookedOperator):
         if self._group is not None:
             raise TypeError(f"{self._tt_name or self._kind}: a call is running and cannot be saved; "
                             f"tt restores it by replaying its inputs")
-        return {**self.__dict__, "_spark_state": None}
+        return {**self.__dict__, "_spark_state": None, "_observer": None}
 
 
 class _After:

@@ -271,3 +271,45 @@ def test_a_condition_on_timeouts_before_any_is_set_reads_none(recorded):
     result = session.run_until("'u1' in sessions.timeouts")
     assert result.ok and "raised" not in result.note, result
     session.reader.close()
+
+
+def test_lineage_through_a_group_state_stays_with_its_key(recorded):
+    """Row lineage sees each key's GroupState apart (core/group_state.py `watch_state_calls`):
+    no row of a micro-batch's task links to another user's call of that task through state,
+    and a user's state at the end was written by that user's call. (A key's state from an
+    earlier micro-batch comes from Spark's store: lineage does not link across instances.)"""
+    from tt.replay.lineage import Lineage
+
+    session = DebugSession(recorded[0])
+    try:
+        lin = Lineage(session)
+        rows = lin.rows_of("sessions", "True")
+        assert len(rows) == len(recorded[1]["rows"])
+
+        def user_of(call: str) -> str:   # "sessions:I:N": the key of the call that unit N belongs to
+            op_i, n = call.rsplit(":", 1)
+            for q in range(int(n), -1, -1):
+                ref = lin.parse_ref(f"{op_i}:{q}")
+                unit = values.decode(lin.back(ref, depth=0).rows[ref])
+                if unit[0] in ("key", "one_chunk"):
+                    return unit[1][0]
+            raise AssertionError(f"no key unit before {call}")
+
+        for root in rows:   # (a row is the DataFrame a call yielded: its user is its call's key)
+            tree = lin.back(root, depth=1)
+            (call,) = [lin.label(link.to) for link in tree.links if link.kind == "emitted"]
+            states = [link.state for link in tree.links if link.kind == "state"]
+            assert all(s.endswith(f"[{user_of(call)!r}]") for s in states), (lin.label(root), states)
+        op = session.reader.operator("sessions")
+        at = session.reader.instances_at(session.reader.interactions()[-1].k)
+        holding = [i for i in range(op.instances)
+                   if "u0" in values.decode(session.reader.state(at[(op.id, i)].state))["state"]]
+        assert holding
+        for i in holding:
+            tree = lin.back(lin.state_value(f"sessions:{i}", "state.u0"), depth=1)
+            (writer,) = [link.to for link in tree.links if link.kind == "state"]
+            assert lin.label(writer).startswith(f"sessions:{i}:")
+            unit = values.decode(tree.rows[writer])
+            assert unit[0] == "key_end" or unit[:2] == ("one_chunk", ("u0",)), unit
+    finally:
+        session.reader.close()
