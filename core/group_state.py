@@ -146,6 +146,11 @@ class GroupState:
         return f"GroupState({self.get})" if self.exists else "GroupState(<undefined>)"
 
 
+#: For row lineage, how each step of a key's call of several units touches its `locals` (the
+#: generator's variables): the first step starts them, each DataFrame adds to them, the last reads them.
+_CALL_STEPS = {"key": "write", "chunk": "change", "key_end": "read"}
+
+
 class GroupStateOperator(HookedOperator):
     """An `applyInPandasWithState` function, one unit per step (the table above)."""
 
@@ -170,9 +175,11 @@ class GroupStateOperator(HookedOperator):
     def process(self, unit: tuple, port: int = 0) -> list:
         what = unit[0]
         if self._observer is not None:   # every step of a key's call may read its GroupState
-            key = unit[1] if what in ("key", "one_chunk") else self._key
-            self._observer("read", "state", shown(key))
-            self._observer("read", "timeouts", shown(key))
+            k = shown(unit[1] if what in ("key", "one_chunk") else self._key)
+            self._observer("read", "state", k)
+            self._observer("read", "timeouts", k)
+            if what in _CALL_STEPS:   # the call's variables carry what earlier DataFrames gave
+                self._observer(_CALL_STEPS[what], "locals", k)
         if what == "chunk":
             group = self._group
             return [] if group.finished else group.feed(unit[1])   # a function may stop pulling early
@@ -228,6 +235,10 @@ class GroupStateOperator(HookedOperator):
     def own_fields(self) -> dict:
         """The function's own state (closure, attributes), beside the GroupStates per key."""
         return super().state()
+
+    def fields_owner(self) -> Any:
+        """The object whose state `own_fields` lists (the user's function, or callable object)."""
+        return self._fn
 
     def watch_state_calls(self, observer: Any) -> None:
         """Row lineage's tracked replay (replay/state_access.py): `observer(kind, field, key)`

@@ -34,7 +34,13 @@ from typing import Any
 from . import values
 from .hooked import HookedOperator, outputs
 from .pulled import Pulled
-from .state_handle import STATE_VARIABLES, ExpiredTimerInfo, Handle, StoreView, TimerValues
+from .state_handle import STATE_VARIABLES, ExpiredTimerInfo, Handle, StoreView, TimerValues, shown
+
+#: For row lineage, how each step of a key's `handleInputRows` of several units touches its
+#: `locals` (the generator's variables, which carry what earlier elements gave to later outputs):
+#: the first step starts them, each element adds to them, the last reads them.
+_CALL_STEPS = {"rows": "write", "row": "change", "rows_end": "read"}
+
 
 class ProcessorOperator(HookedOperator):
     """A StatefulProcessor, one unit per step (the table above)."""
@@ -54,6 +60,8 @@ class ProcessorOperator(HookedOperator):
 
     def process(self, unit: tuple, port: int = 0) -> list:
         what, p = unit[0], self._fn
+        if self._handle.observer is not None and what in _CALL_STEPS:
+            self._handle.observer(_CALL_STEPS[what], "locals", shown(unit[1]) if what == "rows" else self._handle._shown_key)
         if what == "row":
             group = self._group
             return [] if group.finished else group.feed(unit[1])   # it may stop pulling early
@@ -119,6 +127,10 @@ class ProcessorOperator(HookedOperator):
         attrs = getattr(self._fn, "__dict__", None)
         return {k: v for k, v in values.public_attrs(attrs).items()
                 if not isinstance(v, STATE_VARIABLES)} if isinstance(attrs, dict) else {}
+
+    def fields_owner(self) -> Any:
+        """The object whose attributes `own_fields` lists (the user's processor)."""
+        return self._fn
 
     def watch_state_calls(self, observer: Any) -> None:
         """Row lineage's tracked replay (replay/state_access.py): `observer(kind, variable, key)`

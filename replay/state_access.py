@@ -291,7 +291,9 @@ class StateAccess:
         # (`watch_state_calls`); the processor object's own attributes are plain slots
         self._by_calls = getattr(op, "watch_state_calls", None) is not None
         self._own_state = type(op).state is not Operator.state and not self._by_calls
-        self._counters = (frozenset() if self._own_state or self._by_calls else counters(type(op)))
+        owner = op.fields_owner() if self._by_calls else op   # whose code writes the plain fields
+        self._counters = (frozenset() if self._own_state or isinstance(owner, types.FunctionType)
+                          else counters(type(owner)))
         # an operator that lists the keys it changed (the built-in join and aggregate) changes a stored
         # list item only by replacing it, as the recorder's state deltas assume: its lists are compared
         # by their items' identities, not encoded (a join's list of a thousand rows, on every call)

@@ -587,19 +587,21 @@ def trail(spark, tmp_path_factory):
     return record_on_and_off(TWS_JOB, tmp_path_factory.mktemp("lineage_tws"))
 
 
-def _unit_id(row) -> int:
-    """The payment id of a processor's unit ('row', Row(id, customer)), as lineage shows it."""
-    what, payment = values.decode(row)
-    assert what == "row"
-    return payment[0]
+def _unit_id(row) -> int | tuple:
+    """The payment id of a processor's unit ('row', Row(id, customer)), as lineage shows it; the
+    start of a key's rows, ('rows', (customer,), times), as ('rows', (customer,))."""
+    unit = values.decode(row)
+    return unit[1][0] if unit[0] == "row" else unit[:2]
 
 
 def test_a_processors_rows_trace_through_its_state_calls_to_exactly_the_rows_of_their_key(trail):
     """Each row the processor emitted names, as plain data, the ids its two state reads were
     written by: every earlier row of its customer (`ids`, read then appended to), and the last
     row of its customer that wrote `latest` without reading it. tt's lineage, which never reads
-    those columns, must find exactly them, variable by variable, and no other customer's rows.
-    Then `VAR.KEY` as a root: a customer's `ids` was written by all of their rows."""
+    those columns, must find exactly them, variable by variable, and no other customer's rows;
+    and through `locals` (what the running `handleInputRows` holds) the start of the customer's
+    rows and its rows handed before. Then `VAR.KEY` as a root: a customer's `ids` was written by
+    all of their rows."""
     run, on, off = trail
     assert on == off, "recording does not change the job's output"
     session = DebugSession(run)
@@ -616,6 +618,7 @@ def test_a_processors_rows_trace_through_its_state_calls_to_exactly_the_rows_of_
                 if link.kind == "state":
                     by_state.setdefault(link.state.split(" ", 1)[1], set()).add(_unit_id(tree.rows[link.to]))
             want = {f"ids[{customer!r}]": set(json.loads(earlier))} if json.loads(earlier) else {}
+            want[f"locals[{customer!r}]"] = set(json.loads(earlier)) | {("rows", (customer,))}
             if latest != -1:
                 want[f"latest[{customer!r}]"] = {latest}
             assert by_state == want, lin.label(root)
