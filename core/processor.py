@@ -60,8 +60,9 @@ class ProcessorOperator(HookedOperator):
 
     def process(self, unit: tuple, port: int = 0) -> list:
         what, p = unit[0], self._fn
-        if self._handle.observer is not None and what in _CALL_STEPS:
-            self._handle.observer(_CALL_STEPS[what], "locals", shown(unit[1]) if what == "rows" else self._handle._shown_key)
+        observer = self._handle.observer
+        if observer is not None and what in _CALL_STEPS:
+            observer(_CALL_STEPS[what], "locals", shown(unit[1]) if what == "rows" else self._handle.shown_key)
         if what == "row":
             group = self._group
             return [] if group.finished else group.feed(unit[1])   # it may stop pulling early
@@ -77,13 +78,12 @@ class ProcessorOperator(HookedOperator):
             return group.end()
         if what == "timer":
             (key, tv), expiry = self._keyed(unit), unit[3]
-            observer = self._handle.observer
             if observer is not None:   # the call is made because of the key's timers: it read them
-                observer("read", "timers", self._handle._shown_key)
+                observer("read", "timers", self._handle.shown_key)
             out = outputs(p.handleExpiredTimer(key=key, timerValues=tv, expiredTimerInfo=ExpiredTimerInfo(expiry)))
             self._store.fired(key, expiry)
             if observer is not None:
-                observer("change", "timers", self._handle._shown_key)
+                observer("change", "timers", self._handle.shown_key)
             return out
         if what == "initial":
             key, tv = self._keyed(unit)

@@ -206,6 +206,11 @@ class Handle:
     def key(self) -> Any:
         return self._key
 
+    @property
+    def shown_key(self) -> Any:
+        """The key as the state view shows it (`shown`): how lineage names its slots."""
+        return self._shown_key
+
     @key.setter
     def key(self, key: Any) -> None:
         """The key the processor runs under from now on (plain and shown once, not per call)."""

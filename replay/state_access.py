@@ -5,8 +5,9 @@ never while recording. Each public dict field of the operator is replaced by a
 `TrackedDict`, which reports reads and writes of its keys; every other public field
 (or, for an operator with its own `state()`, that whole state) is one slot that every
 call reads and that a call writes when its value changed. A StatefulProcessor's state
-variables are reported per key by its handle instead (`state_call`). A *slot* is
-`(field, key)` or `(field,)`. The rules (docs/LINEAGE.md):
+variables and an applyInPandasWithState function's GroupStates are reported per key by
+their operator instead (`watch_state_calls`, `state_call`). A *slot* is `(field, key)` or
+`(field,)`. The rules (docs/LINEAGE.md):
 
 * reads: `d[k]`, `get`, `in`, `setdefault`, `pop`; iterating reads each key as it
   comes; `len`, comparing and copying read every key;
@@ -287,8 +288,9 @@ class StateAccess:
         self.items: dict[Slot, list] = {}          # per list value: the writers of each item
         self.made: dict[int, list[Made]] = {}
         self.outputs: list | tuple = ()           # what the current call emitted
-        # a StatefulProcessor's keyed state lives behind its handle, which reports each call's key
-        # (`watch_state_calls`); the processor object's own attributes are plain slots
+        # a StatefulProcessor's keyed state lives behind its handle, an applyInPandasWithState
+        # function's in its GroupStates: the operator reports each call's key (`watch_state_calls`),
+        # and the user's object's own attributes are plain slots
         self._by_calls = getattr(op, "watch_state_calls", None) is not None
         self._own_state = type(op).state is not Operator.state and not self._by_calls
         owner = op.fields_owner() if self._by_calls else op   # whose code writes the plain fields
@@ -373,9 +375,10 @@ class StateAccess:
         self._wrote.add(slot)
 
     def state_call(self, kind: str, variable: str, key: Any) -> None:
-        """A processor's state call on `variable` under `key` (core/state_handle.py `ACCESS`):
-        its value lives in Spark's store, changed only by such calls, so nothing is compared
-        after the call. A "change" (an append, one map entry) keeps what earlier writers wrote."""
+        """A call's access to `variable` under `key`, as its operator reports it (a processor's
+        state calls: core/state_handle.py `ACCESS`): the value lives in Spark's store or a
+        GroupState, changed only by such calls, so nothing is compared after the call. A
+        "change" (an append, one map entry) keeps what earlier writers wrote."""
         if self._paused:
             return
         slot = (variable, key)
@@ -405,8 +408,8 @@ class StateAccess:
     # --- inside --------------------------------------------------------------------------
 
     def fields(self) -> dict[str, Any]:
-        """The fields as tracked (the whole `state()`, for an operator that has its own; a
-        processor's state, its variables per key among it)."""
+        """The fields as tracked (the whole `state()`, for an operator that has its own; for
+        one that reports its keyed state, its `state()` with those keys among it)."""
         if self._by_calls:
             return self.op.state()
         if self._own_state:
@@ -415,7 +418,7 @@ class StateAccess:
 
     def _slot_fields(self) -> dict[str, Any]:
         """The fields whose changes are found by comparing them after each call: all of them but
-        a processor's variables, whose calls report themselves (`state_call`)."""
+        the keyed state an operator reports itself (`state_call`)."""
         return self.op.own_fields() if self._by_calls else self.fields()
 
     def _track(self, name: str, value: dict) -> None:
