@@ -416,11 +416,11 @@ def bench(spark, w: Workload, data: Path, reps: int, partitions: int, work: Path
     for rep in range(reps):
         for variant, every in order(rep):
             out = work / f"{w.name}-{variant.replace('/', 'per')}.db"
-            c, p, d, t = cpu_seconds(), cpu_seconds(WORKERS), sum(os.times()[:2]), time.perf_counter()
+            c, c_workers, d, t = cpu_seconds(), cpu_seconds(WORKERS), sum(os.times()[:2]), time.perf_counter()
             rows, size = run_variant(spark, w, variant, every, data, partitions, out)
             wall[variant].append(time.perf_counter() - t)
             cpu[variant].append(cpu_seconds() - c)
-            workers[variant].append(cpu_seconds(WORKERS) - p)
+            workers[variant].append(cpu_seconds(WORKERS) - c_workers)
             driver[variant].append(sum(os.times()[:2]) - d)
             check(rows, reference, f"{w.name} rep {rep + 1} {variant}")
             if size is not None:
