@@ -47,7 +47,8 @@ from ..store.trust import Sealer
 from .engine import Key
 from .state_access import Made
 
-FORMAT = 3   # 2: with the joins outside G(θ) (`joined`); 3: a chunk's outputs in one pickle
+FORMAT = 4   # 2: with the joins outside G(θ) (`joined`); 3: a chunk's outputs in one pickle;
+             # 4: a StatefulProcessor's and a GroupState's state per key (3 traced it per instance)
 CHUNK = 4096              # calls per chunk of outputs
 _KIND = "lineage index"   # the sealed blobs' kind
 

@@ -627,5 +627,13 @@ def test_a_processors_rows_trace_through_its_state_calls_to_exactly_the_rows_of_
             tree = lin.back(lin.state_value(f"Trail:{instance_of[customer]}", f"ids.{customer}"))
             writers = {_unit_id(tree.rows[link.to]) for link in tree.links if link.kind == "state"}
             assert writers == {r[0] for r in on if r[1] == customer}
+        replayed = [lin.as_dict(t) for t in lin.trees(rows, back=True)]
+    finally:
+        session.reader.close()
+    session = DebugSession(run)   # the lineage index (replay/lineage_index.py) answers the same
+    try:
+        indexed = Lineage(session)
+        assert indexed.use_index() is not None and indexed.index is not None
+        assert [indexed.as_dict(t) for t in indexed.trees(indexed.rows_of("Trail", "True"), back=True)] == replayed
     finally:
         session.reader.close()

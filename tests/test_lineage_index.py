@@ -22,6 +22,7 @@ import pytest
 
 from tt.cli.main import main
 from tt.replay.lineage import Lineage
+from tt.replay.lineage_index import FORMAT
 from tt.replay.session import DebugSession
 
 from test_lineage import JOB, source_ids
@@ -118,6 +119,22 @@ def test_an_index_of_other_logs_is_ignored_and_built_again(run, capsys):
         conn.execute("UPDATE meta SET value=? WHERE key='lineage_index'", (json.dumps(info),))
     rc, again, err = _lineage(run, *query, capsys=capsys)
     assert rc == 0 and again == first and err.startswith("tt: indexed the lineage"), "rebuilt, not trusted"
+
+
+def test_an_index_an_older_tt_kept_is_built_again(run, capsys):
+    """An index in another format (an older tt's: one that traced a processor's state per
+    instance, say) is not read: the next query builds it again, with the same answers here."""
+    query = ["OUT", "--where", "True", "--back"]
+    rc, first, _ = _lineage(run, *query, capsys=capsys)
+    with sqlite3.connect(run) as conn:
+        info = json.loads(conn.execute("SELECT value FROM meta WHERE key='lineage_index'").fetchone()[0])
+        assert info["format"] == FORMAT
+        info["format"] = FORMAT - 1
+        conn.execute("UPDATE meta SET value=? WHERE key='lineage_index'", (json.dumps(info),))
+    rc, again, err = _lineage(run, *query, capsys=capsys)
+    assert rc == 0 and again == first and err.startswith("tt: indexed the lineage"), "rebuilt, not read"
+    rc, _, err = _lineage(run, *query, capsys=capsys)
+    assert rc == 0 and err == "", "kept in this format: read"
 
 
 def test_an_altered_index_is_refused_in_one_line(run, capsys):
