@@ -206,16 +206,16 @@ class Handle:
     def key(self) -> Any:
         return self._key
 
-    @property
-    def shown_key(self) -> Any:
-        """The key as the state view shows it (`shown`): how lineage names its slots."""
-        return self._shown_key
-
     @key.setter
     def key(self, key: Any) -> None:
         """The key the processor runs under from now on (plain and shown once, not per call)."""
         self._key, self._plain_key = key, plain(key)
         self._shown_key = _one(self._plain_key)
+
+    @property
+    def shown_key(self) -> Any:
+        """The key as the state view shows it (`shown`): how lineage names its slots."""
+        return self._shown_key
 
     def call(self, var: str, method: str, real: Any, args: tuple, as_list: bool = False) -> Any:
         """Run, log (or, in replay, take from the log) and check one call."""
