@@ -236,10 +236,6 @@ class GroupStateOperator(HookedOperator):
         """The function's own state (closure, attributes), beside the GroupStates per key."""
         return super().state()
 
-    def fields_owner(self) -> Any:
-        """The object whose state `own_fields` lists (the user's function, or callable object)."""
-        return self._fn
-
     def watch_state_calls(self, observer: Any) -> None:
         """Row lineage's tracked replay (replay/state_access.py): `observer(kind, field, key)`
         hears that each step of a key's call read the key's `state` and `timeouts`, and which

@@ -68,6 +68,11 @@ class HookedOperator(Operator):
         self._kind = kind
         self._site = site          # file:line of the call in the job, shown beside the name
 
+    def fields_owner(self) -> Any:
+        """The user's function or object, whose own fields `state()` shows (row lineage reads
+        its class's code for counters: replay/state_access.py)."""
+        return self._fn
+
     def state(self) -> dict:
         fn = self._fn
         owner = getattr(fn, "__self__", None) if inspect.ismethod(fn) else fn

@@ -128,10 +128,6 @@ class ProcessorOperator(HookedOperator):
         return {k: v for k, v in values.public_attrs(attrs).items()
                 if not isinstance(v, STATE_VARIABLES)} if isinstance(attrs, dict) else {}
 
-    def fields_owner(self) -> Any:
-        """The object whose attributes `own_fields` lists (the user's processor)."""
-        return self._fn
-
     def watch_state_calls(self, observer: Any) -> None:
         """Row lineage's tracked replay (replay/state_access.py): `observer(kind, variable, key)`
         hears which key's value each state call read or wrote (`state_handle.ACCESS`), and each
