@@ -30,6 +30,7 @@ def pack(run: Path, out: Path | None = None,
             raise RunFileError(f"{out} exists; choose another file with -o, or remove it")
         src = schema.open_existing(run)
         try:
+            src.execute("PRAGMA query_only=OFF")   # (VACUUM INTO writes only the copy, but query_only refuses it)
             src.execute("VACUUM INTO ?", (str(out),))
         except sqlite3.Error as e:
             raise RunFileError(f"cannot write {out}: {e}") from None

@@ -17,6 +17,7 @@ them (`RunReader.failures`).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
@@ -175,7 +176,7 @@ def open_existing(path: str | Path, *, write: bool = False) -> sqlite3.Connectio
         if write:
             conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         else:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            conn = _reading(path)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         conn.execute("SELECT status FROM run").fetchall()
     except sqlite3.DatabaseError as e:
@@ -189,6 +190,24 @@ def open_existing(path: str | Path, *, write: bool = False) -> sqlite3.Connectio
         migrate(conn, version)
     conn.execute("PRAGMA busy_timeout=5000")
     return conn
+
+
+def _reading(path: Path) -> sqlite3.Connection:
+    """A connection that only reads. A run file is in WAL mode, and SQLite makes a -wal and a
+    -shm file beside it for any reader; it removes them when the last connection closes, but
+    not a `mode=ro` one's, so every `tt inspect` left two files beside a finished run. Where
+    this user may write the file and its folder and its log holds nothing (a finished run's),
+    the reader opens it read-write with `query_only` (SQLite refuses any write on it).
+    Elsewhere `mode=ro`: a log that holds pages is a live recorder's, or a dead one's that
+    `RunReader` folds in itself (a last connection closed read-write would fold it too, a
+    live recorder's included)."""
+    wal = Path(f"{path}-wal")
+    if ((not wal.exists() or wal.stat().st_size == 0)
+            and os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+        conn = sqlite3.connect(str(path), check_same_thread=False)
+        conn.execute("PRAGMA query_only=ON")
+        return conn
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
 
 
 @contextmanager

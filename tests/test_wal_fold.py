@@ -105,3 +105,22 @@ def test_a_live_recorders_wal_is_left_alone_and_inspect_says_so(complete_run, tm
 def _copy_db_alone(src: Path, dst: Path) -> Path:
     dst.write_bytes(src.read_bytes())
     return dst
+
+
+def test_reading_a_finished_run_leaves_no_file_beside_it(complete_run, tmp_path, capsys):
+    """SQLite makes a -wal and a -shm file for any reader of a WAL file and removes them when
+    the last connection closes, but not a read-only (`mode=ro`) one's: every `tt inspect` of a
+    finished run left both beside it."""
+    run = tmp_path / "done.db"
+    run.write_bytes(complete_run.read_bytes())
+    assert main(["inspect", str(run)]) == 0
+    assert main(["inspect", str(run), "interactions", "--json"]) == 0
+    assert "complete" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done.db"]
+    reader = RunReader(run)
+    try:   # and a reader cannot write into it
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            reader.conn.execute("DELETE FROM interactions")
+    finally:
+        reader.close()
+    assert _interactions(run) == _interactions(complete_run)
