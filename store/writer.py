@@ -32,6 +32,7 @@ from ..core.errors import RunFileWriteError
 Statement = tuple[str, Iterable[tuple]]
 
 _STOP = object()
+_NOW = object()   # commit what is queued now: someone waits for it (`flush`, `call`)
 
 
 class Writer:
@@ -83,6 +84,7 @@ class Writer:
 
         self._raise_if_failed()
         self.submit([("__call__", job)])
+        self._queue.put(_NOW)
         while not done.wait(0.1):
             if self._error is not None and not done.is_set():
                 self._raise_if_failed()  # the job was dropped with its batch
@@ -94,6 +96,8 @@ class Writer:
         """Wait until every batch submitted so far is committed."""
         with self._done:
             target = self._submitted
+        self._queue.put(_NOW)   # not the rest of the writer's wait for more batches (50 ms at the run's end)
+        with self._done:
             while self._committed < target and self._error is None:
                 self._done.wait(0.1)
         self._raise_if_failed()
@@ -138,6 +142,8 @@ class Writer:
             item = self._queue.get()
             if item is _STOP:
                 break
+            if item is _NOW:
+                continue
             batch = [item]
             deadline = time.monotonic() + self._max_delay
             while len(batch) < 256:
@@ -150,6 +156,8 @@ class Writer:
                     break
                 if nxt is _STOP:
                     stop = True
+                    break
+                if nxt is _NOW:
                     break
                 batch.append(nxt)
             try:
@@ -183,6 +191,8 @@ class Writer:
                     item = self._queue.get()
                     if item is _STOP:
                         return
+                    if item is _NOW:
+                        continue
                     with self._done:
                         self._committed += 1
                         self._done.notify_all()

@@ -218,6 +218,29 @@ def test_writer_commits_batches_atomically(tmp_path):
     assert conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] == 400, "a failed batch leaves no trace"
 
 
+def test_a_flush_or_call_does_not_wait_out_the_writers_gathering(tmp_path):
+    """The writer gathers batches for up to `max_delay` before it commits them; whoever waits
+    for a commit (the run's end flushes) has it at once. With a gathering of an hour, a flush
+    and a call that waited it out would still be running when the join gives up."""
+    conn = sqlite3.connect(tmp_path / "w.db", check_same_thread=False, isolation_level=None)
+    conn.execute("CREATE TABLE t (x INTEGER)")
+    w = Writer(conn, max_delay=3600)
+    answers = []
+
+    def wait_for_commits():
+        w.submit([("INSERT INTO t VALUES (?)", [(1,)])])
+        w.flush()
+        answers.append(conn.execute("SELECT COUNT(*) FROM t").fetchone()[0])
+        w.submit([("INSERT INTO t VALUES (?)", [(2,)])])
+        answers.append(w.call(lambda c: c.execute("SELECT SUM(x) FROM t").fetchone()[0]))
+
+    t = threading.Thread(target=wait_for_commits, daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive() and answers == [1, 3]
+    w.close()
+
+
 @pytest.mark.parametrize("container", [
     {f"k{i}": float(i) for i in range(20)},
     {f"k{i}": (float("nan") if i == 5 else 1.0) for i in range(20)},
