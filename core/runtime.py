@@ -215,7 +215,7 @@ class InstanceLog:
         self.counts = new_counts()            # outputs per input
         self.dests = {e: new_dests() for e in shuffle_edges}
         self.inputs = InputRuns()
-        self.results: list[LoggedResult] = []
+        self.results: list[tuple] = []         # (position, call, name, value): `logs.pack_results`
         self.entry: dict[tuple[int, int], list] = {}  # (port, src) -> rows, recorded tuples
         self.made = array("I")                # LineageRunner: per output, n, then n input positions
         self.keys = array("q")                # JoinLineageRunner: per input, its key (an int, or its hash)
@@ -352,7 +352,7 @@ class RecordingRunner(Runner):
 
     def log_value(self, name, value):
         call = self.log.next_call(self.count)
-        self.log.results.append(LoggedResult(self.count, call, name, kept_apart(value)))
+        self.log.results.append((self.count, call, name, kept_apart(value)))   # as `pack_results` packs it
 
 
 class SourceLineageRunner(RecordingRunner):

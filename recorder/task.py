@@ -28,7 +28,7 @@ from ..core import values
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
-from ..core.logs import kept_apart, pack_results, pack_runs
+from ..core.logs import kept_apart, kept_unit, pack_results, pack_runs
 from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
                             JoinLineageRunner, SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
                             narrow_target)
@@ -448,7 +448,7 @@ class StageTask:
         head, codec = self._unit_head, self._unit_codec
         if self._unit_log is not None:
             if codec is None:
-                self._unit_log.append(kept_apart(unit, packed_by_pickle=True, frames=True))   # packed later; the function may change it
+                self._unit_log.append(kept_unit(unit))   # packed later; the function may change it
             else:   # packed now: the function may write into a DataFrame it is handed
                 self.unit_entries.append((head.node_id, 0, self.partition, codec, blobs.pack_unit(codec, unit)))
         try:

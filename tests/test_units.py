@@ -97,8 +97,8 @@ def test_dests_pack(n_dest):
 
 
 def test_results_pack():
-    rs = [LoggedResult(3, 0, "random.random", 0.5), LoggedResult(3, 1, "time.time", {"x": (1,)})]
-    assert unpack_results(pack_results(rs)) == rs
+    rows = [(3, 0, "random.random", 0.5), (3, 1, "time.time", {"x": (1,)})]   # as a runner logs them
+    assert unpack_results(pack_results(rows)) == [LoggedResult(*r) for r in rows]
 
 
 # --- graph -----------------------------------------------------------------------------------------
