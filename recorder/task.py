@@ -17,12 +17,13 @@ and are consumed first.
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..core import values
 from ..core.kept_inputs import KeptDigests
@@ -35,6 +36,7 @@ from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, Re
 from ..core.operator import CONTEXT
 from ..store import blobs, positions, row_digest
 from ..store.dests import pack_dests
+from .client import Connecting, ControlClient
 from .key_sums import key_sums
 
 ENVELOPE_DDL = "route int, dest int, epoch int, src int, seq long, payload binary"
@@ -97,7 +99,10 @@ class StageFunction:
 
         tc = TaskContext.get()
         attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
-        task = StageTask(self.graph, self.stage_id, self.instance(tc.partitionId()), self.recording, attempt)
+        partition = self.instance(tc.partitionId())
+        connecting = connect(self.graph, self.stage_id, partition, self.recording, attempt)
+        batches = _first_pulled(batches, connecting)   # while the coordinator answers
+        task = StageTask(self.graph, self.stage_id, partition, self.recording, attempt, connecting)
         task.source_ref = self.source_ref
         yield from task.run_arrow(batches)
 
@@ -119,9 +124,37 @@ class StageFunction:
 
         tc = TaskContext.get()
         attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
-        task = StageTask(self.graph, self.stage_id, index, self.recording, attempt)
+        connecting = connect(self.graph, self.stage_id, index, self.recording, attempt)
+        rows = _first_pulled(rows, connecting)
+        task = StageTask(self.graph, self.stage_id, index, self.recording, attempt, connecting)
         for batch in task.run_rows(rows):
             yield from zip(*batch)
+
+
+def connect(graph: Graph, stage_id: int, partition: int, recording: Recording | None,
+            attempt: dict) -> Connecting | None:
+    """Start the task's handshake with the coordinator (None when nothing records)."""
+    if recording is None:
+        return None
+    hello = {"run": recording.run_id, "stage": graph.stages[stage_id].id, "partition": partition,
+             "host": f"{socket.gethostname()}:{os.getpid()}", **attempt}
+    return Connecting(recording.address, recording.secret, hello)
+
+
+def _first_pulled(items: Iterable, connecting: Connecting | None) -> Iterator:
+    """`items` with its first item pulled now: Spark reads or fetches it while the
+    coordinator answers the task's handshake (a source's first batch, a shuffle's first
+    payloads). If Spark fails meanwhile, the connection is closed before the error goes on."""
+    it = iter(items)
+    try:
+        first = next(it)
+    except StopIteration:
+        return it
+    except BaseException:
+        if connecting is not None:
+            connecting.abandon()
+        raise
+    return itertools.chain((first,), it)
 
 
 class Outbox:
@@ -255,9 +288,10 @@ def _logging_runner(node, in_g: bool) -> type[RecordingRunner]:
 
 class StageTask:
     def __init__(self, graph: Graph, stage_id: int, partition: int, recording: Recording | None,
-                 attempt: dict):
+                 attempt: dict, connecting: Connecting | None = None):
         """`attempt` carries Spark's attempt ids, and for a streaming task its `slot`
-        ([micro-batch, partition]): the coordinator then says which instance it runs."""
+        ([micro-batch, partition]): the coordinator then says which instance it runs.
+        `connecting`: the handshake `connect` started, if the caller started it early."""
         self.g = graph
         self.stage = graph.stages[stage_id]
         self.partition = partition
@@ -276,7 +310,7 @@ class StageTask:
         self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)
         self.warned = False
         if recording is not None:
-            self._connect(recording, attempt)
+            self._welcomed((connecting or connect(graph, stage_id, partition, recording, attempt)).client())
         self.runners: dict[int, Runner] = {}
         self.recorders: list[RecordingRunner] = []   # G(θ): logs, snapshots, checkpoints
         self.loggers: list[RecordingRunner] = []     # every instance with logs: G(θ), and --lineage's
@@ -300,13 +334,9 @@ class StageTask:
 
     # --- set-up ---------------------------------------------------------------
 
-    def _connect(self, recording: Recording, attempt: dict) -> None:
-        from .client import ControlClient
-
-        hello = {"run": recording.run_id, "stage": self.stage.id, "partition": self.partition,
-                 "host": f"{socket.gethostname()}:{os.getpid()}", **attempt}
-        self.client = ControlClient(recording.address, recording.secret, hello)
-        w = self.client.welcome
+    def _welcomed(self, client: ControlClient) -> None:
+        self.client = client
+        w = client.welcome
         self.partition = self.outbox.partition = w.get("partition", self.partition)
         self.mode = w["mode"]  # record | shadow | off
         self.sticky = [tuple(x) for x in w.get("sticky", [])]
