@@ -66,3 +66,20 @@ class RunFileWriteError(RunFileError, RuntimeError):
     """Recording could not write the run file (a full disk, an I/O error); the message names
     the file and the cause. What was committed before stays readable. (A RuntimeError too,
     as the writer's failures were before it had a type of its own.)"""
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def first_line(error: BaseException) -> str:
+    """What an error says, in one line: its text's first line, or where the text carries a
+    Python traceback (a Spark `PythonException` says only "An exception was thrown from the
+    Python worker:" above the worker's traceback), the line that ends it: "ValueError: …"."""
+    text = str(error).split("\nJVM stacktrace:", 1)[0].strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if any(line.startswith(_TRACEBACK) for line in lines):
+        raised = [line for line in lines[1:] if not line.startswith((" ", "\t", _TRACEBACK, "During handling",
+                                                                     "The above exception"))]
+        if raised:
+            return raised[-1].strip()
+    return lines[0].strip() if lines else ""

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import JobError, TTError, UsageError
+from ..core.errors import JobError, TTError, UsageError, first_line
 from ..core.graph import Graph
 from . import session as sessions
 from .dataflow import Dataflow, Result, SinkSpec
@@ -315,6 +315,4 @@ def failure_message(session, error: BaseException) -> str:
         return f"operator {name}:{f['i']} raised {f['error']} on input #{f['position']}"
     if isinstance(error, TTError):
         return str(error)
-    text = str(error).strip().splitlines()
-    first = next((line for line in text if line.strip()), type(error).__name__)
-    return f"{type(error).__name__}: {first[:300]}"
+    return f"{type(error).__name__}: {(first_line(error) or type(error).__name__)[:300]}"

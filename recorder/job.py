@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..core.errors import JobError, RunFileWriteError, TTError, UsageError
+from ..core.errors import JobError, RunFileWriteError, TTError, UsageError, first_line
 from ..store.writer import describe_failure
 from . import hooks
 from .session import RecordingSession, ensure_python_for_workers
@@ -233,8 +233,7 @@ def _job_error(e: BaseException, job: Path, session: RecordingSession) -> str:
         if Path(frame.filename).resolve() == job.resolve():
             where = f" ({job.name} line {frame.lineno})"
             break
-    text = str(e).strip().splitlines()
-    first = next((line for line in text if line.strip()), "")
+    first = first_line(e)
     return f"the job raised {type(e).__name__}{': ' + first[:300] if first else ''}{where}"
 
 

@@ -292,3 +292,47 @@ def test_unknown_watch_is_refused_before_any_task(spark, job, tmp_path, capsys):
         assert conn.execute("SELECT status FROM run").fetchone()[0] == "failed"
     finally:
         conn.close()
+
+
+# --- Spark fails a task before its first row reached tt ----------------------------------------
+
+FIRST_BATCH_FAILS = textwrap.dedent("""
+    import tt
+    from pyspark.sql.functions import udf
+
+    class Count(tt.Operator):
+        def __init__(self):
+            self.n = 0
+        def process(self, row, port=0):
+            self.n += 1
+            yield row
+
+    @udf("long")
+    def broken(x):
+        raise ValueError("no row for you")
+
+    spark = tt.spark_session("t")
+    df = spark.range(100, numPartitions=2).select(broken("id").alias("id"))
+    flow = tt.Dataflow("first")
+    flow.source("U", df).process(Count(), name="C").collect("S")
+    flow.run()
+""")
+
+
+@pytest.mark.slow
+def test_a_task_whose_first_batch_fails_leaves_no_attempt_running(spark, job, tmp_path, capsys):
+    """A task starts its handshake with the coordinator, then pulls Spark's first batch while
+    the coordinator answers (recorder/task.py `_first_pulled`). When that pull fails, the
+    connection is closed: the coordinator marks the attempt lost, and the run says why."""
+    out = tmp_path / "r.db"
+    assert main(["record", str(job(FIRST_BATCH_FAILS)), "-o", str(out)]) == 1
+    lines = _lines(capsys.readouterr().err)
+    # the cause, not the first line of Spark's PythonException ("An exception was thrown from the Python worker:")
+    assert len(lines) == 1 and "PythonException: ValueError: no row for you;" in lines[0], lines
+    conn = sqlite3.connect(out)
+    try:
+        statuses = [s for (s,) in conn.execute("SELECT status FROM attempts")]
+        assert conn.execute("SELECT status FROM run").fetchone()[0] == "failed"
+    finally:
+        conn.close()
+    assert "running" not in statuses and "committed" not in statuses, statuses
