@@ -20,19 +20,22 @@ from tt.store.reader import RunReader
 
 JOBS = Path(__file__).parent / "jobs"
 
-# A job whose run file outgrows a small disk: its source is copied into the run file
-# (an in-memory source), and its rows hardly compress.
-BIG_JOB = textwrap.dedent("""
-    import sys
-    import tt
-
+# The operator of the jobs below: it counts its rows and passes them on.
+COUNT = textwrap.dedent("""
     class Count(tt.Operator):
         def __init__(self):
             self.n = 0
         def process(self, row, port=0):
             self.n += 1
             yield row
+""")
 
+# A job whose run file outgrows a small disk: its source is copied into the run file
+# (an in-memory source), and its rows hardly compress.
+BIG_JOB = textwrap.dedent("""
+    import sys
+    import tt
+""") + COUNT + textwrap.dedent("""
     rows = int(sys.argv[1])
     spark = tt.spark_session("big")
     df = spark.range(rows).selectExpr(
@@ -45,14 +48,7 @@ BIG_JOB = textwrap.dedent("""
 
 SMALL_JOB = textwrap.dedent("""
     import tt
-
-    class Count(tt.Operator):
-        def __init__(self):
-            self.n = 0
-        def process(self, row, port=0):
-            self.n += 1
-            yield row
-
+""") + COUNT + textwrap.dedent("""
     spark = tt.spark_session("t")
     df = spark.createDataFrame([{"id": i} for i in range(100)], "id long")
     flow = tt.Dataflow("small")
@@ -299,14 +295,7 @@ def test_unknown_watch_is_refused_before_any_task(spark, job, tmp_path, capsys):
 FIRST_BATCH_FAILS = textwrap.dedent("""
     import tt
     from pyspark.sql.functions import udf
-
-    class Count(tt.Operator):
-        def __init__(self):
-            self.n = 0
-        def process(self, row, port=0):
-            self.n += 1
-            yield row
-
+""") + COUNT + textwrap.dedent("""
     @udf("long")
     def broken(x):
         raise ValueError("no row for you")
