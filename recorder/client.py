@@ -86,7 +86,7 @@ class ControlClient:
 class Connecting:
     """A `ControlClient` connecting on a thread of its own while the task goes on: its
     handshake is two round trips to the driver, each waiting for a thread to be scheduled on
-    a busy machine (8.4 ms a task on TPC-H W2, of which 1 ms of CPU), and the task can pull
+    a busy machine (8.4 ms a task on TPC-H W2, of which 1.5 ms of CPU), and the task can pull
     Spark's first batch meanwhile. Started with `_thread`, which returns at once:
     `Thread.start` waits until the thread runs (1.2 ms a task, measured the same way)."""
 

@@ -29,7 +29,7 @@ from ..core import values
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
-from ..core.logs import kept_apart, kept_unit, pack_results, pack_runs
+from ..core.logs import kept_apart, pack_results, pack_runs
 from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
                             JoinLineageRunner, SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
                             narrow_target)
@@ -136,9 +136,12 @@ def connect(graph: Graph, stage_id: int, partition: int, recording: Recording | 
     """Start the task's handshake with the coordinator (None when nothing records)."""
     if recording is None:
         return None
-    hello = {"run": recording.run_id, "stage": graph.stages[stage_id].id, "partition": partition,
-             "host": f"{socket.gethostname()}:{os.getpid()}", **attempt}
-    return Connecting(recording.address, recording.secret, hello)
+    return Connecting(recording.address, recording.secret, _hello(graph, stage_id, partition, recording, attempt))
+
+
+def _hello(graph: Graph, stage_id: int, partition: int, recording: Recording, attempt: dict) -> dict:
+    return {"run": recording.run_id, "stage": graph.stages[stage_id].id, "partition": partition,
+            "host": f"{socket.gethostname()}:{os.getpid()}", **attempt}
 
 
 def _first_pulled(items: Iterable, connecting: Connecting | None) -> Iterator:
@@ -309,8 +312,11 @@ class StageTask:
         self.checkpoint_seq: dict[int, int] = {}
         self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)
         self.warned = False
-        if recording is not None:
-            self._welcomed((connecting or connect(graph, stage_id, partition, recording, attempt)).client())
+        if connecting is not None:
+            self._welcomed(connecting.client())
+        elif recording is not None:   # (a hooked stage's task, opened at its first unit: nothing to overlap)
+            self._welcomed(ControlClient(recording.address, recording.secret,
+                                         _hello(graph, stage_id, partition, recording, attempt)))
         self.runners: dict[int, Runner] = {}
         self.recorders: list[RecordingRunner] = []   # G(θ): logs, snapshots, checkpoints
         self.loggers: list[RecordingRunner] = []     # every instance with logs: G(θ), and --lineage's
@@ -478,7 +484,7 @@ class StageTask:
         head, codec = self._unit_head, self._unit_codec
         if self._unit_log is not None:
             if codec is None:
-                self._unit_log.append(kept_unit(unit))   # packed later; the function may change it
+                self._unit_log.append(kept_apart(unit, packed_by_pickle=True, frames=True))   # packed later; the function may change it
             else:   # packed now: the function may write into a DataFrame it is handed
                 self.unit_entries.append((head.node_id, 0, self.partition, codec, blobs.pack_unit(codec, unit)))
         try:

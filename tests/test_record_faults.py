@@ -324,4 +324,4 @@ def test_a_task_whose_first_batch_fails_leaves_no_attempt_running(spark, job, tm
         assert conn.execute("SELECT status FROM run").fetchone()[0] == "failed"
     finally:
         conn.close()
-    assert "running" not in statuses and "committed" not in statuses, statuses
+    assert statuses and "running" not in statuses and "committed" not in statuses, statuses
