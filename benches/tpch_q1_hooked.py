@@ -11,10 +11,14 @@ interleaved in every repetition (one SparkSession, one process):
   10s      tt record --every 10s
   10/s     tt record --every 0.1s
 
+`--api arrow` runs the partial aggregate as a `mapInArrow` class over the file's own
+columns instead (`Q1PartialArrow`): a plain scan, whose units tt stores as their rows'
+positions in the file, not copied (issue 15; a mapInPandas unit is still copied).
+
 Prints median wall times, ratios to `off`, and the run file against the input Parquet
 file; writes the same as markdown to benches/results/. Goal (issue 13): 10s ≤ 1.05 × off.
 
-    python benches/tpch_q1_hooked.py [--reps 3] [--scale 1] [--partitions 4]
+    python benches/tpch_q1_hooked.py [--reps 3] [--scale 1] [--partitions 4] [--api pandas|arrow]
 """
 
 from __future__ import annotations
@@ -85,17 +89,49 @@ class Q1Partial:
                                columns=[*KEY, *SUMS, "count_order"])
 
 
-def job(data: str) -> list[tuple]:
+class Q1PartialArrow:
+    """`Q1Partial` for `mapInArrow`, over the file's own columns (decimals, cast here): a plain
+    scan, whose units tt records as their rows' positions in the file (blobs.REF_BATCH)."""
+
+    def __init__(self):
+        self.groups = {}
+
+    def __call__(self, batches):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for batch in batches:
+            q, price, disc, tax = (pc.cast(batch.column(c), pa.float64())
+                                   for c in ("l_quantity", "l_extendedprice", "l_discount", "l_tax"))
+            disc_price = pc.multiply(price, pc.subtract(1.0, disc))
+            part = pa.table({"f": batch.column("l_returnflag"), "s": batch.column("l_linestatus"), "q": q,
+                             "p": price, "dp": disc_price, "c": pc.multiply(disc_price, pc.add(1.0, tax)),
+                             "d": disc}).group_by(["f", "s"]).aggregate(
+                [("q", "sum"), ("p", "sum"), ("dp", "sum"), ("c", "sum"), ("d", "sum"), ("q", "count")])
+            for row in part.to_pylist():
+                acc = self.groups.setdefault((row["f"], row["s"]), [0.0, 0.0, 0.0, 0.0, 0.0, 0])
+                for i, name in enumerate(("q_sum", "p_sum", "dp_sum", "c_sum", "d_sum")):
+                    acc[i] += row[name]
+                acc[5] += row["q_count"]
+        if self.groups:
+            rows = [[*key, *acc] for key, acc in sorted(self.groups.items())]
+            yield pa.RecordBatch.from_pylist([dict(zip([*KEY, *SUMS, "count_order"], r)) for r in rows])
+
+
+def job(data: str, api: str = "pandas") -> list[tuple]:
     """The job itself: what `python job.py` would run. Returns Q1's rows, ordered."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     spark = SparkSession.builder.getOrCreate()
-    lineitem = (spark.read.parquet(data)
-                .where(F.col("l_shipdate") <= F.lit(datetime.date(1998, 9, 2)))
-                .select(*KEY, *[F.col(c).cast("double").alias(c)
-                                for c in ("l_quantity", "l_extendedprice", "l_discount", "l_tax")]))
-    partials = lineitem.mapInPandas(Q1Partial(), PARTIAL_SCHEMA)
+    scan = spark.read.parquet(data).where(F.col("l_shipdate") <= F.lit(datetime.date(1998, 9, 2)))
+    if api == "arrow":
+        lineitem = scan.select(*KEY, "l_quantity", "l_extendedprice", "l_discount", "l_tax")
+        partials = lineitem.mapInArrow(Q1PartialArrow(), PARTIAL_SCHEMA)
+    else:
+        lineitem = scan.select(*KEY, *[F.col(c).cast("double").alias(c)
+                                       for c in ("l_quantity", "l_extendedprice", "l_discount", "l_tax")])
+        partials = lineitem.mapInPandas(Q1Partial(), PARTIAL_SCHEMA)
     q1 = (partials.groupBy(*KEY)
           .agg(*[F.sum(c).alias(c) for c in SUMS], F.sum("count_order").alias("count_order"))
           .select(*KEY, "sum_qty", "sum_base_price", "sum_disc_price", "sum_charge",
@@ -129,6 +165,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (1 = 6M lineitem rows)")
     ap.add_argument("--partitions", type=int, default=4, help="Spark input partitions over the Parquet file")
+    ap.add_argument("--api", choices=["pandas", "arrow"], default="pandas",
+                    help="the partial aggregate as mapInPandas (its units copied into the run file) or as "
+                         "mapInArrow over the file's columns (its units stored as row positions)")
     args = ap.parse_args()
 
     import pyarrow.parquet as pq
@@ -151,16 +190,17 @@ def main() -> None:
     job_file = Path(__file__).resolve()
     times: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
     sizes: dict[str, int] = {}
-    check(job(str(data)), reference, "warm-up")  # warm up the JVM and the workers once, outside the figures
+    check(job(str(data), args.api), reference, "warm-up")  # warm up the JVM and the workers once, outside the figures
     for rep in range(args.reps):
         for name, every in VARIANTS:
             answer = work / "answer.json"
             t = time.perf_counter()
             if every is None:
-                rows = job(str(data))
+                rows = job(str(data), args.api)
             else:
                 out = work / f"run-{rep}-{name.replace('/', 'per')}.db"
-                outcome = record_job(job_file, ["--job", str(data), str(answer)], out, every=every, force=True)
+                outcome = record_job(job_file, ["--job", str(data), str(answer), args.api], out, every=every,
+                                     force=True)
                 if outcome.status != "complete":
                     raise SystemExit(f"recording failed: {outcome.error}")
             times[name].append(time.perf_counter() - t)
@@ -176,7 +216,8 @@ def main() -> None:
     spark.stop()
 
     base = statistics.median(times["off"])
-    head = (f"TPC-H Q1 as hooked mapInPandas, scale {args.scale:g}: {input_rows:,} lineitem rows in "
+    api = "mapInArrow" if args.api == "arrow" else "mapInPandas"
+    head = (f"TPC-H Q1 as hooked {api}, scale {args.scale:g}: {input_rows:,} lineitem rows in "
             f"{partitions} partitions, input {input_bytes / 1e6:.1f} MB Parquet, median of {args.reps}")
     table = ["| variant | median s | × off | run file | run file / input |", "|---|---:|---:|---:|---:|"]
     print(f"\n{head}")
@@ -192,12 +233,12 @@ def main() -> None:
 
     today = datetime.date.today().isoformat()
     RESULTS.mkdir(exist_ok=True)
-    report = RESULTS / f"{today}-tpch-q1-hooked-sf{args.scale:g}.md"
+    report = RESULTS / f"{today}-tpch-q1-hooked{'-arrow' if args.api == 'arrow' else ''}-sf{args.scale:g}.md"
     per_rep = "\n".join(f"- {name}: " + ", ".join(f"{t:.2f}" for t in times[name]) + " s" for name, _ in VARIANTS)
     report.write_text(
-        f"# TPC-H Q1 as hooked `mapInPandas`: recording overhead ({today})\n\n"
+        f"# TPC-H Q1 as hooked `{api}`: recording overhead ({today})\n\n"
         f"    python benches/tpch_q1_hooked.py --reps {args.reps} --scale {args.scale:g} "
-        f"--partitions {args.partitions}\n\n"
+        f"--partitions {args.partitions} --api {args.api}\n\n"
         f"{head}. Spark {spark_version} `local[2]`, Python {platform.python_version()}, "
         f"{os.cpu_count()} cores. Variants interleaved in each repetition, one process; each "
         f"answer checked against Spark SQL's Q1 (1e-6 relative).\n\n"
@@ -207,7 +248,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--job":  # what `tt record` runs, in this process
-        rows = job(sys.argv[2])
+        rows = job(sys.argv[2], *sys.argv[4:5])
         if len(sys.argv) > 3:  # the answer, for the bench to check (four rows)
             Path(sys.argv[3]).write_text(json.dumps([[*r[:2], *map(float, r[2:])] for r in rows]))
     else:

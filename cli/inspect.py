@@ -322,7 +322,7 @@ def _recorded_tuple(reader, op_id: int, instance: int, position: int, trust: boo
     port, src, seq = ch
     for rowid, p, s_, start, n, codec in reader.entry_index(op_id, instance):
         if (p, s_) == (port, src) and start <= seq < start + n:
-            if codec not in (blobs.ARROW, blobs.REF):
+            if codec not in blobs.INERT:
                 if not (trust or reader.signed_by_me):
                     return None
                 reader.vouch(trust)

@@ -50,6 +50,7 @@ class TaskBook:
     attempts: list[int] = field(default_factory=list)
     sticky: dict[int, int] = field(default_factory=dict)  # θ's barrier positions: k -> position
     theta_flushed: int = 0                                # furthest θ position any attempt logged
+    spark_attempts: set = field(default_factory=set)      # Spark's task attempt ids that ran it
 
 
 @dataclass
@@ -290,6 +291,9 @@ class Coordinator:
                     slots = self.slots.setdefault(stage, {})
                     part = conn.partition = slots.setdefault(tuple(int(x) for x in slot), len(slots))
                 book = self.tasks.setdefault((stage, part), TaskBook())
+                spark_attempt = hello.get("spark_attempt")
+                rerun = slot is None and spark_attempt is not None and spark_attempt in book.spark_attempts
+                book.spark_attempts.add(spark_attempt)
                 attempt = self.next_attempt
                 self.next_attempt += 1
                 conn.attempt = attempt
@@ -319,7 +323,16 @@ class Coordinator:
                           "running" if conn.mode == "record" else "shadow", time.time(),
                           hello.get("host"))])])
             wire.send(sock, welcome)
+        if rerun:   # not a retry: Spark ran another of its input partitions in the same task
+            self._warn_once(f"{self.graph.hooked_node(stage).name} ran several of its input partitions in one Spark "
+                            f"task (a coalesce after it?): tt recorded the first one's units, the others ran "
+                            f"unrecorded")
         return conn
+
+    def _warn_once(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.add(message)
+            self.on_event("warning", {"message": message})
 
     def _takes_barriers(self, stage: int) -> bool:
         """θ's stage, and every hooked operator's: their tasks take broadcast interactions."""
@@ -453,9 +466,8 @@ class Coordinator:
         if tuples:
             statements.append(("UPDATE attempts SET tuples = tuples + ? WHERE id=?", [(tuples, a)]))
             self.tuples += tuples
-        if header.get("warning") and header["warning"] not in self.warnings:
-            self.warnings.add(header["warning"])
-            self.on_event("warning", {"message": header["warning"]})
+        if header.get("warning"):
+            self._warn_once(header["warning"])
         failure = header.get("failure")
         if failure:
             f = {**failure, "attempt": a, "time": time.time()}

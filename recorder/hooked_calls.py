@@ -33,6 +33,7 @@ class HookedCall:
         self.stage_id = stage_id
         self.recording = recording
         self.__name__ = graph.hooked_node(stage_id).name   # the operator's, unique in the run
+        self.source_ref = None   # a TaskRef when its units are read by reference (`referenced_units`)
 
     def __call__(self, *args: Any) -> Iterator:
         """`(iterator)` for the DataFrame APIs, `(partition, iterator)` for the RDD's."""
@@ -42,6 +43,7 @@ class HookedCall:
         partition, units = args if len(args) == 2 else (tc.partitionId(), args[0])
         attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
         task = StageTask(self.graph, self.stage_id, partition, self.recording, attempt)
+        task.source_ref = self.source_ref
         return task.run_units(units)
 
 

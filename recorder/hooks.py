@@ -49,7 +49,8 @@ def install(session: Any) -> Callable[[], None]:
                     return original(self, func, *args, **kwargs)
                 upstream = spark_upstream(session, [self])
                 hooked = session.hook(func, kind, site, self.sparkSession.sparkContext, upstream)
-                return original(self, hooked, *args, **kwargs)
+                data = session.referenced_units(self, hooked) if kind == "mapInArrow" else self
+                return original(data, hooked, *args, **kwargs)
             return patched
         return make
 

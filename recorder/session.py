@@ -66,6 +66,7 @@ class RecordingSession:
         self.coordinator: Coordinator | None = None
         self.graph: Graph | None = None
         self.hooked = False          # the run records hooked PySpark calls (docs/HOOKS.md)
+        self._next_file_id = 1       # source_files ids of the hooked sources read by reference
         self._hook_lock = threading.Lock()
         self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
         self.unrecorded_calls: list[dict] = []   # hooked APIs whose function ran unrecorded, and why
@@ -223,6 +224,28 @@ class RecordingSession:
                     return HookedGroupStateFunction(feed)
                 return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
+
+    def referenced_units(self, df: Any, call: Any) -> Any:
+        """`df.mapInArrow(call)` where `df` is a plain Parquet scan (recorder/sources.py): its
+        units are stored as their rows' positions in the files, not copied (`blobs.REF_BATCH`).
+        Returns the DataFrame Spark should map over: `df`, or `df` with position columns
+        where they cannot be counted (the task strips them). Any other `df` is copied, and
+        `source_scans` says why (`tt inspect`)."""
+        from . import sources
+        from .hooked_calls import HookedCall
+
+        if not isinstance(call, HookedCall) or df.isStreaming:   # (unrecorded; a stream's files change)
+            return df
+        source = call.graph.stages[call.stage_id].source
+        ref, why = (None, "tt record --copy-sources") if self.copy_sources else sources.reference(df)
+        with self._hook_lock:
+            if ref is None:
+                self.write_sources({}, {source: why})
+                return df
+            ref.first_id, self._next_file_id = self._next_file_id, self._next_file_id + len(ref.files)
+            self.write_sources({source: ref}, {})
+        call.source_ref = ref.task_ref(source)
+        return sources.augment(df, ref)
 
     def watch_micro_batches(self, spark: Any) -> None:
         """A streaming query runs a hooked processor: each of its micro-batch ends is an

@@ -482,9 +482,14 @@ class StageTask:
     def feed_unit(self, unit: Any) -> list:
         """One step of the hooked operator; what it produced meanwhile."""
         head, codec = self._unit_head, self._unit_codec
+        where = None
+        if self.source_ref is not None:   # a mapInArrow unit of a Parquet scan: its rows' positions
+            unit, where = self._split_positions(unit, self._unit_log is not None)
         if self._unit_log is not None:
             if codec is None:
                 self._unit_log.append(kept_apart(unit, packed_by_pickle=True, frames=True))   # packed later; the function may change it
+            elif where is not None:
+                self.unit_entries.append((head.node_id, 0, self.partition, blobs.REF_BATCH, where))
             else:   # packed now: the function may write into a DataFrame it is handed
                 self.unit_entries.append((head.node_id, 0, self.partition, codec, blobs.pack_unit(codec, unit)))
         try:
@@ -589,7 +594,7 @@ class StageTask:
 
         ref = self.source_ref
         if ref.counted:   # no position column: the task's n-th row is its splits' n-th row that passes the filter
-            if not logged:
+            if not logged or self.partition not in ref.files:   # (Spark ran it in a task of another numbering)
                 return batch, None
             before, self.source_rows = self.source_rows, self.source_rows + batch.num_rows
             self._send_schema(batch)

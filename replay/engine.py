@@ -441,7 +441,7 @@ class Engine:
             self.failures.setdefault((f["op"], f["instance"]), f)
         for op_id, i in reader.g_instances():
             self.instances[(op_id, i)] = Instance(self, self.graph.nodes[op_id], i)
-        if any(c[2] in (blobs.ARROW, blobs.REF) for inst in self.instances.values() for r in inst.entry.values()
+        if any(c[2] in blobs.INERT for inst in self.instances.values() for r in inst.entry.values()
                for c in r.chunks[:1]):
             import pyarrow  # noqa: F401  (now, while the engine loads, not during the first jump)
         # consumers first: the scheduler drains downstream before pulling upstream

@@ -371,7 +371,7 @@ class TuplesSource(Source):
     def _decoded(self, rowid: int, codec: str) -> list | None:
         rows = self._chunks.get(rowid)
         if rows is None:
-            if codec not in (blobs.ARROW, blobs.REF) and not self.log.trusted:
+            if codec not in blobs.INERT and not self.log.trusted:
                 return None
             rows = self.reader.entry_tuples(codec, rowid)
             self._chunks.put(rowid, rows)

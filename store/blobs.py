@@ -7,7 +7,8 @@ Recorded tuples (those entering G(θ) from outside it) use one of these codecs:
 `arrow` keeps a source DataFrame's Arrow batch as it arrived (cheap to write, and
 `to_pylist()` gives the exact rows the operator saw), `pickle` stores the Python
 rows themselves, the unit codecs keep a hooked function's DataFrame or batch, and
-`ref` stores only where the rows are in a source's Parquet files.
+`ref` stores only where the rows are in a source's Parquet files (`ref-batch`: where a
+hooked `mapInArrow` unit's rows are).
 """
 
 from __future__ import annotations
@@ -45,8 +46,11 @@ ARROW_BATCH = "arrow-batch"  # one Arrow RecordBatch (a hooked mapInArrow unit),
 PANDAS_GROUP = "pandas-group"  # (key, DataFrame, ...): a hooked applyInPandas unit, Arrow streams
 ARROW_GROUP = "arrow-group"    # (key, Table, ...): a hooked applyInArrow unit
 REF = "ref"          # row positions in a source's files, compressed (store/positions.py, store/sources.py)
+REF_BATCH = "ref-batch"  # a hooked mapInArrow unit as `ref` positions: read back as one RecordBatch
 #: Codecs whose data cannot run code when read: stored unsealed (store/trust.py).
-INERT = frozenset({ARROW, PANDAS, ARROW_BATCH, PANDAS_GROUP, ARROW_GROUP, REF})
+INERT = frozenset({ARROW, PANDAS, ARROW_BATCH, PANDAS_GROUP, ARROW_GROUP, REF, REF_BATCH})
+#: Codecs whose data are positions in source files, read with a SourceReader.
+BY_REFERENCE = frozenset({REF, REF_BATCH})
 
 
 def pack_rows(rows: list) -> bytes:
@@ -126,6 +130,6 @@ def unpack_tuples(codec: str, data: bytes) -> list:
         import pyarrow as pa
 
         return [pa.ipc.open_stream(data).read_next_batch()]  # pack_arrow wrote exactly one
-    if codec == REF:
+    if codec in BY_REFERENCE:
         raise ValueError("rows stored by reference are read with a SourceReader (RunReader.entry_tuples)")
     raise ValueError(f"unknown tuple codec {codec!r}")

@@ -48,19 +48,25 @@ def pack(run: Path, out: Path | None = None,
 def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], None] | None) -> dict:
     reader = SourceReader(conn, name)
     reader.check_all()   # every file first: a changed one stops the pack before anything is written
-    chunks = conn.execute("SELECT rowid, n FROM entry_chunks WHERE codec = ?", (blobs.REF,)).fetchall()
+    chunks = conn.execute("SELECT rowid, n, codec FROM entry_chunks WHERE codec IN (?, ?)",
+                          (blobs.REF, blobs.REF_BATCH)).fetchall()
     rows = 0
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for done, (rowid, n) in enumerate(chunks, 1):
+        for done, (rowid, n, codec) in enumerate(chunks, 1):
             (data,) = conn.execute("SELECT data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()
-            table = reader.table(blobs.decompress(data))
-            if table.num_rows != n:
-                raise RunFileError(f"a chunk of {n} referenced rows read back as {table.num_rows}; the run "
-                                   f"file or its source files are damaged")
+            if codec == blobs.REF_BATCH:   # a hooked unit (n = 1): the batch its function was handed
+                table = reader.batch(blobs.decompress(data))
+                packed = blobs.ARROW_BATCH
+            else:
+                table = reader.table(blobs.decompress(data))
+                packed = blobs.ARROW
+                if table.num_rows != n:
+                    raise RunFileError(f"a chunk of {n} referenced rows read back as {table.num_rows}; the run "
+                                       f"file or its source files are damaged")
             conn.execute("UPDATE entry_chunks SET codec=?, data=? WHERE rowid=?",
-                         (blobs.ARROW, blobs.pack_arrow(table), rowid))
-            rows += n
+                         (packed, blobs.pack_arrow(table), rowid))
+            rows += table.num_rows
             if progress is not None:
                 progress(done, len(chunks))
         for source, info in conn.execute("SELECT source, info FROM source_scans WHERE format IS NOT NULL").fetchall():

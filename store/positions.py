@@ -94,6 +94,14 @@ def counted(data: bytes) -> tuple[int, int, int] | None:
     return _COUNTED.unpack_from(data, _HEAD.size + _DIGEST)
 
 
+def rows_in(data: bytes) -> int:
+    """How many rows a chunk's positions name (a hooked unit's chunk counts one tuple, not its rows)."""
+    found = counted(data)
+    if found is not None:
+        return found[2]
+    return sum(len(rows) for _, rows in unpack(data)[1])
+
+
 def _planes(a: Any) -> bytes:
     """The bytes of `a`, lowest byte of every value first, then the next: a byte shuffle, so the
     high bytes, nearly all zero, compress to almost nothing (a third off W2's positions)."""

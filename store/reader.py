@@ -426,6 +426,8 @@ class RunReader:
         """One chunk's tuples, decoded; rows stored by reference are read from their files."""
         if codec == blobs.REF:
             return self.sources().rows(blobs.decompress(self.entry_data(rowid)))
+        if codec == blobs.REF_BATCH:
+            return [self.sources().batch(blobs.decompress(self.entry_data(rowid)))]
         return blobs.unpack_tuples(codec, self.entry_data(rowid))
 
     def entry_tuples_where(self, codec: str, rowid: int, equal: dict[str, Any]) -> tuple[int, list[int], list]:
@@ -575,10 +577,11 @@ class RunReader:
         for kind, label in (("in", "input_log"), ("out", "output_log"), ("dest", "output_log_dests"),
                             ("res", "logged_results"), ("made", "lineage_made"), ("keys", "lineage_keys")):
             out[label] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM log_chunks WHERE kind=?", (kind,)).fetchone()[0]
-        out["recorded_tuples"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks WHERE codec != 'ref'"
-                                   ).fetchone()[0]
-        out["row_references"], out["referenced_rows"] = q(
-            "SELECT COALESCE(SUM(LENGTH(data)),0), COALESCE(SUM(n),0) FROM entry_chunks WHERE codec = 'ref'").fetchone()
+        out["recorded_tuples"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks WHERE codec NOT IN "
+                                   "('ref', 'ref-batch')").fetchone()[0]
+        referenced = self.referenced().values()
+        out["row_references"] = sum(size for _, size in referenced)
+        out["referenced_rows"] = sum(rows for rows, _ in referenced)
         out["states"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM states").fetchone()[0]
         out["code"] = q("SELECT COALESCE(SUM(LENGTH(code)),0) FROM operators").fetchone()[0]
         out["file"] = self.path.stat().st_size + sum(
@@ -588,10 +591,12 @@ class RunReader:
     def referenced(self) -> dict[int, tuple[int, int]]:
         """Per source read by reference: (rows kept as positions, bytes of those positions)."""
         out: dict[int, tuple[int, int]] = {}
-        for data, n in self.conn.execute("SELECT data, n FROM entry_chunks WHERE codec = 'ref'"):
-            source = positions.source_of(blobs.decompress(data))
+        for data, n, codec in self.conn.execute(
+                "SELECT data, n, codec FROM entry_chunks WHERE codec IN ('ref', 'ref-batch')"):
+            raw = blobs.decompress(data)
+            source = positions.source_of(raw)
             rows, size = out.get(source, (0, 0))
-            out[source] = (rows + n, size + len(data))
+            out[source] = (rows + (n if codec == blobs.REF else positions.rows_in(raw)), size + len(data))
         return out
 
     def control_log_bytes(self) -> int:

@@ -309,6 +309,13 @@ class SourceReader:
         """One chunk as the rows a tt.Dataflow source hands its operators."""
         return self.table(data).to_pylist()
 
+    def batch(self, data: bytes) -> Any:
+        """One chunk as the one RecordBatch a hooked `mapInArrow` function was handed."""
+        import pyarrow as pa
+
+        table = self.table(data)
+        return pa.RecordBatch.from_arrays([c.combine_chunks() for c in table.columns], schema=table.schema)
+
     def rows_where(self, data: bytes, equal: dict[str, Any]) -> tuple[int, list[int], list[dict]]:
         """(the chunk's row count, the offsets of its rows whose columns equal `equal`'s values,
         those rows): a scan's prefilter (`tt lineage SOURCE --where "key == 42"`), computed on

@@ -1,0 +1,61 @@
+"""A plain PySpark job, without tt: a stateful `mapInArrow` over a Parquet scan.
+
+    python hooked_parquet.py OUT.json DATA_DIR [filter=SQL] [coalesce=N] [SPARK_SETTING=VALUE ...]
+
+`RunningTotals` is a callable class given to `DataFrame.mapInArrow`: it keeps a running
+total of `v` per group `g` over every batch of its partition, and yields each row with
+its group's total so far. Its input is a plain scan (a filter, columns out of order,
+timestamps, decimals and strings), which `tt record` stores as file positions, not rows
+(recorder/sources.py, `blobs.REF_BATCH`); `filter=` puts another condition in place of
+`id % 5 != 0` (one pyarrow evaluates exactly makes the units counted: no position
+column). The tests compare what replay hands the function with the batches of a run
+recorded with --copy-sources (tests/test_sources_by_reference.py).
+"""
+
+import json
+import sys
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from job_settings import spark_settings
+
+
+class RunningTotals:
+    def __init__(self):
+        self.totals = {}
+        self.batches = 0
+
+    def __call__(self, batches):
+        for batch in batches:
+            self.batches += 1
+            totals = []
+            for g, v in zip(batch.column("g").to_pylist(), batch.column("v").to_pylist()):
+                self.totals[g] = self.totals.get(g, 0) + v
+                totals.append(self.totals[g])
+            yield pa.RecordBatch.from_pydict({
+                "id": batch.column("id"), "g": batch.column("g"), "total": pa.array(totals, pa.int64()),
+                "ts": batch.column("ts").cast(pa.string()), "d": batch.column("d").cast(pa.string()),
+                "s": batch.column("s")})
+
+
+SCHEMA = "id long, g long, total long, ts string, d string, s string"
+
+
+def main(out: str, data: str, *args: str) -> None:
+    settings = dict(a.split("=", 1) for a in args)   # how Spark splits the files into tasks
+    condition = settings.pop("filter", "id % 5 != 0")
+    coalesce = settings.pop("coalesce", None)   # partitions of the function's output (Spark then runs several inputs in a task)
+    spark = SparkSession.builder.getOrCreate()
+    with spark_settings(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": "2500", **settings}):
+        df = spark.read.parquet(data)
+        if condition:
+            df = df.filter(condition)
+        totals = df.select("s", "id", "g", "v", "ts", "d").mapInArrow(RunningTotals(), SCHEMA)
+        rows = (totals.coalesce(int(coalesce)) if coalesce else totals).collect()
+    with open(out, "w") as f:
+        json.dump(sorted((r.asDict() for r in rows), key=lambda r: r["id"]), f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
