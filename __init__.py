@@ -24,7 +24,11 @@ from a notebook.
 
 from .core.errors import TTError
 from .core.operator import Operator, log_result
+from .recorder import frames as _frames
 from .recorder.dataflow import Dataflow, KeyedStream, Result, Stream
+from .store import sources as _sources
+
+_sources.frame_builder = _frames   # a mapInPandas unit read by reference is rebuilt by PySpark's conversion
 
 __version__ = "0.1.0"
 __all__ = ["Operator", "log_result", "Dataflow", "Stream", "KeyedStream", "Result", "TTError",

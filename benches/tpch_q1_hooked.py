@@ -11,14 +11,16 @@ interleaved in every repetition (one SparkSession, one process):
   10s      tt record --every 10s
   10/s     tt record --every 0.1s
 
-`--api arrow` runs the partial aggregate as a `mapInArrow` class over the file's own
-columns instead (`Q1PartialArrow`): a plain scan, whose units tt stores as their rows'
-positions in the file, not copied (issue 15; a mapInPandas unit is still copied).
+The job casts the decimal columns to double in Spark, so the function's input is not a
+plain scan and tt copies its units. `--api pandas-scan` hands it the file's own columns
+(the function casts them), `--api arrow` runs it as a `mapInArrow` class over them
+(`Q1PartialArrow`): a plain scan, whose units tt stores as their rows' positions in the
+file, not copied (issue 15).
 
 Prints median wall times, ratios to `off`, and the run file against the input Parquet
 file; writes the same as markdown to benches/results/. Goal (issue 13): 10s ≤ 1.05 × off.
 
-    python benches/tpch_q1_hooked.py [--reps 3] [--scale 1] [--partitions 4] [--api pandas|arrow]
+    python benches/tpch_q1_hooked.py [--reps 3] [--scale 1] [--partitions 4] [--api pandas|pandas-scan|arrow]
 """
 
 from __future__ import annotations
@@ -66,13 +68,16 @@ ORDER BY l_returnflag, l_linestatus
 class Q1Partial:
     """The job's stateful function: Q1's running sums per (returnflag, linestatus), in this partition."""
 
-    def __init__(self):
+    def __init__(self, cast: bool = False):
+        self.cast = cast   # the columns come as the file's decimals: cast them here, not in Spark
         self.groups = {}   # (l_returnflag, l_linestatus) -> [sum_qty, sum_base_price, sum_disc_price, sum_charge, sum_disc, count]
 
     def __call__(self, batches):
         import pandas as pd
 
         for pdf in batches:
+            if self.cast:
+                pdf = pdf.astype({c: "float64" for c in ("l_quantity", "l_extendedprice", "l_discount", "l_tax")})
             disc_price = pdf["l_extendedprice"] * (1 - pdf["l_discount"])
             part = (pdf.assign(disc_price=disc_price, charge=disc_price * (1 + pdf["l_tax"]))
                     .groupby(KEY)
@@ -128,6 +133,9 @@ def job(data: str, api: str = "pandas") -> list[tuple]:
     if api == "arrow":
         lineitem = scan.select(*KEY, "l_quantity", "l_extendedprice", "l_discount", "l_tax")
         partials = lineitem.mapInArrow(Q1PartialArrow(), PARTIAL_SCHEMA)
+    elif api == "pandas-scan":
+        lineitem = scan.select(*KEY, "l_quantity", "l_extendedprice", "l_discount", "l_tax")
+        partials = lineitem.mapInPandas(Q1Partial(cast=True), PARTIAL_SCHEMA)
     else:
         lineitem = scan.select(*KEY, *[F.col(c).cast("double").alias(c)
                                        for c in ("l_quantity", "l_extendedprice", "l_discount", "l_tax")])
@@ -165,9 +173,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (1 = 6M lineitem rows)")
     ap.add_argument("--partitions", type=int, default=4, help="Spark input partitions over the Parquet file")
-    ap.add_argument("--api", choices=["pandas", "arrow"], default="pandas",
-                    help="the partial aggregate as mapInPandas (its units copied into the run file) or as "
-                         "mapInArrow over the file's columns (its units stored as row positions)")
+    ap.add_argument("--api", choices=["pandas", "pandas-scan", "arrow"], default="pandas",
+                    help="the partial aggregate as mapInPandas over columns cast by Spark (its units copied into "
+                         "the run file: the scan computes columns), as mapInPandas over the file's own columns "
+                         "(pandas-scan) or as mapInArrow over them (arrow), whose units are stored as row positions")
     args = ap.parse_args()
 
     import pyarrow.parquet as pq
@@ -216,7 +225,7 @@ def main() -> None:
     spark.stop()
 
     base = statistics.median(times["off"])
-    api = "mapInArrow" if args.api == "arrow" else "mapInPandas"
+    api = {"arrow": "mapInArrow", "pandas-scan": "mapInPandas over the file's columns"}.get(args.api, "mapInPandas")
     head = (f"TPC-H Q1 as hooked {api}, scale {args.scale:g}: {input_rows:,} lineitem rows in "
             f"{partitions} partitions, input {input_bytes / 1e6:.1f} MB Parquet, median of {args.reps}")
     table = ["| variant | median s | × off | run file | run file / input |", "|---|---:|---:|---:|---:|"]
@@ -233,7 +242,7 @@ def main() -> None:
 
     today = datetime.date.today().isoformat()
     RESULTS.mkdir(exist_ok=True)
-    report = RESULTS / f"{today}-tpch-q1-hooked{'-arrow' if args.api == 'arrow' else ''}-sf{args.scale:g}.md"
+    report = RESULTS / f"{today}-tpch-q1-hooked{'' if args.api == 'pandas' else '-' + args.api}-sf{args.scale:g}.md"
     per_rep = "\n".join(f"- {name}: " + ", ".join(f"{t:.2f}" for t in times[name]) + " s" for name, _ in VARIANTS)
     report.write_text(
         f"# TPC-H Q1 as hooked `{api}`: recording overhead ({today})\n\n"

@@ -49,7 +49,7 @@ def install(session: Any) -> Callable[[], None]:
                     return original(self, func, *args, **kwargs)
                 upstream = spark_upstream(session, [self])
                 hooked = session.hook(func, kind, site, self.sparkSession.sparkContext, upstream)
-                data = session.referenced_units(self, hooked) if kind == "mapInArrow" else self
+                data = session.referenced_units(self, hooked, kind)
                 return original(data, hooked, *args, **kwargs)
             return patched
         return make

@@ -225,25 +225,36 @@ class RecordingSession:
                 return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
 
-    def referenced_units(self, df: Any, call: Any) -> Any:
-        """`df.mapInArrow(call)` where `df` is a plain Parquet scan (recorder/sources.py): its
-        units are stored as their rows' positions in the files, not copied (`blobs.REF_BATCH`).
-        Returns the DataFrame Spark should map over: `df`, or `df` with position columns
-        where they cannot be counted (the task strips them). Any other `df` is copied, and
-        `source_scans` says why (`tt inspect`)."""
-        from . import sources
+    def referenced_units(self, df: Any, call: Any, kind: str) -> Any:
+        """`df.mapInArrow(call)` or `df.mapInPandas(call)` where `df` is a plain Parquet scan
+        (recorder/sources.py): its units are stored as their rows' positions in the files, not
+        copied (`blobs.REF_BATCH`, `REF_PANDAS`: a DataFrame is rebuilt by PySpark's conversion
+        with the settings it ran with, recorder/frames.py). Returns the DataFrame Spark should
+        map over: `df`, or `df` with position columns where they cannot be counted (the task
+        strips them). Any other `df` is copied, and `source_scans` says why (`tt inspect`)."""
+        from . import frames, sources
         from .hooked_calls import HookedCall
 
         if not isinstance(call, HookedCall) or df.isStreaming:   # (unrecorded; a stream's files change)
             return df
         source = call.graph.stages[call.stage_id].source
-        ref, why = (None, "tt record --copy-sources") if self.copy_sources else sources.reference(df)
+        ref, why = None, "tt record --copy-sources" if self.copy_sources else None
+        if why is None and kind == "mapInPandas":
+            why = frames.available()
+        if why is None:
+            ref, why = sources.reference(df)
+        schema = None
+        if ref is not None and kind == "mapInPandas":
+            ref.info["pandas"] = frames.conversion(df.sparkSession)
+            schema = frames.arrow_schema(df, ref.info["pandas"])
         with self._hook_lock:
             if ref is None:
                 self.write_sources({}, {source: why})
                 return df
             ref.first_id, self._next_file_id = self._next_file_id, self._next_file_id + len(ref.files)
             self.write_sources({source: ref}, {})
+            if schema is not None:   # (an Arrow batch's comes from the task that saw it)
+                self.writer.submit([("UPDATE source_scans SET arrow_schema=? WHERE source=?", [(schema, source)])])
         call.source_ref = ref.task_ref(source)
         return sources.augment(df, ref)
 

@@ -47,6 +47,10 @@ UNIT_CODECS = {"mapInPandas": blobs.PANDAS, "mapInArrow": blobs.ARROW_BATCH,
                "applyInArrow": blobs.ARROW_GROUP, "cogroup.applyInArrow": blobs.ARROW_GROUP}
 
 
+#: A hooked unit's codec when it is read by reference (a plain Parquet scan's mapInArrow or mapInPandas).
+_BY_REFERENCE = {blobs.ARROW_BATCH: blobs.REF_BATCH, blobs.PANDAS: blobs.REF_PANDAS}
+
+
 def _unit_rows(unit: Any) -> int:
     """Rows in a hooked unit: a DataFrame or batch, or a group `(key, *frames)`."""
     if isinstance(unit, tuple):
@@ -331,6 +335,7 @@ class StageTask:
         self.blob_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, payload)
         self.ref_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, positions)
         self.source_ref = None       # a TaskRef when the source is read by reference
+        self._unit_codec = None      # a hooked stage's unit codec (`open_units`)
         self.schema_sent = False     # the referenced source's Arrow schema went to the coordinator
         self.source_rows = 0         # a counted source's rows so far (recorder/sources.py)
         self.source_schema: bytes | None = None  # ... and is due in the next flush
@@ -483,13 +488,13 @@ class StageTask:
         """One step of the hooked operator; what it produced meanwhile."""
         head, codec = self._unit_head, self._unit_codec
         where = None
-        if self.source_ref is not None:   # a mapInArrow unit of a Parquet scan: its rows' positions
+        if self.source_ref is not None:   # a unit of a Parquet scan: its rows' positions (and its digest)
             unit, where = self._split_positions(unit, self._unit_log is not None)
         if self._unit_log is not None:
             if codec is None:
                 self._unit_log.append(kept_apart(unit, packed_by_pickle=True, frames=True))   # packed later; the function may change it
             elif where is not None:
-                self.unit_entries.append((head.node_id, 0, self.partition, blobs.REF_BATCH, where))
+                self.unit_entries.append((head.node_id, 0, self.partition, _BY_REFERENCE[codec], where))
             else:   # packed now: the function may write into a DataFrame it is handed
                 self.unit_entries.append((head.node_id, 0, self.partition, codec, blobs.pack_unit(codec, unit)))
         try:
@@ -588,25 +593,30 @@ class StageTask:
                 yield cols
 
     def _split_positions(self, batch: Any, logged: bool) -> tuple[Any, bytes | None]:
-        """A referenced source's batch without its position columns, and the positions packed
-        (None when the batch must be copied: a file the driver did not list)."""
+        """A referenced source's batch (or a hooked mapInPandas unit's DataFrame) without its
+        position columns, and the positions packed with the digest of its values (None when
+        the batch must be copied: a file the driver did not list)."""
         import numpy as np
 
         ref = self.source_ref
+        frame = self._unit_codec == blobs.PANDAS   # (its Arrow schema the driver stored: `referenced_units`)
+        n = len(batch) if frame else batch.num_rows
         if ref.counted:   # no position column: the task's n-th row is its splits' n-th row that passes the filter
             if not logged or self.partition not in ref.files:   # (Spark ran it in a task of another numbering)
                 return batch, None
-            before, self.source_rows = self.source_rows, self.source_rows + batch.num_rows
-            self._send_schema(batch)
+            before, self.source_rows = self.source_rows, self.source_rows + n
+            if not frame:
+                self._send_schema(batch)
             return batch, blobs.compress(positions.pack_counted(
-                ref.source, self.partition, before, batch.num_rows, row_digest.digest(batch)))
-        width = batch.num_columns - (2 if ref.hashes else 1)
-        rows = batch.column(width).to_numpy()
-        data = batch.select(list(range(width)))
+                ref.source, self.partition, before, n, (row_digest.frame_digest if frame else row_digest.digest)(batch)))
+        width = (batch.shape[1] if frame else batch.num_columns) - (2 if ref.hashes else 1)
+        column = (lambda i: batch.iloc[:, i].to_numpy()) if frame else (lambda i: batch.column(i).to_numpy())
+        rows = column(width)
+        data = batch.iloc[:, :width] if frame else batch.select(list(range(width)))
         if not logged:
             return data, None
         if ref.hashes:
-            hashes, which = np.unique(batch.column(width + 1).to_numpy(), return_inverse=True)
+            hashes, which = np.unique(column(width + 1), return_inverse=True)
             ids = [ref.hashes.get(int(h)) for h in hashes]
             if None in ids:
                 return data, None
@@ -616,9 +626,11 @@ class StageTask:
             if fid is None:
                 return data, None
             files = np.full(len(rows), fid, np.int64)
-        self._send_schema(data)
+        if not frame:
+            self._send_schema(data)
         # the values' digest: replay proves the rows it reads back are these (store/row_digest.py)
-        return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files), row_digest.digest(data)))
+        digest = row_digest.frame_digest(data) if frame else row_digest.digest(data)
+        return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files), digest))
 
     def _send_schema(self, data: Any) -> None:
         """The referenced source's Arrow schema goes to the coordinator once (with the next flush)."""

@@ -7,8 +7,8 @@ Recorded tuples (those entering G(θ) from outside it) use one of these codecs:
 `arrow` keeps a source DataFrame's Arrow batch as it arrived (cheap to write, and
 `to_pylist()` gives the exact rows the operator saw), `pickle` stores the Python
 rows themselves, the unit codecs keep a hooked function's DataFrame or batch, and
-`ref` stores only where the rows are in a source's Parquet files (`ref-batch`: where a
-hooked `mapInArrow` unit's rows are).
+`ref` stores only where the rows are in a source's Parquet files (`ref-batch`, `ref-pandas`:
+where a hooked `mapInArrow` or `mapInPandas` unit's rows are).
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ PANDAS_GROUP = "pandas-group"  # (key, DataFrame, ...): a hooked applyInPandas u
 ARROW_GROUP = "arrow-group"    # (key, Table, ...): a hooked applyInArrow unit
 REF = "ref"          # row positions in a source's files, compressed (store/positions.py, store/sources.py)
 REF_BATCH = "ref-batch"  # a hooked mapInArrow unit as `ref` positions: read back as one RecordBatch
+REF_PANDAS = "ref-pandas"  # a hooked mapInPandas unit as `ref` positions: rebuilt as PySpark built its DataFrame
 #: Codecs whose data cannot run code when read: stored unsealed (store/trust.py).
-INERT = frozenset({ARROW, PANDAS, ARROW_BATCH, PANDAS_GROUP, ARROW_GROUP, REF, REF_BATCH})
+INERT = frozenset({ARROW, PANDAS, ARROW_BATCH, PANDAS_GROUP, ARROW_GROUP, REF, REF_BATCH, REF_PANDAS})
 #: Codecs whose data are positions in source files, read with a SourceReader.
-BY_REFERENCE = frozenset({REF, REF_BATCH})
+BY_REFERENCE = frozenset({REF, REF_BATCH, REF_PANDAS})
 
 
 def pack_rows(rows: list) -> bytes:

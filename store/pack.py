@@ -48,25 +48,28 @@ def pack(run: Path, out: Path | None = None,
 def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], None] | None) -> dict:
     reader = SourceReader(conn, name)
     reader.check_all()   # every file first: a changed one stops the pack before anything is written
-    chunks = conn.execute("SELECT rowid, n, codec FROM entry_chunks WHERE codec IN (?, ?)",
-                          (blobs.REF, blobs.REF_BATCH)).fetchall()
+    chunks = conn.execute("SELECT rowid, n, codec FROM entry_chunks WHERE codec IN (?, ?, ?)",
+                          (blobs.REF, blobs.REF_BATCH, blobs.REF_PANDAS)).fetchall()
     rows = 0
     conn.execute("BEGIN IMMEDIATE")
     try:
         for done, (rowid, n, codec) in enumerate(chunks, 1):
             (data,) = conn.execute("SELECT data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()
+            positions = blobs.decompress(data)
             if codec == blobs.REF_BATCH:   # a hooked unit (n = 1): the batch its function was handed
-                table = reader.batch(blobs.decompress(data))
-                packed = blobs.ARROW_BATCH
+                batch = reader.batch(positions)
+                packed, count = (blobs.ARROW_BATCH, blobs.pack_arrow(batch)), batch.num_rows
+            elif codec == blobs.REF_PANDAS:   # ... or the DataFrame, kept as a copied one is
+                frame = reader.frame(positions)
+                packed, count = (blobs.PANDAS, blobs.pack_pandas(frame)), len(frame)
             else:
-                table = reader.table(blobs.decompress(data))
-                packed = blobs.ARROW
+                table = reader.table(positions)
                 if table.num_rows != n:
                     raise RunFileError(f"a chunk of {n} referenced rows read back as {table.num_rows}; the run "
                                        f"file or its source files are damaged")
-            conn.execute("UPDATE entry_chunks SET codec=?, data=? WHERE rowid=?",
-                         (packed, blobs.pack_arrow(table), rowid))
-            rows += table.num_rows
+                packed, count = (blobs.ARROW, blobs.pack_arrow(table)), n
+            conn.execute("UPDATE entry_chunks SET codec=?, data=? WHERE rowid=?", (*packed, rowid))
+            rows += count
             if progress is not None:
                 progress(done, len(chunks))
         for source, info in conn.execute("SELECT source, info FROM source_scans WHERE format IS NOT NULL").fetchall():

@@ -428,6 +428,8 @@ class RunReader:
             return self.sources().rows(blobs.decompress(self.entry_data(rowid)))
         if codec == blobs.REF_BATCH:
             return [self.sources().batch(blobs.decompress(self.entry_data(rowid)))]
+        if codec == blobs.REF_PANDAS:
+            return [self.sources().frame(blobs.decompress(self.entry_data(rowid)))]
         return blobs.unpack_tuples(codec, self.entry_data(rowid))
 
     def entry_tuples_where(self, codec: str, rowid: int, equal: dict[str, Any]) -> tuple[int, list[int], list]:
@@ -577,8 +579,8 @@ class RunReader:
         for kind, label in (("in", "input_log"), ("out", "output_log"), ("dest", "output_log_dests"),
                             ("res", "logged_results"), ("made", "lineage_made"), ("keys", "lineage_keys")):
             out[label] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM log_chunks WHERE kind=?", (kind,)).fetchone()[0]
-        out["recorded_tuples"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks WHERE codec NOT IN "
-                                   "('ref', 'ref-batch')").fetchone()[0]
+        out["recorded_tuples"] = q(f"SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks WHERE codec NOT IN "
+                                   f"({_BY_REFERENCE})").fetchone()[0]
         referenced = self.referenced().values()
         out["row_references"] = sum(size for _, size in referenced)
         out["referenced_rows"] = sum(rows for rows, _ in referenced)
@@ -592,7 +594,7 @@ class RunReader:
         """Per source read by reference: (rows kept as positions, bytes of those positions)."""
         out: dict[int, tuple[int, int]] = {}
         for data, n, codec in self.conn.execute(
-                "SELECT data, n, codec FROM entry_chunks WHERE codec IN ('ref', 'ref-batch')"):
+                f"SELECT data, n, codec FROM entry_chunks WHERE codec IN ({_BY_REFERENCE})"):
             raw = blobs.decompress(data)
             source = positions.source_of(raw)
             rows, size = out.get(source, (0, 0))
@@ -604,6 +606,9 @@ class RunReader:
         s = self.sizes()
         return (s["interactions"] + s["input_log"] + s["output_log"] + s["output_log_dests"] + s["logged_results"]
                 + s["lineage_made"])
+
+
+_BY_REFERENCE = ", ".join(f"'{c}'" for c in sorted(blobs.BY_REFERENCE))   # (an SQL list)
 
 
 class NumpyLogArrays(LogArrays):

@@ -38,6 +38,33 @@ def digest(data: Any) -> bytes:
     return h.digest()
 
 
+def frame_digest(frame: Any) -> bytes:
+    """The digest of a pandas DataFrame as a hooked `mapInPandas` function was handed it: its
+    column names, dtypes, index and values. A unit read by reference is rebuilt from its rows in
+    the files by PySpark's conversion, whose dtypes a PySpark version or a setting may change:
+    replay compares this digest, so a frame built otherwise stops replay, not shows other data.
+    Numpy columns are hashed as their bytes; others (strings, decimals, dates, extension
+    dtypes) by pandas' own row hashes, which tell `'1.10'` from `'1.1'` and None from NaN."""
+    import numpy as np
+    import pandas as pd
+    import xxhash
+
+    h = xxhash.xxh3_128()
+    h.update(orjson.dumps([[str(c) for c in frame.columns], [str(t) for t in frame.dtypes], len(frame)]))
+    index = frame.index
+    if isinstance(index, pd.RangeIndex):
+        h.update(b"range %d:%d:%d;" % (index.start, index.stop, index.step))
+    else:
+        h.update(pd.util.hash_pandas_object(index).to_numpy().tobytes())
+    for i in range(frame.shape[1]):
+        column = frame.iloc[:, i]
+        if isinstance(column.dtype, np.dtype) and column.dtype.kind in "biufcmM":
+            h.update(np.ascontiguousarray(column.to_numpy()).view(np.uint8))
+        else:
+            h.update(pd.util.hash_pandas_object(column, index=False).to_numpy().tobytes())
+    return h.digest()
+
+
 def _column_parts(column: Any) -> list:
     """One column's values as buffers that two layouts of the same values share."""
     import pyarrow as pa

@@ -105,6 +105,12 @@ def unreadable(uri: str, why: str, run: str = "RUN") -> SourceFileError:
     return e
 
 
+#: How a hooked mapInPandas unit read by reference becomes the DataFrame PySpark built:
+#: `build(table, settings)` and `version()`, PySpark's own conversion (recorder/frames.py, which
+#: tt/__init__.py hands over: only recorder/ imports pyspark).
+frame_builder: Any = None
+
+
 def changed(uri: str, what: str, run: str = "RUN") -> SourceFileError:
     return SourceFileError(f"{run} reads {uri} by reference and it changed since the recording ({what}); "
                            f"restore it, or run `tt pack {run}` where the recorded file is, to copy its rows "
@@ -289,8 +295,9 @@ class SourceReader:
             if not self.scans[self.files[fid].source]["info"].get("packed"):
                 self.check(fid)
 
-    def table(self, data: bytes) -> Any:
-        """One chunk's rows as an Arrow table in the operator's schema."""
+    def table(self, data: bytes, digest: Callable[[Any], bytes] = row_digest.digest) -> Any:
+        """One chunk's rows as an Arrow table in the operator's schema. The chunk's digest of its
+        values is checked on them (`digest`: None when it is of what they become, `frame`)."""
         import pyarrow as pa
 
         source, parts = self.parts(data)
@@ -298,7 +305,7 @@ class SourceReader:
         tables = [self._take(source, fid, rows) for fid, rows in parts]
         table = schema.empty_table() if not tables else tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         recorded = positions.content_digest(data)
-        if recorded is not None and row_digest.digest(table) != recorded:
+        if digest is not None and recorded is not None and digest(table) != recorded:
             uris = ", ".join(dict.fromkeys(self.files[fid].uri for fid, _ in parts))
             raise changed(uris, f"the {table.num_rows:,} rows read back at the recorded positions hold other "
                                 f"values than the recording's task read, although the file's size, time and "
@@ -308,6 +315,28 @@ class SourceReader:
     def rows(self, data: bytes) -> list[dict]:
         """One chunk as the rows a tt.Dataflow source hands its operators."""
         return self.table(data).to_pylist()
+
+    def frame(self, data: bytes) -> Any:
+        """One chunk as the pandas DataFrame a hooked `mapInPandas` function was handed, built
+        as PySpark built it (`frame_builder`) and checked against the recording's digest of it."""
+        source, parts = self.parts(data)
+        settings = self.scans[source]["info"].get("pandas") or {}
+        if frame_builder is None:
+            raise SourceFileError("this process cannot rebuild the DataFrames of a mapInPandas read by reference "
+                                  "(import tt first: it hands the store PySpark's conversion)")
+        frame = frame_builder.build(self.table(data, digest=None), settings)
+        if row_digest.frame_digest(frame) != positions.content_digest(data):
+            uris = ", ".join(dict.fromkeys(self.files[fid].uri for fid, _ in parts))
+            recorded_with, here = settings.get("pyspark", "?"), frame_builder.version()
+            why = (f"PySpark {here} builds its DataFrames otherwise than PySpark {recorded_with} did when recording: "
+                   f"replay the run where PySpark {recorded_with} is installed"
+                   if recorded_with != here else
+                   "its values changed in place since the recording, or the run file's settings were altered: restore "
+                   "the file")
+            raise SourceFileError(f"{self.run}: the DataFrame rebuilt from the rows read back at the recorded "
+                                  f"positions of {uris} differs from the one the recording's task handed the "
+                                  f"mapInPandas function; {why}, or record the job again with --copy-sources")
+        return frame
 
     def batch(self, data: bytes) -> Any:
         """One chunk as the one RecordBatch a hooked `mapInArrow` function was handed."""

@@ -1,19 +1,23 @@
-"""A hooked `mapInArrow` over a Parquet scan, recorded by reference (issue 15, blobs.REF_BATCH).
+"""A hooked `mapInArrow` or `mapInPandas` over a Parquet scan, recorded by reference (issue 15).
 
 `tests/jobs/hooked_parquet.py` is a plain PySpark job: a callable class keeps running
-totals per group over the Arrow batches of a filtered Parquet scan. It is recorded twice
-over the same files: by reference (each unit stored as its rows' positions) and with
-`copy_sources` (the batches Spark handed the function, as before). The copied run is the
-oracle for the units: every batch read back through the positions must equal the one
-Spark gave, schema and values. The final totals are checked against the files themselves
-(pyarrow, no tt log); both runs verify; `tt pack` copies the very batches in.
+totals per group over the Arrow batches (or pandas DataFrames) of a filtered Parquet scan.
+It is recorded twice over the same files: by reference (each unit stored as its rows'
+positions, `blobs.REF_BATCH`, `REF_PANDAS`) and with `copy_sources` (the units Spark handed
+the function, as before). The copied run is the oracle for the units: every batch read back
+through the positions must equal the one Spark gave, schema and values, and every DataFrame
+rebuilt by PySpark's conversion the one PySpark built, dtypes and values. The final totals
+are checked against the files themselves (pyarrow, no tt log); both runs verify; `tt pack`
+copies the very units in. A DataFrame rebuilt otherwise than recorded stops replay.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -27,11 +31,16 @@ from tt.recorder.job import record_job
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_parquet.py"
-LAYOUTS = {   # name: (files, the job's arguments after DATA_DIR, the job's filter as pyarrow computes it)
-    "positions, files split across tasks": (2, SPLIT, lambda t: pa.array(t["id"].to_numpy() % 5 != 0)),
-    "counted, several files per task": (3, [EXACT, *ONE_TASK], lambda t: pc.and_(pc.and_(
-        pc.not_equal(t["g"], 3), pc.not_equal(t["s"], "")),
-        pc.or_(pc.greater_equal(t["id"], 1000), pc.is_in(t["id"], pa.array([7, 70, 700]))))),
+#: the job's filter as pyarrow computes it: `id % 5 != 0` (positions), and EXACT's (counted)
+MOD5 = lambda t: pa.array(t["id"].to_numpy() % 5 != 0)   # noqa: E731
+EXACT_ROWS = lambda t: pc.and_(pc.and_(pc.not_equal(t["g"], 3), pc.not_equal(t["s"], "")),   # noqa: E731
+                               pc.or_(pc.greater_equal(t["id"], 1000), pc.is_in(t["id"], pa.array([7, 70, 700]))))
+LAYOUTS = {   # name: (files, the job's arguments after DATA_DIR, the rows its scan keeps)
+    "mapInArrow, positions, files split across tasks": (2, SPLIT, MOD5),
+    "mapInArrow, counted, several files per task": (3, [EXACT, *ONE_TASK], EXACT_ROWS),
+    "mapInPandas, positions, files split across tasks": (2, ["api=pandas", *SPLIT], MOD5),
+    "mapInPandas, counted, several files per task": (3, ["api=pandas", "spark.sql.session.timeZone=America/New_York",
+                                                         EXACT, *ONE_TASK], EXACT_ROWS),
 }
 
 
@@ -76,18 +85,24 @@ def test_recording_by_reference_changes_nothing_the_job_computes(pair):
     assert len(on) == kept_rows(pair).num_rows
 
 
-def test_every_unit_read_back_equals_the_batch_spark_gave(pair):
+def test_every_unit_read_back_equals_the_one_spark_gave(pair):
     name, _, run, copied, *_ = pair
-    assert codecs(run) == {"ref-batch"} and codecs(copied) == {"arrow-batch"}
+    pandas = name.startswith("mapInPandas")
+    assert codecs(run) == {"ref-pandas" if pandas else "ref-batch"}
+    assert codecs(copied) == {"pandas" if pandas else "arrow-batch"}
     by_ref, oracle = units(run), units(copied)
     assert by_ref.keys() == oracle.keys() and oracle
-    for ch, batches in oracle.items():
-        assert len(by_ref[ch]) == len(batches) > 0
-        for got, want in zip(by_ref[ch], batches):
-            assert isinstance(got, pa.RecordBatch)
-            assert got.schema.equals(want.schema, check_metadata=True), (name, ch, got.schema, want.schema)
-            assert got.equals(want), f"{name}: a unit of channel {ch} differs"
-    rows = sum(b.num_rows for bs in by_ref.values() for b in bs)
+    for ch, wanted in oracle.items():
+        assert len(by_ref[ch]) == len(wanted) > 0
+        for got, want in zip(by_ref[ch], wanted):
+            if pandas:   # dtypes and all: nullable ints, zone-less timestamps, decimals and dates as objects
+                assert list(got.dtypes) == list(want.dtypes), (name, ch, got.dtypes, want.dtypes)
+                pd.testing.assert_frame_equal(got, want, check_exact=True)
+            else:
+                assert isinstance(got, pa.RecordBatch)
+                assert got.schema.equals(want.schema, check_metadata=True), (name, ch, got.schema, want.schema)
+                assert got.equals(want), f"{name}: a unit of channel {ch} differs"
+    rows = sum(len(u) for us in by_ref.values() for u in us)
     assert rows == kept_rows(pair).num_rows
 
 
@@ -100,7 +115,7 @@ def test_the_final_totals_are_the_files_sums(pair):
         names = {o.id: o.name for o in reader.operators}
         totals: dict[int, int] = {}
         for (op, i), at in reader.instances_at(last).items():
-            if names[op] == "RunningTotals":
+            if names[op] in ("RunningTotals", "PandasRunningTotals"):
                 for g, t in values.decode(reader.state(at.state))["totals"].items():
                     totals[g] = totals.get(g, 0) + t
     finally:
@@ -128,15 +143,15 @@ def test_the_positions_are_a_small_fraction_of_the_copied_units(pair):
     assert 0 < ref["row_references"] < copy["recorded_tuples"] / 20, (ref, copy)
 
 
-def test_tt_pack_copies_the_very_batches_in(pair, tmp_path, capsys):
+def test_tt_pack_copies_the_very_units_in(pair, tmp_path, capsys):
     _, _, run, copied, *_ = pair
     packed = tmp_path / "packed.db"
     assert main(["pack", str(run), "-o", str(packed)]) == 0
     assert f"packed {kept_rows(pair).num_rows:,} rows" in capsys.readouterr().out
-    assert codecs(packed) == {"arrow-batch"}
+    assert codecs(packed) == codecs(copied)
     got, want = units(packed), units(copied)
     assert got.keys() == want.keys()
-    assert all(a.equals(b) for ch in want for a, b in zip(got[ch], want[ch], strict=True))
+    assert all(a.equals(b) for ch in want for a, b in zip(got[ch], want[ch], strict=True))   # (frames: dtypes too)
     results = verified(packed)
     assert results and all(x["ok"] for x in results), results
 
@@ -155,3 +170,35 @@ def test_a_coalesce_after_the_function_is_said_not_hidden(spark, tmp_path):
                       "tt recorded the first one's units, the others ran unrecorded"]
     results = verified(tmp_path / "run.db")
     assert results and all(x["ok"] for x in results), results
+
+
+def test_a_dataframe_rebuilt_otherwise_stops_replay_with_one_line(pair, tmp_path, capsys):
+    """The recording task digests each DataFrame PySpark built; one that a replay builds
+    otherwise (here: in another session time zone, so other zone-less timestamps) is refused."""
+    import shutil
+    import sqlite3
+
+    import orjson
+
+    from tt.core.errors import SourceFileError
+
+    name, _, run, *_ = pair
+    if not name.startswith("mapInPandas"):
+        pytest.skip("a batch is not rebuilt: it is read back as Spark sent it")
+    altered = tmp_path / "altered.db"
+    shutil.copy(run, altered)
+    conn = sqlite3.connect(altered)
+    source, info = conn.execute("SELECT source, info FROM source_scans").fetchone()
+    info = orjson.loads(info)
+    info["pandas"]["timezone"] = "Asia/Tokyo"
+    conn.execute("UPDATE source_scans SET info=? WHERE source=?", (orjson.dumps(info).decode(), source))
+    conn.commit()
+    conn.close()
+    refused = ("the DataFrame rebuilt from the rows read back at the recorded positions of .* differs from the "
+               "one the recording's task handed the mapInPandas function; its values changed in place")
+    with pytest.raises(SourceFileError, match=refused):
+        units(altered)
+    capsys.readouterr()
+    assert main(["verify", str(altered)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(refused, err) and "part-" in err, err

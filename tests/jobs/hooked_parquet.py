@@ -1,15 +1,16 @@
 """A plain PySpark job, without tt: a stateful `mapInArrow` over a Parquet scan.
 
-    python hooked_parquet.py OUT.json DATA_DIR [filter=SQL] [coalesce=N] [SPARK_SETTING=VALUE ...]
+    python hooked_parquet.py OUT.json DATA_DIR [filter=SQL] [api=pandas] [coalesce=N] [SPARK_SETTING=VALUE ...]
 
-`RunningTotals` is a callable class given to `DataFrame.mapInArrow`: it keeps a running
-total of `v` per group `g` over every batch of its partition, and yields each row with
-its group's total so far. Its input is a plain scan (a filter, columns out of order,
-timestamps, decimals and strings), which `tt record` stores as file positions, not rows
-(recorder/sources.py, `blobs.REF_BATCH`); `filter=` puts another condition in place of
+`RunningTotals` is a callable class given to `DataFrame.mapInArrow` (`api=pandas`:
+`PandasRunningTotals`, to `mapInPandas`): it keeps a running total of `v` per group `g`
+over every batch of its partition, and yields each row with its group's total so far.
+Its input is a plain scan (a filter, columns out of order, timestamps, decimals and
+strings), which `tt record` stores as file positions, not rows (recorder/sources.py,
+`blobs.REF_BATCH`, `REF_PANDAS`); `filter=` puts another condition in place of
 `id % 5 != 0` (one pyarrow evaluates exactly makes the units counted: no position
-column). The tests compare what replay hands the function with the batches of a run
-recorded with --copy-sources (tests/test_sources_by_reference.py).
+column). The tests compare what replay hands the function with the units of a run
+recorded with --copy-sources (tests/test_hooked_by_reference.py).
 """
 
 import json
@@ -39,6 +40,28 @@ class RunningTotals:
                 "s": batch.column("s")})
 
 
+class PandasRunningTotals:
+    """The same for `mapInPandas`: its units are the DataFrames PySpark builds from the batches."""
+
+    def __init__(self, zone: str):
+        self.zone = zone   # the session's, in which PySpark hands it (zone-less) timestamps
+        self.totals = {}
+        self.batches = 0
+
+    def __call__(self, frames):
+        import pandas as pd
+
+        for frame in frames:
+            self.batches += 1
+            totals = []
+            for g, v in zip(frame["g"].tolist(), frame["v"].tolist()):
+                self.totals[g] = self.totals.get(g, 0) + v
+                totals.append(self.totals[g])
+            yield pd.DataFrame({"id": frame["id"], "g": frame["g"], "total": totals,
+                                "ts": frame["ts"].dt.tz_localize(self.zone).dt.tz_convert("UTC").astype(str),
+                                "d": frame["d"].astype(str), "s": frame["s"]})
+
+
 SCHEMA = "id long, g long, total long, ts string, d string, s string"
 
 
@@ -46,12 +69,14 @@ def main(out: str, data: str, *args: str) -> None:
     settings = dict(a.split("=", 1) for a in args)   # how Spark splits the files into tasks
     condition = settings.pop("filter", "id % 5 != 0")
     coalesce = settings.pop("coalesce", None)   # partitions of the function's output (Spark then runs several inputs in a task)
+    pandas = settings.pop("api", "arrow") == "pandas"
     spark = SparkSession.builder.getOrCreate()
     with spark_settings(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": "2500", **settings}):
         df = spark.read.parquet(data)
         if condition:
             df = df.filter(condition)
-        totals = df.select("s", "id", "g", "v", "ts", "d").mapInArrow(RunningTotals(), SCHEMA)
+        scan = df.select("s", "id", "g", "v", "ts", "d")
+        totals = scan.mapInPandas(PandasRunningTotals(spark.conf.get("spark.sql.session.timeZone")), SCHEMA) if pandas else scan.mapInArrow(RunningTotals(), SCHEMA)
         rows = (totals.coalesce(int(coalesce)) if coalesce else totals).collect()
     with open(out, "w") as f:
         json.dump(sorted((r.asDict() for r in rows), key=lambda r: r["id"]), f)

@@ -1,0 +1,73 @@
+"""How PySpark builds the DataFrames a `mapInPandas` function is handed, for units read by reference.
+
+A hooked `mapInPandas` unit over a plain Parquet scan is stored as its rows' positions in the
+files (`blobs.REF_PANDAS`). Replay reads those rows back as Arrow and must hand the function
+the very DataFrame PySpark built: dtypes and all (nullable ints, timestamps in the session's
+zone, dates and decimals as objects), which a plain `Table.to_pandas` does not give
+(docs/SOURCES.md §4.1). So it uses PySpark's own conversion, with the settings the recording
+ran with (`conversion`); this module is where it lives, because only recorder/ imports
+pyspark, and `tt/__init__.py` hands it to the store (`store.sources.frame_builder`).
+pyspark is imported when a unit is rebuilt, not before: the debugger's modules load without
+it. The recording task also keeps each unit's `row_digest.frame_digest`, and replay compares:
+another PySpark, or a setting that changed, stops replay with one line instead of showing a
+different DataFrame.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def available() -> str | None:
+    """Why this PySpark's mapInPandas units cannot be read by reference, or None when they can."""
+    try:
+        from pyspark.sql.conversion import ArrowBatchTransformer  # noqa: F401  (PySpark 4.3's conversion)
+    except ImportError:
+        import pyspark
+
+        return f"PySpark {pyspark.__version__} has no ArrowBatchTransformer to rebuild its DataFrames (4.3 has)"
+    return None
+
+
+def version() -> str:
+    import pyspark
+
+    return pyspark.__version__
+
+
+def conversion(spark: Any) -> dict:
+    """The settings PySpark's Python worker converts a mapInPandas batch with, and its version."""
+    import pyspark
+
+    conf = spark.conf
+    return {
+        "pyspark": pyspark.__version__,
+        "timezone": conf.get("spark.sql.session.timeZone"),
+        "prefer_int_ext_dtype": conf.get("spark.sql.execution.pythonUDF.pandas.preferIntExtensionDtype",
+                                         "false") == "true",
+        "large_var_types": conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true",
+    }
+
+
+def arrow_schema(df: Any, settings: dict) -> bytes:
+    """The Arrow schema of the batches Spark sends the worker for `df`, serialized (the store
+    casts the rows it reads back to it)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(df.schema, timezone=settings["timezone"], prefers_large_types=settings["large_var_types"])
+    return schema.serialize().to_pybytes()
+
+
+def build(table: Any, settings: dict) -> Any:
+    """The DataFrame PySpark's worker builds from `table`'s rows: its batches hold one struct
+    column, which `to_pandas(df_for_struct=True)` turns into the frame (worker.py, mapInPandas)."""
+    import pyarrow as pa
+    from pyspark.sql.conversion import ArrowBatchTransformer
+
+    columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in table.columns]
+    struct = pa.StructArray.from_arrays(columns, fields=list(table.schema)) if columns else \
+        pa.array([{}] * table.num_rows, pa.struct([]))
+    batch = pa.RecordBatch.from_arrays([struct], names=["_0"])
+    return ArrowBatchTransformer.to_pandas(batch, timezone=settings["timezone"],
+                                           prefer_int_ext_dtype=settings["prefer_int_ext_dtype"],
+                                           df_for_struct=True)[0]
