@@ -139,6 +139,8 @@ def _summary_text(s: dict) -> str:
                      f"snapshots are not tuple-consistent across its shuffles (docs/HOOKS.md)")
     for u in s.get("unrecorded", []):
         lines.append(f"unrecorded  {u['name']} ({u['kind']} at {u['site']}) ran without tt: {u['why']}")
+    for w in s.get("warnings", []):
+        lines.append(f"warning  {w}")
     lines.append("edges    " + ", ".join([f"{e['from']}→{e['to']}" + (" (shuffle)" if e["shuffle"] else "")
                                          for e in s["edges"]]
                                         + [f"{e['from']}⇢{e['to']} (Spark: {e['label']})"

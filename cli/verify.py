@@ -83,6 +83,10 @@ def verify(
                                               else "every interaction was complete)"))
             via = f"; again from the checkpoints for {via_checkpoints}" if via_checkpoints else ""
             text = f"{run}: {done}{via} — every replayed state equals the recorded one{note}"
+        warnings = reader.warnings()
+        if warnings:   # "verified" covers what was recorded: say what the recording could not
+            data["warnings"] = warnings
+            text += "".join(f"\n{run}: the recording warned: {w}" for w in warnings)
         if statestore:
             store_result, store_text = _statestore(reader, run, queries, stores, trust, json, replay_ok=not failed)
             data["statestore"] = store_result

@@ -53,6 +53,7 @@ class RecordingSession:
         self.checkpoint_tau = checkpoint_tau  # online checkpointing under this bound, if set
         self._user_event = on_event or (lambda kind, info: None)
         self.on_event = self._event
+        self.warnings: list[str] = []   # what the recording warned of (meta 'warnings')
         self.run_id = secrets.token_hex(8)
         self.db = schema.create(self.out)
         self.writer = Writer(self.db.conn)
@@ -397,6 +398,9 @@ class RecordingSession:
             self.writer.submit([("INSERT OR REPLACE INTO stage_stats VALUES (?,?,?)",
                                  [(st, n, c.busy.get(st, 0.0)) for st, n in c.consumes.items()])])
         status = status or ("complete" if ok else "failed")
+        if self.warnings:
+            self.writer.submit([("INSERT OR REPLACE INTO meta VALUES ('warnings', ?)",
+                                 [(orjson.dumps(list(dict.fromkeys(self.warnings))).decode(),)])])
         self.writer.submit([("UPDATE run SET status=?, finished=?, error=?, input_bytes=? WHERE id=1",
                              [(status, time.time(), error, input_bytes)])])
         try:
@@ -534,6 +538,8 @@ class RecordingSession:
         self._cancel_spark_jobs(close_coordinator=True)
 
     def _event(self, kind: str, info: dict) -> None:
+        if kind == "warning":   # kept in the run too: `tt inspect` and `tt verify` say them again
+            self.warnings.append(info["message"])
         if (self.writer.failed or self.interrupted) and kind == "task":
             self._cancel_spark_jobs()  # a job the job started after the failure: stop it too
         self._user_event(kind, info)

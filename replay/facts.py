@@ -73,6 +73,7 @@ def summary(reader: RunReader) -> dict:
                        "site": nodes.get(o.id, {}).get("site"), "unit": nodes.get(o.id, {}).get("unit")}
                       for o in reader.operators],
         "unrecorded": plan.get("unrecorded", []),   # hooked calls whose function ran without tt
+        "warnings": reader.warnings(),              # what `tt record` warned of
         "spark_edges": [{"from": reader.operators[e["src"]].name, "to": reader.operators[e["dst"]].name,
                          "label": e["label"]} for e in plan.get("spark_edges", [])],   # Spark, between hooked ops
         "edges": [{"from": reader.operators[e["src"]].name, "to": reader.operators[e["dst"]].name,

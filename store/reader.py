@@ -137,6 +137,12 @@ class RunReader:
             out[key] = orjson.loads(out[key]) if out[key] else None
         return out
 
+    def warnings(self) -> list[str]:
+        """What the recording warned of (`tt record` printed them too), e.g. input partitions of a
+        hooked function that ran unrecorded."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key='warnings'").fetchone()
+        return orjson.loads(row[0]) if row else []
+
     @property
     def status(self) -> str:
         """complete | failed | interrupted | recording (still being written) | incomplete (recorder died)."""

@@ -156,7 +156,7 @@ def test_tt_pack_copies_the_very_units_in(pair, tmp_path, capsys):
     assert results and all(x["ok"] for x in results), results
 
 
-def test_a_coalesce_after_the_function_is_said_not_hidden(spark, tmp_path):
+def test_a_coalesce_after_the_function_is_said_not_hidden(spark, tmp_path, capsys):
     """Spark runs a coalesced task's input partitions one after the other in one Python worker,
     each a call of the hooked function: tt records the first and says that it did not record the
     others (they are not retries, whose logs a committed attempt makes redundant)."""
@@ -170,6 +170,11 @@ def test_a_coalesce_after_the_function_is_said_not_hidden(spark, tmp_path):
                       "tt recorded the first one's units, the others ran unrecorded"]
     results = verified(tmp_path / "run.db")
     assert results and all(x["ok"] for x in results), results
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "run.db")]) == 0   # what it verified, and what it could not
+    assert capsys.readouterr().out.splitlines()[1:] == [f"{tmp_path / 'run.db'}: the recording warned: {warned[0]}"]
+    assert main(["inspect", str(tmp_path / "run.db")]) == 0
+    assert f"warning  {warned[0]}" in capsys.readouterr().out.splitlines()
 
 
 def test_a_dataframe_rebuilt_otherwise_stops_replay_with_one_line(pair, tmp_path, capsys):
