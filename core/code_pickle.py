@@ -10,10 +10,14 @@ with plain `cloudpickle.loads` (or `pickle.loads`) wherever tt is importable.
 from __future__ import annotations
 
 import io
+import os
+import sys
 import types
 from typing import Any
 
 import cloudpickle
+
+from .errors import CodeImportError
 
 
 def _code_in_file(make: Any, args: tuple, filename: str) -> types.CodeType:
@@ -30,6 +34,23 @@ class _Pickler(cloudpickle.Pickler):
                 make, args = reduce(obj)
                 return _code_in_file, (make, args, obj.co_filename)
         return super().reducer_override(obj)
+
+
+def loads(data: bytes, what: str, folder: str | None = None) -> Any:
+    """`cloudpickle.loads(data)` of `what`'s code (an operator, a key function). Code pickled by
+    reference to a module of the job's (`from helpers import Detector`) needs that module where
+    it is replayed. `tt record` ran the job with its folder on `sys.path`, so that `folder`,
+    where it exists here, is searched too (last); else one line says which module is missing."""
+    try:
+        return cloudpickle.loads(data)
+    except ModuleNotFoundError as e:
+        if folder and os.path.isdir(folder) and folder not in sys.path:
+            sys.path.append(folder)
+            return loads(data, what, folder)
+        where = f"add the folder that holds it to PYTHONPATH (the job was in {folder})" if folder else \
+            "add the folder that holds it to PYTHONPATH"
+        raise CodeImportError(f"{what}'s code needs the module {e.name!r}, which this Python cannot import: "
+                              f"{where}") from None
 
 
 def dumps(obj: Any) -> bytes:

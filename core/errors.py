@@ -39,6 +39,10 @@ class UntrustedRunError(RunFileError):
     """Replaying would unpickle code from a run.db that this user did not record."""
 
 
+class CodeImportError(TTError):
+    """A run's code needs a module of the job's that this Python cannot import."""
+
+
 class ReplayDivergence(TTError):
     """Replay produced something other than what the recording logged."""
 

@@ -160,7 +160,8 @@ class Instance:
         return self._dests
 
     def reset(self, op: Any = None) -> None:
-        op = op if op is not None else cloudpickle.loads(self.engine.code[self.node.id])
+        op = op if op is not None else code_pickle.loads(self.engine.code[self.node.id], self.node.name,
+                                                         self.engine.job_folder)
         self.runner = ReplayRunner(self.node.name, self.i, op, self.node.id, ResultSource(self.results))
         counts = self.counts
         self.runner.expected_counts = lambda pos: counts[pos] if pos < len(counts) else None
@@ -328,7 +329,7 @@ class Instance:
             self._replay_to(count)
             self.reset(op=self.runner.op)  # the replayed operator, with the saved cursors below
         else:
-            self.reset(op=cloudpickle.loads(op_bytes))
+            self.reset(op=code_pickle.loads(op_bytes, self.node.name, self.engine.job_folder))
         self.runner.count, self.runner.finished = count, finished
         self.run_idx, self.run_off = run_idx, run_off
         self.consumed.update(consumed)
@@ -426,7 +427,9 @@ class Engine:
         require_trust(reader.path, reader.run.get("signature"),
                       [self.code[o.id] for o in ops] + list(keys_code.values()), trust)
         reader.vouch(trust)  # recorded tuples, log_result values and checkpoints: see RunReader.open_blob
-        keys = {e: cloudpickle.loads(c) for e, c in keys_code.items()}
+        self.job_folder = job_source.job_folder(reader)   # where the job's own modules were
+        keys = {e: code_pickle.loads(c, f"the key function of edge {e}", self.job_folder)
+                for e, c in keys_code.items()}
         self.graph = Graph.from_description(reader.plan, {}, keys)
         for o in ops:  # the plan may predate a fix of source instances; operators is authoritative
             self.graph.nodes[o.id].instances = o.instances

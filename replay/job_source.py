@@ -28,6 +28,14 @@ def recorded_paths(reader: RunReader) -> dict[str, str]:
     return out
 
 
+def job_folder(reader: RunReader) -> str | None:
+    """The folder the job's file was in when recorded (its modules beside it), if the run says."""
+    job = PurePath(reader.run.get("job") or "")
+    if job.is_absolute():
+        return str(job.parent)
+    return next((str(PurePath(p).parent) for p in recorded_paths(reader) if PurePath(p).name == job.name), None)
+
+
 def serve(reader: RunReader) -> int:
     """Put the run's job files into linecache (a no-mtime entry: `checkcache` keeps it, and a
     file on disk with other lines does not replace it); how many."""
