@@ -49,7 +49,7 @@ def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], No
     reader = SourceReader(conn, name)
     reader.check_all()   # every file first: a changed one stops the pack before anything is written
     chunks = conn.execute("SELECT rowid, n, codec FROM entry_chunks WHERE codec IN (?, ?, ?)",
-                          (blobs.REF, blobs.REF_BATCH, blobs.REF_PANDAS)).fetchall()
+                          sorted(blobs.BY_REFERENCE)).fetchall()
     rows = 0
     conn.execute("BEGIN IMMEDIATE")
     try:

@@ -587,9 +587,11 @@ class RunReader:
             out[label] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM log_chunks WHERE kind=?", (kind,)).fetchone()[0]
         out["recorded_tuples"] = q(f"SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks WHERE codec NOT IN "
                                    f"({_BY_REFERENCE})").fetchone()[0]
-        referenced = self.referenced().values()
-        out["row_references"] = sum(size for _, size in referenced)
-        out["referenced_rows"] = sum(rows for rows, _ in referenced)
+        out["row_references"], out["referenced_rows"] = q(
+            f"SELECT COALESCE(SUM(LENGTH(data)),0), COALESCE(SUM(n),0) FROM entry_chunks WHERE codec IN "
+            f"({_BY_REFERENCE})").fetchone()
+        for (data,) in q("SELECT data FROM entry_chunks WHERE codec IN (?, ?)", (blobs.REF_BATCH, blobs.REF_PANDAS)):
+            out["referenced_rows"] += positions.rows_in(blobs.decompress(data)) - 1   # (a unit's n is 1)
         out["states"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM states").fetchone()[0]
         out["code"] = q("SELECT COALESCE(SUM(LENGTH(code)),0) FROM operators").fetchone()[0]
         out["file"] = self.path.stat().st_size + sum(
