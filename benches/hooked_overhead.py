@@ -8,11 +8,11 @@ interleaved in every repetition (one SparkSession, one process):
   10/s     tt record --every 0.1s
 
 Prints median wall times, ratios to `off`, and the run file against the input (the
-same rows as Parquet). Goal (issue 13): 10s ≤ 1.05 × off.
+same rows as Parquet). Goal (issue 13): 10s ≤ 1.05 × off. The function reads the
+Parquet file as it is (a plain scan), so tt stores its units as row positions, not
+copies (docs/HOOKS.md §5); TPC-H Q1 as `mapInPandas` is `benches/tpch_q1_hooked.py`.
 
     python benches/hooked_overhead.py [--reps 3] [--rows 2000000] [--partitions 4]
-
-Not yet here: TPC-H Q1 as `mapInPandas` on `tpchgen-cli` data (issue 13, slice 5).
 """
 
 from __future__ import annotations
