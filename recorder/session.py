@@ -257,6 +257,7 @@ class RecordingSession:
             if schema is not None:   # (an Arrow batch's comes from the task that saw it)
                 self.writer.submit([("UPDATE source_scans SET arrow_schema=? WHERE source=?", [(schema, source)])])
         call.source_ref = ref.task_ref(source)
+        call.source_ref.scan = ref.scan(source, schema)
         return sources.augment(df, ref)
 
     def watch_micro_batches(self, spark: Any) -> None:

@@ -78,6 +78,11 @@ class ScanRef:
         return TaskRef(source, {p: [self.first_id + i for i in ids] for p, ids in self.tasks.items()},
                        {h: self.first_id + i for h, i in self.hashes.items()}, self.counted)
 
+    def scan(self, source: int, schema: bytes | None = None) -> dict:
+        """The scan as `source_scans`/`source_files` store it (`SourceReader.of_scan` reads it)."""
+        return {"source": source, "columns": self.columns, "info": self.stored_info(), "schema": schema,
+                "files": [[fid, f.uri, f.size, f.mtime_ms, f.footer] for fid, f in self.file_ids()]}
+
 
 @dataclass
 class TaskRef:
@@ -87,6 +92,11 @@ class TaskRef:
     files: dict[int, list[int]]      # partition -> file ids in read order
     hashes: dict[int, int]           # xxhash64 -> file id (empty: one file per task)
     counted: bool = False            # no position columns: chunks are counted (ScanRef.counted)
+    # a hooked call's: the scan (`ScanRef.scan`), for a task to read its first unit back. Spark
+    # numbers the tasks of the call's DataFrame, and code after the call may number them
+    # otherwise than the scan (a `union`, a `coalesce`): a unit not found where its partition says
+    # is copied, with the rest of its task's (`StageTask._placed`)
+    scan: dict | None = None
 
     def file_of(self, partition: int) -> int | None:
         ids = self.files.get(partition, [])

@@ -336,6 +336,8 @@ class StageTask:
         self.ref_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, positions)
         self.source_ref = None       # a TaskRef when the source is read by reference
         self._unit_codec = None      # a hooked stage's unit codec (`open_units`)
+        self._units_placed: bool | None = None   # its units lie where its partition says (`_placed`)
+        self.warning: str | None = None          # for the coordinator, with the next flush
         self.schema_sent = False     # the referenced source's Arrow schema went to the coordinator
         self.source_rows = 0         # a counted source's rows so far (recorder/sources.py)
         self.source_schema: bytes | None = None  # ... and is due in the next flush
@@ -490,6 +492,8 @@ class StageTask:
         where = None
         if self.source_ref is not None:   # a unit of a Parquet scan: its rows' positions (and its digest)
             unit, where = self._split_positions(unit, self._unit_log is not None)
+            if where is not None and not self._placed(where, unit):
+                where = None
         if self._unit_log is not None:
             if codec is None:
                 self._unit_log.append(kept_apart(unit, packed_by_pickle=True, frames=True))   # packed later; the function may change it
@@ -631,6 +635,28 @@ class StageTask:
         # the values' digest: replay proves the rows it reads back are these (store/row_digest.py)
         digest = row_digest.frame_digest(data) if frame else row_digest.digest(data)
         return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files), digest))
+
+    def _placed(self, where: bytes, unit: Any) -> bool:
+        """Whether this task's units lie where its partition says in the scan: its first unit is
+        read back as replay will read it (a few row groups); when it is not that unit (Spark ran
+        the call's partitions under other numbers, or together), the task's units are copied."""
+        if self._units_placed is None:
+            from ..store.sources import SourceReader
+
+            scan = self.source_ref.scan
+            if scan["schema"] is None:   # (a batch's own: the driver has none to give)
+                scan = {**scan, "schema": unit.schema.serialize().to_pybytes()}
+            reader = SourceReader.of_scan(scan)
+            try:
+                data = blobs.decompress(where)
+                reader.frame(data) if self._unit_codec == blobs.PANDAS else reader.table(data)
+                self._units_placed = True
+            except Exception:   # noqa: BLE001  (SourceFileError, or files this executor cannot read)
+                self._units_placed = False
+                self.warning = (f"{self._unit_head.name}: the rows of a task of its scan were not where the "
+                                f"task's partition says (a union or a coalesce after the call?): that task's units "
+                                f"are copied into the run file")
+        return self._units_placed
 
     def _send_schema(self, data: Any) -> None:
         """The referenced source's Arrow schema goes to the coordinator once (with the next flush)."""
@@ -855,7 +881,9 @@ class StageTask:
         header = {"t": kind, "records": records, "barriers": self.pending_barriers, "states": states,
                   "checkpoints": checkpoints, "busy": round(self.busy, 6)}
         when = getattr(self.theta, "when", None)
-        if when is not None and when.first_error and not self.warned:
+        if self.warning is not None:
+            header["warning"], self.warning = self.warning, None
+        elif when is not None and when.first_error and not self.warned:
             header["warning"] = when.first_error
             self.warned = True
         self.pending_barriers = []

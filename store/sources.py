@@ -281,6 +281,16 @@ class SourceReader:
         self.known_counts: Callable[[tuple[int, int]], Any] | None = None
         self.known_rows: Callable[[tuple[int, int, int]], Any] | None = None
 
+    @classmethod
+    def of_scan(cls, scan: dict, run: str = "RUN") -> "SourceReader":
+        """A reader of one scan described as the run file will store it (`ScanRef.scan`), without
+        the run file: a recording task reads a unit back with it, as replay will."""
+        reader = cls(None, run)
+        reader.scans[scan["source"]] = {"columns": scan["columns"], "schema": scan["schema"], "info": scan["info"]}
+        for fid, uri, size, mtime_ms, footer in scan["files"]:
+            reader.files[fid] = FileRecord(fid, scan["source"], uri, size, mtime_ms, footer)
+        return reader
+
     def check(self, file_id: int) -> None:
         """Raise `SourceFileError` unless the file is here and is the one recorded."""
         rec = self.files[file_id]
