@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 from ..core import values
+from ..core.errors import first_line
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
@@ -47,6 +48,7 @@ UNIT_CODECS = {"mapInPandas": blobs.PANDAS, "mapInArrow": blobs.ARROW_BATCH,
                "applyInArrow": blobs.ARROW_GROUP, "cogroup.applyInArrow": blobs.ARROW_GROUP}
 
 
+_PLACED_ROWS = 64   # rows of a hooked task's first unit read back to check where its rows are (`_placed`)
 #: A hooked unit's codec when it is read by reference (a plain Parquet scan's mapInArrow or mapInPandas).
 _BY_REFERENCE = {blobs.ARROW_BATCH: blobs.REF_BATCH, blobs.PANDAS: blobs.REF_PANDAS}
 
@@ -637,22 +639,30 @@ class StageTask:
         return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files), digest))
 
     def _placed(self, where: bytes, unit: Any) -> bool:
-        """Whether this task's units lie where its partition says in the scan: its first unit is
-        read back as replay will read it (a few row groups); when it is not that unit (Spark ran
-        the call's partitions under other numbers, or together), the task's units are copied."""
+        """Whether this task's units lie where its partition says in the scan: the first rows of
+        its first unit are read back from their file as replay will read them (the start of one
+        row group, `SourceReader.head`) and compared; when they are other rows (Spark ran the
+        call's partitions under other numbers, or together), the task's units are copied."""
         if self._units_placed is None:
-            from ..store.sources import SourceReader
+            from ..store import sources
 
             scan = self.source_ref.scan
             if scan["schema"] is None:   # (a batch's own: the driver has none to give)
                 scan = {**scan, "schema": unit.schema.serialize().to_pybytes()}
-            reader = SourceReader.of_scan(scan)
+            reader = sources.SourceReader.of_scan(scan)
             try:
-                data = blobs.decompress(where)
-                reader.frame(data) if self._unit_codec == blobs.PANDAS else reader.table(data)
-                self._units_placed = True
-            except Exception:   # noqa: BLE001  (SourceFileError, or files this executor cannot read)
+                head = reader.head(blobs.decompress(where), _PLACED_ROWS)
+                n = head.num_rows
+                if self._unit_codec == blobs.PANDAS:
+                    rebuilt = sources.frame_builder.build(head, scan["info"].get("pandas") or {})
+                    self._units_placed = row_digest.frame_digest(rebuilt) == row_digest.frame_digest(unit.iloc[:n])
+                else:
+                    self._units_placed = row_digest.digest(head) == row_digest.digest(unit.slice(0, n))
+            except Exception as e:   # noqa: BLE001  (SourceFileError, or files this executor cannot read)
                 self._units_placed = False
+                self.warning = (f"{self._unit_head.name}: a task could not read its scan's files back to check where "
+                                f"its rows are ({type(e).__name__}: {first_line(e)}): its units are copied into the run file")
+            if not self._units_placed and self.warning is None:
                 self.warning = (f"{self._unit_head.name}: the rows of a task of its scan were not where the "
                                 f"task's partition says (a union or a coalesce after the call?): that task's units "
                                 f"are copied into the run file")

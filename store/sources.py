@@ -561,6 +561,38 @@ class SourceReader:
             raise changed(self.files[file_id].uri, f"it has {int(bounds[-1]):,} rows, the recording read row "
                                                    f"{high:,}", self.run)
 
+    def head(self, data: bytes, k: int) -> Any:
+        """A chunk's first rows (at most `k`, of its first row group), reading only the start of
+        that group: a recording task's check that its rows are where its partition says in the
+        scan (`StageTask._placed`), without decoding a whole row group (114,000 TPC-H rows)."""
+        import pyarrow as pa
+
+        source, parts = self.parts(data)
+        fid, rows = parts[0]
+        pf, bounds = self._parquet(fid)
+        rows = rows[:k]
+        self._check_rows(fid, bounds, int(rows.min()), int(rows.max()))
+        g = int(bounds.searchsorted(rows[0], side="right")) - 1
+        rows = rows[rows < bounds[g + 1]] - bounds[g]
+        batch = next(pf.iter_batches(batch_size=int(rows.max()) + 1, row_groups=[g], use_threads=False,
+                                     columns=self._file_columns(source, fid)))
+        return self._as_read(source, pa.Table.from_batches([batch])).take(_indices(rows))
+
+    def _file_columns(self, source: int, file_id: int) -> list[str]:
+        """The file's names of the columns the scan read (matched as Spark matches them, by case)."""
+        pf, _ = self._parquet(file_id)
+        columns = self.scans[source]["columns"]
+        names = {n.lower(): n for n in pf.schema_arrow.names}
+        missing = [c for c in columns if c.lower() not in names]
+        if missing:
+            raise changed(self.files[file_id].uri, f"it has no column {missing[0]!r}", self.run)
+        return [names[c.lower()] for c in columns]
+
+    def _as_read(self, source: int, raw: Any) -> Any:
+        """Rows read from a file as the operator had them: Spark's types (time zone, string_view → string)."""
+        schema = self.schema(source)
+        return raw.rename_columns(schema.names).cast(schema)
+
     def _group(self, source: int, file_id: int, group: int) -> Any:
         key = (source, file_id, group)
         t = self._groups.get(key)
@@ -568,14 +600,8 @@ class SourceReader:
             self._groups.move_to_end(key)
             return t
         pf, _ = self._parquet(file_id)
-        schema = self.schema(source)
-        columns = self.scans[source]["columns"]
-        names = {n.lower(): n for n in pf.schema_arrow.names}
-        missing = [c for c in columns if c.lower() not in names]
-        if missing:
-            raise changed(self.files[file_id].uri, f"it has no column {missing[0]!r}", self.run)
-        raw = pf.read_row_group(group, columns=[names[c.lower()] for c in columns], use_threads=False)
-        t = raw.rename_columns(schema.names).cast(schema)  # Spark's types: time zone, string_view → string
+        raw = pf.read_row_group(group, columns=self._file_columns(source, file_id), use_threads=False)
+        t = self._as_read(source, raw)
         self._groups[key] = t
         while len(self._groups) > _CACHED_GROUPS:
             self._groups.popitem(last=False)
