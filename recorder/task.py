@@ -646,6 +646,8 @@ class StageTask:
         if self._units_placed is None:
             from ..store import sources
 
+            if not (len(unit) if self._unit_codec == blobs.PANDAS else unit.num_rows):
+                return True   # (no rows, no place: the next unit is checked)
             scan = self.source_ref.scan
             if scan["schema"] is None:   # (a batch's own: the driver has none to give)
                 scan = {**scan, "schema": unit.schema.serialize().to_pybytes()}
@@ -660,8 +662,9 @@ class StageTask:
                     self._units_placed = row_digest.digest(head) == row_digest.digest(unit.slice(0, n))
             except Exception as e:   # noqa: BLE001  (SourceFileError, or files this executor cannot read)
                 self._units_placed = False
-                self.warning = (f"{self._unit_head.name}: a task could not read its scan's files back to check where "
-                                f"its rows are ({type(e).__name__}: {first_line(e)}): its units are copied into the run file")
+                self.warning = (f"{self._unit_head.name}: a task could not read its scan's files back to check "
+                                f"where its rows are ({type(e).__name__}: {first_line(e)}): its units are copied "
+                                f"into the run file")
             if not self._units_placed and self.warning is None:
                 self.warning = (f"{self._unit_head.name}: the rows of a task of its scan were not where the "
                                 f"task's partition says (a union or a coalesce after the call?): that task's units "
