@@ -31,16 +31,25 @@ from tt.recorder.job import record_job
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_parquet.py"
-#: the job's filter as pyarrow computes it: `id % 5 != 0` (positions), and EXACT's (counted)
-MOD5 = lambda t: pa.array(t["id"].to_numpy() % 5 != 0)   # noqa: E731
-EXACT_ROWS = lambda t: pc.and_(pc.and_(pc.not_equal(t["g"], 3), pc.not_equal(t["s"], "")),   # noqa: E731
-                               pc.or_(pc.greater_equal(t["id"], 1000), pc.is_in(t["id"], pa.array([7, 70, 700]))))
+
+
+def mod5(t: pa.Table) -> pa.Array:
+    """The job's own filter, `id % 5 != 0` (its units keep positions), as pyarrow computes it."""
+    return pa.array(t["id"].to_numpy() % 5 != 0)
+
+
+def exact_rows(t: pa.Table) -> pa.Array:
+    """EXACT's filter (its units are counted), as pyarrow computes it."""
+    return pc.and_(pc.and_(pc.not_equal(t["g"], 3), pc.not_equal(t["s"], "")),
+                   pc.or_(pc.greater_equal(t["id"], 1000), pc.is_in(t["id"], pa.array([7, 70, 700]))))
+
+
 LAYOUTS = {   # name: (files, the job's arguments after DATA_DIR, the rows its scan keeps)
-    "mapInArrow, positions, files split across tasks": (2, SPLIT, MOD5),
-    "mapInArrow, counted, several files per task": (3, [EXACT, *ONE_TASK], EXACT_ROWS),
-    "mapInPandas, positions, files split across tasks": (2, ["api=pandas", *SPLIT], MOD5),
+    "mapInArrow, positions, files split across tasks": (2, SPLIT, mod5),
+    "mapInArrow, counted, several files per task": (3, [EXACT, *ONE_TASK], exact_rows),
+    "mapInPandas, positions, files split across tasks": (2, ["api=pandas", *SPLIT], mod5),
     "mapInPandas, counted, several files per task": (3, ["api=pandas", "spark.sql.session.timeZone=America/New_York",
-                                                         EXACT, *ONE_TASK], EXACT_ROWS),
+                                                         EXACT, *ONE_TASK], exact_rows),
 }
 
 
