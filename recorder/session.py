@@ -239,9 +239,8 @@ class RecordingSession:
         if not isinstance(call, HookedCall) or df.isStreaming:   # (unrecorded; a stream's files change)
             return df
         source = call.graph.stages[call.stage_id].source
-        ref, why = None, "tt record --copy-sources" if self.copy_sources else None
-        if why is None and kind == "mapInPandas":
-            why = frames.available()
+        ref = None
+        why = "tt record --copy-sources" if self.copy_sources else frames.available() if kind == "mapInPandas" else None
         if why is None:
             ref, why = sources.reference(df)
         schema = None

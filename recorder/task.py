@@ -50,7 +50,62 @@ UNIT_CODECS = {"mapInPandas": blobs.PANDAS, "mapInArrow": blobs.ARROW_BATCH,
 
 _PLACED_ROWS = 64   # rows of a hooked task's first unit read back to check where its rows are (`_placed`)
 #: A hooked unit's codec when it is read by reference (a plain Parquet scan's mapInArrow or mapInPandas).
-_BY_REFERENCE = {blobs.ARROW_BATCH: blobs.REF_BATCH, blobs.PANDAS: blobs.REF_PANDAS}
+_REFERENCED_CODEC = {blobs.ARROW_BATCH: blobs.REF_BATCH, blobs.PANDAS: blobs.REF_PANDAS}
+
+
+class _ArrowRows:
+    """How a task reads the rows of a source read by reference: an Arrow batch (a tt.Dataflow
+    source's, a hooked mapInArrow unit), whose schema the task sends (`_send_schema`)."""
+
+    frame = False
+
+    @staticmethod
+    def count(batch: Any) -> int:
+        return batch.num_rows
+
+    @staticmethod
+    def width(batch: Any) -> int:
+        return batch.num_columns
+
+    @staticmethod
+    def column(batch: Any, i: int) -> Any:
+        return batch.column(i).to_numpy()
+
+    @staticmethod
+    def columns(batch: Any, n: int) -> Any:
+        return batch.select(list(range(n)))
+
+    @staticmethod
+    def rows(batch: Any, n: int) -> Any:
+        return batch.slice(0, n)
+
+    digest = staticmethod(row_digest.digest)
+
+
+class _FrameRows:
+    """The same for a hooked mapInPandas unit, a pandas DataFrame (its Arrow schema the driver
+    stored: `RecordingSession.referenced_units`), digested as a frame."""
+
+    frame = True
+    count = staticmethod(len)
+
+    @staticmethod
+    def width(frame: Any) -> int:
+        return frame.shape[1]
+
+    @staticmethod
+    def column(frame: Any, i: int) -> Any:
+        return frame.iloc[:, i].to_numpy()
+
+    @staticmethod
+    def columns(frame: Any, n: int) -> Any:
+        return frame.iloc[:, :n]
+
+    @staticmethod
+    def rows(frame: Any, n: int) -> Any:
+        return frame.iloc[:n]
+
+    digest = staticmethod(row_digest.frame_digest)
 
 
 def _unit_rows(unit: Any) -> int:
@@ -337,7 +392,7 @@ class StageTask:
         self.blob_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, payload)
         self.ref_entries: list[tuple[int, int, int, int, bytes]] = []  # (node, port, src, n, positions)
         self.source_ref = None       # a TaskRef when the source is read by reference
-        self._unit_codec = None      # a hooked stage's unit codec (`open_units`)
+        self._rows = _ArrowRows      # how its referenced source's rows are read (`_FrameRows`: mapInPandas)
         self._units_placed: bool | None = None   # its units lie where its partition says (`_placed`)
         self.warning: str | None = None          # for the coordinator, with the next flush
         self.schema_sent = False     # the referenced source's Arrow schema went to the coordinator
@@ -485,6 +540,8 @@ class StageTask:
         self._unit_out: list = []
         head.targets.append(self._unit_out.append)
         self._unit_codec = UNIT_CODECS.get(self.g.nodes[head_id].kind)  # None: a row, logged with the others
+        if self._unit_codec == blobs.PANDAS:
+            self._rows = _FrameRows
         logged = isinstance(head, RecordingRunner) and self.mode == "record"
         self._unit_log = head.log.entry.setdefault((0, self.partition), []) if logged else None
 
@@ -500,7 +557,7 @@ class StageTask:
             if codec is None:
                 self._unit_log.append(kept_apart(unit, packed_by_pickle=True, frames=True))   # packed later; the function may change it
             elif where is not None:
-                self.unit_entries.append((head.node_id, 0, self.partition, _BY_REFERENCE[codec], where))
+                self.unit_entries.append((head.node_id, 0, self.partition, _REFERENCED_CODEC[codec], where))
             else:   # packed now: the function may write into a DataFrame it is handed
                 self.unit_entries.append((head.node_id, 0, self.partition, codec, blobs.pack_unit(codec, unit)))
         try:
@@ -604,25 +661,23 @@ class StageTask:
         the batch must be copied: a file the driver did not list)."""
         import numpy as np
 
-        ref = self.source_ref
-        frame = self._unit_codec == blobs.PANDAS   # (its Arrow schema the driver stored: `referenced_units`)
-        n = len(batch) if frame else batch.num_rows
+        ref, read = self.source_ref, self._rows
         if ref.counted:   # no position column: the task's n-th row is its splits' n-th row that passes the filter
-            if not logged or self.partition not in ref.files:   # (Spark ran it in a task of another numbering)
+            if not logged:
                 return batch, None
+            n = read.count(batch)
             before, self.source_rows = self.source_rows, self.source_rows + n
-            if not frame:
+            if not read.frame:
                 self._send_schema(batch)
-            return batch, blobs.compress(positions.pack_counted(
-                ref.source, self.partition, before, n, (row_digest.frame_digest if frame else row_digest.digest)(batch)))
-        width = (batch.shape[1] if frame else batch.num_columns) - (2 if ref.hashes else 1)
-        column = (lambda i: batch.iloc[:, i].to_numpy()) if frame else (lambda i: batch.column(i).to_numpy())
-        rows = column(width)
-        data = batch.iloc[:, :width] if frame else batch.select(list(range(width)))
+            return batch, blobs.compress(positions.pack_counted(ref.source, self.partition, before, n,
+                                                                read.digest(batch)))
+        width = read.width(batch) - (2 if ref.hashes else 1)
+        rows = read.column(batch, width)
+        data = read.columns(batch, width)
         if not logged:
             return data, None
         if ref.hashes:
-            hashes, which = np.unique(column(width + 1), return_inverse=True)
+            hashes, which = np.unique(read.column(batch, width + 1), return_inverse=True)
             ids = [ref.hashes.get(int(h)) for h in hashes]
             if None in ids:
                 return data, None
@@ -632,39 +687,37 @@ class StageTask:
             if fid is None:
                 return data, None
             files = np.full(len(rows), fid, np.int64)
-        if not frame:
+        if not read.frame:
             self._send_schema(data)
         # the values' digest: replay proves the rows it reads back are these (store/row_digest.py)
-        digest = row_digest.frame_digest(data) if frame else row_digest.digest(data)
-        return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files), digest))
+        return data, blobs.compress(positions.pack(ref.source, positions.segments(rows, files), read.digest(data)))
 
     def _placed(self, where: bytes, unit: Any) -> bool:
         """Whether this task's units lie where its partition says in the scan: the first rows of
         its first unit are read back from their file as replay will read them (the start of one
-        row group, `SourceReader.head`) and compared; when they are other rows (Spark ran the
-        call's partitions under other numbers, or together), the task's units are copied."""
+        row group, `SourceReader.head`) and compared; when they are other rows, or the scan has
+        no such partition (Spark ran the call's partitions under other numbers, or together),
+        the task's units are copied."""
         if self._units_placed is None:
             from ..store import sources
 
-            if not (len(unit) if self._unit_codec == blobs.PANDAS else unit.num_rows):
+            read = self._rows
+            if not read.count(unit):
                 return True   # (no rows, no place: the next unit is checked)
             scan = self.source_ref.scan
             if scan["schema"] is None:   # (a batch's own: the driver has none to give)
                 scan = {**scan, "schema": unit.schema.serialize().to_pybytes()}
-            reader = sources.SourceReader.of_scan(scan)
-            try:
-                head = reader.head(blobs.decompress(where), _PLACED_ROWS)
-                n = head.num_rows
-                if self._unit_codec == blobs.PANDAS:
-                    rebuilt = sources.frame_builder.build(head, scan["info"].get("pandas") or {})
-                    self._units_placed = row_digest.frame_digest(rebuilt) == row_digest.frame_digest(unit.iloc[:n])
-                else:
-                    self._units_placed = row_digest.digest(head) == row_digest.digest(unit.slice(0, n))
-            except Exception as e:   # noqa: BLE001  (SourceFileError, or files this executor cannot read)
-                self._units_placed = False
-                self.warning = (f"{self._unit_head.name}: a task could not read its scan's files back to check "
-                                f"where its rows are ({type(e).__name__}: {first_line(e)}): its units are copied "
-                                f"into the run file")
+            self._units_placed = False
+            if self.partition in self.source_ref.files:
+                try:
+                    head = sources.SourceReader.of_scan(scan).head(blobs.decompress(where), _PLACED_ROWS)
+                    if read.frame:
+                        head = sources.frame_builder.build(head, scan["info"].get("pandas") or {})
+                    self._units_placed = read.digest(head) == read.digest(read.rows(unit, read.count(head)))
+                except Exception as e:   # noqa: BLE001  (SourceFileError, or files this executor cannot read)
+                    self.warning = (f"{self._unit_head.name}: a task could not read its scan's files back to "
+                                    f"check where its rows are ({type(e).__name__}: {first_line(e)}): its units "
+                                    f"are copied into the run file")
             if not self._units_placed and self.warning is None:
                 self.warning = (f"{self._unit_head.name}: the rows of a task of its scan were not where the "
                                 f"task's partition says (a union or a coalesce after the call?): that task's units "

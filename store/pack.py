@@ -48,8 +48,9 @@ def pack(run: Path, out: Path | None = None,
 def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], None] | None) -> dict:
     reader = SourceReader(conn, name)
     reader.check_all()   # every file first: a changed one stops the pack before anything is written
-    chunks = conn.execute("SELECT rowid, n, codec FROM entry_chunks WHERE codec IN (?, ?, ?)",
-                          sorted(blobs.BY_REFERENCE)).fetchall()
+    codecs = sorted(blobs.BY_REFERENCE)
+    chunks = conn.execute(f"SELECT rowid, n, codec FROM entry_chunks WHERE codec IN ({', '.join('?' * len(codecs))})",
+                          codecs).fetchall()
     rows = 0
     conn.execute("BEGIN IMMEDIATE")
     try:

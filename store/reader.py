@@ -586,10 +586,10 @@ class RunReader:
                             ("res", "logged_results"), ("made", "lineage_made"), ("keys", "lineage_keys")):
             out[label] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM log_chunks WHERE kind=?", (kind,)).fetchone()[0]
         out["recorded_tuples"] = q(f"SELECT COALESCE(SUM(LENGTH(data)),0) FROM entry_chunks WHERE codec NOT IN "
-                                   f"({_BY_REFERENCE})").fetchone()[0]
+                                   f"({_BY_REFERENCE_SQL})").fetchone()[0]
         out["row_references"], out["referenced_rows"] = q(
             f"SELECT COALESCE(SUM(LENGTH(data)),0), COALESCE(SUM(n),0) FROM entry_chunks WHERE codec IN "
-            f"({_BY_REFERENCE})").fetchone()
+            f"({_BY_REFERENCE_SQL})").fetchone()
         for (data,) in q("SELECT data FROM entry_chunks WHERE codec IN (?, ?)", (blobs.REF_BATCH, blobs.REF_PANDAS)):
             out["referenced_rows"] += positions.rows_in(blobs.decompress(data)) - 1   # (a unit's n is 1)
         out["states"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM states").fetchone()[0]
@@ -602,7 +602,7 @@ class RunReader:
         """Per source read by reference: (rows kept as positions, bytes of those positions)."""
         out: dict[int, tuple[int, int]] = {}
         for data, n, codec in self.conn.execute(
-                f"SELECT data, n, codec FROM entry_chunks WHERE codec IN ({_BY_REFERENCE})"):
+                f"SELECT data, n, codec FROM entry_chunks WHERE codec IN ({_BY_REFERENCE_SQL})"):
             raw = blobs.decompress(data)
             source = positions.source_of(raw)
             rows, size = out.get(source, (0, 0))
@@ -616,7 +616,7 @@ class RunReader:
                 + s["lineage_made"])
 
 
-_BY_REFERENCE = ", ".join(f"'{c}'" for c in sorted(blobs.BY_REFERENCE))   # (an SQL list)
+_BY_REFERENCE_SQL = ", ".join(f"'{c}'" for c in sorted(blobs.BY_REFERENCE))   # (an SQL list)
 
 
 class NumpyLogArrays(LogArrays):

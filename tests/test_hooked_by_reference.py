@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from plain_jobs import record_on_and_off
-from test_sources_by_reference import EXACT, ONE_TASK, SPLIT, codecs, verified, write_files
+from test_sources_by_reference import EXACT, ONE_TASK, SPLIT, codecs, entry_tuples, verified, write_files
 from tt.cli.main import main
 from tt.core import values
 from tt.recorder.job import record_job
@@ -67,18 +67,8 @@ def pair(request, spark, tmp_path_factory):
 
 
 def units(run: Path) -> dict:
-    """Every unit handed to the hooked function, per (op, instance) channel in order."""
-    reader = RunReader(run)
-    try:
-        out = {}
-        for op in reader.operators:
-            for i in range(op.instances):
-                for rowid, port, src, start, n, codec in reader.entry_index(op.id, i):
-                    assert n == 1
-                    out.setdefault((op.id, i, port, src), []).extend(reader.entry_tuples(codec, rowid))
-        return out
-    finally:
-        reader.close()
+    """Every unit handed to the hooked function, per (op, instance) channel in order, as it is."""
+    return entry_tuples(run, as_value=lambda unit: unit)
 
 
 def kept_rows(pair) -> pa.Table:
@@ -99,6 +89,11 @@ def test_every_unit_read_back_equals_the_one_spark_gave(pair):
     pandas = name.startswith("mapInPandas")
     assert codecs(run) == {"ref-pandas" if pandas else "ref-batch"}
     assert codecs(copied) == {"pandas" if pandas else "arrow-batch"}
+    reader = RunReader(run)
+    try:   # a unit is one tuple of its operator, however many rows it holds
+        assert {n for (n,) in reader.conn.execute("SELECT DISTINCT n FROM entry_chunks")} == {1}
+    finally:
+        reader.close()
     by_ref, oracle = units(run), units(copied)
     assert by_ref.keys() == oracle.keys() and oracle
     for ch, wanted in oracle.items():

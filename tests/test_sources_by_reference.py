@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -51,8 +52,8 @@ def write_files(d: Path, files: int, **parquet) -> Path:
     return d
 
 
-def entry_tuples(run: Path) -> dict:
-    """Every recorded tuple, per (op, instance, port, src) channel in order, as values."""
+def entry_tuples(run: Path, as_value: Callable[[Any], Any] = values.encode) -> dict:
+    """Every recorded tuple, per (op, instance, port, src) channel in order, as values (`as_value`)."""
     reader = RunReader(run)
     try:
         out = {}
@@ -60,7 +61,7 @@ def entry_tuples(run: Path) -> dict:
             for i in range(op.instances):
                 for rowid, port, src, start, n, codec in reader.entry_index(op.id, i):
                     out.setdefault((op.id, i, port, src), []).extend(
-                        values.encode(r) for r in reader.entry_tuples(codec, rowid))
+                        as_value(r) for r in reader.entry_tuples(codec, rowid))
         return out
     finally:
         reader.close()

@@ -22,6 +22,15 @@ from pyspark.sql import SparkSession
 from job_settings import spark_settings
 
 
+def running(totals: dict, groups: list, amounts: list) -> list:
+    """Add each amount to its group's total in `totals`; each row's total so far."""
+    out = []
+    for g, v in zip(groups, amounts):
+        totals[g] = totals.get(g, 0) + v
+        out.append(totals[g])
+    return out
+
+
 class RunningTotals:
     def __init__(self):
         self.totals = {}
@@ -30,10 +39,7 @@ class RunningTotals:
     def __call__(self, batches):
         for batch in batches:
             self.batches += 1
-            totals = []
-            for g, v in zip(batch.column("g").to_pylist(), batch.column("v").to_pylist()):
-                self.totals[g] = self.totals.get(g, 0) + v
-                totals.append(self.totals[g])
+            totals = running(self.totals, batch.column("g").to_pylist(), batch.column("v").to_pylist())
             yield pa.RecordBatch.from_pydict({
                 "id": batch.column("id"), "g": batch.column("g"), "total": pa.array(totals, pa.int64()),
                 "ts": batch.column("ts").cast(pa.string()), "d": batch.column("d").cast(pa.string()),
@@ -53,10 +59,7 @@ class PandasRunningTotals:
 
         for frame in frames:
             self.batches += 1
-            totals = []
-            for g, v in zip(frame["g"].tolist(), frame["v"].tolist()):
-                self.totals[g] = self.totals.get(g, 0) + v
-                totals.append(self.totals[g])
+            totals = running(self.totals, frame["g"].tolist(), frame["v"].tolist())
             yield pd.DataFrame({"id": frame["id"], "g": frame["g"], "total": totals,
                                 "ts": frame["ts"].dt.tz_localize(self.zone).dt.tz_convert("UTC").astype(str),
                                 "d": frame["d"].astype(str), "s": frame["s"]})
