@@ -251,6 +251,19 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def gc_resumed() -> Iterator[None]:
+    """Cyclic garbage collection on inside a `gc_paused` block: for a replay of user code, whose
+    garbage may hold cycles (a lineage query pauses collection, and replays only where it must)."""
+    paused = not gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.disable()
+
+
 def loads(data: bytes) -> Any:
     """The JSON structure (still tagged); use `decode` for Python values."""
     return orjson.loads(data)

@@ -187,7 +187,7 @@ class Lineage:
             if progress is not None:
                 progress(min(done, total), total)
         try:
-            with self.engine.hooks(self._before, self._after):
+            with self.engine.hooks(self._before, self._after), values.gc_resumed():
                 self.engine.advance_to(totals, progress=step, pull=True)
         finally:
             self._building = None
@@ -625,7 +625,7 @@ class Lineage:
     def _replay(self, targets: dict[Key, int]) -> None:
         """Advance the tracked replay until each instance in `targets` has consumed that many
         tuples, producers as far as they need to go."""
-        with self.engine.hooks(self._before, self._after):
+        with self.engine.hooks(self._before, self._after), values.gc_resumed():
             _advance(self.engine, targets)
 
     def _before(self, inst: Instance, position: int, channel: tuple) -> None:
@@ -722,7 +722,7 @@ class Lineage:
             outs = emitted.pop(inst.key, None)
             if outs and on_outputs is not None:
                 on_outputs(inst.key, position, outs)
-        with engine.hooks(calls.before, after):
+        with engine.hooks(calls.before, after), values.gc_resumed():
             _advance(engine, targets)
 
 

@@ -110,6 +110,28 @@ def test_built_once_then_read(run, recorded, capsys):
     assert rc == 0 and rebuilt == first and err.startswith("tt: indexed the lineage")
 
 
+def test_a_query_pauses_the_cycle_collector_for_its_walk_alone(run, capsys, monkeypatch):
+    """A walk's objects hold no cycles, so it runs without collections; a replay of the job's
+    code (to build the index, or with --no-index) collects as usual; the command leaves
+    collection on, after an answer as after an error."""
+    import gc
+
+    import tt.replay.lineage as rl
+    from tt.replay.engine import Engine
+
+    seen: dict[str, set] = {"replay": set(), "walk": set()}
+    advance, made_of = Engine.advance_to, rl.Lineage._made_of
+    monkeypatch.setattr(Engine, "advance_to", lambda *a, **k: (seen["replay"].add(gc.isenabled()), advance(*a, **k))[1])
+    monkeypatch.setattr(rl.Lineage, "_made_of", lambda *a: (seen["walk"].add(gc.isenabled()), made_of(*a))[1])
+    for flag, replayed in (("--no-index", {True}), ("--reindex", {True}), ("--index", set())):
+        seen = {"replay": set(), "walk": set()}
+        rc, out, _ = _lineage(run, "OUT", "--where", "kind == 'customer'", "--back", flag, capsys=capsys)
+        assert rc == 0 and out.strip() and gc.isenabled()
+        assert seen == {"replay": replayed, "walk": {False}}, flag
+    rc, _, err = _lineage(run, "OUT", "--where", "kind ==", "--back", capsys=capsys)
+    assert rc != 0 and "bad --where" in err and gc.isenabled()
+
+
 def test_an_index_of_other_logs_is_ignored_and_built_again(run, capsys):
     query = ["ORDERS", "--where", "o_id == 3", "--forward"]
     rc, first, _ = _lineage(run, *query, capsys=capsys)
