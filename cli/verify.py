@@ -36,8 +36,8 @@ def verify(
     With --statestore, a streaming run is also checked against a second oracle that reads
     none of tt's logs: Spark's state store in the query's checkpoint (recorded with the run;
     --checkpoint PATH if it moved). At every micro-batch end, each key a processor's replayed
-    view shows, in every state variable, must equal the store's value after that micro-batch,
-    and the keys Spark's change feed says the micro-batch wrote must be those the replay wrote
+    view shows, in every state variable, must equal the store's value after that micro-batch
+    (and its timers the store's timers), and the keys Spark's change feed says the micro-batch wrote must be those the replay wrote
     (the change feed needs changelog checkpointing; without it only the values are compared).
     It prints how many keys it checked over how many micro-batches; a difference names the
     micro-batch, operator, variable, key and both values, and exits 1. This part starts Spark
@@ -142,8 +142,10 @@ def _statestore(reader, run: Path, queries: list[dict], stores: list, trust: boo
             progress.close()
     result["compared"] = True
     n, m = result["keys"], result["micro_batches"]
+    t = result["timers"]
+    timers = f", the timers of {t} key{'s' if t != 1 else ''}" if t else ""
     figures = (f"checked {n} key{'s' if n != 1 else ''} over {m} micro-batch{'es' if m != 1 else ''} "
-               f"({result['values']} values) against Spark's state store in {where}")
+               f"({result['values']} values{timers}) against Spark's state store in {where}")
     feed = result["change_feed"]
     if feed["unavailable"]:
         feed_text = f"; the change feed was not compared: {feed['unavailable']}"

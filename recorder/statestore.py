@@ -7,8 +7,9 @@ part of `tt verify` that needs Spark and Java, so nothing imports it unless aske
 
 `StateStore.read` gives a variable's state after a micro-batch as `{key: value}`, shaped as
 the replay's view shows it (core/state_handle.py `shown`): a one-column key or value is its
-column, a ListState's value a list, a MapState's a dict; `StateStore.changes` gives the
-grouping keys Spark's change feed says a micro-batch wrote.
+column, a ListState's value a list, a MapState's a dict; `StateStore.timers` the timers
+registered per key; `StateStore.changes` gives the grouping keys Spark's change feed says a
+micro-batch wrote.
 """
 
 from __future__ import annotations
@@ -193,6 +194,24 @@ class StateStore:
             return [(int(r["partition_id"]), shown(r["key"]), (shown(r["user_map_key"]), unwrap(r["user_map_value"])))
                     for r in df.collect()]
         return [(int(r["partition_id"]), shown(r["key"]), unwrap(r["value"])) for r in df.collect()]
+
+    def timers(self, operator: int, batch: int, partition: int | None = None) -> dict[Any, list[int]]:
+        """`{key: [expiry ms, sorted]}` of the timers registered after micro-batch `batch` (only the
+        store partition `partition`'s keys, if given): `readRegisteredTimers`."""
+        cache = (operator, "$timers", batch)
+        if cache not in self._rows:
+            try:
+                df = self._load("statestore", operatorId=operator, batchId=batch, readRegisteredTimers=True)
+                self._rows[cache] = [(int(r["partition_id"]), shown(r["key"]), int(r["expiration_timestamp_ms"]))
+                                     for r in df.collect()]
+            except Exception as e:  # noqa: BLE001
+                raise StateStoreError(f"Spark cannot read the timers of operator {operator} after micro-batch {batch} "
+                                      f"from the checkpoint {self.checkpoint}: {_condensed(e)}") from None
+        out: dict[Any, list[int]] = {}
+        for part, key, expiry in self._rows[cache]:
+            if partition is None or part == partition:
+                out.setdefault(key, []).append(expiry)
+        return {k: sorted(v) for k, v in out.items()}
 
     def changes(self, operator: int, variable: str, first: int, last: int) -> dict[int, set]:
         """{micro-batch: the grouping keys whose `variable` Spark's change feed says it wrote}, for

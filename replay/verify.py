@@ -351,12 +351,13 @@ class _Saw:
 
     WHOLE = {"value": {"get", "update", "clear"}, "list": {"get", "put", "clear"}, "map": {"iterator", "clear"}}
 
-    def __init__(self, view: Any, whole: set, wrote: dict):
-        self.view, self.whole, self.wrote = view, whole, wrote
+    def __init__(self, view: Any, whole: set, wrote: dict, timers: "_TimersSeen"):
+        self.view, self.whole, self.wrote, self.timers = view, whole, wrote, timers
 
     def __call__(self, name: str, method: str, key: Any, args: tuple, answer: Any) -> None:
         type(self.view).saw(self.view, name, method, key, args, answer)
         if name == "timers":
+            self.timers.saw(method, shown(key), args)
             return
         if method == "deleteIfExists":   # the variable is gone, for every key
             self.whole.difference_update({w for w in self.whole if w[0] == name})
@@ -368,14 +369,37 @@ class _Saw:
             self.whole.add((name, k))
 
 
+class _TimersSeen:
+    """What a checked instance's calls tell of its keys' timers beyond the view's `timers` (the
+    ones registered and not deleted since): the keys whose timers `listTimers` listed (known
+    whole), and the timers deleted or fired since, which the store must no longer hold."""
+
+    def __init__(self):
+        self.whole: set = set()
+        self.gone: dict[Any, set[int]] = {}
+
+    def saw(self, method: str, k: Any, args: tuple) -> None:
+        if method == "listTimers":
+            self.whole.add(k)
+        elif method == "registerTimer":
+            self.gone.get(k, set()).discard(int(args[0]))
+        elif method == "deleteTimer":
+            self.gone.setdefault(k, set()).add(int(args[0]))
+
+    def keys(self, view: Any) -> list:
+        return sorted({*view.timers, *self.whole, *(k for k, g in self.gone.items() if g)}, key=repr)
+
+
 class _Tracker:
-    """Puts a `_Saw` on the view of every instance `--statestore` checks, as it is replayed."""
+    """Puts a `_Saw` on the view of every instance `--statestore` checks, as it is replayed
+    (and on its `fired`: PySpark deletes a fired timer without a call of the processor's)."""
 
     def __init__(self, keys: set):
         self.keys = keys
         self.views: dict[Key, Any] = {}
         self.whole: dict[Key, set] = {}
         self.wrote: dict[Key, dict] = {}
+        self.timers: dict[Key, _TimersSeen] = {}
 
     def on_consume(self, inst: Instance, position: int, channel: Any) -> None:
         if inst.key not in self.keys:
@@ -384,9 +408,14 @@ class _Tracker:
         if not isinstance(view, StoreView) or self.views.get(inst.key) is view:
             return
         self.views[inst.key] = view   # a fresh operator (the start, a reset): a fresh account
-        whole, wrote = set(), {}
-        self.whole[inst.key], self.wrote[inst.key] = whole, wrote
-        view.saw = _Saw(view, whole, wrote)
+        whole, wrote, timers = set(), {}, _TimersSeen()
+        self.whole[inst.key], self.wrote[inst.key], self.timers[inst.key] = whole, wrote, timers
+        view.saw = _Saw(view, whole, wrote, timers)
+
+        def fired(key: Any, expiry: int) -> None:
+            StoreView.fired(view, key, expiry)
+            timers.saw("deleteTimer", shown(key), (expiry,))
+        view.fired = fired
 
 
 _NONE = object()
@@ -420,11 +449,13 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
     shows the keys its calls touched; each (variable, key) it shows must equal the store's
     value after batch b in that partition (a view that holds only what its calls showed, an
     appended list or some entries of a map, must be a suffix, or a part, of it), and a key its
-    calls cleared or found empty (and did not write again) must have no value there. Then, per
+    calls cleared or found empty (and did not write again) must have no value there. A key's
+    timers: those its calls registered (and did not delete) must be in the store, those deleted
+    or fired must not; all of them, when its calls listed them. Then, per
     variable, the keys Spark's change feed says batch b wrote must be the keys the replay's
     calls wrote in batch b (not for a TTL'd variable, whose expiries Spark writes itself;
     skipped with the reason when the change feed cannot be read). Returns `{"ok", "keys",
-    "values", "micro_batches", "differences", "change_feed", "skipped", ...}`."""
+    "values", "timers", "micro_batches", "differences", "change_feed", "skipped", ...}`."""
     slots = reader.plan.get("micro_batches") or {}
     checks: dict[Key, dict] = {}
     for qi, q in enumerate(queries):
@@ -446,7 +477,7 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
     for c in checks.values():
         per_batch.setdefault((c["query"], c["op"], c["batch"]), [0, 0])[0] += 1
     wrote: dict[tuple[int, str, int], dict[str, set]] = {}
-    counted = {"keys": 0, "values": 0}
+    counted = {"keys": 0, "values": 0, "timers": 0}
     batches: set[tuple[int, int]] = set()
 
     def store_operator(qi: int, name: str, declared: set) -> dict | None:
@@ -515,6 +546,27 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
                     "key": values.encode(k), "replayed": None if replayed is _NONE else values.encode(replayed),
                     "store": None if have is _NONE else values.encode(have), "whole": known,
                     "error": f"{where}: {var}[{k_text}] {r_text}, but Spark's state store has {s_text}"})
+        seen = tracker.timers.get(key)
+        timed = seen.keys(view) if seen is not None else []
+        if timed:
+            stored = stores[qi].timers(sop["id"], b, partition=part)
+            for k in timed:
+                keys.add(k)
+                counted["timers"] += 1
+                replayed, have = view.timers.get(k, []), stored.get(k, [])
+                whole = k in seen.whole
+                left = sorted(seen.gone.get(k, set()) & set(have))
+                if (replayed == have) if whole else (set(replayed) <= set(have) and not left):
+                    continue
+                k_text = values.render(values.encode(k), 40)
+                r_text = (f"{replayed} in the replay" if whole else
+                          f"{left} deleted or fired in the replay" if left else
+                          f"{replayed} registered in the replay")
+                differences.append({
+                    "batch": b, "operator": name, "instance": inst.i, "partition": part, "variable": "timers",
+                    "key": values.encode(k), "replayed": replayed, "store": have, "whole": whole,
+                    "error": f"{where}: the timers of {k_text} are {r_text}, but Spark's state store has "
+                             f"{have or 'none'}"})
         counted["keys"] += len(keys)
         batches.add((qi, b))
         per_batch[(qi, name, b)][1] += 1
@@ -542,7 +594,8 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
     if pending:
         skipped.append({"instances": len(pending), "why": "their tasks did not end in the recording"})
     feed = _compare_change_feeds(queries, stores, mapped, per_batch, wrote, differences)
-    return {"ok": not differences, "keys": counted["keys"], "values": counted["values"], "micro_batches": len(batches),
+    return {"ok": not differences, "keys": counted["keys"], "values": counted["values"], "timers": counted["timers"],
+            "micro_batches": len(batches),
             "queries": [{**q, "operator_ids": {name: o["id"] for (qi, name), o in mapped.items()
                                                if qi == i and o is not None}} for i, q in enumerate(queries)],
             "differences": differences, "change_feed": feed, "skipped": skipped}

@@ -129,6 +129,26 @@ def test_verify_replays_the_streaming_processor(sample, capsys):
     assert f"verified {n} of {n} interactions" in capsys.readouterr().out
 
 
+def test_its_timers_agree_with_sparks_store_as_they_are_set_and_fire(sample, capsys):
+    """`tt verify --statestore` compares the replay's timers with Spark's store: after step 0
+    (watermark 0) each user's one timer, in seconds, is kept; later micro-batches fire them
+    (PySpark deletes a fired timer itself), and the store must no longer hold them."""
+    import json
+
+    from tt.cli.main import main
+    from tt.recorder.statestore import StateStore
+
+    run, _, _, pdf = sample
+    (query,) = RunReader(run).plan["queries"].values()
+    store = StateStore(query["checkpoint"])
+    (op,) = store.operators()
+    last = pdf[pdf.step == 0].groupby("user")["ms"].max()
+    assert store.timers(op["id"], 0) == {u: [int(ms) // 1000 + int(GAP.total_seconds())] for u, ms in last.items()}
+    assert main(["verify", "--statestore", str(run), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["statestore"]
+    assert result["ok"] and result["timers"] >= len(pdf.groupby(["step", "user"])), result
+
+
 def test_the_store_at_every_users_end_and_micro_batch_end_equals_the_pandas_oracle(sample):
     """Step every instance (a micro-batch's task) through its units in a replay without Spark.
     When a user's rows in a micro-batch end, `session` holds the user's open session of that

@@ -112,6 +112,53 @@ def test_it_fails_naming_the_key_when_the_store_disagrees(recorded, other_checkp
         assert needle in line, (needle, line)
 
 
+@pytest.fixture(scope="module")
+def timed(spark, tmp_path_factory):
+    """The job with event-time timers (MODE=timers), recorded, and the checkpoint of the same
+    job on the same input run without tt, its timers set a day later: the same balances, other
+    timers."""
+    where = tmp_path_factory.mktemp("verify_statestore_timers")
+    run, on, off, ckpt = _record(where, mode="timers")
+    assert on == off
+    run_plain(JOB, [str(where / "again.json"), str(where / "in_again"), str(where / "ck_again"), str(FILES),
+                    str(PER_FILE), "timers-later"])
+    assert json.loads((where / "again.json").read_text()) == on
+    return run, ckpt, where / "ck_again"
+
+
+def test_timers_are_compared_with_the_stores(timed, capsys):
+    from tt.recorder.statestore import StateStore
+
+    run, ckpt, _ = timed
+    store = StateStore(str(ckpt))
+    (op,) = store.operators()
+    last = store.timers(op["id"], FILES - 1)   # what the job does, as Spark kept it
+    assert sorted(last) == [f"c{c}" for c in range(CUSTOMERS)]
+    assert [len(last[f"c{c}"]) for c in range(CUSTOMERS)] == [1, 1, FILES, FILES]
+    assert main(["verify", "--statestore", str(run), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["statestore"]
+    # each micro-batch's tasks set a timer for each of the four customers: all compared
+    assert result["ok"] and (result["timers"], result["micro_batches"]) == (FILES * CUSTOMERS, FILES), result
+    assert main(["verify", "--statestore", str(run)]) == 0
+    assert f"the timers of {FILES * CUSTOMERS} keys) against Spark's state store" in capsys.readouterr().out
+
+
+def test_a_store_whose_timers_differ_fails_naming_them(timed, capsys):
+    """The other run's balances are the same; its timers are a day later."""
+    run, ckpt, other = timed
+    assert main(["verify", "--statestore", str(run), "--checkpoint", str(other), "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["checked"] == data["recorded"]   # the replay itself equals the recording
+    diffs = data["statestore"]["differences"]
+    assert diffs and {d["variable"] for d in diffs} == {"timers"}, diffs
+    assert {values.decode(d["key"]) for d in diffs if d["batch"] == 0} == {f"c{c}" for c in range(CUSTOMERS)}
+    first = diffs[0]
+    assert first["replayed"] and first["store"] and not set(first["replayed"]) & set(first["store"])
+    assert main(["verify", "--statestore", str(run), "--checkpoint", str(other)]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if ": statestore: " in x)
+    assert "micro-batch 0" in line and "the timers of " in line and str(first["store"]) in line, line
+
+
 def test_a_missing_checkpoint_is_one_line(recorded, tmp_path, capsys):
     gone = tmp_path / "gone"
     assert main(["verify", "--statestore", str(recorded[0]), "--checkpoint", str(gone)]) == 1

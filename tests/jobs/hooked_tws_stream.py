@@ -6,8 +6,12 @@ after the last file) through `Balance` (`transformWithStateInPandas`, RocksDB st
 changelog checkpointing so Spark's change feed can be read back): per customer a ValueState
 `balance` (sum, count) and a MapState `by_kind` (kind -> count). It emits each customer's
 balance after every micro-batch that brought rows for it. With MODE=row it is the same
-processor on `transformWithState`. The state store is in CKPT, where the tests read
-Spark's own view of it (the `statestore` source).
+processor on `transformWithState`. With MODE=timers it is `TimedBalance`, `Balance` with
+event-time timers (payment i happens at minute 60 + i, the watermark follows it): a key's timer is
+set a day (MODE=timers-later: two days) after its latest payment of the micro-batch, so none
+fires in the run. For c0 and c1 it lists a key's timers and deletes them before it registers
+one (a key has one timer); for c2 and c3 it registers one more each micro-batch. The state
+store is in CKPT, where the tests read Spark's own view of it (the `statestore` source).
 
 Payment i (0 <= i < FILES*PER_FILE) is in file i // PER_FILE: customer c{i % 4}, amount
 (i * 37) % 101, kind card when i % 3 == 0: the tests compute every state with pandas.
@@ -22,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 from pyspark.sql import Row, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StatefulProcessor
 
 from job_settings import spark_settings   # tests/jobs/job_settings.py
@@ -66,6 +71,30 @@ class RowBalance(Balance):
         yield Row(customer=key[0], amount=amount, n=n)
 
 
+DAY_MS = 24 * 3600 * 1000
+
+
+class TimedBalance(Balance):
+    def __init__(self, days: int = 1):
+        self.days = days
+
+    def init(self, handle):
+        super().init(handle)
+        self.handle = handle
+
+    def handleInputRows(self, key, rows, timerValues):
+        chunks = list(rows)
+        if key[0] in ("c0", "c1"):   # one timer: the earlier ones listed and deleted
+            for expiry in list(self.handle.listTimers()):
+                self.handle.deleteTimer(expiry)
+        latest = (60 + max(int(c["id"].max()) for c in chunks)) * 60_000   # payment i at minute 60 + i
+        self.handle.registerTimer(latest + self.days * DAY_MS)
+        yield from super().handleInputRows(key, iter(chunks), timerValues)
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        return iter([])
+
+
 def write_files(in_dir: Path, files: int, per_file: int) -> None:
     in_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time() - files - 10
@@ -95,6 +124,12 @@ def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 40, m
         schema = "customer string, amount double, n long"
         if mode == "row":
             out_df = grouped.transformWithState(RowBalance(), schema, "Update", "None")
+        elif mode in ("timers", "timers-later"):
+            grouped = (payments.withColumn("ts", F.timestamp_seconds((F.col("id") + 60) * 60))
+                       .withWatermark("ts", "0 seconds").groupBy("customer"))
+            out_df = grouped.transformWithStateInPandas(
+                statefulProcessor=TimedBalance(2 if mode == "timers-later" else 1), outputStructType=schema,
+                outputMode="Update", timeMode="EventTime")
         else:
             out_df = grouped.transformWithStateInPandas(
                 statefulProcessor=Balance(), outputStructType=schema, outputMode="Update", timeMode="None")
