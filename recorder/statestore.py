@@ -8,7 +8,8 @@ part of `tt verify` that needs Spark and Java, so nothing imports it unless aske
 `StateStore.read` gives a variable's state after a micro-batch as `{key: value}`, shaped as
 the replay's view shows it (core/state_handle.py `shown`): a one-column key or value is its
 column, a ListState's value a list, a MapState's a dict; `StateStore.timers` the timers
-registered per key; `StateStore.changes` gives the grouping keys Spark's change feed says a
+registered per key; `StateStore.group_states` an applyInPandasWithState function's
+GroupStates; `StateStore.changes` gives the grouping keys Spark's change feed says a
 micro-batch wrote.
 """
 
@@ -194,6 +195,22 @@ class StateStore:
             return [(int(r["partition_id"]), shown(r["key"]), (shown(r["user_map_key"]), unwrap(r["user_map_value"])))
                     for r in df.collect()]
         return [(int(r["partition_id"]), shown(r["key"]), unwrap(r["value"])) for r in df.collect()]
+
+    def group_states(self, operator: int, batch: int, partition: int | None = None) -> dict[Any, tuple[Any, int]]:
+        """`{key: (value, timeout timestamp ms or -1)}` of an applyInPandasWithState operator's
+        GroupStates after micro-batch `batch` (only the store partition `partition`'s keys, if
+        given): the store's `groupState` and `timeoutTimestamp`."""
+        cache = (operator, "$groupState", batch)
+        if cache not in self._rows:
+            try:
+                df = self._load("statestore", operatorId=operator, batchId=batch)
+                self._rows[cache] = [(int(r["partition_id"]), shown(r["key"]),
+                                      (shown(r["value"]["groupState"]), int(r["value"]["timeoutTimestamp"])))
+                                     for r in df.collect()]
+            except Exception as e:  # noqa: BLE001
+                raise StateStoreError(f"Spark cannot read the GroupStates of operator {operator} after micro-batch "
+                                      f"{batch} from the checkpoint {self.checkpoint}: {_condensed(e)}") from None
+        return {key: state for part, key, state in self._rows[cache] if partition is None or part == partition}
 
     def timers(self, operator: int, batch: int, partition: int | None = None) -> dict[Any, list[int]]:
         """`{key: [expiry ms, sorted]}` of the timers registered after micro-batch `batch` (only the

@@ -17,6 +17,8 @@ import orjson
 
 from ..core import values
 from ..core.errors import ReplayDivergence, RunFileError, TTError, UsageError
+from ..core.group_state import NO_TIMESTAMP, GroupStateOperator
+from ..core.hooked import GROUP_STATE_KIND
 from ..core.runtime import OperatorFailure
 from ..core.state_handle import StoreView, same, shown
 from ..store import blobs
@@ -296,12 +298,13 @@ def streaming_queries(reader: RunReader, checkpoints: Sequence[str] = ()) -> lis
     plan = reader.plan
     batches = plan.get("micro_batches") or {}
     kinds = {o.name: o.kind for o in reader.operators}
-    procs = [name for name in batches if kinds.get(name) in PROCESSOR_KINDS]
+    procs = [name for name in batches if kinds.get(name) in PROCESSOR_KINDS | {GROUP_STATE_KIND}]
     if not procs:
-        why = ("its streaming query runs no transformWithState processor" if batches else
-               "it recorded no streaming query (a batch run)")
+        why = ("its streaming query runs no transformWithState processor and no applyInPandasWithState function"
+               if batches else "it recorded no streaming query (a batch run)")
         raise UsageError(f"{reader.path}: there is no streaming query to compare with Spark's state store: {why}; "
-                         f"--statestore checks runs of transformWithState(InPandas) in Structured Streaming")
+                         f"--statestore checks runs of transformWithState(InPandas) and applyInPandasWithState in "
+                         f"Structured Streaming")
     queries = [{"id": q, "name": info.get("name"), "checkpoint": info.get("checkpoint"),
                 "operators": [o for o in info.get("operators", []) if o in procs]}
                for q, info in (plan.get("queries") or {}).items()]
@@ -392,7 +395,8 @@ class _TimersSeen:
 
 class _Tracker:
     """Puts a `_Saw` on the view of every instance `--statestore` checks, as it is replayed
-    (and on its `fired`: PySpark deletes a fired timer without a call of the processor's)."""
+    (and on its `fired`: PySpark deletes a fired timer without a call of the processor's); of
+    an applyInPandasWithState instance, notes the keys its calls were for."""
 
     def __init__(self, keys: set):
         self.keys = keys
@@ -400,11 +404,19 @@ class _Tracker:
         self.whole: dict[Key, set] = {}
         self.wrote: dict[Key, dict] = {}
         self.timers: dict[Key, _TimersSeen] = {}
+        self.called: dict[Key, set] = {}   # an applyInPandasWithState instance: the keys its calls were for
 
     def on_consume(self, inst: Instance, position: int, channel: Any) -> None:
         if inst.key not in self.keys:
             return
-        view = getattr(inst.runner.op, "_store", None)
+        op = inst.runner.op
+        if isinstance(op, GroupStateOperator):
+            if self.views.get(inst.key) is not op:   # a fresh operator: a fresh account of the keys it called
+                self.views[inst.key], called = op, set()
+                self.called[inst.key] = called
+                op.watch_state_calls(lambda kind, field, k: field == "state" and called.add(k))
+            return
+        view = getattr(op, "_store", None)
         if not isinstance(view, StoreView) or self.views.get(inst.key) is view:
             return
         self.views[inst.key] = view   # a fresh operator (the start, a reset): a fresh account
@@ -480,15 +492,15 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
     counted = {"keys": 0, "values": 0, "timers": 0}
     batches: set[tuple[int, int]] = set()
 
-    def store_operator(qi: int, name: str, declared: set) -> dict | None:
+    def store_operator(qi: int, name: str, declared: set, kind: str = "transformWithState") -> dict | None:
         if (qi, name) not in mapped:
-            found = [o for o in stores[qi].operators() if "transformwithstate" in o["name"].lower()]
+            found = [o for o in stores[qi].operators() if kind.lower() in o["name"].lower()]
             fits = [o for o in found if declared <= set(o["variables"])] or found
             taken = {id(o) for (q, _), o in mapped.items() if q == qi and o is not None}
             mapped[(qi, name)] = next((o for o in fits if id(o) not in taken), fits[0] if fits else None)
             if not found:
                 differences.append({"operator": name, "query": _query_label(queries[qi]),
-                                    "error": f"the checkpoint {queries[qi]['checkpoint']} holds no transformWithState "
+                                    "error": f"the checkpoint {queries[qi]['checkpoint']} holds no {kind} "
                                              f"operator's state: is it the checkpoint of {name}'s query?"})
         return mapped[(qi, name)]
 
@@ -499,7 +511,9 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
         view = tracker.views.get(key)
         if view is None:
             return
-        sop = store_operator(qi, name, set(view.kinds))
+        grouped = isinstance(view, GroupStateOperator)
+        sop = store_operator(qi, name, set() if grouped else set(view.kinds),
+                             GROUP_STATE_KIND if grouped else "transformWithState")
         if sop is None:
             return
         where = f"micro-batch {b}: {inst.label} (partition {part})"
@@ -511,6 +525,13 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
         if b < sop["min_batch"]:
             skipped.append({"batch": b, "operator": name, "instance": inst.i,
                             "why": f"Spark keeps micro-batches {sop['min_batch']} to {sop['max_batch']} only"})
+            return
+        if grouped:
+            _check_group_states(view, tracker.called.get(key, set()), stores[qi].group_states(sop["id"], b, part),
+                                where, {"batch": b, "operator": name, "instance": inst.i, "partition": part},
+                                differences, counted)
+            batches.add((qi, b))
+            per_batch[(qi, name, b)][1] += 1
             return
         keys = set()
         whole = tracker.whole.get(key, set())
@@ -599,6 +620,35 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
             "queries": [{**q, "operator_ids": {name: o["id"] for (qi, name), o in mapped.items()
                                                if qi == i and o is not None}} for i, q in enumerate(queries)],
             "differences": differences, "change_feed": feed, "skipped": skipped}
+
+
+def _check_group_states(op: GroupStateOperator, called: set, stored: dict, where: str, at: dict,
+                        differences: list[dict], counted: dict) -> None:
+    """An applyInPandasWithState instance at its micro-batch's end: each key its calls were for
+    has, in the store, the value and timeout the replay's last call for it left (none, where it
+    removed the state)."""
+    shown_state = op.state()
+    replayed_values, timeouts = shown_state["state"], shown_state.get("timeouts", {})
+    for k in sorted(called | set(replayed_values), key=repr):   # (a restored operator's earlier calls too)
+        counted["keys"] += 1
+        counted["values"] += 1
+        replayed = (replayed_values[k], timeouts.get(k, NO_TIMESTAMP)) if k in replayed_values else _NONE
+        have = stored.get(k, _NONE)
+        if (have is _NONE) if replayed is _NONE else (have is not _NONE and same(replayed, have)):
+            continue
+        k_text = values.render(values.encode(k), 40)
+
+        def text(state: Any) -> str:
+            value, timeout = state
+            return values.render(values.encode(value), 80) + (f" (timeout {timeout})" if timeout != NO_TIMESTAMP else "")
+        r_text = "has no GroupState in the replay (its call removed it)" if replayed is _NONE else \
+            f"is {text(replayed)} in the replay"
+        s_text = "no GroupState for this key" if have is _NONE else text(have)
+        differences.append({**at, "variable": "state", "key": values.encode(k),
+                            "replayed": None if replayed is _NONE else values.encode(list(replayed)),
+                            "store": None if have is _NONE else values.encode(list(have)), "whole": True,
+                            "error": f"{where}: the GroupState of {k_text} {r_text}, but Spark's state store has "
+                                     f"{s_text}"})
 
 
 def _compare_change_feeds(queries: list[dict], stores: list[Any], mapped: dict, per_batch: dict, wrote: dict,

@@ -162,6 +162,33 @@ def test_verify_and_run_until_without_spark(recorded, capsys):
     session.reader.close()
 
 
+def test_tt_verify_statestore_compares_each_group_state_with_sparks(recorded, tmp_path, capsys):
+    """Spark's own store, read from the query's checkpoint, as a second oracle: at each
+    micro-batch end each key a task's calls were for has the GroupState (value, timeout) the
+    replay left, or none where the call removed it. Against the checkpoint of the same job
+    whose clicks are each worth one more, the first difference is named."""
+    from tt.cli.main import main
+
+    run = str(recorded[0])
+    assert main(["verify", "--statestore", run, "--json"]) == 0
+    store = json.loads(capsys.readouterr().out)["statestore"]
+    # micro-batch 0: four users; 1: u0, u1; 2: u0 and the timeouts of u2, u3; 3 (no data): u1's timeout
+    assert store["ok"] and (store["keys"], store["micro_batches"]) == (10, 4), store
+    other = tmp_path / "ck_plus"
+    run_plain(JOB, [str(tmp_path / "plus.json"), str(tmp_path / "in_plus"), str(other), "-", "1"])
+    assert main(["verify", "--statestore", run, "--checkpoint", str(other), "--json"]) == 1
+    diffs = json.loads(capsys.readouterr().out)["statestore"]["differences"]
+    first = diffs[0]
+    user = values.decode(first["key"])
+    clicks, total, last = sessions_after(1)[user]
+    assert (first["batch"], first["variable"]) == (0, "state")
+    assert values.decode(first["replayed"]) == [(clicks, total, last), last + GAP_MS]
+    assert values.decode(first["store"]) == [(clicks, total + clicks, last), last + GAP_MS]
+    assert main(["verify", "--statestore", run, "--checkpoint", str(other)]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if ": statestore: " in x)
+    assert f"the GroupState of {user!r} is ({clicks}, {total}, {last}) (timeout {last + GAP_MS})" in line, line
+
+
 def test_step_back_puts_the_group_state_back(recorded):
     """Step into u0's first call in micro-batch 0, one unit at a time, then back."""
     session = DebugSession(recorded[0])
