@@ -637,18 +637,19 @@ def _check_group_states(op: GroupStateOperator, called: set, stored: dict, where
         if (have is _NONE) if replayed is _NONE else (have is not _NONE and same(replayed, have)):
             continue
         k_text = values.render(values.encode(k), 40)
-
-        def text(state: Any) -> str:
-            value, timeout = state
-            return values.render(values.encode(value), 80) + (f" (timeout {timeout})" if timeout != NO_TIMESTAMP else "")
         r_text = "has no GroupState in the replay (its call removed it)" if replayed is _NONE else \
-            f"is {text(replayed)} in the replay"
-        s_text = "no GroupState for this key" if have is _NONE else text(have)
+            f"is {_group_state_text(replayed)} in the replay"
+        s_text = "no GroupState for this key" if have is _NONE else _group_state_text(have)
         differences.append({**at, "variable": "state", "key": values.encode(k),
                             "replayed": None if replayed is _NONE else values.encode(list(replayed)),
                             "store": None if have is _NONE else values.encode(list(have)), "whole": True,
                             "error": f"{where}: the GroupState of {k_text} {r_text}, but Spark's state store has "
                                      f"{s_text}"})
+
+
+def _group_state_text(state: tuple[Any, int]) -> str:
+    value, timeout = state
+    return values.render(values.encode(value), 80) + (f" (timeout {timeout})" if timeout != NO_TIMESTAMP else "")
 
 
 def _compare_change_feeds(queries: list[dict], stores: list[Any], mapped: dict, per_batch: dict, wrote: dict,
