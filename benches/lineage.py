@@ -17,10 +17,11 @@ file: replay/lineage_index.py); then each query runs --query-reps times reading 
 runs of one query vary by ±0.1 s, so a median of three is one slow run from the goal), and once
 with --no-index (replaying G(θ) as far as it needs), side by side. Query times are taken in
 this process from the command's start (Python's own start-up excluded, as issue 16 asks). A
-user's `tt lineage` is a process's first query, so each query also runs --query-reps times as
-one in a new process: the time to import tt's CLI (start-up) and, apart, the command's own
-time, which includes what the command imports and the memory a new process maps for the first
-time (the warm runs in this process have both already).
+user's `tt lineage` is a process's first query, so each query also runs as one in a new
+process, --query-reps times as it comes (after importing tt's CLI: the command imports the rest
+itself) and --query-reps times with what it imports imported first: the command's own time,
+which includes, as it comes, what it imports, and in both the memory a new process maps for
+the first time (the warm runs in this process have both already).
 
     python benches/lineage.py [--scale 1] [--partitions 4] [--reps 3] [--query-reps 9] [--skip-replay]
 
