@@ -394,6 +394,7 @@ class StageTask:
         self.source_ref = None       # a TaskRef when the source is read by reference
         self._rows = _ArrowRows      # how its referenced source's rows are read (`_FrameRows`: mapInPandas)
         self._units_placed: bool | None = None   # its units lie where its partition says (`_placed`)
+        self._said_misplaced = False
         self.warning: str | None = None          # for the coordinator, with the next flush
         self.schema_sent = False     # the referenced source's Arrow schema went to the coordinator
         self.source_rows = 0         # a counted source's rows so far (recorder/sources.py)
@@ -551,7 +552,9 @@ class StageTask:
         where = None
         if self.source_ref is not None:   # a unit of a Parquet scan: its rows' positions (and its digest)
             unit, where = self._split_positions(unit, self._unit_log is not None)
-            if where is not None and not self._placed(where, unit):
+            if where is None and self._unit_log is not None:   # its scan has no file for this task's partition
+                self._misplaced()
+            elif where is not None and not self._placed(where, unit):
                 where = None
         if self._unit_log is not None:
             if codec is None:
@@ -718,11 +721,18 @@ class StageTask:
                     self.warning = (f"{self._unit_head.name}: a task could not read its scan's files back to "
                                     f"check where its rows are ({type(e).__name__}: {first_line(e)}): its units "
                                     f"are copied into the run file")
-            if not self._units_placed and self.warning is None:
-                self.warning = (f"{self._unit_head.name}: the rows of a task of its scan were not where the "
-                                f"task's partition says (a union or a coalesce after the call?): that task's units "
-                                f"are copied into the run file")
+            if not self._units_placed:
+                self._misplaced()
         return self._units_placed
+
+    def _misplaced(self) -> None:
+        """This task's units are copied into the run file: said once (a reason said already stands)."""
+        self._units_placed = False
+        if not self._said_misplaced:
+            self._said_misplaced = True
+            self.warning = self.warning or (
+                f"{self._unit_head.name}: the rows of a task of its scan were not where the task's partition "
+                f"says (a union or a coalesce after the call?): that task's units are copied into the run file")
 
     def _send_schema(self, data: Any) -> None:
         """The referenced source's Arrow schema goes to the coordinator once (with the next flush)."""

@@ -190,6 +190,32 @@ def test_a_coalesce_after_the_function_is_said_not_hidden_and_replays(spark, tmp
     assert all(f"warning  {w}" in shown for w in warned)
 
 
+def test_a_union_of_two_hooked_calls_records_both_and_replays(spark, tmp_path):
+    """The job's output as the union of two calls over the same files (the rows its filter keeps,
+    and those it leaves out): Spark numbers the second call's tasks after the first's, so its
+    scan has no partition of their numbers. Their units are copied, and the recording says so
+    (it copied them silently); the first call's stay references. Both calls are recorded, the
+    run verifies, and recording does not change the output."""
+    data = write_files(tmp_path / "data", 2)
+    events = []
+    run, on, off = record_on_and_off(JOB, tmp_path, [str(data), *SPLIT, "union=1"],
+                                     on_event=lambda kind, info: events.append((kind, info)))
+    assert on == off
+    table = pq.read_table(data)
+    assert sorted(r["id"] for r in on) == sorted(table["id"].to_pylist())   # every row, once
+    reader = RunReader(run)
+    ops = [o for o in reader.operators if o.kind == "mapInArrow"]
+    assert len(ops) == 2, [(o.name, o.kind) for o in reader.operators]
+    reader.close()
+    results = verified(run)
+    assert results and all(x["ok"] for x in results), results
+    # the second call's tasks are numbered after the first's: their scan has no such partitions
+    assert {info["message"] for kind, info in events if kind == "warning"} == {
+        "RunningTotals_2: the rows of a task of its scan were not where the task's partition says (a union or a "
+        "coalesce after the call?): that task's units are copied into the run file"}
+    assert codecs(run) == {"ref-batch", "arrow-batch"}
+
+
 def test_a_dataframe_rebuilt_otherwise_stops_replay_with_one_line(pair, tmp_path, capsys):
     """The recording task digests each DataFrame PySpark built; one that a replay builds
     otherwise (here: in another session time zone, so other zone-less timestamps) is refused."""

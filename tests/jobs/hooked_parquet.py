@@ -1,6 +1,6 @@
 """A plain PySpark job, without tt: a stateful `mapInArrow` over a Parquet scan.
 
-    python hooked_parquet.py OUT.json DATA_DIR [filter=SQL] [api=pandas] [coalesce=N] [SPARK_SETTING=VALUE ...]
+    python hooked_parquet.py OUT.json DATA_DIR [filter=SQL] [api=pandas] [coalesce=N] [union=1] [SPARK_SETTING=VALUE ...]
 
 `RunningTotals` is a callable class given to `DataFrame.mapInArrow` (`api=pandas`:
 `PandasRunningTotals`, to `mapInPandas`): it keeps a running total of `v` per group `g`
@@ -9,8 +9,10 @@ Its input is a plain scan (a filter, columns out of order, timestamps, decimals 
 strings), which `tt record` stores as file positions, not rows (recorder/sources.py,
 `blobs.REF_BATCH`, `REF_PANDAS`); `filter=` puts another condition in place of
 `id % 5 != 0` (one pyarrow evaluates exactly makes the units counted: no position
-column). The tests compare what replay hands the function with the units of a run
-recorded with --copy-sources (tests/test_hooked_by_reference.py).
+column). With `union=1` the output is the union of two hooked calls: the one above, and
+another `RunningTotals` over the rows the filter left out. The tests compare what replay hands
+the function with the units of a run recorded with --copy-sources
+(tests/test_hooked_by_reference.py).
 """
 
 import json
@@ -73,6 +75,7 @@ def main(out: str, data: str, *args: str) -> None:
     condition = settings.pop("filter", "id % 5 != 0")
     coalesce = settings.pop("coalesce", None)   # partitions of the function's output (Spark then runs several inputs in a task)
     pandas = settings.pop("api", "arrow") == "pandas"
+    union = settings.pop("union", None)
     spark = SparkSession.builder.getOrCreate()
     with spark_settings(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": "2500", **settings}):
         df = spark.read.parquet(data)
@@ -80,6 +83,9 @@ def main(out: str, data: str, *args: str) -> None:
             df = df.filter(condition)
         scan = df.select("s", "id", "g", "v", "ts", "d")
         totals = scan.mapInPandas(PandasRunningTotals(spark.conf.get("spark.sql.session.timeZone")), SCHEMA) if pandas else scan.mapInArrow(RunningTotals(), SCHEMA)
+        if union:   # a second call: the rows the filter left out
+            rest = spark.read.parquet(data).filter(f"NOT ({condition})").select("s", "id", "g", "v", "ts", "d")
+            totals = totals.union(rest.mapInArrow(RunningTotals(), SCHEMA))
         rows = (totals.coalesce(int(coalesce)) if coalesce else totals).collect()
     with open(out, "w") as f:
         json.dump(sorted((r.asDict() for r in rows), key=lambda r: r["id"]), f)
