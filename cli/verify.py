@@ -18,8 +18,9 @@ def verify(
     trust: bool = typer.Option(False, "--trust", help="Allow replaying code from a run you did not record."),
     statestore: bool = typer.Option(
         False, "--statestore", help="Also compare the replayed state of the run's transformWithState processors "
-        "(variables and timers) and applyInPandasWithState functions (GroupStates) with Spark's own state store, read from the streaming query's checkpoint, at every micro-batch end "
-        "(and the keys each micro-batch wrote with Spark's change feed). Needs pyspark and Java."),
+        "(variables and timers) and applyInPandasWithState functions (GroupStates) with Spark's own state store, "
+        "read from the streaming query's checkpoint, at every micro-batch end (and the keys each micro-batch "
+        "wrote with Spark's change feed). Needs pyspark and Java."),
     checkpoint: Optional[List[str]] = typer.Option(
         None, "--checkpoint", metavar="[QUERY=]PATH", help="With --statestore: where the streaming query's "
         "checkpoint is now, if it moved since the run was recorded (QUERY=PATH, by query id or name, when the run "
@@ -38,8 +39,9 @@ def verify(
     --checkpoint PATH if it moved). At every micro-batch end, each key a processor's replayed
     view shows, in every state variable, must equal the store's value after that micro-batch
     (and its timers the store's timers; an applyInPandasWithState call's GroupState, the
-    store's value and timeout), and the keys Spark's change feed says the micro-batch wrote must be those the replay wrote
-    (the change feed needs changelog checkpointing; without it only the values are compared).
+    store's value and timeout), and the keys Spark's change feed says the micro-batch wrote
+    must be those the replay wrote (the change feed needs changelog checkpointing; without it
+    only the values are compared).
     It prints how many keys it checked over how many micro-batches; a difference names the
     micro-batch, operator, variable, key and both values, and exits 1. This part starts Spark
     (local mode) and needs Java: e.g. `tt verify --statestore run.db`.
