@@ -394,7 +394,6 @@ class StageTask:
         self.source_ref = None       # a TaskRef when the source is read by reference
         self._rows = _ArrowRows      # how its referenced source's rows are read (`_FrameRows`: mapInPandas)
         self._units_placed: bool | None = None   # its units lie where its partition says (`_placed`)
-        self._said_misplaced = False
         self.warning: str | None = None          # for the coordinator, with the next flush
         self.schema_sent = False     # the referenced source's Arrow schema went to the coordinator
         self.source_rows = 0         # a counted source's rows so far (recorder/sources.py)
@@ -710,26 +709,27 @@ class StageTask:
             scan = self.source_ref.scan
             if scan["schema"] is None:   # (a batch's own: the driver has none to give)
                 scan = {**scan, "schema": unit.schema.serialize().to_pybytes()}
-            self._units_placed = False
+            placed = False
             if self.partition in self.source_ref.files:
                 try:
                     head = sources.SourceReader.of_scan(scan).head(blobs.decompress(where), _PLACED_ROWS)
                     if read.frame:
                         head = sources.frame_builder.build(head, scan["info"].get("pandas") or {})
-                    self._units_placed = read.digest(head) == read.digest(read.rows(unit, read.count(head)))
+                    placed = read.digest(head) == read.digest(read.rows(unit, read.count(head)))
                 except Exception as e:   # noqa: BLE001  (SourceFileError, or files this executor cannot read)
                     self.warning = (f"{self._unit_head.name}: a task could not read its scan's files back to "
                                     f"check where its rows are ({type(e).__name__}: {first_line(e)}): its units "
                                     f"are copied into the run file")
-            if not self._units_placed:
+            if placed:
+                self._units_placed = True
+            else:
                 self._misplaced()
         return self._units_placed
 
     def _misplaced(self) -> None:
         """This task's units are copied into the run file: said once (a reason said already stands)."""
-        self._units_placed = False
-        if not self._said_misplaced:
-            self._said_misplaced = True
+        if self._units_placed is not False:
+            self._units_placed = False
             self.warning = self.warning or (
                 f"{self._unit_head.name}: the rows of a task of its scan were not where the task's partition "
                 f"says (a union or a coalesce after the call?): that task's units are copied into the run file")

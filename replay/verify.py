@@ -404,15 +404,16 @@ class _Tracker:
         self.whole: dict[Key, set] = {}
         self.wrote: dict[Key, dict] = {}
         self.timers: dict[Key, _TimersSeen] = {}
-        self.called: dict[Key, set] = {}   # an applyInPandasWithState instance: the keys its calls were for
+        self.grouped: dict[Key, GroupStateOperator] = {}   # an applyInPandasWithState instance's operator
+        self.called: dict[Key, set] = {}   # ... and the keys its calls were for
 
     def on_consume(self, inst: Instance, position: int, channel: Any) -> None:
         if inst.key not in self.keys:
             return
         op = inst.runner.op
         if isinstance(op, GroupStateOperator):
-            if self.views.get(inst.key) is not op:   # a fresh operator: a fresh account of the keys it called
-                self.views[inst.key], called = op, set()
+            if self.grouped.get(inst.key) is not op:   # a fresh operator: a fresh account of the keys it called
+                self.grouped[inst.key], called = op, set()
                 self.called[inst.key] = called
                 op.watch_state_calls(lambda kind, field, k: field == "state" and called.add(k))
             return
@@ -508,12 +509,11 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
         c = checks[key]
         qi, name, b, part = c["query"], c["op"], c["batch"], c["partition"]
         inst = engine.instances[key]
-        view = tracker.views.get(key)
-        if view is None:
+        view, grouped = tracker.views.get(key), tracker.grouped.get(key)
+        if view is None and grouped is None:
             return
-        grouped = isinstance(view, GroupStateOperator)
-        sop = store_operator(qi, name, set() if grouped else set(view.kinds),
-                             GROUP_STATE_KIND if grouped else "transformWithState")
+        sop = store_operator(qi, name, set() if grouped is not None else set(view.kinds),
+                             GROUP_STATE_KIND if grouped is not None else "transformWithState")
         if sop is None:
             return
         where = f"micro-batch {b}: {inst.label} (partition {part})"
@@ -526,8 +526,8 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
             skipped.append({"batch": b, "operator": name, "instance": inst.i,
                             "why": f"Spark keeps micro-batches {sop['min_batch']} to {sop['max_batch']} only"})
             return
-        if grouped:
-            _check_group_states(view, tracker.called.get(key, set()), stores[qi].group_states(sop["id"], b, part),
+        if grouped is not None:
+            _check_group_states(grouped, tracker.called.get(key, set()), stores[qi].group_states(sop["id"], b, part),
                                 where, {"batch": b, "operator": name, "instance": inst.i, "partition": part},
                                 differences, counted)
             batches.add((qi, b))
