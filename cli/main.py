@@ -6,6 +6,7 @@ Every failure a user can cause prints one line on stderr and exits non-zero;
 
 from __future__ import annotations
 
+import importlib
 import os
 import sqlite3
 import sys
@@ -37,9 +38,20 @@ def _global(debug: bool = typer.Option(False, "--debug", help="Show tracebacks f
         _debug["on"] = True
 
 
-def _register() -> None:
-    from . import (checkpoint, debug, demo, inspect, lineage, migrate, pack,  # noqa: F401  (each adds a command)
-                   record, replay, verify)
+#: The commands, each registered by its module (cli/NAME.py adds `tt NAME`), in the order of `tt --help`.
+COMMANDS = ("checkpoint", "debug", "demo", "inspect", "lineage", "migrate", "pack", "record", "replay", "verify")
+
+
+def _register(argv: list[str]) -> None:
+    """Import the module of the command `argv` names, alone: each brings its own imports (the
+    replay engine, pyarrow, the TUI...), which a command that does not need them should not
+    wait for. Every command's module when `argv` names none (`tt`, `tt --help`) or a wrong one
+    (the error then offers the near names)."""
+    name = next((a for a in argv if not a.startswith("-")), None)
+    for command in ([name] if name in COMMANDS else COMMANDS):
+        importlib.import_module(f"{__package__}.{command}")
+    # in the order of COMMANDS, whichever a process registered first
+    app.registered_commands.sort(key=lambda c: COMMANDS.index(c.name or c.callback.__name__))
 
 
 def _reflowed(text: str) -> str:
@@ -72,8 +84,8 @@ def _escape_help(command) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _register()
     argv = list(sys.argv[1:] if argv is None else argv)
+    _register(argv)
     # per call: one `tt --debug …` in a process does not stick to the next
     _debug["on"] = "--debug" in argv[:1] or os.environ.get("TT_DEBUG") == "1"
     command = typer.main.get_command(app)

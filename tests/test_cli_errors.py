@@ -277,3 +277,30 @@ def test_a_module_of_the_jobs_is_found_beside_it_or_named_in_one_line(tmp_path):
     assert missing.stderr.splitlines() == [
         f"tt: error: Counter's code needs the module 'tt_test_helper_module', which this Python cannot import: "
         f"add the folder that holds it to PYTHONPATH (the job was in {job_dir})"]
+
+
+def test_a_command_imports_its_own_module_alone_and_help_lists_every_command_in_order(tmp_path):
+    """`tt inspect` does not wait for lineage's or the debugger's imports; `tt --help` after
+    it, in the same process, still lists every command, in the same order; a misspelt one
+    is offered its near name."""
+    script = textwrap.dedent("""
+        import contextlib, io, sys
+        from tt.cli.main import main
+        rc = main(["inspect", sys.argv[1]])
+        print("LOADED", " ".join(m for m in ("tt.cli.lineage", "tt.cli.debug", "tt.replay.lineage", "textual")
+                                 if m in sys.modules))
+        print("RC", rc)
+        with contextlib.redirect_stdout(io.StringIO()) as help_text:
+            main(["--help"])
+        box = help_text.getvalue().split("Commands", 1)[1].splitlines()   # a command's line starts at the box
+        print("HELP", " ".join(line[2:].split(" ")[0] for line in box if line[:2] == "│ " and line[2] != " "))
+        main(["linage", sys.argv[1]])
+    """)
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "missing.db")],
+                         capture_output=True, text=True, check=True)
+    lines = dict(line.split(" ", 1) if " " in line else (line, "") for line in out.stdout.splitlines())
+    assert lines["RC"] == "1"   # the run file is missing: one line, as ever
+    assert lines["LOADED"] == ""
+    assert lines["HELP"].split() == ["checkpoint", "debug", "demo", "inspect", "lineage", "migrate", "pack",
+                                     "record", "replay", "verify"]
+    assert "No such command 'linage'. Did you mean 'lineage'?" in out.stderr
