@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     # per call: one `tt --debug …` in a process does not stick to the next
     _debug["on"] = "--debug" in argv[:1] or os.environ.get("TT_DEBUG") == "1"
     command = typer.main.get_command(app)
-    _escape_help(command)
+    if not argv or "-h" in argv or "--help" in argv:   # help is shown: rich is imported for it alone
+        _escape_help(command)
     try:
         result = command.main(argv, prog_name="tt", standalone_mode=False)
         return result if isinstance(result, int) else 0
