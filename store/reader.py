@@ -265,6 +265,8 @@ class RunReader:
         return snap
 
     def _resolve(self, k: int) -> dict | None:
+        if not -2**63 <= k < 2**63:   # (no such interaction; SQLite's integers are 64-bit)
+            return None
         if self.conn.execute("SELECT 1 FROM interactions WHERE k=?", (k,)).fetchone() is None:
             return None
         if k == 0:

@@ -154,6 +154,11 @@ def test_unknown_operator_and_interaction_in_inspect(record, capsys):
     _one_line(capsys, "unknown operator 'NOPE'", "A, B")
     assert main(["inspect", str(path), "state", "--at", "9999"]) == 2
     _one_line(capsys, "interaction 9999 is not complete")
+    big = "9" * 25   # past SQLite's 64-bit integers: it was an internal error (exit 70)
+    assert main(["inspect", str(path), "state", "--at", big]) == 2
+    _one_line(capsys, f"interaction {big} is not complete")
+    assert main(["replay", str(path), "--jump", big]) == 2
+    _one_line(capsys, f"interaction {big} is not complete")
 
 
 # --- the job itself fails (Spark is running) ---------------------------------------------------
