@@ -96,8 +96,11 @@ class Source:
             self._pages.put(n, rows)
         return rows
 
-    def cached_page(self, n: int) -> list[tuple[str, ...]] | None:
-        return self._pages.get(n)
+    def cached_row(self, i: int) -> tuple[str, ...] | None:
+        """Row i if its page is in the cache, else None: never queries (the UI thread draws
+        from it, a line at a time)."""
+        page = self._pages.get(i // PAGE)
+        return page[i % PAGE] if page is not None and i % PAGE < len(page) else None
 
     def rows(self, start: int, stop: int) -> list[tuple[str, ...]]:
         stop = min(stop, len(self))
@@ -524,17 +527,10 @@ class Filter(Source):
     def page(self, n):
         return self.rows(n * PAGE, (n + 1) * PAGE)
 
-    def cached_page(self, n):
-        """The page if every row under it is in the base's cache (never queries)."""
-        with self._lock:
-            idx = list(self.hits[n * PAGE:(n + 1) * PAGE])
-        out = []
-        for i in idx:
-            page = self.base.cached_page(i // PAGE)
-            if page is None or i % PAGE >= len(page):
-                return None
-            out.append(page[i % PAGE])
-        return out
+    def cached_row(self, i):
+        """Match i if its row is in the base's cache (never queries)."""
+        j = self.base_index(i)
+        return None if j is None else self.base.cached_row(j)
 
     def rows(self, start, stop):
         with self._lock:
@@ -549,7 +545,8 @@ class Filter(Source):
         return self.base.row(j)
 
     def base_index(self, i: int) -> int | None:
-        return self.hits[i] if 0 <= i < len(self.hits) else None
+        with self._lock:
+            return self.hits[i] if 0 <= i < len(self.hits) else None
 
     def tuple_at(self, i: int) -> tuple | None:
         j = self.base_index(i)

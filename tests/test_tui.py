@@ -24,6 +24,7 @@ import workloads
 
 from tt.cli.main import main
 from tt.recorder.session import RecordingSession
+from tt.replay import logview
 from tt.store.reader import RunReader
 from tt.tui.app import DebuggerApp, HelpScreen, LiveJob, PromptScreen
 from tt.tui.widgets.availability_line import AvailabilityLine
@@ -516,6 +517,19 @@ def test_log_browser_pages_searches_and_filters(fraud_run):
         logs.query_one("#log-filter").value = False
         logs.open_source("in:FD:0")
         await until(pilot, lambda: logs.base.key == "in:FD:0", what="FD:0's Input log")
+        # a filter over a log whose last page is short: its matches are the rows that hold the
+        # text, each once (the last page was scanned again and again), read apart from the app
+        oracle = logview.LogView(fraud_run).source("in:FD:0")
+        assert len(oracle) % logview.PAGE
+        want = [i for i, row in enumerate(oracle.rows(0, len(oracle))) if logview.matches(row, "fe:1")]
+        logs.query_one("#log-search").value = "FE:1"
+        logs.query_one("#log-filter").value = True
+        await until(pilot, lambda: isinstance(logs.source, logview.Filter) and logs.source.done, what="the filter")
+        await idle(pilot)
+        assert 0 < len(want) < len(oracle) and list(logs.source.hits) == want
+        assert f"{len(want):,} matching rows (done)" in logs.status_text
+        logs.query_one("#log-filter").value = False
+        await until(pilot, lambda: logs.source is logs.base, what="the whole log")
         logs.lines.focus()
         await keys(pilot, "end")
         await until(pilot, lambda: logs.lines.row_cells(logs.lines.total - 1) is not None, what="the last row")

@@ -172,11 +172,11 @@ class _Scan(_Incremental):
     def advance(self) -> bool:
         flt = self.flt
         total = len(flt.base)
-        p = flt.scanned // logview.PAGE
-        if p * logview.PAGE >= total:
-            flt.done = True
+        if flt.scanned >= total:   # (a last page shorter than PAGE was scanned again and again, its
+            flt.done = True        # matches added each time, while the status said "done")
             self.done()
             return True
+        p = flt.scanned // logview.PAGE
         page = flt.base.page(p)
         found = [p * logview.PAGE + j for j, row in enumerate(page) if logview.matches(row, flt.text.lower())]
         with flt._lock:

@@ -77,11 +77,12 @@ class LogLines(ScrollView, can_focus=True):
         self.post_message(self.CursorMoved(self.cursor, total))
 
     def grow(self, total: int) -> None:
-        """The source has more rows (a filter found more, a live run grew)."""
+        """The source has more rows (a filter found more, a live run grew). Rows only come
+        after those drawn, so the lines drawn stay as they are (a filter's progress redrew
+        every line four times a second)."""
         if total != self.total:
             self.total = total
             self.virtual_size = Size(self.virtual_size.width, total)
-            self._strips.clear()
             self.refresh()
 
     def set_needle(self, text: str) -> None:
@@ -92,10 +93,7 @@ class LogLines(ScrollView, can_focus=True):
     def row_cells(self, row: int) -> tuple[str, ...] | None:
         if self.source is None or not 0 <= row < self.total:
             return None
-        page = self.source.cached_page(row // logview.PAGE)
-        if page is None or row % logview.PAGE >= len(page):
-            return None
-        return page[row % logview.PAGE]
+        return self.source.cached_row(row)
 
     def visible_rows(self) -> list[tuple[str, ...] | None]:
         top = int(self.scroll_offset.y)
