@@ -65,7 +65,7 @@ def lineage(
       tt lineage fraud.db FD:0.blacklist.Bob --back     # who put Bob on the blacklist
       tt lineage fraud.db FE:1.highest.Bob --back --at 2   # his highest payment as interaction 2 saw it
     """
-    from ..replay.lineage import Lineage
+    from ..replay.lineage import Lineage, Where
     from ..replay.session import DebugSession
     from ..store.reader import RunReader
 
@@ -82,8 +82,13 @@ def lineage(
             require_dataflow(reader, "trace")
             session = DebugSession(reader, trust=trust)
             lineage = Lineage(session)
+            # what is wrong with the question is told at once, before an index is built
             if ":" not in target:
-                reader.operator(target)   # a name that is no operator's is told at once: before an index is built
+                reader.operator(target)
+            elif not _STATE.fullmatch(target):
+                lineage.check_ref(target)
+            if where is not None:
+                Where(where)
             if (index or reindex) and not _STATE.fullmatch(target):   # (a state value is read from a replay)
                 note = lineage.use_index(rebuild=reindex, progress=bar("indexing lineage (once)")
                                          if sys.stderr.isatty() else None)

@@ -257,18 +257,25 @@ class Lineage:
         too: `tt replay RUN --to K` names them), or of an operator outside it that kept its logs
         for lineage (`tt record --lineage`). 'OP:I:N/J': the J-th row that call emitted, the
         name lineage gives a row no consumer took (a sink's, one pending when the run ended)."""
-        ref, slash, j = text.strip().partition("/")
-        call = self.session.parse_ref(ref, lineage=True)
-        if not slash:
+        call, j = self.check_ref(text)
+        if j is None:
             return call
-        if not j.isdigit():
-            raise UsageError(f"bad row {text!r}; write OP:INSTANCE:INPUT#/OUTPUT#, e.g. {ref}/0 (the first row "
-                             f"{ref}'s call emitted)")
+        ref = text.strip().partition("/")[0]
         n = len(self.provenance.index(call.op, call.instance).outputs_of(call.position))
         if int(j) >= n:
             rows = "no rows" if not n else f"one row, {ref}/0" if n == 1 else f"{n} rows, {ref}/0 … {ref}/{n - 1}"
             raise UsageError(f"{ref}'s call emitted {rows}, not {ref}/{j}")
         return Output(call, int(j))
+
+    def check_ref(self, text: str) -> tuple[TupleRef, str | None]:
+        """`parse_ref`'s checks that need no index, told before one is built: (the tuple, and
+        the row's number after '/' or None)."""
+        ref, slash, j = text.strip().partition("/")
+        call = self.session.parse_ref(ref, lineage=True)
+        if slash and not j.isdigit():
+            raise UsageError(f"bad row {text!r}; write OP:INSTANCE:INPUT#/OUTPUT#, e.g. {ref}/0 (the first row "
+                             f"{ref}'s call emitted)")
+        return call, (j if slash else None)
 
     # --- choosing rows ------------------------------------------------------------------
 

@@ -110,6 +110,19 @@ def test_built_once_then_read(run, recorded, capsys):
     assert rc == 0 and rebuilt == first and err.startswith("tt: indexed the lineage")
 
 
+def test_a_wrong_question_is_told_before_an_index_is_built(run, capsys):
+    """A tuple, row or --where that cannot be right is one line at once: the index (a replay of
+    G(θ)) is not built for a question it cannot answer."""
+    for args, said in ((["T:", "--back"], "bad tuple 'T:'"),
+                       (["T:0:999999999", "--back"], "T:0 has inputs #0..#"),
+                       (["T:0:0/x", "--back"], "bad row 'T:0:0/x'"),
+                       (["OUT", "--where", "kind ==", "--back"], "bad --where expression 'kind =='")):
+        rc, out, err = _lineage(run, *args, capsys=capsys)
+        assert (rc, out) == (2, "") and err.startswith(f"tt: error: {said}") and err.count("\n") == 1, (args, err)
+    with sqlite3.connect(run) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM lineage_index").fetchone()[0] == 0
+
+
 def test_a_query_pauses_the_cycle_collector_for_its_walk_alone(run, capsys, monkeypatch):
     """A walk's objects hold no cycles, so it runs without collections; a replay of the job's
     code (to build the index, or with --no-index) collects as usual; the command leaves
