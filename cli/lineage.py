@@ -65,7 +65,7 @@ def lineage(
       tt lineage fraud.db FD:0.blacklist.Bob --back     # who put Bob on the blacklist
       tt lineage fraud.db FE:1.highest.Bob --back --at 2   # his highest payment as interaction 2 saw it
     """
-    from ..replay.lineage import Lineage, Where
+    from ..replay.lineage import Lineage
     from ..replay.session import DebugSession
     from ..store.reader import RunReader
 
@@ -82,13 +82,7 @@ def lineage(
             require_dataflow(reader, "trace")
             session = DebugSession(reader, trust=trust)
             lineage = Lineage(session)
-            # what is wrong with the question is told at once, before an index is built
-            if ":" not in target:
-                reader.operator(target)
-            elif not _STATE.fullmatch(target):
-                lineage.check_ref(target)
-            if where is not None:
-                Where(where)
+            _check_question(reader, lineage, target, where, at)   # at once, before an index is built
             if (index or reindex) and not _STATE.fullmatch(target):   # (a state value is read from a replay)
                 note = lineage.use_index(rebuild=reindex, progress=bar("indexing lineage (once)")
                                          if sys.stderr.isatty() else None)
@@ -118,23 +112,38 @@ def lineage(
 _STATE = re.compile(r"([^:.]+:\d+)\.(.+)")   # OP:I.field.key
 
 
-def _roots(session, lineage, target: str, where: str | None, at: int | None = None) -> list:
+def _check_question(reader, lineage, target: str, where: str | None, at: int | None) -> None:
+    """What can be told wrong with the question without an index (or a replay to build one)."""
+    from ..replay.lineage import Where
+
     state = _STATE.fullmatch(target)
-    if state is not None:   # OP:I.field.key: a state value, at the end of the run or at interaction `at`
+    if state is not None:
         if where is not None:
             raise UsageError(f"{target} names one state value; --where chooses among the rows an operator emitted")
-        instance, dotted = state.groups()
-        return [lineage.state_value(instance, dotted, at=_position_at(session, instance, at))]
+        return
     if at is not None:
         raise UsageError(f"--at chooses when a state value is read (OP:INSTANCE.FIELD.KEY); {target} is not one")
     if ":" not in target:
+        reader.operator(target)
         if where is None:
             raise UsageError(f"which of {target}'s rows? choose them with --where, e.g. --where \"customer == 'Bob'\" "
                              f"(or name one tuple as OP:INSTANCE:INPUT#)")
-        return lineage.rows_of(target, where)
+        Where(where)
+        return
     if where is not None:
         raise UsageError(f"{target} names one tuple; --where chooses among the rows an operator emitted "
                          f"(tt lineage RUN OP --where EXPR)")
+    lineage.check_ref(target)
+
+
+def _roots(session, lineage, target: str, where: str | None, at: int | None = None) -> list:
+    """The rows the question is about (`_check_question` has found nothing wrong with it)."""
+    state = _STATE.fullmatch(target)
+    if state is not None:   # OP:I.field.key: a state value, at the end of the run or at interaction `at`
+        instance, dotted = state.groups()
+        return [lineage.state_value(instance, dotted, at=_position_at(session, instance, at))]
+    if ":" not in target:
+        return lineage.rows_of(target, where)
     return [lineage.parse_ref(target)]
 
 

@@ -116,7 +116,10 @@ def test_a_wrong_question_is_told_before_an_index_is_built(run, capsys):
     for args, said in ((["T:", "--back"], "bad tuple 'T:'"),
                        (["T:0:999999999", "--back"], "T:0 has inputs #0..#"),
                        (["T:0:0/x", "--back"], "bad row 'T:0:0/x'"),
-                       (["OUT", "--where", "kind ==", "--back"], "bad --where expression 'kind =='")):
+                       (["OUT", "--where", "kind ==", "--back"], "bad --where expression 'kind =='"),
+                       (["OUT", "--back"], "which of OUT's rows? choose them with --where"),
+                       (["T:0:0", "--where", "True", "--back"], "T:0:0 names one tuple"),
+                       (["OUT", "--where", "True", "--at", "1", "--back"], "--at chooses when a state value")):
         rc, out, err = _lineage(run, *args, capsys=capsys)
         assert (rc, out) == (2, "") and err.startswith(f"tt: error: {said}") and err.count("\n") == 1, (args, err)
     with sqlite3.connect(run) as conn:
