@@ -151,7 +151,7 @@ class LogBrowser(Vertical):
 
         def done(total: int) -> None:
             if shown is base and self.source is base:
-                self.lines.grow(total)
+                self.lines.grow(total, reread=True)
                 self._status()
         self._submit(recount, done)
 

@@ -76,13 +76,15 @@ class LogLines(ScrollView, can_focus=True):
         self.refresh()
         self.post_message(self.CursorMoved(self.cursor, total))
 
-    def grow(self, total: int) -> None:
-        """The source has more rows (a filter found more, a live run grew). Rows only come
-        after those drawn, so the lines drawn stay as they are (a filter's progress redrew
-        every line four times a second)."""
+    def grow(self, total: int, reread: bool = False) -> None:
+        """The source has more rows: a filter found more, after those drawn, which stay drawn
+        (its progress redrew every line four times a second); or, `reread`, a live run grew
+        and its rows were read again, so every line is drawn anew."""
         if total != self.total:
             self.total = total
             self.virtual_size = Size(self.virtual_size.width, total)
+            if reread:
+                self._strips.clear()
             self.refresh()
 
     def set_needle(self, text: str) -> None:
