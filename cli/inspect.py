@@ -173,10 +173,13 @@ def _source_text(src: dict) -> str:
     kept = "row counts" if src.get("positions") == "counted" else "positions"
     text = (f"by reference: {src['rows']:,} rows as {human_bytes(src['position_bytes'])} of "
             f"{kept} in {n} {src['format'].capitalize()} file{'s' if n != 1 else ''}, ")
+    copied = src.get("copied_units", 0)
+    also = (f"; {copied:,} of its units copied into the run file instead (their tasks' rows were not where "
+            f"the tasks' partitions say: a union or a coalesce after the call?)" if copied else "")
     if not bad:
-        return text + ("all " if n > 1 else "") + "here and unchanged"
+        return text + ("all " if n > 1 else "") + "here and unchanged" + also
     return text + "; ".join(f"{f['uri']} {f['here']}" for f in bad[:3]) + (" …" if len(bad) > 3 else "") \
-        + " (replaying needs them: `tt pack` where they are)"
+        + " (replaying needs them: `tt pack` where they are)" + also
 
 
 def _interactions_text(rows: list[dict]) -> str:

@@ -101,7 +101,7 @@ def sources(reader: RunReader) -> list[dict]:
     from ..store.sources import FileRecord, describe_change
 
     out = []
-    referenced = reader.referenced()
+    referenced, copied = reader.referenced(), reader.copied_units()
     for scan in reader.source_scans():
         name = reader.operators[scan["source"]].name
         info = scan["info"]
@@ -126,6 +126,7 @@ def sources(reader: RunReader) -> list[dict]:
         out.append({"source": name, "stored": "referenced",
                     "format": scan["format"], "columns": scan["columns"], "files": files,
                     "filters": info.get("data_filters", []), "rows": rows, "position_bytes": size,
+                    "copied_units": copied.get(scan["source"], 0),
                     # counted: chunks hold row counts, positions follow from the splits and the filter
                     "positions": "counted" if info.get("counted") else "listed"})
     return out

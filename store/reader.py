@@ -611,6 +611,21 @@ class RunReader:
             out[source] = (rows + (n if codec == blobs.REF else positions.rows_in(raw)), size + len(data))
         return out
 
+    def copied_units(self) -> dict[int, int]:
+        """Per source, how many of the tuples (or hooked units) it sent into G(θ) are copied
+        into the run file rather than kept as positions: for a source read by reference, those
+        of a task whose rows were not where its partition says (a union or a coalesce after a
+        hooked call)."""
+        out: dict[int, int] = {}
+        for edge in self.plan.get("edges", []):
+            if self.operators[edge["src"]].kind != "source":
+                continue
+            (n,) = self.conn.execute(
+                f"SELECT COALESCE(SUM(n), 0) FROM entry_chunks WHERE op=? AND port=? "
+                f"AND codec NOT IN ({_BY_REFERENCE_SQL})", (edge["dst"], edge["port"])).fetchone()
+            out[edge["src"]] = out.get(edge["src"], 0) + n
+        return out
+
     def control_log_bytes(self) -> int:
         """Interactions + Input/Output logs + logged results (the paper's log size)."""
         s = self.sizes()

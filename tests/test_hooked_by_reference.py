@@ -214,6 +214,13 @@ def test_a_union_of_two_hooked_calls_records_both_and_replays(spark, tmp_path):
         "RunningTotals_2: the rows of a task of its scan were not where the task's partition says (a union or a "
         "coalesce after the call?): that task's units are copied into the run file"}
     assert codecs(run) == {"ref-batch", "arrow-batch"}
+    # tt inspect says which source's units are copied, and that none of its rows are referenced
+    from tt.replay.facts import sources
+    reader = RunReader(run)
+    kept = {s["source"]: (s["rows"], s["copied_units"]) for s in sources(reader)}
+    reader.close()
+    assert kept["RunningTotals.in"][0] > 0 and kept["RunningTotals.in"][1] == 0, kept
+    assert kept["RunningTotals_2.in"][0] == 0 and kept["RunningTotals_2.in"][1] > 0, kept
 
 
 def test_a_dataframe_rebuilt_otherwise_stops_replay_with_one_line(pair, tmp_path, capsys):
