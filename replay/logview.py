@@ -23,7 +23,7 @@ import datetime as dt
 import threading
 from array import array
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import orjson
 
@@ -480,34 +480,8 @@ def matches(row: Iterable[str], needle: str) -> bool:
     return any(needle in cell.lower() for cell in row)
 
 
-def find(source: Source, text: str, start: int, step: int = 1,
-         cancel: Callable[[], bool] | None = None, progress: Callable[[int, int], None] | None = None) -> int | None:
-    """The first row at or after `start` (before, with step=-1) that contains `text`, case-insensitively."""
-    needle = text.lower()
-    total = len(source)
-    if not needle or total == 0:
-        return None
-    i = min(max(start, 0), total - 1)
-    scanned = 0
-    while 0 <= i < total:
-        p = i // PAGE
-        page = source.page(p)
-        base = p * PAGE
-        rng = range(i - base, len(page)) if step > 0 else range(i - base, -1, -1)
-        for j in rng:
-            if matches(page[j], needle):
-                return base + j
-        scanned += len(rng)
-        i = base + PAGE if step > 0 else base - 1
-        if cancel is not None and cancel():
-            return None
-        if progress is not None:
-            progress(scanned, total)
-    return None
-
-
 class Filter(Source):
-    """The rows of `base` that contain a text, found by a background scan (`scan`).
+    """The rows of `base` that contain a text, found by a background scan (`scan_page`).
 
     Rows become visible as the scan finds them; `done` says when it has finished.
     """
@@ -555,19 +529,17 @@ class Filter(Source):
     def forget(self) -> None:
         self.base.forget()
 
-    def scan(self, cancel: Callable[[], bool] | None = None, progress: Callable[[int, int], None] | None = None) -> None:
-        needle = self.text.lower()
+    def scan_page(self) -> bool:
+        """Scan the next page of the base for the text (the log browser's loader does, a page
+        between its other work); True once every row has been scanned."""
         total = len(self.base)
+        if self.scanned >= total:   # (a last page shorter than PAGE was scanned again and again,
+            self.done = True        # its matches added each time, while the status said "done")
+            return True
         p = self.scanned // PAGE
-        while p * PAGE < total:
-            page = self.base.page(p)
-            found = [p * PAGE + j for j, row in enumerate(page) if matches(row, needle)]
-            with self._lock:
-                self.hits.extend(found)
-                self.scanned = min(total, (p + 1) * PAGE)
-            p += 1
-            if cancel is not None and cancel():
-                return
-            if progress is not None:
-                progress(self.scanned, total)
-        self.done = True
+        needle = self.text.lower()
+        found = [p * PAGE + j for j, row in enumerate(self.base.page(p)) if matches(row, needle)]
+        with self._lock:
+            self.hits.extend(found)
+            self.scanned = min(total, (p + 1) * PAGE)
+        return False

@@ -171,16 +171,8 @@ class _Scan(_Incremental):
 
     def advance(self) -> bool:
         flt = self.flt
-        total = len(flt.base)
-        if flt.scanned >= total:   # (a last page shorter than PAGE was scanned again and again, its
-            flt.done = True        # matches added each time, while the status said "done")
+        if flt.scan_page():
             self.done()
             return True
-        p = flt.scanned // logview.PAGE
-        page = flt.base.page(p)
-        found = [p * logview.PAGE + j for j, row in enumerate(page) if logview.matches(row, flt.text.lower())]
-        with flt._lock:
-            flt.hits.extend(found)
-            flt.scanned = min(total, (p + 1) * logview.PAGE)
-        self.tick(self.progress, flt.scanned, total)
+        self.tick(self.progress, flt.scanned, len(flt.base))
         return False
