@@ -617,7 +617,7 @@ class RunReader:
         of a task whose rows were not where its partition says (a union or a coalesce after a
         hooked call)."""
         out: dict[int, int] = {}
-        for edge in self.plan.get("edges", []):
+        for edge in (self.run["plan"] or {}).get("edges", []):   # (a run that never started has no plan)
             if self.operators[edge["src"]].kind != "source":
                 continue
             (n,) = self.conn.execute(

@@ -519,9 +519,11 @@ def test_log_browser_pages_searches_and_filters(fraud_run):
         await until(pilot, lambda: logs.base.key == "in:FD:0", what="FD:0's Input log")
         # a filter over a log whose last page is short: its matches are the rows that hold the
         # text, each once (the last page was scanned again and again), read apart from the app
-        oracle = logview.LogView(fraud_run).source("in:FD:0")
+        apart = logview.LogView(fraud_run)
+        oracle = apart.source("in:FD:0")
         assert len(oracle) % logview.PAGE
         want = [i for i, row in enumerate(oracle.rows(0, len(oracle))) if logview.matches(row, "fe:1")]
+        apart.close()
         logs.query_one("#log-search").value = "FE:1"
         logs.query_one("#log-filter").value = True
         await until(pilot, lambda: isinstance(logs.source, logview.Filter) and logs.source.done, what="the filter")
