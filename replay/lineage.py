@@ -260,22 +260,22 @@ class Lineage:
         call, j = self.check_ref(text)
         if j is None:
             return call
-        ref = text.strip().partition("/")[0]
         n = len(self.provenance.index(call.op, call.instance).outputs_of(call.position))
-        if int(j) >= n:
+        if j >= n:
+            ref = text.strip().partition("/")[0]
             rows = "no rows" if not n else f"one row, {ref}/0" if n == 1 else f"{n} rows, {ref}/0 … {ref}/{n - 1}"
             raise UsageError(f"{ref}'s call emitted {rows}, not {ref}/{j}")
-        return Output(call, int(j))
+        return Output(call, j)
 
-    def check_ref(self, text: str) -> tuple[TupleRef, str | None]:
+    def check_ref(self, text: str) -> tuple[TupleRef, int | None]:
         """`parse_ref`'s checks that need no index, told before one is built: (the tuple, and
-        the row's number after '/' or None)."""
+        the row's number after '/', or None)."""
         ref, slash, j = text.strip().partition("/")
         call = self.session.parse_ref(ref, lineage=True)
         if slash and not j.isdigit():
             raise UsageError(f"bad row {text!r}; write OP:INSTANCE:INPUT#/OUTPUT#, e.g. {ref}/0 (the first row "
                              f"{ref}'s call emitted)")
-        return call, (j if slash else None)
+        return call, (int(j) if slash else None)
 
     # --- choosing rows ------------------------------------------------------------------
 

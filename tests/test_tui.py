@@ -26,6 +26,7 @@ from tt.cli.main import main
 from tt.recorder.session import RecordingSession
 from tt.replay import logview
 from tt.store.reader import RunReader
+from tt.tui import actions
 from tt.tui.app import DebuggerApp, HelpScreen, LiveJob, PromptScreen
 from tt.tui.widgets.availability_line import AvailabilityLine
 from tt.tui.widgets.dag_view import DagView
@@ -1031,9 +1032,10 @@ def test_evaluate_watch_and_step_back_after_a_jump(fraud_run):
     drive(app, script)
 
 
-# keys a user may press at any time, and answers to any prompt: the app's own, mistyped, or absurd
-_ANY_KEY = list("nsfNcCj[]/e+-wo?2345") + ["1", "escape", "enter", "tab", "shift+tab", "up", "down", "left",
-                                          "right", "pagedown", "end", "home", "space"]
+# keys a user may press at any time (every key of the app's actions but quit, and the keys that
+# move between and within widgets), and answers to any prompt: the app's own, mistyped, or absurd
+_ANY_KEY = [k for k in actions.BY_KEY if k != "q"] + ["enter", "tab", "shift+tab", "up", "down", "left", "right",
+                                                      "pagedown", "end", "home", "space"]
 _ANY_ANSWER = ["0", "1", "3", "-1", "9" * 25, "", "abc", "True", "1/0", "x ==", "Bob", "FD", "FD:0:0", "FE:1:3/0",
                "FD.blacklist", "FD.nosuch", "len(FD.blacklist)", "FE[1].highest.get('Bob')", "__import__('os')"]
 
