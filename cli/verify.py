@@ -40,8 +40,9 @@ def verify(
     view shows, in every state variable, must equal the store's value after that micro-batch
     (and its timers the store's timers; an applyInPandasWithState call's GroupState, the
     store's value and timeout), and the keys Spark's change feed says the micro-batch wrote
-    must be those the replay wrote (the change feed needs changelog checkpointing; without it
-    only the values are compared).
+    must be those the replay wrote, and of a GroupState what it wrote (a transformWithState
+    query's change feed needs RocksDB's changelog checkpointing; without it only the values
+    are compared).
     It prints how many keys it checked over how many micro-batches; a difference names the
     micro-batch, operator, variable, key and both values, and exits 1. This part starts Spark
     (local mode) and needs Java: e.g. `tt verify --statestore run.db`.
@@ -154,8 +155,10 @@ def _statestore(reader, run: Path, queries: list[dict], stores: list, trust: boo
         feed_text = f"; the change feed was not compared: {feed['unavailable']}"
     elif feed["variables"]:
         ttl = f" (not for {', '.join(feed['ttl'])}: with a TTL, Spark writes expiries itself)" if feed["ttl"] else ""
+        w = feed.get("writes", 0)
+        writes = f" ({w} GroupState{'s' if w != 1 else ''} written, each as the replay wrote it)" if w else ""
         feed_text = (f"; its change feed names the keys the replay wrote in each of {feed['batches']} "
-                     f"micro-batch{'es' if feed['batches'] != 1 else ''}{ttl}") if result["ok"] else ""
+                     f"micro-batch{'es' if feed['batches'] != 1 else ''}{writes}{ttl}") if result["ok"] else ""
     else:
         feed_text = ""
     skipped = "".join(f"; skipped {_skipped(s)}" for s in result["skipped"][:3])

@@ -157,6 +157,7 @@ class GroupStateOperator(HookedOperator):
     empty_fields = frozenset({"timeouts"})
     _before: dict | None = None   # the GroupState the key's call was handed
     _observer: Any = None         # row lineage's tracked replay (`watch_state_calls`)
+    _on_write: Any = None         # `tt verify --statestore` (`watch_store_writes`)
 
     def __init__(self, fn: Any, kind: str = "applyInPandasWithState", site: str = ""):
         super().__init__(fn, kind, site)
@@ -215,6 +216,10 @@ class GroupStateOperator(HookedOperator):
                 self._observer("change", "state", k)
             if props["timeoutTimestamp"] != self._before["props"].get("timeoutTimestamp", NO_TIMESTAMP):
                 self._observer("change", "timeouts", k)
+        if self._on_write is not None:
+            write = store_write(self._before, after)
+            if write is not None:
+                self._on_write(shown(self._key), write)
         self._key = self._state = self._before = None
 
     def _ended(self, after: dict) -> None:
@@ -242,6 +247,11 @@ class GroupStateOperator(HookedOperator):
         of them the call changed (updated or removed its value; set another timeout)."""
         self._observer = observer
 
+    def watch_store_writes(self, on_write: Any) -> None:
+        """`tt verify --statestore` (replay/verify.py): `on_write(key, write)` hears, after each
+        call, what Spark writes into its state store for the key (`store_write`)."""
+        self._on_write = on_write
+
     def state(self) -> dict:
         out = super().state()
         values, timeouts = self._values, self._timeouts
@@ -257,7 +267,7 @@ class GroupStateOperator(HookedOperator):
         if self._group is not None:
             raise TypeError(f"{self._tt_name or self._kind}: a call is running and cannot be saved; "
                             f"tt restores it by replaying its inputs")
-        return {**self.__dict__, "_spark_state": None, "_observer": None}
+        return {**self.__dict__, "_spark_state": None, "_observer": None, "_on_write": None}
 
 
 class _After:
@@ -271,6 +281,20 @@ class _After:
 
     def __call__(self) -> dict:
         return self._after
+
+
+def store_write(before: dict, after: dict) -> tuple | None:
+    """What Spark writes into its state store for a key once a call has left the GroupState
+    `after` (FlatMapGroupsInPandasWithStateExec, as its change feed shows it): `("delete",)`
+    where the call removed the state and set no timeout; `("update", value or None, timeout)`
+    where it updated or removed the state or changed the timeout; None, nothing, otherwise."""
+    p = after["props"]
+    timeout = p["timeoutTimestamp"]
+    if p["removed"] and timeout == NO_TIMESTAMP:
+        return ("delete",)
+    if p["updated"] or p["removed"] or timeout != before["props"].get("timeoutTimestamp", NO_TIMESTAMP):
+        return ("update", shown(after["value"]) if p["defined"] else None, timeout)
+    return None
 
 
 def _folded(values: dict, timeouts: dict, key: Any, snap: dict) -> None:
@@ -308,4 +332,4 @@ def _timestamp_us(dt: datetime.datetime) -> int:
     return int(seconds) * 1000000 + dt.microsecond
 
 
-__all__ = ["GroupState", "GroupStateOperator", "snapshot", "TIMEOUTS"]
+__all__ = ["GroupState", "GroupStateOperator", "snapshot", "store_write", "TIMEOUTS"]

@@ -10,7 +10,7 @@ the replay's view shows it (core/state_handle.py `shown`): a one-column key or v
 column, a ListState's value a list, a MapState's a dict; `StateStore.timers` the timers
 registered per key; `StateStore.group_states` an applyInPandasWithState function's
 GroupStates; `StateStore.changes` gives the grouping keys Spark's change feed says a
-micro-batch wrote.
+micro-batch wrote, `StateStore.group_state_changes` the GroupStates it wrote.
 """
 
 from __future__ import annotations
@@ -234,19 +234,38 @@ class StateStore:
         """{micro-batch: the grouping keys whose `variable` Spark's change feed says it wrote}, for
         micro-batches `first`..`last`. Needs changelog checkpointing (RocksDB's
         `changelogCheckpointing.enabled`); without it, `ChangeFeedUnavailable` says so."""
+        rows = self._change_feed(operator, first, last, ["batch_id", "key"], stateVarName=variable)
+        out: dict[int, set] = {b: set() for b in range(first, last + 1)}
+        for r in rows:
+            out.setdefault(int(r["batch_id"]), set()).add(shown(r["key"]))
+        return out
+
+    def group_state_changes(self, operator: int, first: int, last: int) -> dict[int, dict]:
+        """{micro-batch: {key: what it wrote last}} of an applyInPandasWithState operator's
+        GroupStates, for micro-batches `first`..`last`, from Spark's change feed: `("delete",)`
+        or `("update", value or None, timeout timestamp ms or -1)`, as `store_write` in
+        core/group_state.py makes them from the replay (both state store providers keep it)."""
+        rows = self._change_feed(operator, first, last, ["batch_id", "change_type", "key", "value"])
+        out: dict[int, dict] = {b: {} for b in range(first, last + 1)}
+        for r in rows:   # a partition's changes in the order it wrote them
+            value = r["value"]
+            write = ("delete",) if r["change_type"] == "delete" or value is None else (
+                "update", None if value["groupState"] is None else shown(value["groupState"]),
+                int(value["timeoutTimestamp"]))
+            out.setdefault(int(r["batch_id"]), {})[shown(r["key"])] = write
+        return out
+
+    def _change_feed(self, operator: int, first: int, last: int, columns: list[str], **options: Any) -> list:
+        """The rows of the change feed of micro-batches `first`..`last`, or `ChangeFeedUnavailable`."""
         try:
-            rows = self._load("statestore", stateVarName=variable, operatorId=operator, readChangeFeed=True,
-                              changeStartBatchId=first, changeEndBatchId=last).select("batch_id", "key").collect()
+            return self._load("statestore", operatorId=operator, readChangeFeed=True, changeStartBatchId=first,
+                              changeEndBatchId=last, **options).select(*columns).collect()
         except Exception as e:  # noqa: BLE001
             why = _condensed(e)
             if "changelog" in why.lower():
                 why = ("the query ran without changelog checkpointing "
                        "(spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled)")
             raise ChangeFeedUnavailable(why) from None
-        out: dict[int, set] = {b: set() for b in range(first, last + 1)}
-        for r in rows:
-            out.setdefault(int(r["batch_id"]), set()).add(shown(r["key"]))
-        return out
 
 
 def open_store(checkpoint: str) -> StateStore:

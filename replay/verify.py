@@ -405,7 +405,8 @@ class _Tracker:
         self.wrote: dict[Key, dict] = {}
         self.timers: dict[Key, _TimersSeen] = {}
         self.grouped: dict[Key, GroupStateOperator] = {}   # an applyInPandasWithState instance's operator
-        self.called: dict[Key, set] = {}   # ... and the keys its calls were for
+        self.called: dict[Key, set] = {}   # ... the keys its calls were for
+        self.writes: dict[Key, dict] = {}  # ... and what Spark wrote for each of them last
 
     def on_consume(self, inst: Instance, position: int, channel: Any) -> None:
         if inst.key not in self.keys:
@@ -413,9 +414,10 @@ class _Tracker:
         op = inst.runner.op
         if isinstance(op, GroupStateOperator):
             if self.grouped.get(inst.key) is not op:   # a fresh operator: a fresh account of the keys it called
-                self.grouped[inst.key], called = op, set()
-                self.called[inst.key] = called
+                self.grouped[inst.key], called, writes = op, set(), {}
+                self.called[inst.key], self.writes[inst.key] = called, writes
                 op.watch_state_calls(lambda kind, field, k: field == "state" and called.add(k))
+                op.watch_store_writes(writes.__setitem__)
             return
         view = getattr(op, "_store", None)
         if not isinstance(view, StoreView) or self.views.get(inst.key) is view:
@@ -490,6 +492,7 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
     for c in checks.values():
         per_batch.setdefault((c["query"], c["op"], c["batch"]), [0, 0])[0] += 1
     wrote: dict[tuple[int, str, int], dict[str, set]] = {}
+    group_writes: dict[tuple[int, str, int], dict] = {}   # applyInPandasWithState: {key: what Spark wrote last}
     counted = {"keys": 0, "values": 0, "timers": 0}
     batches: set[tuple[int, int]] = set()
 
@@ -530,6 +533,7 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
             _check_group_states(grouped, tracker.called.get(key, set()), stores[qi].group_states(sop["id"], b, part),
                                 where, {"batch": b, "operator": name, "instance": inst.i, "partition": part},
                                 differences, counted)
+            group_writes.setdefault((qi, name, b), {}).update(tracker.writes.get(key, {}))
             batches.add((qi, b))
             per_batch[(qi, name, b)][1] += 1
             return
@@ -614,7 +618,7 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
                 progress(n + 1, len(interactions))
     if pending:
         skipped.append({"instances": len(pending), "why": "their tasks did not end in the recording"})
-    feed = _compare_change_feeds(queries, stores, mapped, per_batch, wrote, differences)
+    feed = _compare_change_feeds(queries, stores, mapped, per_batch, wrote, group_writes, differences)
     return {"ok": not differences, "keys": counted["keys"], "values": counted["values"], "timers": counted["timers"],
             "micro_batches": len(batches),
             "queries": [{**q, "operator_ids": {name: o["id"] for (qi, name), o in mapped.items()
@@ -653,10 +657,11 @@ def _group_state_text(state: tuple[Any, int]) -> str:
 
 
 def _compare_change_feeds(queries: list[dict], stores: list[Any], mapped: dict, per_batch: dict, wrote: dict,
-                          differences: list[dict]) -> dict:
+                          group_writes: dict, differences: list[dict]) -> dict:
     """Per operator and variable: the keys Spark's change feed says each fully checked
-    micro-batch wrote, against the keys the replay's calls wrote in it."""
-    feed: dict = {"batches": 0, "variables": 0, "unavailable": None, "ttl": []}
+    micro-batch wrote, against the keys the replay's calls wrote in it; of an
+    applyInPandasWithState operator, what each key's last write was too (`writes` counts them)."""
+    feed: dict = {"batches": 0, "variables": 0, "writes": 0, "unavailable": None, "ttl": []}
     seen_batches = set()
     for (qi, name), sop in mapped.items():
         if sop is None:
@@ -664,6 +669,18 @@ def _compare_change_feeds(queries: list[dict], stores: list[Any], mapped: dict, 
         done = sorted(b for (q, o, b), (n, checked) in per_batch.items() if q == qi and o == name and n == checked)
         done = [b for b in done if sop["min_batch"] <= b <= sop["max_batch"]]
         if not done:
+            continue
+        if GROUP_STATE_KIND.lower() in sop["name"].lower():
+            try:
+                changed = stores[qi].group_state_changes(sop["id"], done[0], done[-1])
+            except TTError as e:
+                feed["unavailable"] = str(e)
+                return feed
+            feed["variables"] += 1
+            for b in done:
+                seen_batches.add((qi, b))
+                _compare_group_writes(b, name, changed.get(b, {}), group_writes.get((qi, name, b), {}), feed,
+                                      differences)
             continue
         for var, meta in sop["variables"].items():
             if meta["kind"] not in ("value", "list", "map"):
@@ -696,3 +713,30 @@ def _compare_change_feeds(queries: list[dict], stores: list[Any], mapped: dict, 
                                     "error": f"micro-batch {b}: {name}: " + "; ".join(text)})
     feed["batches"] = len(seen_batches)
     return feed
+
+
+def _compare_group_writes(b: int, name: str, spark: dict, ours: dict, feed: dict, differences: list[dict]) -> None:
+    """Micro-batch `b` of an applyInPandasWithState operator: the GroupStates Spark's change
+    feed says it wrote (`{key: ("update", value, timeout) or ("delete",)}`, the last per key)
+    against those the replay's calls left Spark to write (core/group_state.py `store_write`)."""
+    for k in sorted(spark.keys() | ours.keys(), key=repr):
+        have, replayed = spark.get(k), ours.get(k)
+        if have is not None and replayed is not None and same(have, replayed):
+            feed["writes"] += 1
+            continue
+        k_text = values.render(values.encode(k), 40)
+        differences.append({"batch": b, "operator": name, "variable": "state", "change_feed": True,
+                            "key": values.encode(k),
+                            "replayed": None if replayed is None else values.encode(list(replayed)),
+                            "store": None if have is None else values.encode(list(have)),
+                            "error": f"micro-batch {b}: {name}: the replay {_write_text(replayed)} for {k_text}, "
+                                     f"but Spark's change feed says it {_write_text(have)}"})
+
+
+def _write_text(write: tuple | None) -> str:
+    if write is None:
+        return "wrote no GroupState"
+    if write[0] == "delete":
+        return "removed the GroupState"
+    return f"wrote the GroupState {_group_state_text(write[1:])}" if write[1] is not None else \
+        f"wrote an empty GroupState (timeout {write[2]})"

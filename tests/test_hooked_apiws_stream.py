@@ -174,6 +174,8 @@ def test_tt_verify_statestore_compares_each_group_state_with_sparks(recorded, tm
     store = json.loads(capsys.readouterr().out)["statestore"]
     # micro-batch 0: four users; 1: u0, u1; 2: u0 and the timeouts of u2, u3; 3 (no data): u1's timeout
     assert store["ok"] and (store["keys"], store["micro_batches"]) == (10, 4), store
+    # the change feed: the ten GroupStates micro-batches 0 to 3 wrote (six sessions, four removed)
+    assert (store["change_feed"]["batches"], store["change_feed"]["writes"]) == (4, 10), store["change_feed"]
     other = tmp_path / "ck_plus"
     run_plain(JOB, [str(tmp_path / "plus.json"), str(tmp_path / "in_plus"), str(other), "-", "1"])
     assert main(["verify", "--statestore", run, "--checkpoint", str(other), "--json"]) == 1
@@ -187,6 +189,32 @@ def test_tt_verify_statestore_compares_each_group_state_with_sparks(recorded, tm
     assert main(["verify", "--statestore", run, "--checkpoint", str(other)]) == 1
     line = next(x for x in capsys.readouterr().out.splitlines() if ": statestore: " in x)
     assert f"the GroupState of {user!r} is ({clicks}, {total}, {last}) (timeout {last + GAP_MS})" in line, line
+
+
+def test_tt_verify_statestore_names_a_group_state_only_sparks_change_feed_wrote(recorded, tmp_path, capsys):
+    """Against the checkpoint of the job whose file 1 has one click of u2 more (early enough
+    that u2 still times out in micro-batch 2), every key the replay's calls were for ends each
+    micro-batch as in Spark's store; only the change feed shows that micro-batch 1 wrote u2's
+    GroupState, which no call of the replay did."""
+    from hooked_apiws_stream import BASE, EXTRA_SECOND, EXTRA_VALUE
+
+    from tt.cli.main import main
+
+    other = tmp_path / "ck_extra"
+    run_plain(JOB, [str(tmp_path / "extra.json"), str(tmp_path / "in_extra"), str(other), "-", "0", "u2"])
+    run = str(recorded[0])
+    assert main(["verify", "--statestore", run, "--checkpoint", str(other), "--json"]) == 1
+    diffs = json.loads(capsys.readouterr().out)["statestore"]["differences"]
+    clicks, total, _ = sessions_after(1)["u2"]
+    last = (BASE + 100 + EXTRA_SECOND) * 1000
+    assert len(diffs) == 1, diffs
+    (diff,) = diffs
+    assert (diff["batch"], diff["change_feed"], values.decode(diff["key"]), diff["replayed"]) == (1, True, "u2", None)
+    assert values.decode(diff["store"]) == ["update", (clicks + 1, total + EXTRA_VALUE, last), last + GAP_MS]
+    assert main(["verify", "--statestore", run, "--checkpoint", str(other)]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if ": statestore: " in x)
+    assert (f"micro-batch 1: sessions: the replay wrote no GroupState for 'u2', but Spark's change feed says it "
+            f"wrote the GroupState ({clicks + 1}, {total + EXTRA_VALUE}, {last}) (timeout {last + GAP_MS})") in line, line
 
 
 def test_step_back_puts_the_group_state_back(recorded):

@@ -13,8 +13,9 @@ at 100..149 s, file 2 only u0 at 300..349 s; click i of a file has value (i * 7)
 So u2 and u3 time out once file 1 is in, u1 once file 2 is in, and u0 never: the tests
 compute every session with pandas. Sixteen rows an Arrow batch: a user's ten clicks of
 file 0 come as one DataFrame, the twenty or forty of the later files as several. With FAIL=u1 the function raises on u1's timeout.
-With PLUS=n every click's value is n more (the tests' store that disagrees).
-Usage: python hooked_apiws_stream.py OUT.json IN_DIR CKPT [FAIL or -] [PLUS]
+With PLUS=n every click's value is n more (the tests' store that disagrees); with EXTRA=user,
+file 1 has one click of that user more (a store that wrote a GroupState the recording did not).
+Usage: python hooked_apiws_stream.py OUT.json IN_DIR CKPT [FAIL or -] [PLUS] [EXTRA]
 """
 
 import json
@@ -31,6 +32,9 @@ from job_settings import spark_settings   # tests/jobs/job_settings.py
 
 GAP_MS = 60_000
 BASE = 1_790_000_000   # seconds: Spark's first watermark is 0, and an event at 0 would be late
+# EXTRA's click in file 1, at 50 s: after micro-batch 0's watermark (39 s), and early enough that
+# the user still times out in micro-batch 2 (at 110 s, where the watermark is 139 s), as without it
+EXTRA_SECOND, EXTRA_VALUE = -50, 5
 FAIL = None
 
 
@@ -53,29 +57,31 @@ def sessions(key, chunks, state):
     yield pd.DataFrame({"user": [user], "clicks": [clicks], "total": [total], "status": ["open"]})
 
 
-def events(f: int, plus: int = 0) -> pd.DataFrame:
+def events(f: int, plus: int = 0, extra: str | None = None) -> pd.DataFrame:
     users = {0: ["u0", "u1", "u2", "u3"], 1: ["u0", "u1"], 2: ["u0"]}[f]
     start = BASE + {0: 0, 1: 100, 2: 300}[f]
     rows = [(users[i % len(users)], start + i % 50, (i * 7) % 13 + plus) for i in range(40)]
+    if extra and f == 1:
+        rows.append((extra, start + EXTRA_SECOND, EXTRA_VALUE))
     pdf = pd.DataFrame(rows, columns=["user", "second", "value"])
     pdf["ts"] = pd.to_datetime(pdf["second"], unit="s").dt.strftime("%Y-%m-%d %H:%M:%S")
     return pdf[["user", "ts", "value"]]
 
 
-def write_files(in_dir: Path, plus: int = 0) -> None:
+def write_files(in_dir: Path, plus: int = 0, extra: str | None = None) -> None:
     in_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time() - 10
     for f in range(3):
         tmp = in_dir / f".part-{f}.csv"
-        events(f, plus).to_csv(tmp, index=False)
+        events(f, plus, extra).to_csv(tmp, index=False)
         os.utime(tmp, (t0 + f, t0 + f))   # Spark takes files in mtime order, ties in any order
         tmp.rename(in_dir / f"part-{f}.csv")   # whole files only: the stream lists the folder
 
 
-def main(out: str, in_dir: str, ckpt: str, fail: str | None = None, plus: str = "0") -> None:
+def main(out: str, in_dir: str, ckpt: str, fail: str | None = None, plus: str = "0", extra: str = "-") -> None:
     global FAIL
     FAIL = None if fail == "-" else fail
-    write_files(Path(in_dir), int(plus))
+    write_files(Path(in_dir), int(plus), None if extra == "-" else extra)
     spark = SparkSession.builder.master("local[2]").appName("hooked-apiws-stream").getOrCreate()
     settings = {"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC",
                 "spark.sql.execution.arrow.maxRecordsPerBatch": "16"}   # file 0's users: one DataFrame each; later, more
@@ -97,4 +103,4 @@ def main(out: str, in_dir: str, ckpt: str, fail: str | None = None, plus: str = 
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:7])
