@@ -112,6 +112,12 @@ def sources(reader: RunReader) -> list[dict]:
             out.append({"source": name, "stored": "packed", "format": scan["format"], "columns": scan["columns"],
                         "files": [{"uri": f["uri"], "size": f["size"]} for f in scan["files"]]})
             continue
+        rows, size = referenced.get(scan["source"], (0, 0))
+        if rows == 0 and copied.get(scan["source"], 0):   # read by reference, but no row is kept so: no file is needed
+            out.append({"source": name, "stored": "copied", "rows": 0, "copied_units": copied[scan["source"]],
+                        "why": f"read from {scan['format'].capitalize()} files, but no task's rows were where its "
+                               f"partition of the scan says: a union or a coalesce after the call?"})
+            continue
         files = []
         for f in scan["files"]:
             rec = FileRecord(f["id"], scan["source"], f["uri"], f["size"], f["mtime_ms"],
@@ -122,7 +128,6 @@ def sources(reader: RunReader) -> list[dict]:
             except SourceFileError as e:
                 here = f"unreadable: {getattr(e, 'reason', e)}"
             files.append({"uri": f["uri"], "size": f["size"], "here": here})
-        rows, size = referenced.get(scan["source"], (0, 0))
         out.append({"source": name, "stored": "referenced",
                     "format": scan["format"], "columns": scan["columns"], "files": files,
                     "filters": info.get("data_filters", []), "rows": rows, "position_bytes": size,

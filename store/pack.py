@@ -17,6 +17,7 @@ import orjson
 
 from ..core.errors import RunFileError
 from . import blobs, schema
+from .positions import source_of
 from .sources import SourceReader
 
 
@@ -51,12 +52,13 @@ def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], No
     codecs = sorted(blobs.BY_REFERENCE)
     chunks = conn.execute(f"SELECT rowid, n, codec FROM entry_chunks WHERE codec IN ({', '.join('?' * len(codecs))})",
                           codecs).fetchall()
-    rows = 0
+    rows, packed_sources = 0, set()
     conn.execute("BEGIN IMMEDIATE")
     try:
         for done, (rowid, n, codec) in enumerate(chunks, 1):
             (data,) = conn.execute("SELECT data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()
             positions = blobs.decompress(data)
+            packed_sources.add(source_of(positions))
             if codec == blobs.REF_BATCH:   # a hooked unit (n = 1): the batch its function was handed
                 batch = reader.batch(positions)
                 packed, count = (blobs.ARROW_BATCH, blobs.pack_arrow(batch)), batch.num_rows
@@ -74,6 +76,8 @@ def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], No
             if progress is not None:
                 progress(done, len(chunks))
         for source, info in conn.execute("SELECT source, info FROM source_scans WHERE format IS NOT NULL").fetchall():
+            if source not in packed_sources:   # (its rows were all copied while recording)
+                continue
             conn.execute("UPDATE source_scans SET info=? WHERE source=?",
                          (orjson.dumps({**orjson.loads(info or "{}"), "packed": True}).decode(), source))
         conn.execute("COMMIT")

@@ -221,6 +221,16 @@ def test_a_union_of_two_hooked_calls_records_both_and_replays(spark, tmp_path):
     reader.close()
     assert kept["RunningTotals.in"][0] > 0 and kept["RunningTotals.in"][1] == 0, kept
     assert kept["RunningTotals_2.in"][0] == 0 and kept["RunningTotals_2.in"][1] > 0, kept
+    # no row of the second call's scan is a reference: its files are not needed, and tt pack did not copy it
+    from tt.cli.main import main
+    packed = tmp_path / "packed.db"
+    assert main(["pack", str(run), "-o", str(packed)]) == 0
+    for when, path in (("recorded", run), ("packed", packed)):
+        reader = RunReader(path)
+        stored = {s["source"]: s["stored"] for s in sources(reader)}
+        reader.close()
+        assert stored == {"RunningTotals.in": "referenced" if when == "recorded" else "packed",
+                          "RunningTotals_2.in": "copied"}, (when, stored)
 
 
 def test_a_dataframe_rebuilt_otherwise_stops_replay_with_one_line(pair, tmp_path, capsys):
