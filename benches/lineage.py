@@ -50,9 +50,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench-key"))
 
+from reporting import interval_text, write_result   # noqa: E402  (benches/reporting.py)
 from tpch import TABLES, cpu_seconds, q10_flow, q10_tt, tpch_parquet   # noqa: E402  (benches/tpch.py)
 
-RESULTS = Path(__file__).resolve().parent / "results"
 GOAL_SECONDS = 0.2
 
 
@@ -175,7 +175,7 @@ def main() -> None:
         f"recording θ = REV: without --lineage {', '.join(f'{s:.1f}' for s in seconds['plain'])} s (median "
         f"{med['plain']:.1f}), with --lineage {', '.join(f'{s:.1f}' for s in seconds['lineage'])} s (median "
         f"{med['lineage']:.1f}): ratio {ratio:.3f} ({100 * (ratio - 1):+.1f} %; goal ≤ +1.5 %); each repetition's "
-        f"own {', '.join(f'{r:.3f}' for r in per_rep)}; CPU (JVM and workers too) median "
+        f"own {', '.join(f'{r:.3f}' for r in per_rep)}: {interval_text(per_rep, 1.015)}; CPU (JVM and workers too) median "
         f"{statistics.median(cpu['plain']):.1f} → {statistics.median(cpu['lineage']):.1f} s, ratio {cpu_ratio:.3f}",
         f"--lineage logs {logged:,} tuples outside G(θ) in {statistics.median(extra) / 1e6:.2f} MB = "
         f"{100 * statistics.median(extra) / input_bytes:.2f} % of the input (goal ≤ 1 %)",
@@ -204,12 +204,10 @@ def main() -> None:
 
     print("\n".join(lines))
     today = datetime.date.today().isoformat()
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"{today}-lineage-w2-sf{args.scale:g}.md"
-    out.write_text(f"# tt record --lineage and tt lineage on TPC-H W2 ({today})\n\n    python benches/lineage.py "
-                   f"--scale {args.scale:g} --partitions {args.partitions} --reps {args.reps} --query-reps {args.query_reps}"
-                   f"{' --skip-replay' if args.skip_replay else ''}\n\n"
-                   + "\n".join(f"- {line}" for line in lines) + "\n")
+    out = write_result(f"lineage-w2-sf{args.scale:g}", "tt record --lineage and tt lineage on TPC-H W2",
+                       f"    python benches/lineage.py --scale {args.scale:g} --partitions {args.partitions} --reps "
+                       f"{args.reps} --query-reps {args.query_reps}{' --skip-replay' if args.skip_replay else ''}\n\n"
+                       + "\n".join(f"- {line}" for line in lines), today)
     print(f"wrote {out}")
 
 

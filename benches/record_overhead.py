@@ -30,13 +30,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(ROOT / "sample_runs" / "fraud"))
+sys.path.insert(0, str(ROOT / "benches"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench-key"))
 
 import generate  # noqa: E402  (the sample's data generator)
 import job as fraud  # noqa: E402
+from reporting import write_result  # noqa: E402  (benches/reporting.py)
 
 import tt  # noqa: E402
 from tt.recorder.session import RecordingSession  # noqa: E402
@@ -128,14 +129,12 @@ def main() -> None:
     version = spark.version
     spark.stop()
     today = datetime.date.today().isoformat()
-    report = RESULTS / f"{today}-record-overhead.md"
-    RESULTS.mkdir(exist_ok=True)
     command = " ".join(["python benches/record_overhead.py", "--reps", str(args.reps), "--rows",
                         *map(str, args.rows), "--partitions", str(args.partitions)])
-    report.write_text(f"# Recording overhead on the fraud Dataflow ({today})\n\n    {command}\n\n"
-                      f"Spark {version} `local[2]`, Python {platform.python_version()}, "
-                      f"{os.cpu_count()} cores; variants interleaved in every repetition, one process.\n\n"
-                      + "\n\n".join("```\n" + "\n".join(b) + "\n```" for b in blocks) + "\n")
+    report = write_result("record-overhead", "Recording overhead on the fraud Dataflow",
+                          f"    {command}\n\nSpark {version} `local[2]`, Python {platform.python_version()}, "
+                          f"{os.cpu_count()} cores; variants interleaved in every repetition, one process.\n\n"
+                          + "\n\n".join("```\n" + "\n".join(b) + "\n```" for b in blocks), today)
     print(f"wrote {report}")
 
 

@@ -18,8 +18,10 @@ one), one SparkSession:
 Every variant runs once at full size before the measured repetitions (unmeasured), and
 every answer is checked against Spark SQL's. Prints median wall time and median CPU time
 (this process and every process under it: the JVM and its Python workers), the ratios to the
-floor and to `off`, the median and range of each repetition's own ratio to `off` (this
-machine's runs of one commit spread over ±5 % and more), the Python workers' CPU alone as a
+floor and to `off`, the median of each repetition's own ratio to `off` with a 95 % bootstrap
+interval (this machine's runs of one commit spread over ±5 % and more: benches/reporting.py)
+and whether each goal is met, missed or beyond what the repetitions can tell, the Python
+workers' CPU alone as a
 ratio to `off` (where tt's operators and logs run, without the JVM's share), the run file as a
 share of the Parquet input, the rate it was written at (run file / wall time) and the CPU time
 of this process alone, where tt's coordinator receives and writes it (is the driver the
@@ -47,11 +49,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reporting import interval_text, paired_interval, write_result   # noqa: E402  (benches/reporting.py)
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench-key"))
 
 VARIANTS = [("sql", None), ("floor", None), ("off", None), ("10s", 10.0), ("10/s", 0.1)]
-RESULTS = Path(__file__).resolve().parent / "results"
+GOALS = {"10s": 1.02, "10/s": 1.05}   # recording's wall time × off (issue 15); off ≤ 1.1 × floor
 TABLES = ("lineitem", "orders", "customer", "nation")
 
 
@@ -440,23 +445,31 @@ def report(w: Workload, r: dict) -> tuple[list[str], list[str]]:
              f"  {'variant':7} {'wall s':>7} {'CPU s':>7} {'wall×floor':>10} {'wall×off':>8} {'per rep ×off':>20} "
              f"{'CPU×off':>7} {'workers×off':>11} {'run file':>9} {'/ input':>8} {'written':>10} {'driver CPU':>10}"]
     table = [f"| {w.name} variant | wall s | CPU s | wall × floor | wall × off | per repetition × off: median "
-             "(range) | CPU × off | workers' CPU × off | run file | run file / input | written | driver CPU s |",
+             "(95 % interval) | CPU × off | workers' CPU × off | run file | run file / input | written | driver CPU s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for v, _ in VARIANTS:
         mb = f"{r['sizes'][v] / 1e6:.1f} MB" if v in r["sizes"] else "–"
         share = f"{100 * r['sizes'][v] / r['input']:.2f} %" if v in r["sizes"] else "–"
         rate = f"{r['sizes'][v] / 1e6 / med['wall'][v]:.1f} MB/s" if v in r["sizes"] else "–"
-        # each repetition's own ratio: the variants of one repetition ran minutes apart, not tens of minutes
-        ratios = [a / b for a, b in zip(r["wall"][v], r["wall"]["off"])]
+        mid, low, high = paired_interval(_ratios(r, v, "off"))
         cells = (f"{med['wall'][v]:.2f}", f"{med['cpu'][v]:.2f}", f"{med['wall'][v] / med['wall']['floor']:.3f}",
-                 f"{med['wall'][v] / med['wall']['off']:.3f}",
-                 f"{statistics.median(ratios):.3f} ({min(ratios):.3f}–{max(ratios):.3f})",
+                 f"{med['wall'][v] / med['wall']['off']:.3f}", f"{mid:.3f} ({low:.3f}–{high:.3f})",
                  f"{med['cpu'][v] / med['cpu']['off']:.3f}", f"{med['workers'][v] / med['workers']['off']:.3f}",
                  mb, share, rate, f"{med['driver'][v]:.2f}")
         lines.append(f"  {v:7} {cells[0]:>7} {cells[1]:>7} {cells[2]:>10} {cells[3]:>8} {cells[4]:>20} "
                      f"{cells[5]:>7} {cells[6]:>11} {cells[7]:>9} {cells[8]:>8} {cells[9]:>10} {cells[10]:>10}")
         table.append(f"| {v} | " + " | ".join(cells) + " |")
+    goals = [f"off × floor, each repetition's own: {interval_text(_ratios(r, 'off', 'floor'), 1.1)}",
+             *(f"{v} × off, each repetition's own: {interval_text(_ratios(r, v, 'off'), goal)}"
+               for v, goal in GOALS.items())]
+    lines += [f"  {g}" for g in goals]
+    table += [""] + [f"- {w.name} {g}" for g in goals]
     return lines, table
+
+
+def _ratios(r: dict, v: str, base: str) -> list[float]:
+    """Each repetition's own ratio of `v`'s wall time to `base`'s (they ran minutes apart, not tens of minutes)."""
+    return [a / b for a, b in zip(r["wall"][v], r["wall"][base])]
 
 
 def main() -> None:
@@ -492,17 +505,15 @@ def main() -> None:
         print("\n".join(lines))
         tables.append(f"{lines[0]}.\n\n" + "\n".join(table))
     today = datetime.date.today().isoformat()
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"{today}-tpch-{'-'.join(args.workloads).lower()}-sf{args.scale:g}.md"
     per_rep = "\n".join(f"- {name} {v}: " + ", ".join(f"{t:.2f}/{c:.2f}/{p:.2f}" for t, c, p in
                                                       zip(r["wall"][v], r["cpu"][v], r["workers"][v]))
                         + " s (wall/CPU/workers' CPU)" for name, r in results.items() for v, _ in VARIANTS)
-    out.write_text(
-        f"# TPC-H W1/W2: tt against Spark SQL and the Arrow floor ({today})\n\n"
+    out = write_result(
+        f"tpch-{'-'.join(args.workloads).lower()}-sf{args.scale:g}", "TPC-H W1/W2: tt against Spark SQL and the Arrow floor",
         f"    python benches/tpch.py --workloads {' '.join(args.workloads)} --reps {args.reps} "
         f"--scale {args.scale:g} --partitions {args.partitions}\n\n{head}. CPU = this process and "
         f"every process under it; workers' CPU = the Python workers' alone. Every answer checked against Spark SQL's.\n\n"
-        + "\n\n".join(tables) + f"\n\nPer repetition:\n\n{per_rep}\n")
+        + "\n\n".join(tables) + f"\n\nPer repetition:\n\n{per_rep}\n", today)
     print(f"\nwrote {out}")
 
 

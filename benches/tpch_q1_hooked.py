@@ -38,10 +38,12 @@ from pathlib import Path
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench-key"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from reporting import write_result   # noqa: E402  (benches/reporting.py)
 
 VARIANTS = [("off", None), ("10s", 10.0), ("10/s", 0.1)]
 GOAL = 1.05  # issue 13: 10s ≤ 1.05 × off
-RESULTS = Path(__file__).resolve().parent / "results"
 KEY = ["l_returnflag", "l_linestatus"]
 SUMS = ["sum_qty", "sum_base_price", "sum_disc_price", "sum_charge", "sum_disc"]
 PARTIAL_SCHEMA = ("l_returnflag string, l_linestatus string, sum_qty double, sum_base_price double, "
@@ -241,17 +243,17 @@ def main() -> None:
     print(f"  {verdict}")
 
     today = datetime.date.today().isoformat()
-    RESULTS.mkdir(exist_ok=True)
-    report = RESULTS / f"{today}-tpch-q1-hooked{'' if args.api == 'pandas' else '-' + args.api}-sf{args.scale:g}.md"
     per_rep = "\n".join(f"- {name}: " + ", ".join(f"{t:.2f}" for t in times[name]) + " s" for name, _ in VARIANTS)
-    report.write_text(
-        f"# TPC-H Q1 as hooked `{api}`: recording overhead ({today})\n\n"
+    report = write_result(
+        f"tpch-q1-hooked{'' if args.api == 'pandas' else '-' + args.api}-sf{args.scale:g}",
+        f"TPC-H Q1 as hooked `{api}`: recording overhead",
         f"    python benches/tpch_q1_hooked.py --reps {args.reps} --scale {args.scale:g} "
         f"--partitions {args.partitions} --api {args.api}\n\n"
         f"{head}. Spark {spark_version} `local[2]`, Python {platform.python_version()}, "
         f"{os.cpu_count()} cores. Variants interleaved in each repetition, one process; each "
         f"answer checked against Spark SQL's Q1 (1e-6 relative).\n\n"
-        + "\n".join(table) + f"\n\n{verdict[0].upper() + verdict[1:]}.\n\nWall times per repetition:\n\n{per_rep}\n")
+        + "\n".join(table) + f"\n\n{verdict[0].upper() + verdict[1:]}.\n\nWall times per repetition:\n\n{per_rep}\n",
+        today)
     print(f"\nwrote {report.relative_to(Path.cwd()) if report.is_relative_to(Path.cwd()) else report}")
 
 

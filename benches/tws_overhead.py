@@ -16,7 +16,8 @@ repetition (one SparkSession, one process):
 
 Each workload runs once each way before the measured repetitions, which alternate the order
 (off first in the first, 10s first in the second, and so on). Prints median wall times, their
-ratio, the median of each repetition's own ratio, CPU (this process and every process under
+ratio, the median of each repetition's own ratio with a 95 % bootstrap interval and whether it
+tells the goal met or missed (benches/reporting.py), CPU (this process and every process under
 it; and the Python workers' alone, where tt's work runs) and the run file's size; writes the
 same as markdown to benches/results/. Goal (issue 14): on ≤ 1.05 × off for each.
 
@@ -42,8 +43,8 @@ os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench
 
 GOAL = 1.05
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reporting import interval_text, write_result   # noqa: E402  (benches/reporting.py)
 from tpch import WORKERS, cpu_seconds   # noqa: E402  (benches/tpch.py)
-RESULTS = Path(__file__).resolve().parent / "results"
 STREAM_ROWS = 50_000
 SESSIONS_JOB = Path(__file__).resolve().parent.parent / "sample_runs" / "sessions_streaming" / "job.py"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -228,23 +229,23 @@ def main() -> None:
               f"ratio ×{paired:.3f}; CPU ×{cpu:.3f}, the Python workers' ×{wcpu:.3f})  run file {sizes[w] / 1e6:.1f} MB")
         table.append(f"| {w} | {off:.2f} | {on:.2f} | {on / off:.3f} | {paired:.3f} | {cpu:.3f} | {wcpu:.3f} | "
                      f"{sizes[w] / 1e6:.1f} MB |")
-        verdicts.append(f"{w} ×{on / off:.3f} ({'met' if on / off <= GOAL else 'not met'})")
+        ratios = [b / a for a, b in zip(times[(w, "off")], times[(w, "10s")])]
+        verdicts.append(f"{w}, each repetition's own ratio, {interval_text(ratios, GOAL)}")
     verdict = f"goal (issue 14): 10s ≤ ×{GOAL} off; measured " + ", ".join(verdicts)
     print(f"  {verdict}")
     today = datetime.date.today().isoformat()
-    RESULTS.mkdir(exist_ok=True)
-    report = RESULTS / f"{today}-tws-overhead.md"
     per_rep = "\n".join(f"- {w} {v}: " + ", ".join(f"{t:.2f}/{c:.2f}/{p:.2f}" for t, c, p in
                                                    zip(ts, cpus[(w, v)], workers[(w, v)])) + " s (wall/CPU/workers' CPU)"
                         for (w, v), ts in times.items())
-    report.write_text(
-        f"# StatefulProcessor recording overhead ({today})\n\n"
+    report = write_result(
+        "tws-overhead", "StatefulProcessor recording overhead",
         f"    python benches/tws_overhead.py --reps {args.reps} --rows {args.rows} --keys {args.keys} "
         f"--files {args.files} --workloads {args.workloads}\n\n"
         f"{head}. Spark {spark_version} `local[2]`, Python {platform.python_version()}, {os.cpu_count()} cores. "
         f"Variants interleaved in each repetition, one process; every answer checked. CPU = this process and "
         f"every process under it (the JVM, its Python workers); workers' CPU = the Python workers' alone.\n\n"
-        + "\n".join(table) + f"\n\n{verdict[0].upper() + verdict[1:]}.\n\nWall times per repetition:\n\n{per_rep}\n")
+        + "\n".join(table) + f"\n\n{verdict[0].upper() + verdict[1:]}.\n\nWall times per repetition:\n\n{per_rep}\n",
+        today)
     print(f"\nwrote {report}")
 
 

@@ -1,0 +1,89 @@
+"""What the benches share to report: how sure a ratio is, and a results file that keeps the day's runs.
+
+On this project's 2-core machine one repetition of a job differs from the next by ±10–20 %,
+so a goal of ×1.02 cannot be read off a median of five. `paired_interval` gives, beside the
+median of the per-repetition ratios (each repetition runs the compared variants side by side),
+a bootstrap interval for it, and `verdict` says whether the goal is met, missed, or whether
+these repetitions cannot tell. `write_result` writes `benches/results/DATE-NAME.md` and keeps,
+below the new run, whatever that file held from the same day's earlier runs.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import subprocess
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+EARLIER = "## Earlier the same day"
+
+
+def paired_interval(ratios: list[float], level: float = 0.95, draws: int = 10_000,
+                    seed: int = 1) -> tuple[float, float, float]:
+    """(median, low, high): the median of the per-repetition ratios and a percentile-bootstrap
+    interval for it at `level` (repetitions drawn with replacement, `draws` times, a fixed
+    seed so that a report is reproducible from its figures)."""
+    med = statistics.median(ratios)
+    if len(ratios) < 2:
+        return med, med, med
+    rng = random.Random(seed)
+    n = len(ratios)
+    meds = sorted(statistics.median(rng.choices(ratios, k=n)) for _ in range(draws))
+    cut = (1 - level) / 2
+    return med, meds[int(cut * draws)], meds[min(draws - 1, int((1 - cut) * draws))]
+
+
+def verdict(low: float, high: float, goal: float) -> str:
+    """`met` when the whole interval is within the goal, `not met` when it is all above it, else
+    `cannot tell`."""
+    if high <= goal:
+        return "met"
+    if low > goal:
+        return "not met"
+    return "cannot tell"
+
+
+def interval_text(ratios: list[float], goal: float | None = None) -> str:
+    """`×1.042 (95 % interval 0.981–1.102; goal ×1.02: cannot tell)` of per-repetition ratios."""
+    med, low, high = paired_interval(ratios)
+    text = f"×{med:.3f} (95 % interval {low:.3f}–{high:.3f}"
+    return text + (f"; goal ×{goal:g}: {verdict(low, high, goal)})" if goal is not None else ")")
+
+
+def revision() -> str:
+    """The commit the bench ran on (`+` if the work tree had changes), for the results file."""
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + ("+" if dirty else "")
+
+
+def write_result(name: str, title: str, body: str, today: str) -> Path:
+    """Write `results/TODAY-NAME.md`: `# TITLE (TODAY)`, then `body`; a file of the same name
+    from an earlier run that day goes below it, under `## Earlier the same day (REV)`, its
+    own earlier runs after it, so that no run of the day is lost."""
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / f"{today}-{name}.md"
+    text = f"# {title} ({today})\n\n{body.rstrip()}\n\nRun on {revision()}.\n"
+    if out.exists():
+        before = out.read_text()
+        head, _, rest = before.partition("\n")
+        rev = _run_on(rest)
+        text += f"\n{EARLIER} ({rev})\n\n{rest.lstrip()}" if head.startswith("# ") else f"\n{EARLIER}\n\n{before}"
+    out.write_text(text)
+    return out
+
+
+def _run_on(text: str) -> str:
+    """The commit an earlier run names (`Run on REV`), before its own earlier runs."""
+    own = text.split(f"\n{EARLIER}", 1)[0]
+    for line in own.splitlines():
+        if line.startswith("Run on "):
+            return line[len("Run on "):].split()[0].rstrip(".,:;")
+    return "an earlier run"
