@@ -37,6 +37,7 @@ from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, Re
 from ..core.operator import CONTEXT
 from ..store import blobs, positions, row_digest
 from ..store.dests import pack_dests
+from . import cycle_collector
 from .client import Connecting, ControlClient
 from .key_sums import key_sums
 
@@ -221,12 +222,16 @@ def _first_pulled(items: Iterable, connecting: Connecting | None) -> Iterator:
     return itertools.chain((first,), it)
 
 
+def _no_interaction() -> None:
+    """A finished task's answer to an interaction (`StageTask._release`)."""
+
+
 class Outbox:
     """Buffers outputs per (route, destination) and packs them into envelope rows."""
 
-    def __init__(self, partition: int, task: "StageTask"):
+    def __init__(self, partition: int):
         self.partition = partition
-        self.task = task
+        self.epoch = 0   # the task's: the interactions G(θ)'s instances have reported so far
         self.cols: list[list] = [[], [], [], [], [], []]
         self.bytes = 0
         self.seq: dict[tuple[int, int], int] = {}
@@ -300,7 +305,7 @@ class Outbox:
         c = self.cols
         c[0].append(route)
         c[1].append(dest)
-        c[2].append(self.task.epoch if in_g else -1)
+        c[2].append(self.epoch if in_g else -1)
         c[3].append(self.partition)
         c[4].append(seq)
         c[5].append(payload)
@@ -360,7 +365,7 @@ class StageTask:
         self.stage = graph.stages[stage_id]
         self.partition = partition
         self.epoch = 0
-        self.outbox = Outbox(partition, self)
+        self.outbox = Outbox(partition)
         self.client = None
         self.mode = "off"
         self.sticky: list[tuple[int, int]] = []   # (k, position) barriers a re-run must repeat
@@ -401,6 +406,8 @@ class StageTask:
         self.last_flush = time.monotonic()
         self.since_flush = 0
         self._build(recording.when if recording else None)
+        self._released = False
+        cycle_collector.task_started()   # until `_release`
 
     # --- set-up ---------------------------------------------------------------
 
@@ -585,6 +592,7 @@ class StageTask:
             CONTEXT.runner = None
             if self.client is not None:
                 self.client.close()
+            self._release()
         return self._unit_out
 
     def _end_all(self) -> None:
@@ -601,6 +609,7 @@ class StageTask:
             CONTEXT.runner = None
             if self.client is not None:
                 self.client.close()
+            self._release()
         raise f.error.with_traceback(f.error.__traceback__) from None
 
     def _run(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
@@ -622,6 +631,22 @@ class StageTask:
             CONTEXT.runner = None
             if self.client is not None:
                 self.client.close()
+            self._release()
+
+    def _release(self) -> None:
+        """The task is over: let go of its runners, and put the cycle collector's setting back
+        (recorder/cycle_collector.py). θ's runner and the control client call back into the
+        task (barriers, interactions), so they and the task held each other: the operators'
+        state, a join's every row, outlived the task as cyclic garbage, which PySpark's worker
+        collects after each task (`gc.collect()` in pyspark/daemon.py) by walking all of it:
+        0.3 to 0.6 s a W2 join task. Let go, it is freed as the task ends."""
+        if self._released:
+            return
+        self._released = True
+        cycle_collector.task_ended()
+        self.runners, self.recorders, self.loggers, self.theta = {}, [], [], None
+        if self.client is not None:   # (it wakes θ when an interaction comes)
+            self.client.on_interaction = _no_interaction
 
     def _run_source(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
         src = self.runners[self.stage.source]
@@ -818,7 +843,7 @@ class StageTask:
             flagged = [k for k in ks if k in self.client.checkpoints]
             if flagged:
                 self._checkpoint(flagged[-1])
-        self.epoch = ks[-1]
+        self.epoch = self.outbox.epoch = ks[-1]
         self.flush()
 
     def _checkpoint(self, k: int) -> None:

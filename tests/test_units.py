@@ -1118,16 +1118,13 @@ def test_a_sources_batch_into_a_shuffle_is_routed_and_logged_as_row_by_row(logge
     from tt.core.runtime import InstanceLog, Runner, SourceLineageRunner
     from tt.recorder.task import ROWS_PER_PAYLOAD, Outbox
 
-    class Task:
-        epoch = 0
-
     def key(row):
         if row["k"] == -1:
             raise ValueError("no key")
         return row["k"]
 
     def run(rows, batch: int, one_by_one: bool):
-        outbox = Outbox(0, Task())
+        outbox = Outbox(0)
         dests = array("I") if logged else None
         emit = outbox.shuffle_target(0, key, 3, False, dests)
         if one_by_one:
