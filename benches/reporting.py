@@ -52,13 +52,14 @@ def interval_text(ratios: list[float], goal: float | None = None) -> str:
 
 
 def revision() -> str:
-    """The commit the bench ran on (`+` if the work tree had changes), for the results file."""
+    """The commit the bench ran on (`+` if its code had changes: not counting docs and results)."""
     here = Path(__file__).resolve().parent
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)*.md"], cwd=here.parent, capture_output=True, text=True,
+                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return rev + ("+" if dirty else "")
@@ -74,8 +75,10 @@ def write_result(name: str, title: str, body: str, today: str) -> Path:
     if out.exists():
         before = out.read_text()
         head, _, rest = before.partition("\n")
-        rev = _run_on(rest)
-        text += f"\n{EARLIER} ({rev})\n\n{rest.lstrip()}" if head.startswith("# ") else f"\n{EARLIER}\n\n{before}"
+        if head.startswith("# "):   # its title goes: the new run's stands for the day
+            text += f"\n{EARLIER} ({_run_on(rest)})\n\n" + rest.lstrip("\n")
+        else:
+            text += f"\n{EARLIER}\n\n{before}"
     out.write_text(text)
     return out
 

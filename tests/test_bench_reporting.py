@@ -26,7 +26,7 @@ def test_the_interval_holds_the_median_and_says_when_repetitions_cannot_tell():
 def test_a_second_run_the_same_day_keeps_the_first_below_it(tmp_path, monkeypatch):
     monkeypatch.setattr(reporting, "RESULTS", tmp_path)
     monkeypatch.setattr(reporting, "revision", lambda: "aaaa111")
-    first = reporting.write_result("w2", "A bench", "figures one", "2026-11-27")
+    first = reporting.write_result("w2", "A bench", "    python benches/x.py\n\nfigures one", "2026-11-27")
     monkeypatch.setattr(reporting, "revision", lambda: "bbbb222")
     reporting.write_result("w2", "A bench", "figures two", "2026-11-27")
     monkeypatch.setattr(reporting, "revision", lambda: "cccc333")
@@ -37,3 +37,4 @@ def test_a_second_run_the_same_day_keeps_the_first_below_it(tmp_path, monkeypatc
     heads = [line for line in text.splitlines() if line.startswith("## ")]
     assert heads == ["## Earlier the same day (bbbb222)", "## Earlier the same day (aaaa111)"]
     assert text.index("figures three") < text.index("figures two") < text.index("figures one")
+    assert "\n\n    python benches/x.py\n\nfigures one" in text   # an earlier run's command keeps its indent
