@@ -78,7 +78,8 @@ class TaskFeed:
 
     def operator(self) -> Any:
         """The operator object running in this task, if one is open."""
-        return self._task._unit_head.op if self._task is not None else None
+        head = self._task._unit_head if self._task is not None else None   # (None once the task is over)
+        return head.op if head is not None else None
 
     def end(self) -> None:
         task, self._task = self._task, None

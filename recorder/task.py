@@ -582,7 +582,10 @@ class StageTask:
         return out
 
     def end_units(self) -> list:
-        """The input is exhausted: the END steps, the logs' last flush; what was produced meanwhile."""
+        """The input is exhausted: the END steps, the logs' last flush; what was produced meanwhile.
+        Nothing more once the task is over (its function raised: `_failed_units`)."""
+        if self._released:
+            return self._unit_out
         try:
             self._end_all()
             self._finish()
@@ -645,6 +648,7 @@ class StageTask:
         self._released = True
         cycle_collector.task_ended()
         self.runners, self.recorders, self.loggers, self.theta = {}, [], [], None
+        self._unit_head = None
         if self.client is not None:   # (it wakes θ when an interaction comes)
             self.client.on_interaction = _no_interaction
 

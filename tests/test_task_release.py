@@ -18,6 +18,9 @@ import weakref
 import pytest
 
 import tt
+from tt.core import graph as g
+from tt.core.hooked import IteratorOperator
+from tt.core.operator import Source
 from tt.recorder import cycle_collector
 from tt.recorder.session import RecordingSession
 from tt.recorder.task import StageTask
@@ -81,3 +84,37 @@ def test_a_finished_task_is_freed_without_the_cycle_collector(spark, tmp_path, r
             session.end(ok=True)
             session.close()
     assert flow.graph.node("K").op.rows   # the operator ran (its state is the graph's, not the task's)
+
+
+def running_sums(rows):
+    """A generator function as `rdd.mapPartitions` takes it: its state is its frame's locals."""
+    seen = {}
+    for row in rows:
+        seen.setdefault(row % 7, []).append([row])
+        yield len(seen)
+
+
+def test_a_finished_hooked_task_is_freed_without_the_cycle_collector(spark, tmp_path):
+    """A hooked call site's task (θ: its generator function), fed one unit at a time, recording."""
+    graph = g.Graph()
+    src = graph.add_node("S", g.SOURCE, Source())
+    node = graph.add_node("sums", "rdd.mapPartitions", IteratorOperator(running_sums, "rdd.mapPartitions"))
+    stage = graph.add_hooked(src, node)
+    session = RecordingSession(tmp_path / "run.db", tmp_path / "job.py", [], watch="sums", every=10.0)
+    rec = session.begin(graph, spark, None)
+    gc.collect()
+    gc.disable()
+    try:
+        task = StageTask(graph, stage.id, 0, rec, {"spark_attempt": 1, "number": 0})
+        task.open_units()
+        seen = Seen(task)
+        out = [o for i in range(1000) for o in task.feed_unit(i)]
+        out += task.end_units()
+        assert out[-1] == 7
+        del task
+        assert seen.task() is None, gc.get_referrers(seen.task())
+        assert [r() for r in seen.runners] == [None] * len(seen.runners)
+    finally:
+        gc.enable()
+        session.end(ok=True)
+        session.close()
