@@ -368,3 +368,25 @@ def test_lineage_through_a_group_state_stays_with_its_key(recorded):
             assert unit[0] == "key_end" or unit[:2] == ("one_chunk", ("u0",)), unit
     finally:
         session.reader.close()
+
+
+def test_the_change_feed_comparison_of_group_states_key_by_key():
+    """`_compare_group_writes` on its own: an equal write is counted; a removal Spark did not
+    write is none where the store had no state for the key (the default store writes a removal
+    only of a key it holds), and a difference where it had one; a write only one side made, or
+    made otherwise, is a difference."""
+    from tt.replay.verify import _compare_group_writes
+
+    session = ("update", (3, 12, 1790000049000), 1790000109000)
+    feed, diffs = {"writes": 0}, []
+    _compare_group_writes(2, "sessions", {"u0": session}, {"u0": session, "u9": ("delete",)}, {"u0": (None, -1)},
+                          feed, diffs)
+    assert (feed["writes"], diffs) == (1, [])
+    _compare_group_writes(2, "sessions", {}, {"u9": ("delete",)}, {"u9": ((1, 1, 1), 5)}, feed, diffs)
+    assert [d["key"] for d in diffs] == ["u9"] and "the replay removed the GroupState" in diffs[0]["error"]
+    diffs.clear()
+    other = ("update", (3, 13, 1790000049000), 1790000109000)
+    _compare_group_writes(2, "sessions", {"u0": other, "u1": session}, {"u0": session}, None, feed, diffs)
+    assert [(d["key"], d["replayed"] is None, d["store"] is None) for d in diffs] == [("u0", False, False),
+                                                                                     ("u1", True, False)]
+    assert "the replay wrote no GroupState for 'u1'" in diffs[1]["error"]
