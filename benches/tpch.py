@@ -21,11 +21,11 @@ every answer is checked against Spark SQL's. Prints median wall time and median 
 floor and to `off`, the median of each repetition's own ratio to `off` with a 95 % bootstrap
 interval (this machine's runs of one commit spread over ±5 % and more: benches/reporting.py)
 and whether each goal is met, missed or beyond what the repetitions can tell, the Python
-workers' CPU alone as a
-ratio to `off` (where tt's operators and logs run, without the JVM's share), the run file as a
-share of the Parquet input, the rate it was written at (run file / wall time) and the CPU time
-of this process alone, where tt's coordinator receives and writes it (is the driver the
-bottleneck? issue 15 item 4); writes the same as markdown to benches/results/.
+workers' CPU alone as a ratio to `off` (where tt's operators and logs run, without the JVM's
+share), the run file as a share of the Parquet input, the rate it was written at (run file /
+wall time) and the CPU time of this process alone, where tt's coordinator receives and writes
+it (is the driver the bottleneck? issue 15 item 4); writes the same as markdown to
+benches/results/, below the same day's earlier runs.
 
     python benches/tpch.py [--workloads W1 W2] [--reps 3] [--scale 1] [--partitions 4]
 

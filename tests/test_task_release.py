@@ -6,8 +6,9 @@ outlived the task as cyclic garbage until a full collection walked it (PySpark's
 one after every task: 0.3 to 0.6 s for a join task of TPC-H W2). Here a stage's task runs in
 this process, recording off and recording (with a real coordinator and run file), with the
 cycle collector off: once the task is over and dropped, reference counting alone must have
-freed it and its operator's state. And while it runs, the collector's full collections come
-more rarely (recorder/cycle_collector.py), and the setting is put back after.
+freed it and its runners (in an executor the operators, with their state, go with the task's
+deserialized function). And while it runs, the collector's full collections come more rarely
+(recorder/cycle_collector.py), and the setting is put back after.
 """
 
 from __future__ import annotations
