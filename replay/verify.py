@@ -723,7 +723,7 @@ def _compare_group_writes(b: int, name: str, spark: dict, ours: dict, before: di
     against those the replay's calls left Spark to write (core/group_state.py `store_write`).
     A call that removed a state the store did not have (`before`: the store's GroupStates after
     micro-batch b - 1, None where Spark no longer keeps them) may have written nothing: the
-    default state store writes a removal only of a key it holds, RocksDB's always."""
+    default (HDFS-backed) state store writes a removal only of a key it holds."""
     for k in sorted(spark.keys() | ours.keys(), key=repr):
         have, replayed = spark.get(k), ours.get(k)
         if have is not None and replayed is not None and same(have, replayed):
