@@ -155,7 +155,7 @@ def _statestore(reader, run: Path, queries: list[dict], stores: list, trust: boo
         feed_text = f"; the change feed was not compared: {feed['unavailable']}"
     elif feed["variables"]:
         ttl = f" (not for {', '.join(feed['ttl'])}: with a TTL, Spark writes expiries itself)" if feed["ttl"] else ""
-        w = feed.get("writes", 0)
+        w = feed["writes"]
         writes = f" ({w} GroupState{'s' if w != 1 else ''} written, each as the replay wrote it)" if w else ""
         feed_text = (f"; its change feed names the keys the replay wrote in each of {feed['batches']} "
                      f"micro-batch{'es' if feed['batches'] != 1 else ''}{writes}{ttl}") if result["ok"] else ""

@@ -231,7 +231,7 @@ class Outbox:
 
     def __init__(self, partition: int):
         self.partition = partition
-        self.epoch = 0   # the task's: the interactions G(θ)'s instances have reported so far
+        self.epoch = 0   # the task's interactions reported so far (`StageTask.epoch`)
         self.cols: list[list] = [[], [], [], [], [], []]
         self.bytes = 0
         self.seq: dict[tuple[int, int], int] = {}
@@ -364,7 +364,6 @@ class StageTask:
         self.g = graph
         self.stage = graph.stages[stage_id]
         self.partition = partition
-        self.epoch = 0
         self.outbox = Outbox(partition)
         self.client = None
         self.mode = "off"
@@ -408,6 +407,12 @@ class StageTask:
         self._build(recording.when if recording else None)
         self._released = False
         cycle_collector.task_started()   # until `_release`
+
+    @property
+    def epoch(self) -> int:
+        """The interactions G(θ)'s instances in this task have reported so far (kept by the
+        outbox, which stamps every envelope of G(θ) with it)."""
+        return self.outbox.epoch
 
     # --- set-up ---------------------------------------------------------------
 
@@ -592,9 +597,6 @@ class StageTask:
         except OperatorFailure as f:
             self._failed_units(f)
         finally:
-            CONTEXT.runner = None
-            if self.client is not None:
-                self.client.close()
             self._release()
         return self._unit_out
 
@@ -609,9 +611,6 @@ class StageTask:
         try:
             self._fail(f)
         finally:
-            CONTEXT.runner = None
-            if self.client is not None:
-                self.client.close()
             self._release()
         raise f.error.with_traceback(f.error.__traceback__) from None
 
@@ -631,21 +630,22 @@ class StageTask:
             self._fail(f)
             raise
         finally:
-            CONTEXT.runner = None
-            if self.client is not None:
-                self.client.close()
             self._release()
 
     def _release(self) -> None:
-        """The task is over: let go of its runners, and put the cycle collector's setting back
-        (recorder/cycle_collector.py). θ's runner and the control client call back into the
-        task (barriers, interactions), so they and the task held each other: the operators'
-        state, a join's every row, outlived the task as cyclic garbage, which PySpark's worker
-        collects after each task (`gc.collect()` in pyspark/daemon.py) by walking all of it:
-        0.3 to 0.6 s a W2 join task. Let go, it is freed as the task ends."""
+        """The task is over (ended or failed): close its channel to the coordinator, let go of
+        its runners, and put the cycle collector's setting back (recorder/cycle_collector.py).
+        θ's runner and the control client call back into the task (barriers, interactions), so
+        they and the task held each other: the operators' state, a join's every row, outlived
+        the task as cyclic garbage, which PySpark's worker collects after each task
+        (`gc.collect()` in pyspark/daemon.py) by walking all of it: 0.3 to 0.6 s a W2 join task.
+        Let go, it is freed as the task ends."""
         if self._released:
             return
         self._released = True
+        CONTEXT.runner = None
+        if self.client is not None:
+            self.client.close()
         cycle_collector.task_ended()
         self.runners, self.recorders, self.loggers, self.theta = {}, [], [], None
         self._unit_head = None
@@ -847,7 +847,7 @@ class StageTask:
             flagged = [k for k in ks if k in self.client.checkpoints]
             if flagged:
                 self._checkpoint(flagged[-1])
-        self.epoch = self.outbox.epoch = ks[-1]
+        self.outbox.epoch = ks[-1]
         self.flush()
 
     def _checkpoint(self, k: int) -> None:

@@ -113,8 +113,9 @@ def sources(reader: RunReader) -> list[dict]:
                         "files": [{"uri": f["uri"], "size": f["size"]} for f in scan["files"]]})
             continue
         rows, size = referenced.get(scan["source"], (0, 0))
-        if rows == 0 and copied.get(scan["source"], 0):   # read by reference, but no row is kept so: no file is needed
-            out.append({"source": name, "stored": "copied", "rows": 0, "copied_units": copied[scan["source"]],
+        units = copied.get(scan["source"], 0)
+        if rows == 0 and units:   # read by reference, but no row is kept so: no file is needed
+            out.append({"source": name, "stored": "copied", "rows": 0, "copied_units": units,
                         "why": f"read from {scan['format'].capitalize()} files, but no task's rows were where its "
                                f"partition of the scan says: a union or a coalesce after the call?"})
             continue
@@ -131,7 +132,7 @@ def sources(reader: RunReader) -> list[dict]:
         out.append({"source": name, "stored": "referenced",
                     "format": scan["format"], "columns": scan["columns"], "files": files,
                     "filters": info.get("data_filters", []), "rows": rows, "position_bytes": size,
-                    "copied_units": copied.get(scan["source"], 0),
+                    "copied_units": units,
                     # counted: chunks hold row counts, positions follow from the splits and the filter
                     "positions": "counted" if info.get("counted") else "listed"})
     return out

@@ -679,9 +679,10 @@ def _compare_change_feeds(queries: list[dict], stores: list[Any], mapped: dict, 
             feed["variables"] += 1
             for b in done:
                 seen_batches.add((qi, b))
-                before = (stores[qi].group_states(sop["id"], b - 1) if b - 1 >= sop["min_batch"] else None)
-                _compare_group_writes(b, name, changed.get(b, {}), group_writes.get((qi, name, b), {}), before,
-                                      feed, differences)
+                _compare_group_writes(   # (`before` is called, if at all, within this iteration)
+                    b, name, changed.get(b, {}), group_writes.get((qi, name, b), {}),
+                    lambda: stores[qi].group_states(sop["id"], b - 1) if b - 1 >= sop["min_batch"] else None,
+                    feed, differences)
             continue
         for var, meta in sop["variables"].items():
             if meta["kind"] not in ("value", "list", "map"):
@@ -716,21 +717,24 @@ def _compare_change_feeds(queries: list[dict], stores: list[Any], mapped: dict, 
     return feed
 
 
-def _compare_group_writes(b: int, name: str, spark: dict, ours: dict, before: dict | None, feed: dict,
-                          differences: list[dict]) -> None:
+def _compare_group_writes(b: int, name: str, spark: dict, ours: dict, before: Callable[[], dict | None],
+                          feed: dict, differences: list[dict]) -> None:
     """Micro-batch `b` of an applyInPandasWithState operator: the GroupStates Spark's change
     feed says it wrote (`{key: ("update", value, timeout) or ("delete",)}`, the last per key)
     against those the replay's calls left Spark to write (core/group_state.py `store_write`).
-    A call that removed a state the store did not have (`before`: the store's GroupStates after
-    micro-batch b - 1, None where Spark no longer keeps them) may have written nothing: the
+    A call that removed a state the store did not have (`before()`: the store's GroupStates after
+    micro-batch b - 1, None where Spark no longer keeps them; read only for such a removal) may
+    have written nothing: the
     default (HDFS-backed) state store writes a removal only of a key it holds."""
     for k in sorted(spark.keys() | ours.keys(), key=repr):
         have, replayed = spark.get(k), ours.get(k)
         if have is not None and replayed is not None and same(have, replayed):
             feed["writes"] += 1
             continue
-        if have is None and replayed == ("delete",) and (before is None or k not in before):
-            continue
+        if have is None and replayed == ("delete",):
+            held = before()
+            if held is None or k not in held:
+                continue
         k_text = values.render(values.encode(k), 40)
         differences.append({"batch": b, "operator": name, "variable": "state", "change_feed": True,
                             "key": values.encode(k),

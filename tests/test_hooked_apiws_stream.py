@@ -379,14 +379,14 @@ def test_the_change_feed_comparison_of_group_states_key_by_key():
 
     session = ("update", (3, 12, 1790000049000), 1790000109000)
     feed, diffs = {"writes": 0}, []
-    _compare_group_writes(2, "sessions", {"u0": session}, {"u0": session, "u9": ("delete",)}, {"u0": (None, -1)},
+    _compare_group_writes(2, "sessions", {"u0": session}, {"u0": session, "u9": ("delete",)}, lambda: {"u0": (None, -1)},
                           feed, diffs)
     assert (feed["writes"], diffs) == (1, [])
-    _compare_group_writes(2, "sessions", {}, {"u9": ("delete",)}, {"u9": ((1, 1, 1), 5)}, feed, diffs)
+    _compare_group_writes(2, "sessions", {}, {"u9": ("delete",)}, lambda: {"u9": ((1, 1, 1), 5)}, feed, diffs)
     assert [d["key"] for d in diffs] == ["u9"] and "the replay removed the GroupState" in diffs[0]["error"]
     diffs.clear()
     other = ("update", (3, 13, 1790000049000), 1790000109000)
-    _compare_group_writes(2, "sessions", {"u0": other, "u1": session}, {"u0": session}, None, feed, diffs)
+    _compare_group_writes(2, "sessions", {"u0": other, "u1": session}, {"u0": session}, lambda: None, feed, diffs)
     assert [(d["key"], d["replayed"] is None, d["store"] is None) for d in diffs] == [("u0", False, False),
                                                                                      ("u1", True, False)]
     assert "the replay wrote no GroupState for 'u1'" in diffs[1]["error"]
