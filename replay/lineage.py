@@ -310,7 +310,7 @@ class Lineage:
         def take(key: Key, position: int, j: int, row: Any) -> None:
             out = Output(TupleRef(key[0], key[1], position), j)
             found.append(out)
-            self._rows[out] = values.encode(row)
+            self._rows[out] = _encoded(row)
 
         def outputs(key: Key, position: int, outs: list) -> None:
             nonlocal checked
@@ -349,7 +349,7 @@ class Lineage:
             if position is not None and test(row):
                 ref = TupleRef(op, instance, position)
                 found.append(ref)
-                self._rows[ref] = values.encode(row)
+                self._rows[ref] = _encoded(row)
         def scan(op: int, instance: int, port: int, position: Callable[[tuple, int], int | None]) -> None:
             """The rows sent on `port` that were read by reference (or packed), prefiltered on
             their columns where `--where` is a conjunction of `field == constant` (`Where.equal`)."""
@@ -593,7 +593,7 @@ class Lineage:
                 if rows is None:
                     rows = self._read_chunks[rowid] = self.reader.entry_tuples(codec, rowid)
                 row = rows[k]
-            self._rows[t] = values.encode(row)
+            self._rows[t] = _encoded(row)
         return info
 
     def _file_row(self, inst: Instance, channel: tuple[int, int], seq: int) -> dict:
@@ -668,13 +668,13 @@ class Lineage:
         def consumed(key: Key, position: int, row: Any) -> None:
             ref = TupleRef(key[0], key[1], position)
             if ref in wanted_in:
-                self._rows[ref] = None if row is None else values.encode(row)
+                self._rows[ref] = None if row is None else _encoded(row)
 
         def emitted(key: Key, position: int, outs: list) -> None:
             for j, row in enumerate(outs):
                 out = Output(TupleRef(key[0], key[1], position), j)
                 if out in wanted_out:
-                    self._rows[out] = values.encode(row)
+                    self._rows[out] = _encoded(row)
         if targets:
             self._shadow(targets, on_input=consumed, on_outputs=emitted)
         return {n: self._rows.get(n) for n in nodes}
@@ -695,14 +695,14 @@ class Lineage:
                 call, j = emitted
             rows = self.index.rows((call.op, call.instance))
             if rows is not None:
-                self._rows[n] = values.encode(rows.of(call.position)[j])
+                self._rows[n] = _encoded(rows.of(call.position)[j])
 
     def _entry_row(self, t: TupleRef) -> Any:
         """The row of a tuple that entered G(θ), from the log it was recorded into (None for an END step)."""
         port, src, seq = self.provenance.index(t.op, t.instance).channel_at(t.position)
         if (port, src) == END:
             return None
-        return values.encode(self.engine.instances[(t.op, t.instance)].entry[(port, src)].get(seq))
+        return _encoded(self.engine.instances[(t.op, t.instance)].entry[(port, src)].get(seq))
 
     def _shadow(self, targets: dict[Key, int], on_input: Callable[[Key, int, Any], None] | None = None,
                 on_outputs: Callable[[Key, int, list], None] | None = None) -> None:
@@ -734,8 +734,9 @@ class Lineage:
 
 
 class Where:
-    """A --where expression over a row's fields (`customer == 'Bob'`; the whole row is `row`),
-    with a few builtins. A row it raises on does not match; the first error is kept."""
+    """A --where expression over a row's fields (`customer == 'Bob'`; the whole row is `row`):
+    a dict's keys, or a named row's fields (a PySpark `Row`, a namedtuple: `_field_names`), with
+    a few builtins. A row it raises on does not match; the first error is kept."""
 
     def __init__(self, source: str):
         try:
@@ -777,7 +778,9 @@ class Where:
         """The indices of the rows for which the expression holds: as `self(row)` for each row,
         in one comprehension where no row is a dict and none raises."""
         found = None
-        if self._scan is not None and not any(issubclass(t, dict) for t in set(map(type, rows))):
+        types = set(map(type, rows))
+        if self._scan is not None and not any(issubclass(t, dict) or (t is not tuple and issubclass(t, tuple))
+                                              for t in types):   # (dicts and named rows bind their fields)
             try:
                 found = self._scan(rows)
             except Exception:  # noqa: BLE001  (row by row, to keep the first error as __call__ does)
@@ -790,7 +793,13 @@ class Where:
     def __call__(self, row: Any) -> bool:
         names: dict = {}
         try:
-            if not isinstance(row, dict):
+            fields = None if isinstance(row, dict) else _field_names(row)
+            if fields is not None:   # a named row: its fields by name, as a dict row's
+                names = dict(zip(fields, row))
+                names["row"] = row
+                self.globals["row"] = row
+                held = bool(eval(self.code, self.globals, names))
+            elif not isinstance(row, dict):
                 held = bool(self._of_row(row))
             else:
                 if type(row) is dict and "row" not in row and not self._assigns:
@@ -807,6 +816,39 @@ class Where:
             return False
         self.held |= held
         return held
+
+
+def _field_names(row: Any) -> list | None:
+    """The names of a row's fields where it is a tuple that has them: a PySpark `Row` made
+    with names (`Row(customer='Bob', ...)`, what a transformWithState processor emits) or a
+    namedtuple. Tested by shape: replay does not import PySpark."""
+    if type(row) is tuple or not isinstance(row, tuple):
+        return None
+    names = getattr(type(row), "_fields", None)   # a namedtuple
+    if names is None:
+        try:
+            names = row.__fields__   # a Row's own; a Row made without names has none (AttributeError)
+        except AttributeError:
+            return None
+    if isinstance(names, (list, tuple)) and len(names) == len(row) and all(type(n) is str for n in names):
+        return list(names)
+    return None
+
+
+def _shown(value: Any) -> Any:
+    """`value` with every named row in it (`_field_names`) as the dict of its fields, as the tree,
+    --json and --csv show it (inside a hooked operator's unit too, `('row', Row(...))`)."""
+    names = _field_names(value)
+    if names is not None:
+        return {k: _shown(v) for k, v in zip(names, value)}
+    if type(value) is tuple or type(value) is list:
+        return type(value)(map(_shown, value)) if any(isinstance(v, (tuple, list)) for v in value) else value
+    return value
+
+
+def _encoded(row: Any) -> Any:
+    """A row as the tree holds it: encoded, a named row with its fields' names (`_shown`)."""
+    return values.encode(_shown(row))
 
 
 def _equalities(body: ast.expr) -> dict[str, Any]:

@@ -65,3 +65,28 @@ def test_verify_replays_the_processor(sample, capsys):
 
     assert main(["verify", str(sample[0])]) == 0
     assert "every replayed state equals the recorded one" in capsys.readouterr().out
+
+
+def test_lineage_chooses_the_processors_rows_by_their_fields(sample, capsys):
+    """The processor yields `Row(id=..., customer=..., ...)`: --where names their fields (as it
+    does a dict row's), and the tree shows them by name, its input rows too. Bob's first
+    "Fraud" row is his ¥5000 payment (generate.py puts it a third of the way in), made from
+    that payment's row."""
+    import json
+
+    from tt.cli.main import main
+
+    where = "customer == 'Bob' and label == 'Fraud'"
+    assert main(["lineage", str(sample[0]), "FraudDetector", "--where", where, "--back", "--limit", "1",
+                 "--depth", "1", "--json"]) == 0
+    (tree,) = json.loads(capsys.readouterr().out)
+    rows = [t["row"] for t in tree["tuples"]]
+    assert rows[0]["customer"] == "Bob" and rows[0]["label"] == "Fraud" and rows[0]["id"] == BOB_YEN_ID, rows[0]
+    units = [r["$tuple"] for r in rows[1:] if isinstance(r, dict) and "$tuple" in r]
+    payments = [u[1] for u in units if u[0] == "row"]   # ("row", Row(...)): one row a step
+    assert {"id": BOB_YEN_ID, "customer": "Bob", "amount": "¥5000"} in [
+        {k: p.get(k) for k in ("id", "customer", "amount")} for p in payments], units
+
+    assert main(["lineage", str(sample[0]), "FraudDetector", "--where", "merchant == 'm1'", "--back"]) == 2
+    err = capsys.readouterr().err
+    assert "their fields: amount, customer, id, label, usd" in err, err

@@ -588,10 +588,11 @@ def trail(spark, tmp_path_factory):
 
 
 def _unit_id(row) -> int | tuple:
-    """The payment id of a processor's unit ('row', Row(id, customer)), as lineage shows it; the
-    start of a key's rows, ('rows', (customer,), times), as ('rows', (customer,))."""
+    """The payment id of a processor's unit ('row', Row(id=..., customer=...)), as lineage shows
+    it (the Row by its fields); the start of a key's rows, ('rows', (customer,), times), as
+    ('rows', (customer,))."""
     unit = values.decode(row)
-    return unit[1][0] if unit[0] == "row" else unit[:2]
+    return unit[1]["id"] if unit[0] == "row" else unit[:2]
 
 
 def test_a_processors_rows_trace_through_its_state_calls_to_exactly_the_rows_of_their_key(trail):
@@ -612,7 +613,8 @@ def test_a_processors_rows_trace_through_its_state_calls_to_exactly_the_rows_of_
         instance_of: dict[str, str] = {}
         for root in rows:
             tree = lin.back(root, depth=1)
-            pid, customer, earlier, latest = values.decode(tree.rows[root])
+            emitted = values.decode(tree.rows[root])   # Row(id=..., ...), shown by its fields
+            customer, earlier, latest = emitted["customer"], emitted["earlier"], emitted["latest"]
             by_state: dict[str, set] = {}
             for link in tree.links:
                 if link.kind == "state":

@@ -830,6 +830,28 @@ def test_where_reads_fields_of_dict_rows_and_indexes_other_rows_without_changing
     assert not bad((1,)) and Where("nope")((1,)) is False
 
 
+def test_where_reads_the_fields_of_named_rows_and_the_tree_shows_them():
+    """A PySpark `Row` made with names (what a transformWithState processor yields) and a
+    namedtuple bind their fields as a dict row does; a Row made without names, or a plain
+    tuple, only as `row`. The tree shows a named row as its fields, inside a unit too."""
+    from pyspark.sql import Row
+
+    from tt.replay.lineage import Where, _encoded, _field_names
+
+    Pay = collections.namedtuple("Pay", "id customer")
+    named = [Row(id=1, customer="Bob"), Pay(2, "Bob"), Row(id=3, customer="Al")]
+    assert [_field_names(r) for r in named] == [["id", "customer"]] * 3
+    assert _field_names(Row(1, "Bob")) is None and _field_names((1, "Bob")) is None
+    bob = Where("customer == 'Bob' and row[0] < 3")
+    assert [bob(r) for r in named] == [True, True, False] and bob.matching(named + [(1, "Bob")]) == [0, 1]
+    assert Where("row.customer == 'Al'")(named[2]), "`row` is the Row itself"
+    bad = Where("merchant == 'm1'")
+    assert not bad(named[0]) and bad.fields == ["customer", "id"]
+    assert _encoded(("row", Row(id=1, amount="¥5000"), (7,))) == {
+        "$tuple": ["row", {"id": 1, "amount": "¥5000"}, {"$tuple": [7]}]}
+    assert _encoded(Row(1, "Bob")) == {"$tuple": [1, "Bob"]}
+
+
 def test_where_matching_many_rows_at_once_answers_as_row_by_row():
     """`Where.matching` (the index's scan: one comprehension over a chunk's rows) picks the same
     rows as calling the expression on each, keeps the first error as a row-by-row scan does, and
