@@ -736,7 +736,9 @@ class Lineage:
 class Where:
     """A --where expression over a row's fields (`customer == 'Bob'`; the whole row is `row`):
     a dict's keys, or a named row's fields (a PySpark `Row`, a namedtuple: `_field_names`), with
-    a few builtins. A row it raises on does not match; the first error is kept."""
+    a few builtins. A DataFrame or Arrow batch an operator emitted holds where one of its rows
+    does (each a dict of its columns, `row` that dict). A row it raises on does not match; the
+    first error is kept."""
 
     def __init__(self, source: str):
         try:
@@ -780,7 +782,7 @@ class Where:
         found = None
         types = set(map(type, rows))
         if self._scan is not None and not any(issubclass(t, dict) or (t is not tuple and issubclass(t, tuple))
-                                              for t in types):   # (dicts and named rows bind their fields)
+                                              or _is_table(t) for t in types):   # (those bind their fields)
             try:
                 found = self._scan(rows)
             except Exception:  # noqa: BLE001  (row by row, to keep the first error as __call__ does)
@@ -791,6 +793,9 @@ class Where:
         return found
 
     def __call__(self, row: Any) -> bool:
+        records = None if isinstance(row, dict) else _table_rows(row)
+        if records is not None:   # a DataFrame or Arrow batch: it holds where one of its rows does
+            return any(self(r) for r in records)
         names: dict = {}
         try:
             fields = None if isinstance(row, dict) else _field_names(row)
@@ -818,6 +823,10 @@ class Where:
         return held
 
 
+#: A DataFrame an operator emitted is shown as its rows up to this many (a bigger one, as its shape).
+_SHOWN_ROWS = 5
+
+
 def _field_names(row: Any) -> list | None:
     """The names of a row's fields where it is a tuple that has them: a PySpark `Row` made
     with names (`Row(customer='Bob', ...)`, what a transformWithState processor emits) or a
@@ -835,15 +844,41 @@ def _field_names(row: Any) -> list | None:
     return None
 
 
+def _is_table(t: type) -> bool:
+    """A pandas DataFrame or an Arrow batch or table (by module: replay imports neither)."""
+    module = t.__module__.split(".")[0]
+    return (module == "pandas" and t.__name__ == "DataFrame") or (module == "pyarrow" and t.__name__ in
+                                                                  ("RecordBatch", "Table"))
+
+
+def _table_rows(value: Any, most: int | None = None) -> list[dict] | None:
+    """The rows of a DataFrame or an Arrow batch (what a pandas or Arrow hooked function emits, a
+    transformWithStateInPandas processor's `yield pd.DataFrame(...)`), each a dict of its columns;
+    None for any other value, and for one of more than `most` rows."""
+    if not _is_table(type(value)):
+        return None
+    if type(value).__module__.startswith("pandas"):
+        if most is not None and len(value) > most:
+            return None
+        return value.to_dict("records")   # (Python scalars: pandas boxes numpy's)
+    if most is not None and value.num_rows > most:
+        return None
+    return value.to_pylist()
+
+
 def _shown(value: Any) -> Any:
-    """`value` with every named row in it (`_field_names`) as the dict of its fields, as the tree,
-    --json and --csv show it (inside a hooked operator's unit too, `('row', Row(...))`)."""
+    """`value` with every named row in it (`_field_names`) as the dict of its fields, and a
+    DataFrame or Arrow batch of a few rows as its rows (`_SHOWN_ROWS`; a bigger one stays its
+    shape), as the tree, --json and --csv show it (inside a hooked operator's unit too,
+    `('row', Row(...))`)."""
     names = _field_names(value)
     if names is not None:
         return {k: _shown(v) for k, v in zip(names, value)}
     if type(value) is tuple or type(value) is list:
-        return type(value)(map(_shown, value)) if any(isinstance(v, (tuple, list)) for v in value) else value
-    return value
+        return type(value)(map(_shown, value)) if any(isinstance(v, (tuple, list)) or _is_table(type(v))
+                                                       for v in value) else value
+    rows = _table_rows(value, _SHOWN_ROWS)
+    return rows if rows is not None else value
 
 
 def _encoded(row: Any) -> Any:

@@ -156,6 +156,25 @@ def test_step_back_restores_the_state_variables(recorded):
     session.reader.close()
 
 
+def test_lineage_chooses_a_pandas_processors_rows_by_their_columns(recorded, capsys):
+    """Totals yields a one-row DataFrame per key: `tt lineage --where` names its columns (a
+    DataFrame holds where one of its rows does), and the tree shows its rows, which equal the
+    pandas oracle's total for the customer; the call that emitted it ran on that customer's rows."""
+    import json
+
+    from tt.cli.main import main
+
+    assert main(["lineage", str(recorded[0]), "Totals", "--where", "customer == 'c1'", "--back", "--depth", "1",
+                 "--json"]) == 0
+    (tree,) = json.loads(capsys.readouterr().out)
+    amount, _ = oracle()["total"]["c1"]
+    assert tree["tuples"][0]["row"] == [{"customer": "c1", "amount": amount, "n": -1}], tree["tuples"][0]
+    keys = {values.decode(t["row"])[1] for t in tree["tuples"][1:] if values.decode(t["row"])[0] == "rows"}
+    assert keys == {("c1",)}, tree["tuples"]
+    assert main(["lineage", str(recorded[0]), "Totals", "--where", "kind == 'card'", "--back"]) == 2
+    assert "their fields: amount, customer, n" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("bad, unit_kind", [("c2", "rows"), ("c5", "one_row")])
 def test_a_processor_raising_on_one_key_is_debuggable_post_mortem(spark, tmp_path, bad, unit_kind):
     """Totals raises on one key in handleInputRows (c2, of many chunks; c5, of one): the run

@@ -852,6 +852,27 @@ def test_where_reads_the_fields_of_named_rows_and_the_tree_shows_them():
     assert _encoded(Row(1, "Bob")) == {"$tuple": [1, "Bob"]}
 
 
+def test_where_matches_a_dataframe_or_arrow_batch_by_its_rows_and_the_tree_shows_a_small_one():
+    """What a pandas or Arrow hooked function emits is a table: it holds where one of its rows
+    does (each row's columns are names, `row` is that row); a table of up to `_SHOWN_ROWS` rows
+    is shown as its rows, a bigger one as its shape."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from tt.replay.lineage import _SHOWN_ROWS, Where, _encoded
+
+    frame = pd.DataFrame({"k": [4, 5], "amount": [1.5, 2.5]})
+    batch = pa.RecordBatch.from_pydict({"k": [7], "amount": [0.5]})
+    five, seven = Where("k == 5 and amount > 2"), Where("row['k'] == 7")
+    assert five.matching([frame, batch, frame.iloc[:1]]) == [0] and seven.matching([frame, batch]) == [1]
+    bad = Where("kind == 'x'")
+    assert not bad(frame) and bad.fields == ["amount", "k"]
+    assert _encoded(frame) == [{"k": 4, "amount": 1.5}, {"k": 5, "amount": 2.5}]
+    assert _encoded(("one_row", (5,), batch)) == {"$tuple": ["one_row", {"$tuple": [5]}, [{"k": 7, "amount": 0.5}]]}
+    big = pd.DataFrame({"k": range(_SHOWN_ROWS + 1)})
+    assert _encoded(big) == {"$repr": f"<DataFrame: {_SHOWN_ROWS + 1} rows × 1 columns (k)>"}
+
+
 def test_where_matching_many_rows_at_once_answers_as_row_by_row():
     """`Where.matching` (the index's scan: one comprehension over a chunk's rows) picks the same
     rows as calling the expression on each, keeps the first error as a row-by-row scan does, and
