@@ -332,5 +332,5 @@ def _recorded_tuple(reader, op_id: int, instance: int, position: int, trust: boo
                     return None
                 reader.vouch(trust)
             rows = reader.entry_tuples(codec, rowid)
-            return values.encode(rows[seq - start])
+            return values.encode_readable(rows[seq - start])
     return None

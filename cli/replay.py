@@ -103,7 +103,7 @@ def _take(session, method: str, arg: str | None, states: str) -> dict:
 
     def after(inst, pos, row) -> None:   # the values of the tuples a step consumes, as they are consumed
         if row is not None and len(rows) < _ROWS_KEPT:
-            rows[session.label((inst.node.id, inst.i)) + f":{pos}"] = values.encode(row)
+            rows[session.label((inst.node.id, inst.i)) + f":{pos}"] = values.encode_readable(row)
     with engine.hooks(after_consume=after if capture else None):
         if method in ("step_into", "step_over"):
             _target_row(session, arg, rows)

@@ -180,6 +180,70 @@ def _table_summary(value: Any) -> str | None:
     return f"<{type(value).__name__}: {rows} rows × {len(names)} columns ({shown})>"
 
 
+#: A DataFrame or Arrow batch is shown as its rows up to this many (`readable`; a bigger one, as its shape).
+SHOWN_ROWS = 5
+
+
+def field_names(row: Any) -> list[str] | None:
+    """The names of a row's fields where it is a tuple that has them: a PySpark `Row` made
+    with names (`Row(customer='Bob', ...)`, what a transformWithState processor emits) or a
+    namedtuple. Tested by shape: the core does not import PySpark."""
+    if type(row) is tuple or not isinstance(row, tuple):
+        return None
+    names = getattr(type(row), "_fields", None)   # a namedtuple
+    if names is None:
+        try:
+            names = row.__fields__   # a Row's own; a Row made without names has none (AttributeError)
+        except AttributeError:
+            return None
+    if isinstance(names, (list, tuple)) and len(names) == len(row) and all(type(n) is str for n in names):
+        return list(names)
+    return None
+
+
+def is_table(t: type) -> bool:
+    """A pandas DataFrame or an Arrow batch or table (by module: the core imports neither)."""
+    module = t.__module__.split(".")[0]
+    return (module == "pandas" and t.__name__ == "DataFrame") or (module == "pyarrow" and t.__name__ in
+                                                                  ("RecordBatch", "Table"))
+
+
+def table_rows(value: Any, most: int | None = None) -> list[dict] | None:
+    """The rows of a DataFrame or an Arrow batch (what a pandas or Arrow hooked function emits, a
+    transformWithStateInPandas processor's `yield pd.DataFrame(...)`), each a dict of its columns;
+    None for any other value, and for one of more than `most` rows."""
+    if not is_table(type(value)):
+        return None
+    if type(value).__module__.startswith("pandas"):
+        if most is not None and len(value) > most:
+            return None
+        return value.to_dict("records")   # (Python scalars: pandas boxes numpy's)
+    if most is not None and value.num_rows > most:
+        return None
+    return value.to_pylist()
+
+
+def readable(value: Any) -> Any:
+    """A tuple as a person reads it: every named row in it (`field_names`) as the dict of its
+    fields, and a DataFrame or Arrow batch of a few rows (`SHOWN_ROWS`) as its rows, a hooked
+    operator's unit too (`('row', Row(...))`); a bigger table stays one `encode` shows as its
+    shape. For display only (the debugger, `tt inspect`, `tt lineage`): state and digests
+    encode the value itself."""
+    names = field_names(value)
+    if names is not None:
+        return {k: readable(v) for k, v in zip(names, value)}
+    if type(value) is tuple or type(value) is list:
+        return type(value)(map(readable, value)) if any(isinstance(v, (tuple, list)) or is_table(type(v))
+                                                        for v in value) else value
+    rows = table_rows(value, SHOWN_ROWS)
+    return rows if rows is not None else value
+
+
+def encode_readable(value: Any) -> Any:
+    """`encode` of `readable(value)`: how a tuple is shown."""
+    return encode(readable(value))
+
+
 def _sort_key(v: Any) -> bytes:
     return orjson.dumps(v, option=orjson.OPT_SORT_KEYS)
 

@@ -310,7 +310,7 @@ class Lineage:
         def take(key: Key, position: int, j: int, row: Any) -> None:
             out = Output(TupleRef(key[0], key[1], position), j)
             found.append(out)
-            self._rows[out] = _encoded(row)
+            self._rows[out] = values.encode_readable(row)
 
         def outputs(key: Key, position: int, outs: list) -> None:
             nonlocal checked
@@ -349,7 +349,7 @@ class Lineage:
             if position is not None and test(row):
                 ref = TupleRef(op, instance, position)
                 found.append(ref)
-                self._rows[ref] = _encoded(row)
+                self._rows[ref] = values.encode_readable(row)
         def scan(op: int, instance: int, port: int, position: Callable[[tuple, int], int | None]) -> None:
             """The rows sent on `port` that were read by reference (or packed), prefiltered on
             their columns where `--where` is a conjunction of `field == constant` (`Where.equal`)."""
@@ -593,7 +593,7 @@ class Lineage:
                 if rows is None:
                     rows = self._read_chunks[rowid] = self.reader.entry_tuples(codec, rowid)
                 row = rows[k]
-            self._rows[t] = _encoded(row)
+            self._rows[t] = values.encode_readable(row)
         return info
 
     def _file_row(self, inst: Instance, channel: tuple[int, int], seq: int) -> dict:
@@ -668,13 +668,13 @@ class Lineage:
         def consumed(key: Key, position: int, row: Any) -> None:
             ref = TupleRef(key[0], key[1], position)
             if ref in wanted_in:
-                self._rows[ref] = None if row is None else _encoded(row)
+                self._rows[ref] = None if row is None else values.encode_readable(row)
 
         def emitted(key: Key, position: int, outs: list) -> None:
             for j, row in enumerate(outs):
                 out = Output(TupleRef(key[0], key[1], position), j)
                 if out in wanted_out:
-                    self._rows[out] = _encoded(row)
+                    self._rows[out] = values.encode_readable(row)
         if targets:
             self._shadow(targets, on_input=consumed, on_outputs=emitted)
         return {n: self._rows.get(n) for n in nodes}
@@ -695,14 +695,14 @@ class Lineage:
                 call, j = emitted
             rows = self.index.rows((call.op, call.instance))
             if rows is not None:
-                self._rows[n] = _encoded(rows.of(call.position)[j])
+                self._rows[n] = values.encode_readable(rows.of(call.position)[j])
 
     def _entry_row(self, t: TupleRef) -> Any:
         """The row of a tuple that entered G(θ), from the log it was recorded into (None for an END step)."""
         port, src, seq = self.provenance.index(t.op, t.instance).channel_at(t.position)
         if (port, src) == END:
             return None
-        return _encoded(self.engine.instances[(t.op, t.instance)].entry[(port, src)].get(seq))
+        return values.encode_readable(self.engine.instances[(t.op, t.instance)].entry[(port, src)].get(seq))
 
     def _shadow(self, targets: dict[Key, int], on_input: Callable[[Key, int, Any], None] | None = None,
                 on_outputs: Callable[[Key, int, list], None] | None = None) -> None:
@@ -735,7 +735,7 @@ class Lineage:
 
 class Where:
     """A --where expression over a row's fields (`customer == 'Bob'`; the whole row is `row`):
-    a dict's keys, or a named row's fields (a PySpark `Row`, a namedtuple: `_field_names`), with
+    a dict's keys, or a named row's fields (a PySpark `Row`, a namedtuple: `values.field_names`), with
     a few builtins. A DataFrame or Arrow batch an operator emitted holds where one of its rows
     does (each a dict of its columns, `row` that dict). A row it raises on does not match; the
     first error is kept."""
@@ -782,7 +782,7 @@ class Where:
         found = None
         types = set(map(type, rows))
         if self._scan is not None and not any(issubclass(t, dict) or (t is not tuple and issubclass(t, tuple))
-                                              or _is_table(t) for t in types):   # (those bind their fields)
+                                              or values.is_table(t) for t in types):   # (those bind their fields)
             try:
                 found = self._scan(rows)
             except Exception:  # noqa: BLE001  (row by row, to keep the first error as __call__ does)
@@ -793,12 +793,12 @@ class Where:
         return found
 
     def __call__(self, row: Any) -> bool:
-        records = None if isinstance(row, dict) else _table_rows(row)
+        records = None if isinstance(row, dict) else values.table_rows(row)
         if records is not None:   # a DataFrame or Arrow batch: it holds where one of its rows does
             return any(self(r) for r in records)
         names: dict = {}
         try:
-            fields = None if isinstance(row, dict) else _field_names(row)
+            fields = None if isinstance(row, dict) else values.field_names(row)
             if fields is not None:   # a named row: its fields by name, as a dict row's
                 names = dict(zip(fields, row))
                 names["row"] = row
@@ -821,69 +821,6 @@ class Where:
             return False
         self.held |= held
         return held
-
-
-#: A DataFrame an operator emitted is shown as its rows up to this many (a bigger one, as its shape).
-_SHOWN_ROWS = 5
-
-
-def _field_names(row: Any) -> list | None:
-    """The names of a row's fields where it is a tuple that has them: a PySpark `Row` made
-    with names (`Row(customer='Bob', ...)`, what a transformWithState processor emits) or a
-    namedtuple. Tested by shape: replay does not import PySpark."""
-    if type(row) is tuple or not isinstance(row, tuple):
-        return None
-    names = getattr(type(row), "_fields", None)   # a namedtuple
-    if names is None:
-        try:
-            names = row.__fields__   # a Row's own; a Row made without names has none (AttributeError)
-        except AttributeError:
-            return None
-    if isinstance(names, (list, tuple)) and len(names) == len(row) and all(type(n) is str for n in names):
-        return list(names)
-    return None
-
-
-def _is_table(t: type) -> bool:
-    """A pandas DataFrame or an Arrow batch or table (by module: replay imports neither)."""
-    module = t.__module__.split(".")[0]
-    return (module == "pandas" and t.__name__ == "DataFrame") or (module == "pyarrow" and t.__name__ in
-                                                                  ("RecordBatch", "Table"))
-
-
-def _table_rows(value: Any, most: int | None = None) -> list[dict] | None:
-    """The rows of a DataFrame or an Arrow batch (what a pandas or Arrow hooked function emits, a
-    transformWithStateInPandas processor's `yield pd.DataFrame(...)`), each a dict of its columns;
-    None for any other value, and for one of more than `most` rows."""
-    if not _is_table(type(value)):
-        return None
-    if type(value).__module__.startswith("pandas"):
-        if most is not None and len(value) > most:
-            return None
-        return value.to_dict("records")   # (Python scalars: pandas boxes numpy's)
-    if most is not None and value.num_rows > most:
-        return None
-    return value.to_pylist()
-
-
-def _shown(value: Any) -> Any:
-    """`value` with every named row in it (`_field_names`) as the dict of its fields, and a
-    DataFrame or Arrow batch of a few rows as its rows (`_SHOWN_ROWS`; a bigger one stays its
-    shape), as the tree, --json and --csv show it (inside a hooked operator's unit too,
-    `('row', Row(...))`)."""
-    names = _field_names(value)
-    if names is not None:
-        return {k: _shown(v) for k, v in zip(names, value)}
-    if type(value) is tuple or type(value) is list:
-        return type(value)(map(_shown, value)) if any(isinstance(v, (tuple, list)) or _is_table(type(v))
-                                                       for v in value) else value
-    rows = _table_rows(value, _SHOWN_ROWS)
-    return rows if rows is not None else value
-
-
-def _encoded(row: Any) -> Any:
-    """A row as the tree holds it: encoded, a named row with its fields' names (`_shown`)."""
-    return values.encode(_shown(row))
 
 
 def _equalities(body: ast.expr) -> dict[str, Any]:

@@ -309,7 +309,7 @@ class DebugSession:
                 sender = self.label((self.graph.edges[inst.node.inputs[ch[0]]].src, ch[1])) if internal \
                     else "recorded"
                 out.append(Pending(ref, self.label(ref), ch[0], sender, self.planner.free(ref),
-                                   values.encode(row), pos == inst.count))
+                                   values.encode_readable(row), pos == inst.count))
         return out
 
     # --- what each step can do (planned once per position) -------------------------------
@@ -697,7 +697,7 @@ class DebugSession:
         def after(inst: Instance, pos: int, row: Any) -> None:
             ref = TupleRef(inst.node.id, inst.i, pos)
             if ref in refs:
-                found[ref] = None if row is None else values.encode(row)
+                found[ref] = None if row is None else values.encode_readable(row)
         targets: dict[Key, int] = {}
         failing = {r for r in refs if shadow.instances[(r.op, r.instance)].failed_at == r.position}
         for r in refs:  # (a failed run's failing tuple is read where it waits: consuming it raises)
@@ -711,7 +711,7 @@ class DebugSession:
             if not inst.available():
                 shadow._pull(inst, lambda i: i.failed_at if i.failed_at is not None else i.total)
             row = inst.peek()
-            found[r] = None if row is None else values.encode(row)
+            found[r] = None if row is None else values.encode_readable(row)
         return found
 
     def payload(self, ref: TupleRef | str) -> Any:
@@ -723,7 +723,7 @@ class DebugSession:
         if (ch[0], ch[1]) == END:
             return None
         if ch[0] not in inst.internal_ports:
-            return values.encode(inst.entry[(ch[0], ch[1])].get(ch[2]))
+            return values.encode_readable(inst.entry[(ch[0], ch[1])].get(ch[2]))
         for p in self.pending(self.label(key), limit=10_000):
             if p.ref == ref:
                 return p.row
@@ -733,7 +733,7 @@ class DebugSession:
         if not q:
             shadow._pull(shadow.instances[key], lambda i: i.total)
             q = shadow.instances[key].queues.get((ch[0], ch[1]))
-        return values.encode(q[0]) if q else None
+        return values.encode_readable(q[0]) if q else None
 
 
 def _raised(e: RecordedFailure) -> dict:

@@ -90,3 +90,13 @@ def test_lineage_chooses_the_processors_rows_by_their_fields(sample, capsys):
     assert main(["lineage", str(sample[0]), "FraudDetector", "--where", "merchant == 'm1'", "--back"]) == 2
     err = capsys.readouterr().err
     assert "their fields: amount, customer, id, label, usd" in err, err
+
+
+def test_replay_shows_the_rows_handed_to_the_processor_by_their_fields(sample, capsys):
+    """The processor is handed a `Row` per payment: `tt replay` (as the debugger) shows it by
+    its fields, not as a bare tuple."""
+    from tt.cli.main import main
+
+    assert main(["replay", str(sample[0]), "--run-until", CONDITION]) == 0
+    out = capsys.readouterr().out
+    assert f"('row', {{id: {BOB_YEN_ID}, customer: 'Bob', amount: '¥5000', merchant: " in out, out

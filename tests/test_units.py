@@ -836,7 +836,8 @@ def test_where_reads_the_fields_of_named_rows_and_the_tree_shows_them():
     tuple, only as `row`. The tree shows a named row as its fields, inside a unit too."""
     from pyspark.sql import Row
 
-    from tt.replay.lineage import Where, _encoded, _field_names
+    from tt.core.values import encode_readable as _encoded, field_names as _field_names
+    from tt.replay.lineage import Where
 
     Pay = collections.namedtuple("Pay", "id customer")
     named = [Row(id=1, customer="Bob"), Pay(2, "Bob"), Row(id=3, customer="Al")]
@@ -854,12 +855,13 @@ def test_where_reads_the_fields_of_named_rows_and_the_tree_shows_them():
 
 def test_where_matches_a_dataframe_or_arrow_batch_by_its_rows_and_the_tree_shows_a_small_one():
     """What a pandas or Arrow hooked function emits is a table: it holds where one of its rows
-    does (each row's columns are names, `row` is that row); a table of up to `_SHOWN_ROWS` rows
+    does (each row's columns are names, `row` is that row); a table of up to `SHOWN_ROWS` rows
     is shown as its rows, a bigger one as its shape."""
     import pandas as pd
     import pyarrow as pa
 
-    from tt.replay.lineage import _SHOWN_ROWS, Where, _encoded
+    from tt.core.values import SHOWN_ROWS as _SHOWN_ROWS, encode_readable as _encoded
+    from tt.replay.lineage import Where
 
     frame = pd.DataFrame({"k": [4, 5], "amount": [1.5, 2.5]})
     batch = pa.RecordBatch.from_pydict({"k": [7], "amount": [0.5]})
