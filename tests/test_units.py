@@ -836,21 +836,21 @@ def test_where_reads_the_fields_of_named_rows_and_the_tree_shows_them():
     tuple, only as `row`. The tree shows a named row as its fields, inside a unit too."""
     from pyspark.sql import Row
 
-    from tt.core.values import encode_readable as _encoded, field_names as _field_names
+    from tt.core.values import encode_readable, field_names
     from tt.replay.lineage import Where
 
     Pay = collections.namedtuple("Pay", "id customer")
     named = [Row(id=1, customer="Bob"), Pay(2, "Bob"), Row(id=3, customer="Al")]
-    assert [_field_names(r) for r in named] == [["id", "customer"]] * 3
-    assert _field_names(Row(1, "Bob")) is None and _field_names((1, "Bob")) is None
+    assert [field_names(r) for r in named] == [["id", "customer"]] * 3
+    assert field_names(Row(1, "Bob")) is None and field_names((1, "Bob")) is None
     bob = Where("customer == 'Bob' and row[0] < 3")
     assert [bob(r) for r in named] == [True, True, False] and bob.matching(named + [(1, "Bob")]) == [0, 1]
     assert Where("row.customer == 'Al'")(named[2]), "`row` is the Row itself"
     bad = Where("merchant == 'm1'")
     assert not bad(named[0]) and bad.fields == ["customer", "id"]
-    assert _encoded(("row", Row(id=1, amount="¥5000"), (7,))) == {
+    assert encode_readable(("row", Row(id=1, amount="¥5000"), (7,))) == {
         "$tuple": ["row", {"id": 1, "amount": "¥5000"}, {"$tuple": [7]}]}
-    assert _encoded(Row(1, "Bob")) == {"$tuple": [1, "Bob"]}
+    assert encode_readable(Row(1, "Bob")) == {"$tuple": [1, "Bob"]}
 
 
 def test_where_matches_a_dataframe_or_arrow_batch_by_its_rows_and_the_tree_shows_a_small_one():
@@ -860,7 +860,7 @@ def test_where_matches_a_dataframe_or_arrow_batch_by_its_rows_and_the_tree_shows
     import pandas as pd
     import pyarrow as pa
 
-    from tt.core.values import SHOWN_ROWS as _SHOWN_ROWS, encode_readable as _encoded
+    from tt.core.values import SHOWN_ROWS, encode_readable
     from tt.replay.lineage import Where
 
     frame = pd.DataFrame({"k": [4, 5], "amount": [1.5, 2.5]})
@@ -869,10 +869,11 @@ def test_where_matches_a_dataframe_or_arrow_batch_by_its_rows_and_the_tree_shows
     assert five.matching([frame, batch, frame.iloc[:1]]) == [0] and seven.matching([frame, batch]) == [1]
     bad = Where("kind == 'x'")
     assert not bad(frame) and bad.fields == ["amount", "k"]
-    assert _encoded(frame) == [{"k": 4, "amount": 1.5}, {"k": 5, "amount": 2.5}]
-    assert _encoded(("one_row", (5,), batch)) == {"$tuple": ["one_row", {"$tuple": [5]}, [{"k": 7, "amount": 0.5}]]}
-    big = pd.DataFrame({"k": range(_SHOWN_ROWS + 1)})
-    assert _encoded(big) == {"$repr": f"<DataFrame: {_SHOWN_ROWS + 1} rows × 1 columns (k)>"}
+    assert encode_readable(frame) == [{"k": 4, "amount": 1.5}, {"k": 5, "amount": 2.5}]
+    assert encode_readable(("one_row", (5,), batch)) == {
+        "$tuple": ["one_row", {"$tuple": [5]}, [{"k": 7, "amount": 0.5}]]}
+    big = pd.DataFrame({"k": range(SHOWN_ROWS + 1)})
+    assert encode_readable(big) == {"$repr": f"<DataFrame: {SHOWN_ROWS + 1} rows × 1 columns (k)>"}
 
 
 def test_where_matching_many_rows_at_once_answers_as_row_by_row():
