@@ -165,17 +165,21 @@ def encode(value: Any) -> Any:
     return {"$repr": repr(value)}
 
 
+def is_table(t: type) -> bool:
+    """A pandas DataFrame or an Arrow batch or table (by module: the core imports neither)."""
+    module = t.__module__.split(".")[0]
+    return (module == "pandas" and t.__name__ == "DataFrame") or (module == "pyarrow" and t.__name__ in
+                                                                  ("RecordBatch", "Table"))
+
+
 def _table_summary(value: Any) -> str | None:
     """A DataFrame or Arrow batch as its shape: the unit a hooked function holds, not state."""
-    module = type(value).__module__.split(".")[0]
-    if module not in ("pandas", "pyarrow"):
+    if not is_table(type(value)):
         return None
-    if module == "pandas" and hasattr(value, "columns"):
+    if type(value).__module__.startswith("pandas"):
         rows, names = len(value), [str(c) for c in value.columns]
-    elif module == "pyarrow" and hasattr(value, "schema") and hasattr(value, "num_rows"):
-        rows, names = value.num_rows, list(value.schema.names)
     else:
-        return None
+        rows, names = value.num_rows, list(value.schema.names)
     shown = ", ".join(names[:6]) + (", …" if len(names) > 6 else "")
     return f"<{type(value).__name__}: {rows} rows × {len(names)} columns ({shown})>"
 
@@ -199,13 +203,6 @@ def field_names(row: Any) -> list[str] | None:
     if isinstance(names, (list, tuple)) and len(names) == len(row) and all(type(n) is str for n in names):
         return list(names)
     return None
-
-
-def is_table(t: type) -> bool:
-    """A pandas DataFrame or an Arrow batch or table (by module: the core imports neither)."""
-    module = t.__module__.split(".")[0]
-    return (module == "pandas" and t.__name__ == "DataFrame") or (module == "pyarrow" and t.__name__ in
-                                                                  ("RecordBatch", "Table"))
 
 
 def table_rows(value: Any, most: int | None = None) -> list[dict] | None:

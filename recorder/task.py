@@ -646,11 +646,10 @@ class StageTask:
         CONTEXT.runner = None
         if self.client is not None:
             self.client.close()
+            self.client.on_interaction = _no_interaction   # (it woke θ when an interaction came)
         cycle_collector.task_ended()
         self.runners, self.recorders, self.loggers, self.theta = {}, [], [], None
         self._unit_head = None
-        if self.client is not None:   # (it wakes θ when an interaction comes)
-            self.client.on_interaction = _no_interaction
 
     def _run_source(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
         src = self.runners[self.stage.source]

@@ -799,18 +799,13 @@ class Where:
         names: dict = {}
         try:
             fields = None if isinstance(row, dict) else values.field_names(row)
-            if fields is not None:   # a named row: its fields by name, as a dict row's
-                names = dict(zip(fields, row))
-                names["row"] = row
-                self.globals["row"] = row
-                held = bool(eval(self.code, self.globals, names))
-            elif not isinstance(row, dict):
+            if fields is None and not isinstance(row, dict):
                 held = bool(self._of_row(row))
-            else:
+            else:   # a dict's keys, or a named row's fields, are names
                 if type(row) is dict and "row" not in row and not self._assigns:
                     names = row
                 else:   # (a key that is no name is never looked up)
-                    names = dict(row)
+                    names = dict(row) if fields is None else dict(zip(fields, row))
                     names["row"] = row
                 self.globals["row"] = row
                 held = bool(eval(self.code, self.globals, names))

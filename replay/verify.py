@@ -717,22 +717,27 @@ def _compare_change_feeds(queries: list[dict], stores: list[Any], mapped: dict, 
     return feed
 
 
+_UNREAD = object()   # `_compare_group_writes`: the store's earlier GroupStates, not read yet
+
+
 def _compare_group_writes(b: int, name: str, spark: dict, ours: dict, before: Callable[[], dict | None],
                           feed: dict, differences: list[dict]) -> None:
     """Micro-batch `b` of an applyInPandasWithState operator: the GroupStates Spark's change
     feed says it wrote (`{key: ("update", value, timeout) or ("delete",)}`, the last per key)
     against those the replay's calls left Spark to write (core/group_state.py `store_write`).
     A call that removed a state the store did not have (`before()`: the store's GroupStates after
-    micro-batch b - 1, None where Spark no longer keeps them; read only for such a removal) may
-    have written nothing: the
-    default (HDFS-backed) state store writes a removal only of a key it holds."""
+    micro-batch b - 1, None where Spark no longer keeps them; read once, and only for such a
+    removal) may have written nothing: the default (HDFS-backed) state store writes a removal
+    only of a key it holds."""
+    held: Any = _UNREAD
     for k in sorted(spark.keys() | ours.keys(), key=repr):
         have, replayed = spark.get(k), ours.get(k)
         if have is not None and replayed is not None and same(have, replayed):
             feed["writes"] += 1
             continue
         if have is None and replayed == ("delete",):
-            held = before()
+            if held is _UNREAD:
+                held = before()   # (a Spark job: once a micro-batch)
             if held is None or k not in held:
                 continue
         k_text = values.render(values.encode(k), 40)

@@ -379,9 +379,11 @@ def test_the_change_feed_comparison_of_group_states_key_by_key():
 
     session = ("update", (3, 12, 1790000049000), 1790000109000)
     feed, diffs = {"writes": 0}, []
-    _compare_group_writes(2, "sessions", {"u0": session}, {"u0": session, "u9": ("delete",)}, lambda: {"u0": (None, -1)},
-                          feed, diffs)
+    reads = []
+    _compare_group_writes(2, "sessions", {"u0": session}, {"u0": session, "u8": ("delete",), "u9": ("delete",)},
+                          lambda: reads.append(1) or {"u0": (None, -1)}, feed, diffs)
     assert (feed["writes"], diffs) == (1, [])
+    assert reads == [1], "the store's earlier GroupStates are read once for the micro-batch's removals"
     _compare_group_writes(2, "sessions", {}, {"u9": ("delete",)}, lambda: {"u9": ((1, 1, 1), 5)}, feed, diffs)
     assert [d["key"] for d in diffs] == ["u9"] and "the replay removed the GroupState" in diffs[0]["error"]
     diffs.clear()
