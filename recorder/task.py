@@ -908,6 +908,7 @@ class StageTask:
 
         p = self.partition
         for r in self.loggers:
+            r.settle_log()
             log = r.log
             rec: dict = {"op": r.node_id, "i": p, "start": log.start, "end": r.count}
             if log.counts:
@@ -1005,6 +1006,7 @@ class StageTask:
 
     def _discard_logs(self) -> None:
         for r in self.loggers:
+            r.settle_log()
             log = r.log
             del log.counts[:]
             for d in log.dests.values():

@@ -1009,15 +1009,30 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
                                                              decimal.Decimal(-2), float(2 ** 62), float("nan")]
     seq = [({"k": rng.choice(domain), "i": i}, rng.randrange(2)) for i in range(3_000)]
     made, logged, emitted = None, None, {}
+    flushed = (array("q"), array("I"))
+
+    def flush(runner):   # what a task's flush takes of the log (recorder/task.py `_collect`)
+        runner.settle_log()
+        flushed[0].extend(runner.log.keys)
+        flushed[1].extend(runner.log.counts)
+        del runner.log.keys[:], runner.log.counts[:]
+
     for cls, batched in ((StoredLineageRunner, False), (JoinLineageRunner, False), (JoinLineageRunner, True)):
         op = HashJoin(lambda r: r["k"], lambda r: r["k"], merge=lambda a, b: (a["i"], b["i"]))
         runner = cls("J", 0, op, 1, InstanceLog([]), False)
         out = emitted[(cls, batched)] = []
         runner.targets = [out.append]
-        if batched:   # as a shuffle's payloads come: a run of one port's rows at a time (feed_many's loop)
-            for _, run in itertools.groupby(seq, key=lambda rp: rp[1]):
+        if batched:   # as a shuffle's payloads come: a run of one port's rows at a time (feed_many's
+            # loop), some row by row between them, the log flushed now and then
+            for n, (_, run) in enumerate(itertools.groupby(seq, key=lambda rp: rp[1])):
                 run = list(run)
-                runner.feed_rows([row for row, _ in run], run[0][1])
+                if n % 5 == 4:
+                    for row, port in run:
+                        runner.feed(row, port)
+                else:
+                    runner.feed_rows([row for row, _ in run], run[0][1])
+                if n % 3 == 2:
+                    flush(runner)
         else:
             for row, port in seq:
                 runner.feed(row, port)
@@ -1026,7 +1041,8 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
         if cls is StoredLineageRunner:
             made = runner.log.made
         elif batched:   # the same logs and outputs as row by row
-            assert (runner.log.keys, runner.log.counts) == (logged.keys, logged.counts)
+            flush(runner)
+            assert flushed == (logged.keys, logged.counts)
             assert out == emitted[(JoinLineageRunner, False)] == emitted[(StoredLineageRunner, False)]
         else:
             logged = runner.log
@@ -1046,10 +1062,19 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
             raise ValueError("no key")
         return r["k"]
 
-    for inputs in (seq, [({"k": i // 3, "i": i}, i // 100 % 2) for i in range(3_000)]):   # (the second: silent runs)
+    def failing_merge(a, b):   # raises once the failing input's row is stored (and its key handed over)
+        if 1_550 in (a["i"], b["i"]):
+            raise ValueError("no merge")
+        return a["i"], b["i"]
+
+    silent = [({"k": i // 3, "i": i}, i // 100 % 2) for i in range(3_000)]
+    probing = [({"k": i % 7, "i": i}, int(i < 1_500)) for i in range(3_000)]   # 1,550 matches stored rows
+    for inputs, join in ((seq, lambda: HashJoin(failing_key, failing_key)),
+                         (silent, lambda: HashJoin(failing_key, failing_key)),   # (silent runs)
+                         (probing, lambda: HashJoin(lambda r: r["k"], lambda r: r["k"], merge=failing_merge))):
         failed = []
         for batched in (False, True):
-            runner = JoinLineageRunner("J", 0, HashJoin(failing_key, failing_key), 1, InstanceLog([]), False)
+            runner = JoinLineageRunner("J", 0, join(), 1, InstanceLog([]), False)
             runner.targets = [lambda o: None]
             with pytest.raises(OperatorFailure):
                 if batched:
@@ -1058,6 +1083,7 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
                 else:
                     for row, port in inputs:
                         runner.feed(row, port)
+            runner.settle_log()   # (as a flush does)
             failed.append((runner.count, runner.log.keys, runner.log.counts))
         assert failed[0] == failed[1] and failed[0][0] == len(failed[0][1]) == len(failed[0][2]) == 1_550
 
