@@ -988,6 +988,30 @@ def test_a_frozen_frame_thaws_as_its_pickle_does():
         assert type(back) is type(df) and back.attrs == df.attrs
 
 
+def test_a_join_that_hands_its_keys_over_processes_as_its_process_does():
+    """`HashJoin.keys_logged_to` repeats `process`'s lines (a call per input less for `--lineage`):
+    the same outputs, stored rows and counts of what changed, and one key handed over per row."""
+    from tt.core.operator import HashJoin
+
+    rng = random.Random(5)
+    seq = [({"k": rng.randrange(40), "i": i}, rng.randrange(2)) for i in range(2_000)]
+    joins = [HashJoin(lambda r: r["k"], lambda r: r["k"], merge=lambda a, b: (a["i"], b["i"])) for _ in range(2)]
+    handed: list = []
+    calls = [joins[0].process, joins[1].keys_logged_to(handed.append)]
+    seen: list = [[], []]
+    outputs: list = [[], []]
+    for n, (row, port) in enumerate(seq):
+        for j in (0, 1):
+            if n == 700:
+                seen[j].append(joins[j].changed_keys())   # from here on the joins count what changed
+            outputs[j].append(calls[j](dict(row), port))
+            seen[j].append(joins[j].join_key())
+    for j in (0, 1):
+        seen[j] += [joins[j].changed_keys(), joins[j].appended_rows(), joins[j].left, joins[j].right]
+    assert outputs[0] == outputs[1] and sum(map(bool, outputs[0])) > 1_000
+    assert seen[0] == seen[1] and handed == [row["k"] for row, _ in seq]
+
+
 @pytest.mark.parametrize("keys", ["ints", "mixed"])
 def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
     """`--lineage` logs a join's inputs' keys alone (JoinLineageRunner); the reader works out what
