@@ -280,11 +280,12 @@ class HashJoin(Operator):
         return self._key
 
     def keys_logged_to(self, log: Callable[[Any], Any]) -> Callable[[Any, int], Any] | None:
-        """`process`, handing each input's key to `log` once the row is stored (`tt record
-        --lineage`: core/runtime.py `JoinLineageRunner`), or None where a subclass processes
-        otherwise. `process`'s lines again rather than a call of it: a join outside G(θ) takes
-        most of a job's tuples (W2's J1: 1.5M), and asking `join_key()` after each, then
-        checking what it gave, was most of what `--lineage` cost on TPC-H W2."""
+        """`process`, handing each input's key to `log` once its outputs are made, so an input
+        whose `merge` raised logs none (`tt record --lineage`: core/runtime.py
+        `JoinLineageRunner`), or None where a subclass processes otherwise. `process`'s lines
+        again rather than a call of it: a join outside G(θ) takes most of a job's tuples (W2's
+        J1: 1.5M), and asking `join_key()` after each, then checking what it gave, was most of
+        what `--lineage` cost on TPC-H W2."""
         if type(self).process is not HashJoin.process:
             return None
         keys = self._keys
@@ -293,18 +294,16 @@ class HashJoin(Operator):
             self._key = k = keys[port](row)
             mine, other = (self.left, self.right) if port == 0 else (self.right, self.left)
             mine.setdefault(k, []).append(row)
-            log(k)
             matches = other.get(k)
             if self._added is not None:
                 added = self._added[port]
                 added[k] = added.get(k, 0) + 1
                 if matches:
                     self._touched[1 - port][k] = None
-            if not matches:
-                return None
-            if port == 0:
-                return [self._merge(row, r) for r in matches]
-            return [self._merge(l, row) for l in matches]
+            outs = (None if not matches else [self._merge(row, r) for r in matches] if port == 0
+                    else [self._merge(l, row) for l in matches])
+            log(k)
+            return outs
 
         return process
 
