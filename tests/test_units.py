@@ -1112,6 +1112,16 @@ def test_a_joins_key_log_tells_what_each_output_was_made_from(keys):
             failed.append((runner.count, runner.log.keys, runner.log.counts))
         assert failed[0] == failed[1] and failed[0][0] == len(failed[0][1]) == len(failed[0][2]) == 1_550
 
+    # an input fed row by row, then a batch whose merge raises: a key for each input taken, the failing one's not
+    runner = JoinLineageRunner("J", 0, HashJoin(lambda r: r["k"], lambda r: r["k"], merge=failing_merge), 1,
+                               InstanceLog([]), False)
+    runner.targets = [lambda o: None]
+    runner.feed({"k": 1, "i": 0}, 1)
+    with pytest.raises(OperatorFailure):
+        runner.feed_rows([{"k": 1, "i": i} for i in range(1_545, 1_560)], 0)
+    runner.settle_log()
+    assert runner.count == len(runner.log.keys) == len(runner.log.counts) == 6
+
     # counts beyond the stored rows (a log the built-in join never writes): those outputs come from nothing
     runs, keys, counts = [(0, 0, 2), (1, 0, 2), (-1, -1, 1)], array("q", [5, 6, 5, 5]), array("I", [0, 0, 2, 3, 0])
     assert list(join_lineage.made_from_keys(runs, keys, counts)) == [1, 0, 0, 1, 0, 0, 0]
