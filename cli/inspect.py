@@ -172,7 +172,8 @@ def _source_text(src: dict) -> str:
     n = len(src["files"])
     kept = "row counts" if src.get("positions") == "counted" else "positions"
     text = (f"by reference: {src['rows']:,} rows as {human_bytes(src['position_bytes'])} of "
-            f"{kept} in {n} {src['format'].capitalize()} file{'s' if n != 1 else ''}, ")
+            f"{kept} in {n} {src['format'].capitalize()} file{'s' if n != 1 else ''}"
+            + (f" (partitioned by {', '.join(src['partitioned_by'])})" if src.get("partitioned_by") else "") + ", ")
     copied = src.get("copied_units", 0)
     also = (f"; {copied:,} of its units copied into the run file instead (their tasks' rows were not where "
             f"the tasks' partitions say: a union or a coalesce after the call?)" if copied else "")

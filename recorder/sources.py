@@ -1,7 +1,8 @@
 """File sources by reference: which source DataFrames need not be copied into the run file.
 
 A source DataFrame that is a plain scan of Parquet files (a read, filters, a
-choice of columns) can be read again later: the recorder then stores, for each
+choice of columns; a table partitioned by directory too, whose partition columns'
+values the driver records per file) can be read again later: the recorder then stores, for each
 chunk of its rows, the file and the row positions instead of the rows
 (`store/positions.py`), and replay reads them back with pyarrow
 (`store/sources.py`). Spark gives the positions through the hidden
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..store.sources import filter_columns
 
 ROW = "_tt_row"     # the trailing position column added to a referenced source
 FILE = "_tt_file"   # xxhash64 of the file's path, added when a task reads several files
@@ -136,32 +139,43 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
     fmt = scan.relation().fileFormat().toString()
     if fmt != "Parquet":
         return None, f"it is read from {fmt} files (only Parquet gives row positions)"
-    if scan.relation().partitionSchema().size() > 0:
-        return None, "the table is partitioned by directory (not referenced yet)"
+    partitioned, why = _partition_columns(scan.relation().partitionSchema())
+    if partitioned is None:
+        return None, why
     required = {c.lower(): c for c in scan.requiredSchema().fieldNames()}
+    required.update((c.lower(), c) for c in partitioned)
     if any(c.lower() not in required for c in df.columns) or len({c.lower() for c in df.columns}) < len(df.columns):
         return None, "its columns are not the file's columns as read"
     files: list[SourceFile] = []
     index: dict[str, int] = {}
+    directory: dict[str, list] = {}   # a partitioned table's: file URI -> its partition columns' values
     splits: dict[int, list[tuple[int, int, int]]] = {}
     parts = scan.inputRDD().filePartitions()
+    # a file's path as a URI, as `_metadata.file_path` gives it: `file:/data/x=a%20b/part-0.parquet` for
+    # the directory `x=a b` (the path Spark lists has `file:///`, and a `%` of the name unescaped)
+    hadoop_path = df.sparkSession._jvm.org.apache.hadoop.fs.Path
     for i in range(parts.size()):
         fp = parts.apply(i)
         spans = splits[int(fp.index())] = []
         for f in fp.files():
-            uri = f.toPath().toString()   # the form _metadata.file_path gives
+            uri = str(hadoop_path(f.toPath().toString()).toUri().toString())   # as _metadata.file_path gives it
             if uri not in index:
                 index[uri] = len(files)
                 files.append(SourceFile(uri, int(f.fileSize()), int(f.modificationTime()), None))
+                if partitioned:
+                    directory[uri] = _partition_values(f.partitionValues(), partitioned)
             spans.append((index[uri], int(f.start()), int(f.length())))
     if not files:
         return None, "it reads no files"
     info = {"paths": _strings(scan.relation().location().rootPaths()),
             "pushed_filters": _strings(scan.pushedDownFilters()),
             "data_filters": _strings(scan.dataFilters())}
+    if partitioned:
+        info["partitioned"] = {"columns": list(partitioned), "values": directory}
     ref = ScanRef([required[c.lower()] for c in df.columns], files, splits, info)
     translated = [row_filter(c) for c in conditions]
-    if all(t is not None for t in translated):
+    in_directory = {c.lower() for c in partitioned}
+    if all(t is not None and not in_directory.intersection(c.lower() for c in filter_columns(t)) for t in translated):
         ref.counted = True
         ref.row_filter = None if not translated else translated[0] if len(translated) == 1 else ["and", *translated]
     if ref.per_row_file:
@@ -171,6 +185,36 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
     for f in files:
         f.footer = footer_digest(f.uri)
     return ref, ""
+
+
+#: Partition column types whose values replay rebuilds exactly from what Spark parsed out of
+#: a file's directory (store/sources.py `_constant`), and how they are read from its InternalRow
+_PARTITION_TYPES = {'"byte"': "getByte", '"short"': "getShort", '"integer"': "getInt", '"long"': "getLong",
+                    '"date"': "getInt", '"boolean"': "getBoolean", '"string"': "getUTF8String"}
+
+
+def _partition_columns(schema: Any) -> tuple[dict[str, str] | None, str]:
+    """A table partitioned by directory (`…/year=2024/region=EU/part-0.parquet`): its partition
+    columns and their Spark types (JSON names), none for a plain one; None and why where a
+    column's type is one whose values replay could not rebuild exactly."""
+    out = {}
+    for i in range(schema.size()):
+        f = schema.apply(i)
+        kind = f.dataType().json()
+        if kind not in _PARTITION_TYPES:
+            return None, f"it is partitioned by {f.name()}, a {kind.strip(chr(34))} column (not referenced yet)"
+        out[str(f.name())] = kind
+    return out, ""
+
+
+def _partition_values(row: Any, columns: dict[str, str]) -> list:
+    """A file's partition values, as Spark parsed them from its directory: what every row read
+    from it holds in those columns (a date as days since 1970-01-01; None for a null)."""
+    out = []
+    for i, kind in enumerate(columns.values()):
+        value = None if row.isNullAt(i) else getattr(row, _PARTITION_TYPES[kind])(i)
+        out.append(str(value.toString()) if kind == '"string"' and value is not None else value)
+    return out
 
 
 #: Catalyst comparisons, and what store/sources.py evaluates them with (pyarrow.compute)

@@ -133,6 +133,8 @@ def sources(reader: RunReader) -> list[dict]:
                     "format": scan["format"], "columns": scan["columns"], "files": files,
                     "filters": info.get("data_filters", []), "rows": rows, "position_bytes": size,
                     "copied_units": units,
+                    # a table partitioned by directory: the columns whose values its directories give
+                    "partitioned_by": (info.get("partitioned") or {}).get("columns", []),
                     # counted: chunks hold row counts, positions follow from the splits and the filter
                     "positions": "counted" if info.get("counted") else "listed"})
     return out

@@ -6,8 +6,9 @@ files themselves are named in `source_files` with their size, modification time 
 their footer.
 `SourceReader` turns a chunk back into the rows the operator saw: it opens the
 file, checks it is the one recorded, reads the row groups that hold the
-positions, casts them to the Arrow schema the operator's batches had (Spark's
-types, its session time zone), takes the rows and checks their digest. A counted
+positions, puts back a partitioned table's columns from the values recorded for
+the file's directories, casts them to the Arrow schema the operator's batches had
+(Spark's types, its session time zone), takes the rows and checks their digest. A counted
 chunk (no positions: its task and the rows before it) gets its positions from the
 task's splits first: the row groups Spark reads for each split, the rows of them that
 pass the scan's recorded filter (`task_rows`). A file that
@@ -142,6 +143,27 @@ def _scalar(value: Any, kind: Any) -> Any:
     if type(value) is str and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         return _strings([value], kind)[0]
     return None
+
+
+def _constant(value: Any, kind: Any, n: int) -> Any:
+    """A partition column's `value` (as recorder/sources.py `_partition_values` keeps it) on `n`
+    rows, as an Arrow array of `kind` (built from buffers: pa.array() would import pandas)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if value is None:
+        return pa.nulls(n, kind)
+    if pa.types.is_boolean(kind):
+        return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(np.packbits(np.full(n, value, np.uint8),
+                                                                               bitorder="little"))])
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        data = value.encode()
+        offsets = np.arange(n + 1, dtype=np.int64 if pa.types.is_large_string(kind) else np.int32) * len(data)
+        return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+    if pa.types.is_integer(kind) or pa.types.is_date32(kind):
+        width = kind.bit_width if pa.types.is_integer(kind) else 32
+        return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(np.full(n, value, np.dtype(f"int{width}")))])
+    raise RunFileError(f"the run file's partition values are damaged: a column of type {kind}")
 
 
 def _strings(values: list[str], kind: Any = None) -> Any:
@@ -576,22 +598,43 @@ class SourceReader:
         rows = rows[rows < bounds[g + 1]] - bounds[g]
         batch = next(pf.iter_batches(batch_size=int(rows.max()) + 1, row_groups=[g], use_threads=False,
                                      columns=self._file_columns(source, fid)))
-        return self._as_read(source, pa.Table.from_batches([batch])).take(_indices(rows))
+        return self._as_read(source, fid, pa.Table.from_batches([batch])).take(_indices(rows))
 
     def _file_columns(self, source: int, file_id: int) -> list[str]:
-        """The file's names of the columns the scan read (matched as Spark matches them, by case)."""
+        """The file's names of the columns the scan read (matched as Spark matches them, by case),
+        but those of a partitioned table's directories (`_as_read` adds them)."""
         pf, _ = self._parquet(file_id)
-        columns = self.scans[source]["columns"]
+        in_directory = {c.lower() for c in self._partitioned(source).get("columns", ())}
+        columns = [c for c in self.scans[source]["columns"] if c.lower() not in in_directory]
         names = {n.lower(): n for n in pf.schema_arrow.names}
         missing = [c for c in columns if c.lower() not in names]
         if missing:
             raise changed(self.files[file_id].uri, f"it has no column {missing[0]!r}", self.run)
         return [names[c.lower()] for c in columns]
 
-    def _as_read(self, source: int, raw: Any) -> Any:
-        """Rows read from a file as the operator had them: Spark's types (time zone, string_view → string)."""
+    def _as_read(self, source: int, file_id: int, raw: Any) -> Any:
+        """Rows read from a file as the operator had them: Spark's types (time zone, string_view →
+        string), and a partitioned table's columns that the file's directory gives, each the value
+        Spark parsed from it (recorded per file) on every row, in their place among the columns."""
+        import pyarrow as pa
+
         schema = self.schema(source)
+        partitioned = self._partitioned(source)
+        if partitioned:
+            where = {c.lower(): i for i, c in enumerate(partitioned["columns"])}
+            values = partitioned["values"].get(self.files[file_id].uri)
+            if values is None:
+                raise RunFileError(f"the run file's row references are damaged: it holds no partition values of "
+                                   f"{self.files[file_id].uri}")
+            read = iter(raw.columns)
+            raw = pa.Table.from_arrays(
+                [_constant(values[where[c.lower()]], schema.field(i).type, raw.num_rows) if c.lower() in where
+                 else next(read) for i, c in enumerate(self.scans[source]["columns"])], names=schema.names)
         return raw.rename_columns(schema.names).cast(schema)
+
+    def _partitioned(self, source: int) -> dict:
+        """A partitioned table's columns from its directories and their values per file (recorder/sources.py)."""
+        return self.scans[source]["info"].get("partitioned") or {}
 
     def _group(self, source: int, file_id: int, group: int) -> Any:
         key = (source, file_id, group)
@@ -601,7 +644,7 @@ class SourceReader:
             return t
         pf, _ = self._parquet(file_id)
         raw = pf.read_row_group(group, columns=self._file_columns(source, file_id), use_threads=False)
-        t = self._as_read(source, raw)
+        t = self._as_read(source, file_id, raw)
         self._groups[key] = t
         while len(self._groups) > _CACHED_GROUPS:
             self._groups.popitem(last=False)

@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from plain_jobs import record_on_and_off
-from test_sources_by_reference import EXACT, ONE_TASK, SPLIT, codecs, entry_tuples, verified, write_files
+from test_sources_by_reference import (EXACT, ONE_TASK, SPLIT, codecs, entry_tuples, verified, write_files,
+                                       write_partitioned)
 from tt.cli.main import main
 from tt.core import values
 from tt.recorder.job import record_job
@@ -50,6 +51,9 @@ LAYOUTS = {   # name: (files, the job's arguments after DATA_DIR, the rows its s
     "mapInPandas, positions, files split across tasks": (2, ["api=pandas", *SPLIT], mod5),
     "mapInPandas, counted, several files per task": (3, ["api=pandas", "spark.sql.session.timeZone=America/New_York",
                                                          EXACT, *ONE_TASK], exact_rows),
+    # `g` read from the directories (`g=3/part-0.parquet`), in the batches Spark hands the function
+    "mapInPandas, positions, partitioned by directory": (2, ["api=pandas", *ONE_TASK], mod5),
+    "mapInArrow, counted, partitioned by directory": (2, ["filter=v > 20"], lambda t: pc.greater(t["v"], 20)),
 }
 
 
@@ -57,7 +61,7 @@ LAYOUTS = {   # name: (files, the job's arguments after DATA_DIR, the rows its s
 def pair(request, spark, tmp_path_factory):
     files, args, _ = LAYOUTS[request.param]
     d = tmp_path_factory.mktemp("hooked_by_ref")
-    data = write_files(d / "data", files)
+    data = (write_partitioned if "partitioned" in request.param else write_files)(d / "data", files)
     run, on, off = record_on_and_off(JOB, d, [str(data), *args])
     (d / "copied").mkdir()
     copied = d / "copied" / "run.db"

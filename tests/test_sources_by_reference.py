@@ -21,9 +21,11 @@ from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from job_settings import spark_settings   # tests/jobs is on the path
 from plain_jobs import record_on_and_off
 from tt.cli.main import main
 from tt.core import values
@@ -49,6 +51,20 @@ def write_files(d: Path, files: int, **parquet) -> Path:
             "ts": pa.array([base + datetime.timedelta(minutes=i) for i in ids], pa.timestamp("us", tz="UTC")),
             "d": pa.array([decimal.Decimal(i) / 100 for i in ids], pa.decimal128(15, 2))}),
             d / f"part-{f}.parquet", row_group_size=3_000, **parquet)
+    return d
+
+
+def write_partitioned(d: Path, files: int) -> Path:
+    """`write_files`' rows as a table partitioned by directory on `g` (`g=3/part-0.parquet`):
+    the files hold the other columns, Spark reads `g` from the directory names."""
+    flat = write_files(d.with_name(d.name + "-flat"), files)
+    for f in sorted(flat.iterdir()):
+        table = pq.read_table(f)
+        for g in range(7):
+            part = table.filter(pc.equal(table["g"], g)).drop_columns(["g"])
+            (d / f"g={g}").mkdir(parents=True, exist_ok=True)
+            pq.write_table(part, d / f"g={g}" / f.name, row_group_size=1_000)
+    shutil.rmtree(flat)
     return d
 
 
@@ -95,6 +111,10 @@ LAYOUTS = {   # name: (files, Spark settings that shape the tasks, the rows the 
     "counted, several files per task": (3, [EXACT, *ONE_TASK], lambda i: i % 7 != 3 and i % 11 and (i >= 1000 or i in (7, 70, 700))),
     "counted, files split across tasks": (2, [EXACT, "spark.sql.session.timeZone=America/New_York", *SPLIT],
                                           lambda i: i % 7 != 3 and i % 11 and (i >= 1000 or i in (7, 70, 700))),
+    # `g` from the directories, in the middle of the job's columns; its filter on `g` prunes g=3's
+    # files and is no filter pyarrow could evaluate on the files' columns: positions are listed
+    "partitioned by directory": (2, [EXACT, *ONE_TASK], lambda i: i % 7 != 3 and i % 11 and (i >= 1000 or i in (7, 70, 700))),
+    "partitioned by directory, counted": (2, ["filter=v > 20"], lambda i: i * 3 % 101 > 20),
 }
 
 
@@ -102,7 +122,7 @@ LAYOUTS = {   # name: (files, Spark settings that shape the tasks, the rows the 
 def pair(request, spark, tmp_path_factory):
     files, settings, _ = LAYOUTS[request.param]
     d = tmp_path_factory.mktemp("by_ref")
-    data = write_files(d / "data", files)
+    data = (write_partitioned if "partitioned" in request.param else write_files)(d / "data", files)
     args = [str(data), *settings]
     run, on, off = record_on_and_off(JOB, d, args)
     (d / "copied").mkdir()
@@ -159,6 +179,14 @@ def test_positions_are_a_small_fraction_of_the_copied_rows(pair):
         b.close()
 
 
+def tasks_of(run: Path) -> int:
+    reader = RunReader(run)
+    try:
+        return reader.conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+    finally:
+        reader.close()
+
+
 def copy_rows(reader: RunReader) -> int:
     return reader.conn.execute("SELECT SUM(n) FROM entry_chunks").fetchone()[0]
 
@@ -178,9 +206,14 @@ def test_several_files_per_task_use_per_row_file_ids(pair):
         info = reader.source_scans()[0]["info"]
     finally:
         reader.close()
-    assert all(counted) == name.startswith("counted") and any(counted) == all(counted)
-    assert ("counted" in info) == name.startswith("counted")
-    if "several files per task" in name:
+    assert all(counted) == ("counted" in name) and any(counted) == all(counted)
+    assert ("counted" in info) == ("counted" in name)
+    if "partitioned" in name:   # 7 directories (g=3's files pruned when the filter is on g), 2 files each
+        assert info["partitioned"]["columns"] == ["g"]
+        assert files == (12 if "g <> 3" in LAYOUTS[name][1][0] else 14) == len(info["partitioned"]["values"])
+        assert sorted({v for [v] in info["partitioned"]["values"].values()}) == [
+            g for g in range(7) if g != 3 or files == 14]
+    elif "several files per task" in name:
         assert files == 3 and tasks == 1 and any(len(f) > 1 for f in files_per_chunk)
     elif "files split across tasks" in name:
         assert files == 2 and tasks > 2
@@ -333,6 +366,69 @@ def test_a_source_that_is_not_a_plain_scan_is_copied_and_says_why(spark, record,
     assert codecs(run) == {"arrow"}
     assert main(["inspect", str(run)]) == 0
     assert "source   U: rows copied into the run file (its plan has a Repartition" in capsys.readouterr().out
+
+
+class Counter:
+    """θ of the partitioned jobs below: rows seen per region (any tt.Operator would do)."""
+
+    def __new__(cls):
+        import tt
+
+        class RegionCounter(tt.Operator):
+            def __init__(self):
+                self.seen = {}
+
+            def process(self, row, port=0):
+                self.seen[row["region"]] = self.seen.get(row["region"], 0) + 1
+                yield row
+        return RegionCounter()
+
+
+def test_a_table_partitioned_by_directory_is_read_back_with_its_directories_values(spark, record, tmp_path, capsys):
+    """Written by Spark itself, partitioned by a string (a space, a slash, an `=`, a null), a
+    date and an int: every row read back through the positions, its directory's values put back
+    in their place, equals the row Spark hands over (the oracle: `collect()`, not tt's logs);
+    the run verifies; a table partitioned by a double is copied and says why."""
+    import tt
+    from pyspark.sql import functions as F
+
+    regions = ["North America", "Zürich/Genève", "a=b:c", None]
+    rows = [(i, i * 7 % 13, regions[i % 4], datetime.date(2024, 1, 1 + i % 3), i % 2) for i in range(3_000)]
+    (spark.createDataFrame(rows, "id long, v int, region string, day date, n int")
+     .withColumn("x", (F.col("n") + F.lit(0.5))).repartition(2)
+     .write.partitionBy("region", "day", "n").parquet(str(tmp_path / "t")))
+    (spark.read.parquet(str(tmp_path / "t")).write.partitionBy("x").parquet(str(tmp_path / "by_double")))
+
+    def build(path: str, columns: list[str], condition: str = "v > 2"):
+        def flow(spark):
+            f = tt.Dataflow("partitioned")
+            f.source("U", spark.read.parquet(path).where(condition).select(*columns)).process(Counter(), name="R") \
+                .collect("out")
+            return f
+        return flow
+
+    columns = ["region", "id", "day", "v", "n"]
+    # a filter pyarrow evaluates (row counts), and one it does not (positions, a file id per row: one task)
+    for condition, kept in [("v > 2", "row counts"), ("v % 3 != 0", "positions")]:
+        with spark_settings(spark, dict(s.split("=") for s in ONE_TASK) if kept == "positions" else {}):
+            run = record(build(str(tmp_path / "t"), columns, condition), name=f"partitioned-{kept[:3]}.db")
+        if kept == "positions":   # the task's rows name their files by a hash of their paths' URIs
+            assert tasks_of(run) == 1
+        oracle = sorted((r.asDict() for r in spark.read.parquet(str(tmp_path / "t")).where(condition)
+                         .select(*columns).collect()), key=lambda r: r["id"])
+        assert codecs(run) == {"ref"}
+        read_back = [r for rows in entry_tuples(run, lambda r: r).values() for r in rows]
+        assert sorted(read_back, key=lambda r: r["id"]) == oracle and 0 < len(oracle) < len(rows)
+        assert {r["region"] for r in oracle} == set(regions) and {type(r["day"]) for r in oracle} == {datetime.date}
+        assert all(x["ok"] for x in verified(run))
+        assert main(["inspect", str(run)]) == 0
+        assert (f"of {kept} in 24 Parquet files (partitioned by region, day, n), all here and unchanged"
+                in capsys.readouterr().out)
+
+    run = record(build(str(tmp_path / "by_double"), ["region", "x", "id"]), name="by-double.db")
+    assert codecs(run) == {"arrow"}
+    assert main(["inspect", str(run)]) == 0
+    assert "rows copied into the run file (it is partitioned by x, a double column" in capsys.readouterr().out
 
 
 # --- counted chunks: the scan's filter, evaluated again by pyarrow -------------------------------

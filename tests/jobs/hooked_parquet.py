@@ -4,6 +4,7 @@
 
 `RunningTotals` is a callable class given to `DataFrame.mapInArrow` (`api=pandas`:
 `PandasRunningTotals`, to `mapInPandas`): it keeps a running total of `v` per group `g`
+(an int, read from the files or, partitioned by directory, from their directories' names)
 over every batch of its partition, and yields each row with its group's total so far.
 Its input is a plain scan (a filter, columns out of order, timestamps, decimals and
 strings), which `tt record` stores as file positions, not rows (recorder/sources.py,
@@ -43,7 +44,7 @@ class RunningTotals:
             self.batches += 1
             totals = running(self.totals, batch.column("g").to_pylist(), batch.column("v").to_pylist())
             yield pa.RecordBatch.from_pydict({
-                "id": batch.column("id"), "g": batch.column("g"), "total": pa.array(totals, pa.int64()),
+                "id": batch.column("id"), "g": batch.column("g").cast(pa.int64()), "total": pa.array(totals, pa.int64()),
                 "ts": batch.column("ts").cast(pa.string()), "d": batch.column("d").cast(pa.string()),
                 "s": batch.column("s")})
 
