@@ -431,6 +431,21 @@ def test_a_table_partitioned_by_directory_is_read_back_with_its_directories_valu
     assert "rows copied into the run file (it is partitioned by x, a double column" in capsys.readouterr().out
 
 
+def test_a_partition_value_becomes_the_column_pyarrow_would_make():
+    """Every type a partition column may have (recorder/sources.py `_PARTITION_TYPES`), as
+    `_partition_values` keeps it (a date as days), against `pa.array` of the same values."""
+    from tt.store.sources import _constant
+
+    day = datetime.date(2024, 1, 2)
+    for kind, value, as_arrow in [(pa.int8(), -3, -3), (pa.int16(), 300, 300), (pa.int32(), 7, 7),
+                                  (pa.int64(), 2 ** 40, 2 ** 40), (pa.date32(), (day - datetime.date(1970, 1, 1)).days, day),
+                                  (pa.bool_(), True, True), (pa.bool_(), False, False), (pa.string(), "Zürich/Genève", "Zürich/Genève"),
+                                  (pa.large_string(), "", ""), (pa.string(), None, None), (pa.date32(), None, None)]:
+        for n in (0, 1, 9):
+            got = _constant(value, kind, n)
+            assert got.type == kind and got.equals(pa.array([as_arrow] * n, kind)), (kind, value, n)
+
+
 # --- counted chunks: the scan's filter, evaluated again by pyarrow -------------------------------
 
 #: conditions pyarrow evaluates to the very rows Spark keeps: nulls in every column
