@@ -1,8 +1,8 @@
 """File sources by reference: which source DataFrames need not be copied into the run file.
 
 A source DataFrame that is a plain scan of Parquet files (a read, filters, a
-choice of columns; a table partitioned by directory too, whose partition columns'
-values the driver records per file) can be read again later: the recorder then stores, for each
+choice of columns, renamed or not; a table partitioned by directory too, whose
+partition columns' values the driver records per file) can be read again later: the recorder then stores, for each
 chunk of its rows, the file and the row positions instead of the rows
 (`store/positions.py`), and replay reads them back with pyarrow
 (`store/sources.py`). Spark gives the positions through the hidden
@@ -119,19 +119,29 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
         return None, "a column is named _metadata"
     qe = df._jdf.queryExecution()
     conditions = []
+    renamed: dict[str, str] = {}   # a column the DataFrame renames (`col("id").alias("key")`): key -> id
+    projects, above = 0, False       # a filter above a renaming Project names the new columns
     for node in _walk(qe.optimizedPlan()):
         name = node.getClass().getSimpleName()
         if name == "Filter":
             conditions.append(node.condition())
+            above = above or projects == 0
         if name in ("LocalRelation", "LogicalRDD"):
             return None, "it is in-memory data, not read from files"
         if name not in _PLAIN:
             return None, f"its plan has a {name}, not just a scan, filters and columns"
         if name == "Project":
+            projects += 1
             exprs = node.projectList()
             for i in range(exprs.size()):
-                if exprs.apply(i).getClass().getSimpleName() != "AttributeReference":
-                    return None, f"it computes a column ({exprs.apply(i).sql()})"
+                e = exprs.apply(i)
+                kind = e.getClass().getSimpleName()
+                if kind == "Alias" and e.child().getClass().getSimpleName() == "AttributeReference":
+                    renamed[str(e.name()).lower()] = str(e.child().name())
+                elif kind != "AttributeReference":
+                    return None, f"it computes a column ({e.sql()})"
+    if renamed and projects > 1:
+        return None, "it renames columns through several projections"
     leaves = [n for n in _walk(_physical(qe.executedPlan())) if n.children().size() == 0]
     if len(leaves) != 1 or leaves[0].getClass().getSimpleName() != "FileSourceScanExec":
         return None, "it is not read by a single file scan"
@@ -144,8 +154,11 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
         return None, why
     required = {c.lower(): c for c in scan.requiredSchema().fieldNames()}
     required.update((c.lower(), c) for c in partitioned)
-    if any(c.lower() not in required for c in df.columns) or len({c.lower() for c in df.columns}) < len(df.columns):
+    read = [renamed.get(c.lower(), c).lower() for c in df.columns]   # the file's (or directory's) column of each
+    if any(c not in required for c in read) or len({c.lower() for c in df.columns}) < len(df.columns):
         return None, "its columns are not the file's columns as read"
+    if len(set(read)) < len(read):
+        return None, "it reads a column of the file twice"
     files: list[SourceFile] = []
     index: dict[str, int] = {}
     directory: dict[str, list] = {}   # a partitioned table's: file URI -> its partition columns' values
@@ -172,10 +185,13 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
             "data_filters": _strings(scan.dataFilters())}
     if partitioned:
         info["partitioned"] = {"columns": list(partitioned), "values": directory}
-    ref = ScanRef([required[c.lower()] for c in df.columns], files, splits, info)
+    if renamed:
+        info["renamed"] = {c: renamed[c.lower()] for c in df.columns if c.lower() in renamed}
+    ref = ScanRef([required[c] for c in read], files, splits, info)
     translated = [row_filter(c) for c in conditions]
     in_directory = {c.lower() for c in partitioned}
-    if all(t is not None and not in_directory.intersection(c.lower() for c in filter_columns(t)) for t in translated):
+    if not (renamed and above) and all(t is not None and not in_directory.intersection(
+            c.lower() for c in filter_columns(t)) for t in translated):
         ref.counted = True
         ref.row_filter = None if not translated else translated[0] if len(translated) == 1 else ["and", *translated]
     if ref.per_row_file:

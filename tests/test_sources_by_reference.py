@@ -369,19 +369,38 @@ def test_a_source_that_is_not_a_plain_scan_is_copied_and_says_why(spark, record,
 
 
 class Counter:
-    """θ of the partitioned jobs below: rows seen per region (any tt.Operator would do)."""
+    """θ of the jobs below: rows seen per value of their first column (any tt.Operator would do)."""
 
     def __new__(cls):
         import tt
 
-        class RegionCounter(tt.Operator):
+        class FirstColumnCounter(tt.Operator):
             def __init__(self):
                 self.seen = {}
 
             def process(self, row, port=0):
-                self.seen[row["region"]] = self.seen.get(row["region"], 0) + 1
+                first = next(iter(row.values()))
+                self.seen[first] = self.seen.get(first, 0) + 1
                 yield row
-        return RegionCounter()
+        return FirstColumnCounter()
+
+
+def read_back(spark, record, make_df, name: str, settings: dict | None = None) -> tuple[Path, list, list]:
+    """Record a flow over `make_df(spark)` into `name`: (the run, every row read back through its
+    positions, the rows Spark's `collect()` gives), both in `id` order."""
+    import tt
+
+    def flow(spark):
+        f = tt.Dataflow("scan")
+        f.source("U", make_df(spark)).process(Counter(), name="R").collect("out")
+        return f
+
+    with spark_settings(spark, settings or {}):
+        run = record(flow, name=name)
+    assert codecs(run) == {"ref"}
+    rows = [r for chunk in entry_tuples(run, lambda r: r).values() for r in chunk]
+    oracle = [r.asDict() for r in make_df(spark).collect()]
+    return run, sorted(rows, key=lambda r: r["id"]), sorted(oracle, key=lambda r: r["id"])
 
 
 def test_a_table_partitioned_by_directory_is_read_back_with_its_directories_values(spark, record, tmp_path, capsys):
@@ -398,37 +417,71 @@ def test_a_table_partitioned_by_directory_is_read_back_with_its_directories_valu
      .withColumn("x", (F.col("n") + F.lit(0.5))).repartition(2)
      .write.partitionBy("region", "day", "n").parquet(str(tmp_path / "t")))
     (spark.read.parquet(str(tmp_path / "t")).write.partitionBy("x").parquet(str(tmp_path / "by_double")))
-
-    def build(path: str, columns: list[str], condition: str = "v > 2"):
-        def flow(spark):
-            f = tt.Dataflow("partitioned")
-            f.source("U", spark.read.parquet(path).where(condition).select(*columns)).process(Counter(), name="R") \
-                .collect("out")
-            return f
-        return flow
-
     columns = ["region", "id", "day", "v", "n"]
     # a filter pyarrow evaluates (row counts), and one it does not (positions, a file id per row: one task)
     for condition, kept in [("v > 2", "row counts"), ("v % 3 != 0", "positions")]:
-        with spark_settings(spark, dict(s.split("=") for s in ONE_TASK) if kept == "positions" else {}):
-            run = record(build(str(tmp_path / "t"), columns, condition), name=f"partitioned-{kept[:3]}.db")
+        run, got, oracle = read_back(spark, record,
+                                     lambda spark: spark.read.parquet(str(tmp_path / "t")).where(condition).select(*columns),
+                                     f"partitioned-{kept[:3]}.db",
+                                     dict(s.split("=") for s in ONE_TASK) if kept == "positions" else {})
         if kept == "positions":   # the task's rows name their files by a hash of their paths' URIs
             assert tasks_of(run) == 1
-        oracle = sorted((r.asDict() for r in spark.read.parquet(str(tmp_path / "t")).where(condition)
-                         .select(*columns).collect()), key=lambda r: r["id"])
-        assert codecs(run) == {"ref"}
-        read_back = [r for rows in entry_tuples(run, lambda r: r).values() for r in rows]
-        assert sorted(read_back, key=lambda r: r["id"]) == oracle and 0 < len(oracle) < len(rows)
+        assert got == oracle and 0 < len(oracle) < len(rows)
         assert {r["region"] for r in oracle} == set(regions) and {type(r["day"]) for r in oracle} == {datetime.date}
         assert all(x["ok"] for x in verified(run))
         assert main(["inspect", str(run)]) == 0
         assert (f"of {kept} in 24 Parquet files (partitioned by region, day, n), all here and unchanged"
                 in capsys.readouterr().out)
 
-    run = record(build(str(tmp_path / "by_double"), ["region", "x", "id"]), name="by-double.db")
+    def by_double(spark):
+        f = tt.Dataflow("by_double")
+        f.source("U", spark.read.parquet(str(tmp_path / "by_double")).select("region", "x", "id")) \
+            .process(Counter(), name="R").collect("out")
+        return f
+    run = record(by_double, name="by-double.db")
     assert codecs(run) == {"arrow"}
     assert main(["inspect", str(run)]) == 0
     assert "rows copied into the run file (it is partitioned by x, a double column" in capsys.readouterr().out
+
+
+def test_renamed_columns_are_read_from_the_columns_they_rename(spark, record, tmp_path, capsys):
+    """`alias`, `withColumnRenamed`, `selectExpr("a AS b")`, two columns swapping names, a
+    filter on a new name: the rows read back equal Spark's (`collect()`); a filter pyarrow
+    evaluates stays counted, on the file's names; a column read twice is copied and says why."""
+    from pyspark.sql import functions as F
+
+    data = write_files(tmp_path / "data", 1)
+    cases = {   # name: (the DataFrame, the positions its chunks keep)
+        "alias": (lambda s: s.read.parquet(str(data)).select(F.col("g").alias("grp"), "id", F.col("v").alias("value"))
+                  .where("value % 3 != 0"), False),
+        "swapped": (lambda s: s.read.parquet(str(data)).selectExpr("id", "g AS v", "v AS g", "s"), True),
+        "renamed, counted": (lambda s: s.read.parquet(str(data)).withColumnRenamed("g", "grp")
+                             .where("grp <> 3 and id >= 100").select("s", "grp", "id"), True),
+    }
+    for name, (make, counted) in cases.items():
+        run, got, oracle = read_back(spark, record, make, f"{name.replace(', ', '-')}.db")
+        assert got == oracle and 0 < len(oracle), name
+        if name == "swapped":   # the file's g (id % 7) as v, its v (id * 3 % 101) as g
+            assert all(r["v"] == r["id"] % 7 and r["g"] == r["id"] * 3 % 101 for r in got)
+        reader = RunReader(run)
+        try:
+            info = reader.source_scans()[0]["info"]
+        finally:
+            reader.close()
+        assert ("counted" in info) == counted, name
+        assert all(x["ok"] for x in verified(run)), name
+    assert list(got[0]) == ["s", "grp", "id"] and {r["grp"] for r in got} == {0, 1, 2, 4, 5, 6}
+
+    def twice(spark):
+        import tt
+        f = tt.Dataflow("twice")
+        f.source("U", spark.read.parquet(str(data)).select("id", F.col("id").alias("id2"))) \
+            .process(Counter(), name="R").collect("out")
+        return f
+    run = record(twice, name="twice.db")
+    assert codecs(run) == {"arrow"}
+    assert main(["inspect", str(run)]) == 0
+    assert "rows copied into the run file (it reads a column of the file twice)" in capsys.readouterr().out
 
 
 def test_a_partition_value_becomes_the_column_pyarrow_would_make():
