@@ -9,6 +9,7 @@ import typer
 
 from ..core import kept_inputs, values
 from ..core.errors import UsageError
+from ..store.sources import shown
 from .main import app
 from .output import CSV, JSON, NL, cut_hint, emit, human_bytes, only_one, require_intact, table
 
@@ -179,7 +180,7 @@ def _source_text(src: dict) -> str:
             f"the tasks' partitions say: a union or a coalesce after the call?)" if copied else "")
     if not bad:
         return text + ("all " if n > 1 else "") + "here and unchanged" + also
-    return text + "; ".join(f"{f['uri']} {f['here']}" for f in bad[:3]) + (" …" if len(bad) > 3 else "") \
+    return text + "; ".join(f"{shown(f['uri'])} {f['here']}" for f in bad[:3]) + (" …" if len(bad) > 3 else "") \
         + " (replaying needs them: `tt pack` where they are)" + also
 
 

@@ -34,6 +34,7 @@ from ..core.graph import SOURCE
 from ..core.logs import END
 from ..core.scopes import TupleRef
 from ..store import blobs
+from ..store.sources import shown
 from .conditions import BUILTINS
 from .engine import Engine, Instance, Key
 from .lineage_index import LineageIndex, MadeIndex, OutputRows
@@ -121,12 +122,12 @@ class Tree:
                 return f"← the end of input of {e['at']} (its finish(){outside})"
             if e["as"] == "source row":
                 copied = "copied into the run file" if self.rows.get(node) is not None else "values not recorded"
-                where = f"{e['file']} row {e['row']}" if "file" in e else \
+                where = f"{shown(e['file'])} row {e['row']}" if "file" in e else \
                     f"partition {e['partition']}, row #{e['index']} of its read ({copied})"
                 by = "" if e["at"] == e["from"] else f" read by {e['at']}"
                 return f"← a row of source {e['from']}{by}: {where}"
             how = "θ's input" if e["as"] == "theta input" else "a free tuple"
-            where = f"{e['file']} row {e['row']}" if "file" in e else \
+            where = f"{shown(e['file'])} row {e['row']}" if "file" in e else \
                 "copied into the run file" if e["source"] else "lineage stops here"
             return f"← entered G(θ) at {e['at']} ({how}) from {'source ' if e['source'] else ''}{e['from']}: {where}"
         end = self.ends.get(node)

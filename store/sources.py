@@ -58,6 +58,16 @@ def open_file(uri: str) -> tuple[Any, str]:
     return fs.FileSystem.from_uri(uri)
 
 
+def shown(uri: str) -> str:
+    """A file's URI as a user reads it: a local file's path unescaped (`file:/d/region=North
+    America/…`, the directory's own name), as `ls` shows it; any other URI as it is."""
+    if uri.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        return "file:" + unquote(urlparse(uri).path)
+    return uri
+
+
 def footer_digest(uri: str) -> bytes:
     """blake2b-128 of a Parquet file's footer: its schema, row groups and statistics."""
     filesystem, path = open_file(uri)
@@ -100,7 +110,7 @@ def describe_change(rec: FileRecord, run: str = "RUN") -> str | None:
 
 
 def unreadable(uri: str, why: str, run: str = "RUN") -> SourceFileError:
-    e = SourceFileError(f"{run} reads {uri} by reference and it cannot be read from here ({why}); restore "
+    e = SourceFileError(f"{run} reads {shown(uri)} by reference and it cannot be read from here ({why}); restore "
                         f"it, or run `tt pack {run}` where it can be read, to copy its rows into the run file")
     e.reason = why
     return e
@@ -113,7 +123,7 @@ frame_builder: Any = None
 
 
 def changed(uri: str, what: str, run: str = "RUN") -> SourceFileError:
-    return SourceFileError(f"{run} reads {uri} by reference and it changed since the recording ({what}); "
+    return SourceFileError(f"{run} reads {shown(uri)} by reference and it changed since the recording ({what}); "
                            f"restore it, or run `tt pack {run}` where the recorded file is, to copy its rows "
                            f"into the run file")
 

@@ -432,6 +432,11 @@ def test_a_table_partitioned_by_directory_is_read_back_with_its_directories_valu
         assert main(["inspect", str(run)]) == 0
         assert (f"of {kept} in 24 Parquet files (partitioned by region, day, n), all here and unchanged"
                 in capsys.readouterr().out)
+        # lineage names the file a row came from by the path `ls` shows (the directory's own `%2F`)
+        assert main(["lineage", str(run), "R", "--where", "id == 1", "--back", "--depth", "1"]) == 0
+        where = capsys.readouterr().out.splitlines()[1]
+        assert f"from source U: file:{tmp_path}/t/region=Zürich%2FGenève/day=2024-01-02/n=1/part-" in where, where
+        assert Path(where.split("file:")[1].split(" row ")[0]).exists()
 
     def by_double(spark):
         f = tt.Dataflow("by_double")
