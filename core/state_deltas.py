@@ -106,17 +106,22 @@ class StateEncoder:
                 memo.update(hash=h, chain=memo["chain"] + 1, size=memo["size"] + len(data), fields=fields,
                             chained=memo["chained"] + len(data))
                 return h, data, memo["size"]
-        data = values.dumps(state)
-        h = hashlib.blake2b(data, digest_size=16).hexdigest()
+        h, data, size = whole(state)
         fields = remember(state, changed) if type(state) is dict else {}
-        self.memo[key] = {"hash": h, "chain": 0, "size": len(data), "fields": fields, "full": len(data),
-                          "chained": 0}
-        return h, data, len(data)
+        self.memo[key] = {"hash": h, "chain": 0, "size": size, "fields": fields, "full": size, "chained": 0}
+        return h, data, size
 
     def _may_chain(self, memo: dict) -> bool:
         if memo["chain"] < self.full_every:
             return True
         return memo["full"] >= self.long_chain_bytes and memo["chain"] < MAX_CHAIN and memo["chained"] < memo["full"]
+
+
+def whole(state: Any) -> tuple[str, bytes, int]:
+    """(hash, JSON bytes, their size) of a whole state: what `encode` stores for an instance's
+    first snapshot, and the recorder for one it takes before any input (recorder/task.py)."""
+    data = values.dumps(state)
+    return hashlib.blake2b(data, digest_size=16).hexdigest(), data, len(data)
 
 
 def remember(state: dict, changed: dict | None = None) -> dict:
