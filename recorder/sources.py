@@ -2,10 +2,10 @@
 
 A source DataFrame that is a plain scan of Parquet files (a read, filters, a
 choice of columns, renamed or not; a table partitioned by directory too, whose
-partition columns' values the driver records per file) can be read again later: the recorder then stores, for each
-chunk of its rows, the file and the row positions instead of the rows
-(`store/positions.py`), and replay reads them back with pyarrow
-(`store/sources.py`). Spark gives the positions through the hidden
+partition columns' values the driver records per file) can be read again later:
+the recorder then stores, for each chunk of its rows, the file and the row
+positions instead of the rows (`store/positions.py`), and replay reads them back
+with pyarrow (`store/sources.py`). Spark gives the positions through the hidden
 `_metadata.row_index` column, and the files each task reads through the scan's
 file partitions. Anything else is copied as before: the rule errs towards
 copying, which costs bytes, never fidelity. docs/SOURCES.md has the research.
@@ -218,7 +218,7 @@ def _partition_columns(schema: Any) -> tuple[dict[str, str] | None, str]:
         f = schema.apply(i)
         kind = f.dataType().json()
         if kind not in _PARTITION_TYPES:
-            return None, f"it is partitioned by {f.name()}, a {kind.strip(chr(34))} column (not referenced yet)"
+            return None, f"it is partitioned by {f.name()}, a {f.dataType().typeName()} column (not referenced yet)"
         out[str(f.name())] = kind
     return out, ""
 
