@@ -56,8 +56,9 @@ def record(
     on θ's input, when you press Enter (or send SIGUSR1), and at the end.
 
     Rows a source reads from Parquet files (a read, filters and a choice of
-    columns, renamed or not; a table partitioned by directory too) are recorded by reference:
-    their files and row positions, not the rows. Replaying needs the files where they were; `tt pack` copies the rows in.
+    columns, renamed or not; a table partitioned by directory too) are recorded
+    by reference: their files and row positions, not the rows. Replaying needs
+    the files where they were; `tt pack` copies the rows in.
 
     Example: tt record sample_runs/fraud/job.py --watch FE --every 1s -o fraud.db
     """
