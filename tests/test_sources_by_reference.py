@@ -385,18 +385,22 @@ class Counter:
         return FirstColumnCounter()
 
 
-def read_back(spark, record, make_df, name: str, settings: dict | None = None) -> tuple[Path, list, list]:
-    """Record a flow over `make_df(spark)` into `name`: (the run, every row read back through its
-    positions, the rows Spark's `collect()` gives), both in `id` order."""
+def scan_flow(make_df):
+    """A tt.Dataflow over the source `make_df(spark)`: θ counts its rows (`Counter`), a sink."""
     import tt
 
     def flow(spark):
         f = tt.Dataflow("scan")
         f.source("U", make_df(spark)).process(Counter(), name="R").collect("out")
         return f
+    return flow
 
+
+def read_back(spark, record, make_df, name: str, settings: dict | None = None) -> tuple[Path, list, list]:
+    """Record a flow over `make_df(spark)` into `name`: (the run, every row read back through its
+    positions, the rows Spark's `collect()` gives), both in `id` order."""
     with spark_settings(spark, settings or {}):
-        run = record(flow, name=name)
+        run = record(scan_flow(make_df), name=name)
     assert codecs(run) == {"ref"}
     rows = [r for chunk in entry_tuples(run, lambda r: r).values() for r in chunk]
     oracle = [r.asDict() for r in make_df(spark).collect()]
@@ -408,7 +412,6 @@ def test_a_table_partitioned_by_directory_is_read_back_with_its_directories_valu
     date and an int: every row read back through the positions, its directory's values put back
     in their place, equals the row Spark hands over (the oracle: `collect()`, not tt's logs);
     the run verifies; a table partitioned by a double is copied and says why."""
-    import tt
     from pyspark.sql import functions as F
 
     regions = ["North America", "Zürich/Genève", "a=b:c", None]
@@ -438,15 +441,9 @@ def test_a_table_partitioned_by_directory_is_read_back_with_its_directories_valu
         assert f"from source U: file:{tmp_path}/t/region=Zürich%2FGenève/day=2024-01-02/n=1/part-" in where, where
         assert Path(where.split("file:")[1].split(" row ")[0]).exists()
 
-    def by_double(spark):
-        f = tt.Dataflow("by_double")
-        f.source("U", spark.read.parquet(str(tmp_path / "by_double")).select("region", "x", "id")) \
-            .process(Counter(), name="R").collect("out")
-        return f
-    run = record(by_double, name="by-double.db")
-    assert codecs(run) == {"arrow"}
-    assert main(["inspect", str(run)]) == 0
-    assert "rows copied into the run file (it is partitioned by x, a double column" in capsys.readouterr().out
+    assert "rows copied into the run file (it is partitioned by x, a double column" in copied_why(
+        record, lambda spark: spark.read.parquet(str(tmp_path / "by_double")).select("region", "x", "id"),
+        "by-double.db", capsys)
 
 
 def test_renamed_columns_are_read_from_the_columns_they_rename(spark, record, tmp_path, capsys):
@@ -477,16 +474,16 @@ def test_renamed_columns_are_read_from_the_columns_they_rename(spark, record, tm
         assert all(x["ok"] for x in verified(run)), name
     assert list(got[0]) == ["s", "grp", "id"] and {r["grp"] for r in got} == {0, 1, 2, 4, 5, 6}
 
-    def twice(spark):
-        import tt
-        f = tt.Dataflow("twice")
-        f.source("U", spark.read.parquet(str(data)).select("id", F.col("id").alias("id2"))) \
-            .process(Counter(), name="R").collect("out")
-        return f
-    run = record(twice, name="twice.db")
+    assert "rows copied into the run file (it reads a column of the file twice)" in copied_why(
+        record, lambda spark: spark.read.parquet(str(data)).select("id", F.col("id").alias("id2")), "twice.db", capsys)
+
+
+def copied_why(record, make_df, name: str, capsys) -> str:
+    """Record a flow over `make_df(spark)`, whose rows must be copied: what `tt inspect` says of it."""
+    run = record(scan_flow(make_df), name=name)
     assert codecs(run) == {"arrow"}
     assert main(["inspect", str(run)]) == 0
-    assert "rows copied into the run file (it reads a column of the file twice)" in capsys.readouterr().out
+    return capsys.readouterr().out
 
 
 def test_a_partition_value_becomes_the_column_pyarrow_would_make():
