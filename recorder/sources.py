@@ -185,8 +185,6 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
             "data_filters": _strings(scan.dataFilters())}
     if partitioned:
         info["partitioned"] = {"columns": list(partitioned), "values": directory}
-    if renamed:
-        info["renamed"] = {c: renamed[c.lower()] for c in df.columns if c.lower() in renamed}
     ref = ScanRef([required[c] for c in read], files, splits, info)
     translated = [row_filter(c) for c in conditions]
     in_directory = {c.lower() for c in partitioned}

@@ -52,20 +52,21 @@ def open_file(uri: str) -> tuple[Any, str]:
         if uri.startswith(alias):
             uri = "s3://" + uri[len(alias):]
     if uri.startswith("file:"):
-        from urllib.parse import unquote, urlparse
-
-        return fs.LocalFileSystem(), unquote(urlparse(uri).path)
+        return fs.LocalFileSystem(), _local_path(uri)
     return fs.FileSystem.from_uri(uri)
+
+
+def _local_path(uri: str) -> str:
+    """The path of a `file:` URI as the filesystem names it (`%20` a space, `%25` a `%`)."""
+    from urllib.parse import unquote, urlparse
+
+    return unquote(urlparse(uri).path)
 
 
 def shown(uri: str) -> str:
     """A file's URI as a user reads it: a local file's path unescaped (`file:/d/region=North
     America/…`, the directory's own name), as `ls` shows it; any other URI as it is."""
-    if uri.startswith("file:"):
-        from urllib.parse import unquote, urlparse
-
-        return "file:" + unquote(urlparse(uri).path)
-    return uri
+    return "file:" + _local_path(uri) if uri.startswith("file:") else uri
 
 
 def footer_digest(uri: str) -> bytes:

@@ -368,30 +368,29 @@ def test_a_source_that_is_not_a_plain_scan_is_copied_and_says_why(spark, record,
     assert "source   U: rows copied into the run file (its plan has a Repartition" in capsys.readouterr().out
 
 
-class Counter:
-    """θ of the jobs below: rows seen per value of their first column (any tt.Operator would do)."""
+def first_column_counter():
+    """θ of the jobs below: rows seen per value of their first column (any tt.Operator would do).
+    A class of the function's own: pickled by value, as the workers cannot import this module."""
+    import tt
 
-    def __new__(cls):
-        import tt
+    class FirstColumnCounter(tt.Operator):
+        def __init__(self):
+            self.seen = {}
 
-        class FirstColumnCounter(tt.Operator):
-            def __init__(self):
-                self.seen = {}
-
-            def process(self, row, port=0):
-                first = next(iter(row.values()))
-                self.seen[first] = self.seen.get(first, 0) + 1
-                yield row
-        return FirstColumnCounter()
+        def process(self, row, port=0):
+            first = next(iter(row.values()))
+            self.seen[first] = self.seen.get(first, 0) + 1
+            yield row
+    return FirstColumnCounter()
 
 
 def scan_flow(make_df):
-    """A tt.Dataflow over the source `make_df(spark)`: θ counts its rows (`Counter`), a sink."""
+    """A tt.Dataflow over the source `make_df(spark)`: θ counts its rows (`first_column_counter`), a sink."""
     import tt
 
     def flow(spark):
         f = tt.Dataflow("scan")
-        f.source("U", make_df(spark)).process(Counter(), name="R").collect("out")
+        f.source("U", make_df(spark)).process(first_column_counter(), name="R").collect("out")
         return f
     return flow
 
