@@ -51,6 +51,7 @@ class TaskBook:
     sticky: dict[int, int] = field(default_factory=dict)  # θ's barrier positions: k -> position
     theta_flushed: int = 0                                # furthest θ position any attempt logged
     spark_attempts: set = field(default_factory=set)      # Spark's task attempt ids that ran it
+    calls: dict = field(default_factory=dict)             # Spark task attempt id -> the hooked calls it made here
 
 
 @dataclass
@@ -89,6 +90,11 @@ class Coordinator:
         self.warnings: set[str] = set()
         self.tuples = 0
         self.partitions_seen: dict[int, int] = {}
+        # a hooked function Spark called more than once in a task (a coalesce after it runs several
+        # input partitions in one task): (stage, partition, call) -> the later call's own instance
+        self.later_calls: dict[tuple[int, int, int], int] = {}
+        self.next_later: dict[int, int] = {}   # stage -> the next instance a later call gets
+        self.spark_stage_tasks: Callable[[int], int | None] = lambda spark_stage: None   # the session's
         # a streaming query's tasks: (stage, [micro-batch, partition]) -> the instance it runs,
         # numbered densely in the order they first report (a retry gets its first run's)
         self.slots: dict[int, dict[tuple[int, ...], int]] = {}
@@ -290,8 +296,13 @@ class Coordinator:
                     self.stage_queries.setdefault(stage, str(hello.get("query")))
                     slots = self.slots.setdefault(stage, {})
                     part = conn.partition = slots.setdefault(tuple(int(x) for x in slot), len(slots))
-                book = self.tasks.setdefault((stage, part), TaskBook())
                 spark_attempt = hello.get("spark_attempt")
+                later = None
+                if slot is None and spark_attempt is not None and "spark_stage" in hello:
+                    later = self._later_call(stage, part, spark_attempt, hello["spark_stage"])
+                    if later is not None:
+                        part = conn.partition = later
+                book = self.tasks.setdefault((stage, part), TaskBook())
                 rerun = slot is None and spark_attempt is not None and spark_attempt in book.spark_attempts
                 book.spark_attempts.add(spark_attempt)
                 attempt = self.next_attempt
@@ -323,11 +334,34 @@ class Coordinator:
                           "running" if conn.mode == "record" else "shadow", time.time(),
                           hello.get("host"))])])
             wire.send(sock, welcome)
-        if rerun:   # not a retry: Spark ran another of its input partitions in the same task
+        if later is not None:
+            self._warn_once(f"{self.graph.hooked_node(stage).name} ran several of its input partitions in one Spark "
+                            f"task (a coalesce after it?): tt recorded each as an instance of its own, numbered "
+                            f"after the task's partitions")
+        elif rerun:   # not a retry: Spark ran another of its input partitions in the same task
             self._warn_once(f"{self.graph.hooked_node(stage).name} ran several of its input partitions in one Spark "
                             f"task (a coalesce after it?): tt recorded the first one's units, the others ran "
                             f"unrecorded")
         return conn
+
+    def _later_call(self, stage: int, part: int, spark_attempt: int, spark_stage: int) -> int | None:
+        """Under `lock`: the instance of a hooked task's call that is not its Spark task's first
+        (Spark computes a coalesced task's input partitions one after the other, each a call of the
+        function with the task's partition id), None for a first call. A later call gets an
+        instance of its own, numbered after the Spark stage's tasks (so no task's own partition
+        takes it), the same for the same call of a retry of the task. Without Spark's count of
+        the stage's tasks it gets none: it runs unrecorded, as a retry would, and the run says so."""
+        calls = self.tasks.setdefault((stage, part), TaskBook()).calls
+        call = calls[spark_attempt] = calls.get(spark_attempt, 0) + 1
+        if call == 1:
+            return None
+        if (stage, part, call) not in self.later_calls:
+            tasks = self.spark_stage_tasks(spark_stage)
+            if tasks is None:
+                return None
+            n = self.later_calls[(stage, part, call)] = max(self.next_later.get(stage, 0), tasks)
+            self.next_later[stage] = n + 1
+        return self.later_calls[(stage, part, call)]
 
     def _warn_once(self, message: str) -> None:
         if message not in self.warnings:

@@ -41,7 +41,7 @@ class HookedCall:
 
         tc = TaskContext.get()
         partition, units = args if len(args) == 2 else (tc.partitionId(), args[0])
-        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber()}
+        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), "spark_stage": tc.stageId()}
         task = StageTask(self.graph, self.stage_id, partition, self.recording, attempt)
         task.source_ref = self.source_ref
         return task.run_units(units)
@@ -67,7 +67,8 @@ class TaskFeed:
         `run`: which of the task's Python runs this is, where Spark makes more than one."""
         tc = _task_context()
         if self._task is None or tc is not self._context:   # (a worker makes a TaskContext per task)
-            attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), **_slot(tc, run)}
+            attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), "spark_stage": tc.stageId(),
+                       **_slot(tc, run)}
             self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
             self._context = tc
             self._task.open_units()

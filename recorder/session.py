@@ -132,6 +132,7 @@ class RecordingSession:
         self.coordinator = Coordinator(self.writer, graph, self.run_id, host=host,
                                        bind=Coordinator.bind_address(master, conf), on_event=self.on_event,
                                        online_tau=self.checkpoint_tau, plan_id=plan_id)
+        self.coordinator.spark_stage_tasks = _stage_tasks(sc)
         self.recording = Recording(self.coordinator.address, self.coordinator.secret, self.run_id, self.when)
         return master
 
@@ -562,6 +563,20 @@ def _inside_py4j(frame) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _stage_tasks(sc: Any) -> Callable[[int], int | None]:
+    """How many tasks a running Spark stage has, from Spark's status tracker (None where it does
+    not say): the coordinator numbers a coalesced task's later calls after them."""
+    tracker = sc.statusTracker()
+
+    def tasks(spark_stage: int) -> int | None:
+        try:
+            info = tracker.getStageInfo(spark_stage)
+        except Exception:  # noqa: BLE001  (py4j: the driver's JVM going away)
+            return None
+        return None if info is None else int(info.numTasks)
+    return tasks
 
 
 def _job_files(job: Path, job_dir: Path | None) -> dict[str, str]:

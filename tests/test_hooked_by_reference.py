@@ -164,13 +164,19 @@ def test_tt_pack_copies_the_very_units_in(pair, tmp_path, capsys):
     assert results and all(x["ok"] for x in results), results
 
 
-def test_a_coalesce_after_the_function_is_said_not_hidden_and_replays(spark, tmp_path, capsys):
-    """Spark runs a coalesced task's input partitions one after the other in one Python worker,
-    each a call of the hooked function: tt records the first and says that it did not record the
-    others (they are not retries, whose logs a committed attempt makes redundant). That first
-    partition is not the one its task's number names in the scan: a task reads its first unit
-    back, finds other rows, and copies its units, so the run replays (it failed with 'the file
-    changed')."""
+def test_a_coalesce_after_the_function_records_every_input_partition(spark, tmp_path, capsys):
+    """Spark runs a coalesced task's input partitions one after the other, each a call of the
+    hooked function under the task's partition id: tt records every call, the later ones as
+    instances of their own (it used to keep the first call's units and run the others
+    unrecorded). A call's partition is not the one its number names in the scan: a task reads
+    its first unit back, finds other rows, and copies its units. Against the files (pyarrow, no
+    tt log): the recorded units hold every row the scan kept, once, and the replayed end states'
+    totals are the files' sums; Spark's own count of the scan's partitions is the instances'."""
+    import sys
+
+    sys.path.insert(0, str(JOB.parent))
+    from job_settings import spark_settings
+
     data = write_files(tmp_path / "data", 2)
     events = []
     outcome = record_job(JOB, [str(tmp_path / "out.json"), str(data), *SPLIT, "coalesce=3"], tmp_path / "run.db",
@@ -179,12 +185,35 @@ def test_a_coalesce_after_the_function_is_said_not_hidden_and_replays(spark, tmp
     warned = {info["message"] for kind, info in events if kind == "warning"}
     assert warned == {
         "RunningTotals ran several of its input partitions in one Spark task (a coalesce after it?): tt recorded "
-        "the first one's units, the others ran unrecorded",
+        "each as an instance of its own, numbered after the task's partitions",
         "RunningTotals: the rows of a task of its scan were not where the task's partition says (a union or a "
         "coalesce after the call?): that task's units are copied into the run file"}
     assert "arrow-batch" in codecs(tmp_path / "run.db") <= {"ref-batch", "arrow-batch"}
+    with spark_settings(spark, dict(a.split("=", 1) for a in SPLIT)):
+        scan_partitions = spark.read.parquet(str(data)).filter("id % 5 != 0").rdd.getNumPartitions()
+    assert scan_partitions > 3   # (else nothing is coalesced)
+
+    table = pq.read_table(data)
+    kept = table.filter(mod5(table))
+    recorded = units(tmp_path / "run.db")
+    assert len({i for _, i, _, _ in recorded}) == scan_partitions
+    ids = [i for us in recorded.values() for u in us for i in u.column("id").to_pylist()]
+    assert sorted(ids) == sorted(kept["id"].to_pylist())   # every row the scan kept, once
+    reader = RunReader(tmp_path / "run.db")
+    try:
+        op = reader.operator("RunningTotals")
+        assert op.instances == scan_partitions
+        totals: dict[int, int] = {}
+        for (o, _), at in reader.instances_at(reader.interactions()[-1].k).items():
+            if o == op.id:
+                for g, t in values.decode(reader.state(at.state))["totals"].items():
+                    totals[g] = totals.get(g, 0) + t
+    finally:
+        reader.close()
+    assert totals == {r["g"]: r["v_sum"] for r in kept.group_by("g").aggregate([("v", "sum")]).to_pylist()}
     results = verified(tmp_path / "run.db")
     assert results and all(x["ok"] for x in results), results
+    assert results[-1]["instances"] >= scan_partitions   # (the end: every instance compared)
     capsys.readouterr()
     assert main(["verify", str(tmp_path / "run.db")]) == 0   # what it verified, and what it could not
     assert sorted(capsys.readouterr().out.splitlines()[1:]) == sorted(

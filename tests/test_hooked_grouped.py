@@ -91,6 +91,35 @@ def test_the_end_states_equal_the_pandas_oracle(recorded):
     assert all(s == {} for s in by_name["above_mean"] + by_name["merge"])
 
 
+def test_a_coalesce_after_a_grouped_function_records_every_group(spark, tmp_path):
+    """`coalesce(2)` after `summary`: Spark calls it for three shuffle partitions in each of two
+    tasks, each call under the task's partition id. Every call is recorded, the later ones as
+    instances of their own: over the instances, its closure saw every group once and every row
+    (the pandas oracle), where the first call's groups alone were recorded before; the run
+    verifies."""
+    from tt.replay.verify import verify
+
+    events: list = []
+    run, on, off = record_on_and_off(JOB, tmp_path, [str(ROWS), "-", "0", "2"],
+                                     on_event=lambda kind, info: events.append((kind, info)))
+    assert on == off
+    assert "summary ran several of its input partitions in one Spark task (a coalesce after it?): tt recorded " \
+           "each as an instance of its own, numbered after the task's partitions" in \
+           {info["message"] for kind, info in events if kind == "warning"}
+    reader = RunReader(run)
+    try:
+        summary = reader.operator("summary")
+        end = reader.instances_at(reader.interactions()[-1].k)
+        stats = [reader.state(at.state)["closure"]["stats"] for (op, _), at in end.items() if op == summary.id]
+        assert summary.instances == len(stats) > 2
+        assert sum(s["groups"] for s in stats) == payments()["customer"].nunique()
+        assert sum(s["rows"] for s in stats) == ROWS
+        results = verify(reader)
+        assert results and all(r["ok"] for r in results), results
+    finally:
+        reader.close()
+
+
 def test_verify_replays_every_interaction(recorded, capsys):
     from tt.cli.main import main
 

@@ -13,8 +13,10 @@
 Six shuffle partitions for seven keys leave some partitions without a group, where
 Spark runs no Python at all. The data is a pure function of the row id, so the tests compute what every group
 holds with pandas alone (tests/test_hooked_grouped.py).
-Usage: python hooked_grouped.py OUT.json [ROWS] [FAIL_KEY] [FLAKY]
-(summary raises on customer FAIL_KEY; with FLAKY=1 on c3, in its task's first attempt only)
+Usage: python hooked_grouped.py OUT.json [ROWS] [FAIL_KEY] [FLAKY] [COALESCE]
+(summary raises on customer FAIL_KEY; with FLAKY=1 on c3, in its task's first attempt only;
+with COALESCE=N its output is coalesced to N partitions: Spark then calls it for several
+shuffle partitions in one task)
 """
 
 import json
@@ -67,7 +69,7 @@ def batches_of(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         yield pd.DataFrame({"customer": pdf["customer"].iloc[:1], "n": [len(pdf)]})
 
 
-def main(out: str, rows: int = 300, fail_key: str = "-", flaky: int = 0) -> None:
+def main(out: str, rows: int = 300, fail_key: str = "-", flaky: int = 0, coalesce: int = 0) -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-grouped").getOrCreate()
     # six shuffle partitions for seven customers, not coalesced: some partitions hold no group
     spark.conf.set("spark.sql.shuffle.partitions", "6")
@@ -78,6 +80,8 @@ def main(out: str, rows: int = 300, fail_key: str = "-", flaky: int = 0) -> None
         refunds = spark.range(0, rows // 3, numPartitions=2).selectExpr(
             "id", "concat('c', id % 5) AS customer")
         totals = payments.groupBy("customer").applyInPandas(make_summary(fail_key, bool(flaky)), "customer string, amount double")
+        if coalesce:
+            totals = totals.coalesce(coalesce)
         high = payments.groupBy("customer").applyInPandas(above_mean, "id long, customer string, amount double")
         merged = payments.groupBy("customer").cogroup(refunds.groupBy("customer")).applyInPandas(
             merge, "customer string, payments long, refunds long")
