@@ -15,7 +15,7 @@ from ..core.errors import UsageError
 from .main import app
 from .output import CSV, JSON, Activity, bar, cut_hint, emit, only_one, require_dataflow, require_intact, row_text
 
-_CSV_COLUMNS = ["root", "from", "kind", "state", "read_by", "to", "row", "note"]
+_CSV_COLUMNS = ["root", "from", "kind", "state", "read_by", "to", "row", "note", "spark", "rows"]
 
 
 @app.command()
@@ -49,7 +49,10 @@ def lineage(
     Each link says how two rows are related: "emitted while processing" (the row is an
     output of that tuple's call, from the logs), or "through state" (the call that emitted
     the row read an operator's state that the other tuple's call wrote, found by replaying
-    the run with the state tracked; the link names the instance, field and key).
+    the run with the state tracked; the link names the instance, field and key). In a job
+    tt recorded unchanged, "through Spark" links a unit a hooked function was handed to the
+    outputs of the hooked function before it whose rows it holds, Spark's shuffle or filter
+    between them (matched by value).
     Backward lineage stops at the tuples that entered G(θ): θ's inputs and the other side of
     a join, with the source row's file and row number when the source was read by
     reference. Forward lineage says where each path ended: a sink, a call that emitted
@@ -166,6 +169,8 @@ def _link_text(lineage, link, back: bool) -> str:
         return "consumed at"
     if link.kind == "emitted":
         return "emitted while processing" if back else "emitted as"
+    if link.kind == "spark":
+        return f"through Spark ({link.spark}), {link.rows:,} row{'s' if link.rows != 1 else ''} matched by value in"
     if back:
         return f"through state {link.state}, written by"
     return f"through state {link.state}, read by {lineage.label(link.by)}, as"
@@ -222,5 +227,6 @@ def _csv_rows(lineage, tree) -> list[dict]:
     for link in tree.links:
         rows.append({"root": root, "from": lineage.label(link.src), "kind": link.kind, "state": link.state or "",
                      "read_by": lineage.label(link.by) if link.by is not None else "",
-                     "to": lineage.label(link.to), "row": row(link.to), "note": tree.note(link.to)})
+                     "to": lineage.label(link.to), "row": row(link.to), "note": tree.note(link.to),
+                     "spark": link.spark or "", "rows": link.rows or ""})
     return rows

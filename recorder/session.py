@@ -300,8 +300,8 @@ class RecordingSession:
         master = self._start(Graph(), sc)
         if self.lineage:
             self.on_event("warning", {"message": "--lineage applies to tt.Dataflow jobs: a hooked job's "
-                                                 "functions are all recorded already, and lineage stops at "
-                                                 "Spark's own operators between them"})
+                                                 "functions are all recorded already, and lineage crosses "
+                                                 "Spark's own operators between them by matching rows' values"})
         self.writer.submit([
             ("INSERT OR REPLACE INTO job_files VALUES (?,?)", list(_job_files(self.job, self.job.parent).items())),
             ("UPDATE run SET master=?, spark_version=? WHERE id=1", [(master, sc.version)]),

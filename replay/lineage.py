@@ -6,7 +6,10 @@ A row is related to a tuple in one of two ways (docs/LINEAGE.md):
   exact, from the Input and Output logs alone (`Provenance.emitted_by`, `consumers`);
 * *through state*: the call that emitted it read state that the tuple's call wrote;
   found by replaying the run with the operators' state tracked (`state_access.py`),
-  which the recording never does.
+  which the recording never does;
+* *through Spark*: in a hooked job, a unit a hooked operator was handed holds rows equal to
+  rows an upstream hooked operator emitted, Spark's own operators between them
+  (`spark_links.py`: matched by value).
 
 Backward lineage follows both kinds down to the tuples that entered G(θ) (θ's inputs,
 the other side of a join) and stops there, saying so; a source row shows its values
@@ -24,7 +27,7 @@ import collections
 import sqlite3
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -38,11 +41,12 @@ from ..store.sources import shown
 from .conditions import BUILTINS
 from .engine import Engine, Instance, Key
 from .lineage_index import LineageIndex, MadeIndex, OutputRows
+from .spark_links import Rows, columns_of, frame_of
 from .state_access import StateAccess, path_text, positions
 
 _MISSING = object()
 
-EMITTED, STATE, CONSUMED = "emitted", "state", "consumed"
+EMITTED, STATE, CONSUMED, SPARK = "emitted", "state", "consumed", "spark"
 
 
 @dataclass(frozen=True)
@@ -74,9 +78,11 @@ class Link:
 
     src: Node
     to: Node
-    kind: str                     # EMITTED, STATE, or CONSUMED (forward from an Output: where it went)
+    kind: str                     # EMITTED, STATE, SPARK, or CONSUMED (forward from an Output: where it went)
     state: str | None = None      # through state: the instance and the path, "R:1 seen['c2']"
     by: TupleRef | None = None    # forward through state: the call that read it
+    spark: str | None = None      # through Spark: what Spark did between the two ("shuffle by customer")
+    rows: int = 0                 # through Spark: how many of the unit's rows the output holds
 
 
 WRITERS_SHOWN = 5   # writers of one state path a tree view lists under a row (--json lists all)
@@ -135,7 +141,9 @@ class Tree:
             return {"sink": f"→ reached sink {end['at']}",
                     "pending": f"→ still pending at {end['at']} when the run ended",
                     "absorbed": f"→ consumed with no output at {end['at']} (filtered or absorbed)",
-                    "merged": f"→ into {end['at']}'s state, which reaches only rows shown above"}[end["end"]]
+                    "merged": f"→ into {end['at']}'s state, which reaches only rows shown above",
+                    "spark": f"→ into Spark ({end.get('spark')}): no unit of {end['at']} holds rows equal to "
+                             f"its rows"}[end["end"]]
         return ""
 
 
@@ -161,6 +169,14 @@ class Lineage:
         self._on_outputs: Callable[[Key, int, list], None] | None = None   # sees each tracked call's outputs
         self.index: LineageIndex | None = None
         self._building: dict[Key, OutputRows] | None = None   # while the index is built: each call's outputs
+        # a hooked job: what Spark does between two hooked operators (docs/HOOKS.md), by the source it feeds
+        # and by the operator it leaves; the rows on each side, matched by value (spark_links.py)
+        self._spark_into: dict[int, list[dict]] = collections.defaultdict(list)
+        self._spark_from: dict[int, list[dict]] = collections.defaultdict(list)
+        for e in self.reader.plan.get("spark_edges", []):
+            self._spark_into[e["dst"]].append(e)
+            self._spark_from[e["src"]].append(e)
+        self._replayed_outputs: dict[int, list] = {}   # (--no-index) what each such operator emitted
 
     # --- the index ------------------------------------------------------------------------
 
@@ -445,7 +461,7 @@ class Lineage:
         else:
             emitted = self.provenance.emitted_by(node, whole=True)
             if emitted is None:
-                return []
+                return self._from_spark(node)
             call, j = emitted
         links = [Link(node, call, EMITTED)]
         key = (call.op, call.instance)
@@ -468,6 +484,8 @@ class Lineage:
         """Forward links of a tuple: where its call's outputs went, and the later outputs made
         from state its call wrote (each reached once per walk: `visited`)."""
         if isinstance(node, Output):
+            if node.call.op in self._spark_from:
+                return self._into_spark(node, tree)
             went = self._went(node.call, tree, node.index)[node.index]
             return [Link(node, to, CONSUMED) for to in went if to != node]
         links = [Link(node, to, EMITTED) for tos in self._went(node, tree).values() for to in tos]
@@ -500,6 +518,100 @@ class Lineage:
             merged = any(c != node.position for c, _, _ in readers.read_from(node.position, set()))
             tree.ends[node] = {"end": "merged" if merged else "absorbed", "at": self.graph.nodes[node.op].name}
         return links
+
+    # --- through Spark, between two hooked operators ------------------------------------------
+
+    def _from_spark(self, t: TupleRef) -> list[Link]:
+        """Backward links of a unit a hooked operator got from Spark: the outputs of the hooked
+        operators upstream of its source that hold rows equal to its rows (spark_links.py)."""
+        port, src, seq = self.provenance.index(t.op, t.instance).channel_at(t.position)
+        if (port, src) == END or t.op not in self.graph.in_g:
+            return []
+        edges = self._spark_into.get(self.graph.edges[self.graph.nodes[t.op].inputs[port]].src)
+        frame = frame_of(self.engine.instances[(t.op, t.instance)].entry[(port, src)].get(seq)) if edges else None
+        if frame is None:
+            return []
+        rows = Rows(frame, columns_of(frame))
+        links = []
+        for e in edges:
+            for out, value in self._emitted(e["src"]):
+                held = frame_of(value)
+                n = rows.held_by(held) if held is not None else 0
+                if n:
+                    links.append(Link(t, out, SPARK, spark=e["label"] or "as is", rows=n))
+        return links
+
+    def _into_spark(self, out: Output, tree: Tree) -> list[Link]:
+        """Forward links of an output of a hooked operator that Spark takes on: the units of the
+        hooked operators downstream that hold rows equal to its rows."""
+        tree.ends.pop(out, None)
+        frame = frame_of(self._emitted_row(out))
+        links, into = [], []
+        for e in self._spark_from[out.call.op]:
+            rows: dict[tuple, Rows] = {}   # on each downstream frame's columns
+            for eid in self.graph.nodes[e["dst"]].outputs:
+                into.append(self.graph.nodes[self.graph.edges[eid].dst].name)
+                for unit, value, held in (self._units_into(self.graph.edges[eid].dst, eid) if frame is not None else ()):
+                    columns = tuple(columns_of(held))
+                    if columns not in rows:
+                        rows[columns] = Rows(frame, list(columns))
+                    n = rows[columns].held_by(held)
+                    if n:
+                        links.append(Link(out, unit, SPARK, spark=e["label"] or "as is", rows=n))
+                        self._rows.setdefault(unit, values.encode_readable(value))   # (the tree shows it: read once)
+        if not links:
+            tree.ends[out] = {"end": "spark", "at": ", ".join(sorted(set(into))),
+                              "spark": ", ".join(e["label"] or "as is" for e in self._spark_from[out.call.op])}
+        return links
+
+    def _units_into(self, op: int, eid: int) -> Iterator[tuple[TupleRef, Any, Any]]:
+        """Every unit `op` got over edge `eid` (from a hooked job's source): the unit, and its rows."""
+        port = self.graph.nodes[op].inputs.index(eid)
+        for (o, i), inst in sorted(self.engine.instances.items()):
+            if o != op:
+                continue
+            idx = self.provenance.index(o, i)
+            for position in range(_end(inst)):
+                p, src, seq = idx.channel_at(position)
+                if p != port or (p, src) == END:
+                    continue
+                value = inst.entry[(p, src)].get(seq)
+                frame = frame_of(value)
+                if frame is not None:
+                    yield TupleRef(o, i, position), value, frame
+
+    def _emitted(self, op: int) -> Iterator[tuple[Output, Any]]:
+        """Every row operator `op` of G(θ) emitted, as it emitted it: from the index a chunk at a
+        time, or by one replay of its instances to their end (state untracked), kept."""
+        keys = sorted(key for key in self.engine.instances if key[0] == op)
+        rest = {}
+        for key in keys:
+            rows = self.index.rows(key) if self.index is not None else None
+            if rows is None:
+                rest[key] = _end(self.engine.instances[key])
+                continue
+            for calls, ends, emitted in rows.batches():
+                start = 0
+                for c, end in zip(calls, ends):
+                    for j, row in enumerate(emitted[start:end]):
+                        yield Output(TupleRef(op, key[1], c), j), row
+                    start = end
+        if rest:
+            replayed = self._replayed_outputs.get(op)
+            if replayed is None:
+                replayed = self._replayed_outputs[op] = []
+
+                def keep(key: Key, position: int, outs: list) -> None:
+                    replayed.extend((Output(TupleRef(key[0], key[1], position), j), row) for j, row in enumerate(outs))
+                self._shadow(rest, on_outputs=keep)
+            yield from replayed
+
+    def _emitted_row(self, out: Output) -> Any:
+        """What `out` is, as its call emitted it."""
+        rows = self.index.rows((out.call.op, out.call.instance)) if self.index is not None else None
+        if rows is not None:
+            return rows.of(out.call.position)[out.index]
+        return next((row for o, row in self._emitted(out.call.op) if o == out), None)
 
     def _went(self, call: TupleRef, tree: Tree, only: int | None = None) -> dict[int, list[Node]]:
         """Per output of `call` (or output `only` alone: an END step emits thousands), where it
@@ -541,6 +653,8 @@ class Lineage:
                 d["state"] = link.state
             if link.by is not None:
                 d["read_by"] = self.label(link.by)
+            if link.kind == SPARK:
+                d["spark"], d["rows"] = link.spark, link.rows
             links.append(d)
         doc = {"direction": tree.direction, "root": self.label(tree.root), "tuples": tuples, "links": links}
         stops = self.stops(tree)

@@ -143,7 +143,7 @@ def test_json_text_and_csv(orders, capsys):
 
     assert main(["lineage", run, "ORDERS", "--where", "o_id == 9", "--forward", "--csv", "--depth", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "root,from,kind,state,read_by,to,row,note" and len(lines) >= 3
+    assert lines[0] == "root,from,kind,state,read_by,to,row,note,spark,rows" and len(lines) >= 3
 
 
 def test_a_counter_field_is_written_but_read_by_no_output():

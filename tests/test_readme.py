@@ -564,6 +564,23 @@ def _verify_plain(r: Result, c: Ctx) -> None:
     assert re.search(r"^pyspark\.db: verified (\d+) of \1 interactions", r.out, re.M), str(r)
 
 
+@runs(PLAIN, "tt lineage pyspark.db detect --where \"customer == 'Bob' and label != 'Approved'\" --limit 1 --back "
+              "--depth 2")
+def _lineage_plain(r: Result, c: Ctx) -> None:
+    # Bob's group, and through Spark's shuffle the batches of FeatureEnrichment that held his payments
+    ok(r)
+    lines = r.out.splitlines()
+    assert re.match(r"^detect:\d:\d+/0  <DataFrame: \d+ rows", lines[0]), str(r)
+    assert re.match(r"^└─ emitted while processing detect:\d:\d+  \(\('Bob',\), <DataFrame:", lines[1]), str(r)
+    spark = [re.search(r"through Spark \(shuffle by customer\), ([\d,]+) rows? matched by value in "
+                       r"FeatureEnrichment:\d:\d+/0  <DataFrame", line) for line in lines[2:]]
+    assert spark and all(spark), str(r)
+    import pyarrow.parquet as pq   # every one of Bob's payments, as the sample's data says
+
+    rows = pq.read_table(c.dir / "sample_runs" / "fraud_pyspark" / "data" / "payments.parquet").to_pylist()
+    assert sum(int(m.group(1).replace(",", "")) for m in spark) == sum(r["customer"] == "Bob" for r in rows)
+
+
 # --- Stateful processors ------------------------------------------------------------------------------
 
 PROCESSORS = "Stateful processors"

@@ -94,8 +94,9 @@ def outline(lineage, tree) -> Line:
                 out.append(Line(Text(f"… {link[1]} more through {link[0]} (tt lineage --json lists them)",
                                      style="dim")))
                 continue
-            how = Text("emitted while processing " if link.kind == "emitted" else f"through {link.state}, by ",
-                       style="dim")
+            how = Text("emitted while processing " if link.kind == "emitted" else
+                       f"through Spark ({link.spark}), {link.rows:,} rows matched by value in " if link.kind == "spark"
+                       else f"through {link.state}, by ", style="dim")
             if link.to in shown:
                 out.append(Line(how + Text(f"{lineage.label(link.to)} (shown above)", style="dim")))
                 continue

@@ -1,0 +1,126 @@
+"""Lineage across what Spark does between two hooked operators: rows matched by their values.
+
+In a hooked job (docs/HOOKS.md) Spark's own operators sit between two hooked functions: a
+shuffle by the grouping keys before an `applyInPandas`, say. The run records what each hooked
+function was handed and what it emitted, not what Spark did in between (the DAG's opaque edge,
+`plan["spark_edges"]`). Where Spark moved rows (a shuffle, a filter, a sort, a union), every row
+a downstream unit holds is a row an upstream call emitted, with the same values in the columns
+the downstream unit has. So a downstream unit links back to the upstream outputs that hold rows
+equal to its rows, and an upstream output forward to the units that hold rows equal to its own:
+the *through Spark* links of `replay/lineage.py`, which say that they were matched by value.
+
+A row is compared by its values in the downstream unit's columns, which must all be columns of
+the upstream output (`row_keys`: numpy scalars as Python's, NaN and NaT as None, arrays as
+tuples). Where Spark made new values (an aggregate, a join's other side, a computed column)
+the columns or the values differ and no link is made: a missing link, never one between rows
+whose values differ. A row that several upstream outputs hold (equal rows) links to each.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import Any
+
+def frame_of(value: Any) -> Any:
+    """The rows a unit or an output holds: a DataFrame or an Arrow batch or table inside it (a
+    grouped unit is `(key, frame)`, a processor's `("one_row", key, times, frame)`), a named row
+    (a PySpark Row, a dict), or None."""
+    if _is_frame(value) or _is_named_row(value):
+        return value
+    if type(value) is tuple:
+        inner = [v for v in value if _is_frame(v)]
+        if len(inner) == 1:
+            return inner[0]
+        if len(value) >= 2 and _is_named_row(value[-1]):
+            return value[-1]   # a row-based processor's ("one_row", key, times, row), ("row", row)
+    return None
+
+
+def columns_of(frame: Any) -> list[str]:
+    if hasattr(frame, "columns") and not isinstance(frame, dict):
+        return [str(c) for c in (frame.column_names if hasattr(frame, "column_names") else frame.columns)]
+    if isinstance(frame, dict):
+        return [str(k) for k in frame]
+    return list(frame.__fields__)
+
+
+def row_keys(frame: Any, columns: list[str]) -> list[tuple] | None:
+    """Each row of `frame` as a comparable tuple of its values in `columns` (None when the frame
+    lacks one of them)."""
+    if not set(columns) <= set(columns_of(frame)):
+        return None
+    if hasattr(frame, "column_names"):   # Arrow
+        cols = [frame.column(c).to_pylist() for c in columns]
+    elif hasattr(frame, "columns") and not isinstance(frame, dict):   # pandas
+        cols = [frame[c].tolist() for c in columns]
+    else:   # one named row
+        get = frame.__getitem__ if isinstance(frame, dict) else frame.asDict().__getitem__
+        cols = [[get(c)] for c in columns]
+    return [tuple(map(_comparable, row)) for row in zip(*cols)]
+
+
+def _comparable(v: Any) -> Any:
+    if v is None:
+        return None
+    t = type(v)
+    if t in (int, str, bool, bytes):
+        return v
+    if t is float:
+        return None if math.isnan(v) else v
+    if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 and t.__module__ == "numpy":   # a numpy scalar
+        return _comparable(v.item())
+    if t.__name__ in ("NaTType", "NAType"):
+        return None
+    if isinstance(v, (list, tuple)) or (t.__name__ == "ndarray" and t.__module__ == "numpy"):
+        return tuple(map(_comparable, v))
+    if isinstance(v, dict):
+        return tuple(sorted((str(k), _comparable(x)) for k, x in v.items()))
+    if isinstance(v, bytearray):
+        return bytes(v)
+    try:
+        hash(v)
+    except TypeError:
+        return repr(v)
+    return v
+
+
+def _is_frame(value: Any) -> bool:
+    t = type(value)
+    return (t.__name__ == "DataFrame" and t.__module__.startswith("pandas")) or \
+        (t.__name__ in ("RecordBatch", "Table") and t.__module__.startswith("pyarrow"))
+
+
+def _is_named_row(value: Any) -> bool:
+    return isinstance(value, dict) or (isinstance(value, tuple) and hasattr(value, "__fields__")
+                                       and hasattr(value, "asDict"))
+
+
+_FILTERED = 2_000   # a pandas frame of more rows is filtered by `isin` first (a smaller one costs more so)
+
+
+class Rows:
+    """The rows of one unit or output, on given columns, to count how many of them another
+    frame holds (`held_by`): one pass over that frame, its rows built only where its first
+    column holds one of these rows' values (pandas' `isin`, in C)."""
+
+    def __init__(self, frame: Any, columns: list[str]):
+        self.columns = columns
+        self.counts = collections.Counter(row_keys(frame, columns) or ())
+        firsts = {k[0] for k in self.counts}
+        self._firsts = list(firsts) if None not in firsts else None   # (NaN is not `isin` None)
+
+    def held_by(self, frame: Any) -> int:
+        """How many of these rows `frame` holds (a row held twice here and once there: once)."""
+        if not self.counts or not set(self.columns) <= set(columns_of(frame)):
+            return 0
+        if self._firsts is not None and hasattr(frame, "iloc") and len(frame) > _FILTERED:   # its candidate rows alone
+            try:
+                frame = frame[frame[self.columns[0]].isin(self._firsts)]
+            except (TypeError, ValueError):
+                pass
+        found = collections.Counter(k for k in row_keys(frame, self.columns) or () if k in self.counts)
+        return sum(min(n, self.counts[k]) for k, n in found.items())
+
+
+__all__ = ["frame_of", "columns_of", "row_keys", "Rows"]

@@ -1,0 +1,135 @@
+"""Lineage across Spark's own operators between two hooked functions (replay/spark_links.py),
+against an oracle that does not use tt's logs.
+
+The job (tests/jobs/hooked_spark_lineage.py) is plain PySpark: `Tag` (mapInPandas) passes each
+payment on with the id of its batch's first row, and `tally` (applyInPandas, after Spark's
+shuffle by customer) emits, as plain data, how many of each customer's rows came from each
+batch. With `spark.range` over two partitions and a fixed batch size, a first id names the
+partition and the batch by arithmetic: the instance and the unit of `Tag` that emitted them.
+tt's lineage never reads those counts; every `tally` group must link back through Spark to
+exactly those batches with exactly those counts, and every batch forward to exactly the
+customers' groups that counted its rows. `keep` gets rows Spark made (an aggregate's `total`):
+no link is made to rows with other values.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pytest
+
+from plain_jobs import record_on_and_off
+from tt.cli.main import main
+
+pytestmark = pytest.mark.slow
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_spark_lineage.py"
+ROWS, BATCH = 2000, 300
+PER_PARTITION = ROWS // 2
+
+
+def unit_of(first_id: int) -> str:
+    """The `Tag` output holding the batch that starts at `first_id`, by arithmetic on the job's shape."""
+    part, offset = divmod(first_id, PER_PARTITION)
+    return f"Tag:{part}:{offset // BATCH}/0"
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    run, on, off = record_on_and_off(JOB, tmp_path_factory.mktemp("through_spark"))
+    return run, on, off
+
+
+def lineage_json(capsys, run: Path, *args: str) -> list[dict]:
+    capsys.readouterr()
+    assert main(["lineage", str(run), *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_recording_does_not_change_the_jobs_output(recorded):
+    _, on, off = recorded
+    assert on == off
+    assert sum(n for _, _, n in on["tallied"]) == ROWS
+
+
+def test_each_group_links_back_through_spark_to_the_batches_its_rows_came_from(recorded, capsys):
+    run, on, _ = recorded
+    want: dict[str, dict[str, int]] = collections.defaultdict(dict)
+    for customer, first_id, n in on["tallied"]:
+        want[customer][unit_of(first_id)] = n
+    assert len(want) == 7
+    for customer, batches in want.items():
+        (doc,) = lineage_json(capsys, run, "tally", "--where", f"customer == {customer!r}", "--back", "--depth", "3")
+        (call,) = [link["to"] for link in doc["links"] if link["from"] == doc["root"] and link["kind"] == "emitted"]
+        got = {link["to"]: link["rows"] for link in doc["links"] if link["from"] == call and link["kind"] == "spark"}
+        assert got == batches, customer
+        assert {link["spark"] for link in doc["links"] if link["kind"] == "spark"} == {"shuffle by customer"}
+        # and on, below each batch: the call of Tag that emitted it, whose input entered from the source
+        assert {link["to"] for link in doc["links"] if link["from"] in got and link["kind"] == "emitted"} == \
+            {b.rsplit("/", 1)[0] for b in got}
+
+
+def test_each_batch_links_forward_through_spark_to_the_groups_that_hold_its_rows(recorded, capsys):
+    run, on, _ = recorded
+    want: dict[str, dict[str, int]] = collections.defaultdict(dict)
+    for customer, first_id, n in on["tallied"]:
+        want[unit_of(first_id)][customer] = n
+    assert len(want) == 8   # four batches in each of the two partitions
+    for batch, customers in want.items():
+        docs = lineage_json(capsys, run, batch, "--forward", "--depth", "1")
+        (doc,) = docs
+        rows = {t["tuple"]: t["row"] for t in doc["tuples"]}
+        links = [link for link in doc["links"] if link["kind"] == "spark"]
+        assert {link["to"].split(":")[0] for link in links} == {"tally"}
+        got = {rows[link["to"]]["$tuple"][0]["$tuple"][0]: link["rows"] for link in links}
+        assert got == customers, batch
+
+
+def test_rows_spark_made_link_to_nothing(recorded, capsys):
+    """`keep`'s units hold a `total` that no batch of Tag holds: lineage stops where they entered."""
+    run, *_ = recorded
+    (doc,) = lineage_json(capsys, run, "keep", "--where", "customer == 'c3'", "--back")
+    assert doc["links"] and not [link for link in doc["links"] if link["kind"] == "spark"]
+    (entered,) = [t["entered"] for t in doc["tuples"] if "entered" in t]
+    assert entered["at"] == "keep" and entered["source"]
+
+
+def test_the_text_view_says_through_spark(recorded, capsys):
+    run, on, _ = recorded
+    capsys.readouterr()
+    assert main(["lineage", str(run), "tally", "--where", "customer == 'c0'", "--back", "--depth", "2"]) == 0
+    text = capsys.readouterr().out
+    n = {unit_of(f): k for c, f, k in on["tallied"] if c == "c0"}["Tag:0:0/0"]
+    assert f"through Spark (shuffle by customer), {n} rows matched by value in Tag:0:0/0" in text
+
+
+def test_w_in_tt_debug_traces_a_group_through_spark(recorded):
+    """`w` on a recorded unit of `tally` in the logs view: the tree beside the state links it
+    through Spark to the batches of Tag its customer's rows came from, with the job's counts."""
+    from test_tui import drive, keys, until
+    from tt.tui.app import DebuggerApp
+    from tt.tui.widgets.lineage_tree import LineageTree
+    from tt.tui.widgets.log_browser import LogBrowser
+
+    run, on, _ = recorded
+    app = DebuggerApp(run)
+
+    async def script(pilot):
+        await keys(pilot, "4")
+        logs = app.query_one(LogBrowser)
+        logs.open_source("tuples:tally:0")
+        await until(pilot, lambda: logs.base is not None and logs.base.key == "tuples:tally:0", what="tally:0's tuples")
+        logs.lines.focus()
+        await until(pilot, lambda: logs.lines.row_cells(0) is not None, what="the first recorded unit")
+        await keys(pilot, "w")
+        why = app.query_one(LineageTree)
+        await until(pilot, lambda: why.display and why.lines, what="the lineage tree")
+        return list(why.lines)
+    lines = drive(app, script, size=(200, 48))
+    customer = lines[0].split("(('")[1].split("'")[0]
+    want = {unit_of(f): n for c, f, n in on["tallied"] if c == customer}
+    got = {line.split(" matched by value in ")[1].split()[0]: int(line.split("), ")[1].split(" row")[0])
+           for line in lines if "through Spark (shuffle by customer)" in line}
+    assert got == want, lines
