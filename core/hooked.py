@@ -5,8 +5,8 @@
 the executor and in the replay engine alike it runs as an operator of the one
 runtime, so the runner, the logs, interactions, steps and the TUI treat it like any
 operator: an `IteratorOperator` for the iterator APIs, an `ElementOperator` for the
-RDD's element functions, a `GroupOperator` for the grouped APIs, a `UdtfOperator`
-for a UDTF class. Spark's iterator
+RDD's element functions, a `GroupOperator` for the grouped APIs (a `GroupIterOperator`
+for their iterator form), a `UdtfOperator` for a UDTF class. Spark's iterator
 APIs are pull-based and the runtime pushes one unit per step: `core/pulled.py`
 bridges the two, so a step is one unit (a batch for `mapInPandas`, an element for
 `mapPartitions`) and the outputs the function yields before pulling the next unit
@@ -37,6 +37,7 @@ UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "rdd.mapPartitions": "row", "rdd.mapPartitionsWithIndex": "row",
          "rdd.map": "row", "rdd.flatMap": "row", "rdd.filter": "row",
          "applyInPandas": "group", "applyInArrow": "group",
+         "applyInPandas.iter": "batch", "applyInArrow.iter": "batch",
          "cogroup.applyInPandas": "group", "cogroup.applyInArrow": "group",
          "udtf": "call",
          "transformWithStateInPandas": "chunk", "transformWithState": "row",
@@ -46,6 +47,8 @@ HOOKED_KINDS = frozenset(UNITS)
 ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter"})
 #: Grouped APIs: the function takes one group per call (`GroupOperator`).
 GROUP_KINDS = frozenset(k for k, unit in UNITS.items() if unit == "group")
+#: Their iterator form: the function takes a group's batches as an iterator (`GroupIterOperator`).
+GROUP_ITER_KINDS = frozenset({"applyInPandas.iter", "applyInArrow.iter"})
 #: The APIs that take a StatefulProcessor (core/processor.py `ProcessorOperator`).
 PROCESSOR_KINDS = frozenset({"transformWithStateInPandas", "transformWithState"})
 #: The API whose function gets a key's `GroupState` (core/group_state.py `GroupStateOperator`).
@@ -212,6 +215,38 @@ class IteratorOperator(HookedOperator):
         return self.__dict__
 
 
+class GroupIterOperator(IteratorOperator):
+    """The iterator form of `applyInPandas(f)` and `applyInArrow(f)`: `f(key, batches)` (or
+    `f(batches)`) is called once per group and pulls that group's batches, as PySpark calls it.
+    A group is `("group", key)`, one `("batch", frame)` per batch and `("group_end",)`: each a
+    step, a batch's outputs those `f` yields before it pulls the next (`Pulled`, one per group).
+    A function that returns before its group's last batch takes no more of them (PySpark drains
+    the rest), and the next group starts afresh."""
+
+    def __init__(self, fn: Callable, kind: str = "applyInPandas.iter", site: str = ""):
+        super().__init__(fn, kind, site)
+        self._with_key = len(inspect.getfullargspec(fn).args) != 1   # PySpark's own rule (worker.py)
+
+    @property
+    def done(self) -> bool:
+        return False   # a group's function returning ends its group, not the task
+
+    def process(self, unit: tuple, port: int = 0) -> list:
+        what = unit[0]
+        if what == "group":
+            fn = functools.partial(self._fn, unit[1]) if self._with_key else self._fn
+            self._pulled = Pulled(fn)
+            return self._pulled.start()
+        p = self._pulled
+        if what == "batch":
+            return p.feed(unit[1]) if p is not None and not p.finished else []
+        self._pulled = None   # ("group_end",)
+        return p.end() if p is not None else []
+
+    def finish(self) -> list:
+        return []
+
+
 def outputs(returned: Any) -> list:
     """What a user's method returned (a generator, a list, or None), as its step's outputs."""
     return list(returned) if returned is not None else []
@@ -251,6 +286,8 @@ def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     """The operator that runs `fn` as PySpark's `kind` would call it."""
     if kind in GROUP_KINDS:
         return GroupOperator(fn, kind, site)
+    if kind in GROUP_ITER_KINDS:
+        return GroupIterOperator(fn, kind, site)
     if kind == "udtf":
         return UdtfOperator(fn, kind, site)
     if kind in PROCESSOR_KINDS:
@@ -264,5 +301,5 @@ def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
 
 
-__all__ = ["outputs", "HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "UdtfOperator", "operator_for",
-           "HOOKED_KINDS", "GROUP_KINDS", "PROCESSOR_KINDS", "GROUP_STATE_KIND", "UNITS", "name_of"]
+__all__ = ["outputs", "HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "GroupIterOperator",
+           "UdtfOperator", "operator_for", "HOOKED_KINDS", "GROUP_KINDS", "GROUP_ITER_KINDS", "PROCESSOR_KINDS", "GROUP_STATE_KIND", "UNITS", "name_of"]

@@ -160,6 +160,37 @@ class GroupedCall:
         return self.feed.feed((key, *frames))[0]   # the function's one result for this group
 
 
+class GroupedIterCall:
+    """What Spark runs in place of a grouped function in its iterator form (`applyInPandas`
+    or `applyInArrow` with `Iterator[...]` type hints): one group per call, its batches fed to
+    the call site's task one by one, between a unit to start the group and one to end it
+    (core/hooked.py `GroupIterOperator`). It declares `(key, batches)` with the iterator hints,
+    so PySpark calls it in that form and always hands it the key."""
+
+    def __init__(self, fn: Any, kind: str, feed: TaskFeed):
+        import inspect
+
+        if kind.startswith("applyInArrow"):
+            import pyarrow as pa
+            batch: Any = pa.RecordBatch
+        else:
+            import pandas as pd
+            batch = pd.DataFrame
+        self.feed = feed
+        self.__name__ = feed.graph.hooked_node(feed.stage_id).name
+        hints = {"key": Any, "batches": Iterator[batch], "return": Iterator[batch]}
+        self.__signature__ = inspect.Signature(   # (PySpark reads the hints off the signature, then these)
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=hints[n]) for n in ("key", "batches")],
+            return_annotation=hints["return"])
+        self.__annotations__ = hints
+
+    def __call__(self, key: Any, batches: Any) -> Iterator:
+        yield from self.feed.feed(("group", key))
+        for batch in batches:
+            yield from self.feed.feed(("batch", batch))
+        yield from self.feed.feed(("group_end",))
+
+
 def hooked_udtf_class(cls: type, feed: TaskFeed) -> type:
     """The class PySpark runs in place of a UDTF class: a subclass whose handler calls
     (`__init__`, `eval`, `terminate`, and `cleanup` on the operator's handler) are units fed
@@ -337,4 +368,4 @@ def _times(tv: Any) -> tuple[int, int]:
     return int(tv.getCurrentProcessingTimeInMs()), int(tv.getCurrentWatermarkInMs())
 
 
-__all__ = ["HookedCall", "TaskFeed", "GroupedCall", "hooked_udtf_class", "HookedProcessor", "HookedGroupStateFunction"]
+__all__ = ["HookedCall", "TaskFeed", "GroupedCall", "GroupedIterCall", "hooked_udtf_class", "HookedProcessor", "HookedGroupStateFunction"]

@@ -72,19 +72,15 @@ def install(session: Any) -> Callable[[], None]:
         return make
 
     def grouped(kind: str, spark_of: Callable[[Any], Any], frames_of: Callable[[Any], list]):
-        """`gdf.applyInPandas(f, schema)` and kin. A function with type hints asking for
-        PySpark's iterator form runs unrecorded (its groups arrive as batches)."""
+        """`gdf.applyInPandas(f, schema)` and kin; a function with type hints asking for
+        PySpark's iterator form is of the kind `KIND.iter` (its groups arrive as batches)."""
         def make(original):
             def patched(self, func, schema):
                 site = _user_site()
                 if site is None or not callable(func):
                     return original(self, func, schema)
-                why = _unhookable_group_function(func, kind)
-                if why:
-                    session.unrecorded(func, kind, site, why)
-                    return original(self, func, schema)
                 upstream = spark_upstream(session, frames_of(self))
-                hooked = session.hook(func, kind, site, spark_of(self).sparkContext, upstream)
+                hooked = session.hook(func, _grouped_kind(func, kind), site, spark_of(self).sparkContext, upstream)
                 return original(self, hooked, schema)
             return patched
         return make
@@ -162,8 +158,9 @@ def install(session: Any) -> Callable[[], None]:
     return uninstall
 
 
-def _unhookable_group_function(func: Any, kind: str) -> str | None:
-    """Why PySpark would not call `func` once per whole group, if it would not."""
+def _grouped_kind(func: Any, kind: str) -> str:
+    """`kind`, or `kind.iter` where `func`'s type hints ask PySpark for the iterator form (a
+    group's batches as an iterator: core/hooked.py `GroupIterOperator`)."""
     from pyspark.sql.pandas import typehints
 
     infer = (typehints.infer_group_arrow_eval_type_from_func if kind.endswith("Arrow")
@@ -171,10 +168,8 @@ def _unhookable_group_function(func: Any, kind: str) -> str | None:
     try:
         eval_type = None if kind.startswith("cogroup.") else infer(func)
     except Exception:  # noqa: BLE001  PySpark warns about the hints itself
-        return None
-    if eval_type is not None and "ITER" in _eval_type_name(eval_type):
-        return "its type hints ask for the iterator form, which tt does not record yet"
-    return None
+        return kind
+    return f"{kind}.iter" if eval_type is not None and "ITER" in _eval_type_name(eval_type) else kind
 
 
 def _unhookable_udtf(cls: type, eval_type: int) -> str | None:

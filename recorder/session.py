@@ -192,9 +192,9 @@ class RecordingSession:
         `upstream`: the hooked operators whose rows reach this one through Spark, and what
         Spark did to them on the way (the DAG's opaque edges)."""
         from ..core.graph import SOURCE
-        from ..core.hooked import GROUP_KINDS, GROUP_STATE_KIND, PROCESSOR_KINDS, name_of, operator_for
+        from ..core.hooked import GROUP_ITER_KINDS, GROUP_KINDS, GROUP_STATE_KIND, PROCESSOR_KINDS, name_of, operator_for
         from ..core.operator import Source
-        from .hooked_calls import (GroupedCall, HookedCall, HookedGroupStateFunction, HookedProcessor, TaskFeed,
+        from .hooked_calls import (GroupedCall, GroupedIterCall, HookedCall, HookedGroupStateFunction, HookedProcessor, TaskFeed,
                                    hooked_udtf_class)
 
         with self._hook_lock:
@@ -218,12 +218,15 @@ class RecordingSession:
                 self.on_event("begin", {"theta": name, "address": self.coordinator.address})
             self.writer.submit(self._operator_rows([source, node]))
             self.on_event("hooked", {"name": name, "kind": kind, "site": site})
-            if kind in GROUP_KINDS or kind in PROCESSOR_KINDS or kind in (GROUP_STATE_KIND, "udtf"):   # many calls a task
+            if kind in GROUP_KINDS or kind in GROUP_ITER_KINDS or kind in PROCESSOR_KINDS or \
+                    kind in (GROUP_STATE_KIND, "udtf"):   # many calls a task
                 feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
                 if kind in PROCESSOR_KINDS:
                     return HookedProcessor(feed)
                 if kind == GROUP_STATE_KIND:
                     return HookedGroupStateFunction(feed)
+                if kind in GROUP_ITER_KINDS:
+                    return GroupedIterCall(fn, kind, feed)
                 return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
             return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
 

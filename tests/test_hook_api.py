@@ -79,20 +79,21 @@ def test_a_job_that_calls_nothing_tt_records_says_what_it_records(spark, tmp_pat
     from tt.recorder.job import record_job
 
     job = tmp_path / "plain.py"
-    job.write_text("from typing import Iterator\n"
-                   "import pandas as pd\n"
+    job.write_text("import pyarrow as pa\n"
                    "from pyspark.sql import SparkSession\n"
+                   "from pyspark.sql.functions import arrow_udtf, lit\n"
                    "spark = SparkSession.builder.getOrCreate()\n"
-                   "def per_batch(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:\n"
-                   "    yield from pdfs\n"
-                   "df = spark.range(6).selectExpr('id', 'id % 2 AS k')\n"
-                   "df.groupBy('k').applyInPandas(per_batch, 'id long, k long').count()\n")
+                   "@arrow_udtf(returnType='x long, y long')\n"
+                   "class Pairs:\n"
+                   "    def eval(self, x: pa.Array, y: pa.Array):\n"
+                   "        yield pa.table({'x': x, 'y': y})\n"
+                   "Pairs(lit(1), lit(2)).count()\n")
     outcome = record_job(job, [], tmp_path / "plain.db")
     assert outcome.status == "failed" and outcome.exit_code == 1
     assert outcome.error.startswith(f"{job} ran no tt dataflow and called no PySpark method tt records (")
     assert "mapInPandas" in outcome.error and "Python UDTFs" in outcome.error
     assert all(kind in outcome.error for kind in [*PROCESSOR_KINDS, GROUP_STATE_KIND])   # every API tt records is named
-    assert "; applyInPandas at plain.py:8 ran unrecorded: its type hints ask for the iterator form" in outcome.error
+    assert "; udtf at plain.py:5 ran unrecorded: an Arrow UDTF (its eval takes Arrow batches)" in outcome.error
     capsys.readouterr()
     assert main(["inspect", str(tmp_path / "plain.db")]) == 0
     shown = capsys.readouterr().out.splitlines()

@@ -47,27 +47,52 @@ def test_recording_does_not_change_the_jobs_output(recorded):
     expected = payments().groupby("customer")["amount"].sum()
     assert on["totals"] == [[c, a] for c, a in expected.items()]
     assert on["batched"] == ROWS
+    counts = payments()["customer"].value_counts()
+    assert max(n for c, n in on["running"] if c == "c0") == counts["c0"]   # the last batch's running count
+    assert on["arrow_running"] == on["running"]
 
 
 def test_every_grouped_call_site_is_an_operator_stepping_by_group(recorded):
     reader = RunReader(recorded[0])
     ops = {o.name: o.kind for o in reader.operators if o.in_g}
     assert ops == {"summary": "applyInPandas", "above_mean": "applyInPandas",
-                   "merge": "cogroup.applyInPandas", "sizes": "applyInArrow"}
-    assert {n["unit"] for n in reader.plan["nodes"] if "unit" in n} == {"group"}
+                   "merge": "cogroup.applyInPandas", "sizes": "applyInArrow",
+                   "batches_of": "applyInPandas.iter", "running": "applyInPandas.iter",
+                   "arrow_rows": "applyInArrow.iter"}
+    assert {n["name"]: n["unit"] for n in reader.plan["nodes"] if "unit" in n and n["name"] in ops} == {
+        "summary": "group", "above_mean": "group", "merge": "group", "sizes": "group",
+        "batches_of": "batch", "running": "batch", "arrow_rows": "batch"}
     reader.close()
 
 
-def test_an_iterator_form_function_runs_unrecorded_and_is_listed(recorded, capsys):
+def test_an_iterator_form_function_is_recorded_batch_by_batch(recorded, capsys):
+    """`batches_of`, `running` and `arrow_rows` ask for PySpark's iterator form: each is an
+    operator whose steps are a group's start, its batches and its end; over the instances,
+    `running`'s and `arrow_rows`' closures counted every customer's rows (the pandas oracle),
+    and `tt inspect` lists nothing as unrecorded."""
     from tt.cli.main import main
 
     warnings = [info["message"] for kind, info in recorded[3] if kind == "warning"]
-    assert any(m.startswith("applyInPandas at hooked_grouped.py:") and "runs unrecorded" in m
-               for m in warnings), warnings
+    assert not any("runs unrecorded" in m for m in warnings), warnings
+    reader = RunReader(recorded[0])
+    try:
+        running, arrow = reader.operator("running"), reader.operator("arrow_rows")
+        end = reader.instances_at(reader.interactions()[-1].k)
+        rows: dict = {}
+        arrow_rows: dict = {}
+        for (op, _), at in end.items():
+            if op in (running.id, arrow.id):
+                (rows if op == running.id else arrow_rows).update(reader.state(at.state)["closure"]["rows"])
+        steps = sum(at.position for (op, _), at in end.items() if op == running.id)
+    finally:
+        reader.close()
+    counts = payments()["customer"].value_counts().to_dict()
+    assert rows == arrow_rows == counts
+    batches = sum(-(-n // 20) for n in counts.values())   # twenty rows a batch
+    assert steps >= 2 * len(counts) + batches   # a start and an end per group, and each batch
     assert main(["inspect", str(recorded[0])]) == 0
     out = capsys.readouterr().out
-    assert "unrecorded  batches_of (applyInPandas at hooked_grouped.py:" in out
-    assert "iterator form" in out
+    assert "unrecorded" not in out and "running" in out
 
 
 def test_the_end_states_equal_the_pandas_oracle(recorded):
@@ -141,6 +166,35 @@ def test_a_step_is_one_group_and_step_back_undoes_it(recorded):
     session.step_back()
     assert session.engine.states() == before
     session.reader.close()
+
+
+def test_a_step_of_the_iterator_form_is_one_batch_and_step_back_undoes_it(recorded):
+    """`running`'s steps: its first group's start (nothing counted yet), then each batch, which
+    adds its rows to the customer's count (at most twenty); at the group's end the count is the
+    customer's rows, as pandas counts them. Step back undoes a batch."""
+    session = DebugSession(recorded[0])
+    try:
+        op = session.reader.operator("running").id
+
+        def rows() -> dict:
+            return session.engine.states()[(op, 0)]["closure"]["rows"]
+        session.step_over(session.parse_ref("running:0:0"))   # ("group", key)
+        assert rows() == {}
+        session.step_over(session.parse_ref("running:0:1"))   # its first batch
+        (customer, first), = rows().items()
+        assert 0 < first <= 20
+        before = session.engine.states()
+        session.step_over(session.parse_ref("running:0:2"))
+        assert session.engine.states() != before
+        session.step_back()
+        assert session.engine.states() == before
+        position = 2
+        while rows().get(customer) != payments()["customer"].value_counts()[customer]:
+            session.step_over(session.parse_ref(f"running:0:{position}"))
+            position += 1
+            assert position < 20, rows()
+    finally:
+        session.reader.close()
 
 
 def test_the_grouped_methods_are_pysparks_own_after_the_job(recorded):

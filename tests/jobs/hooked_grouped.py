@@ -8,7 +8,11 @@
 - `sizes` is an `applyInArrow` function whose closure dict `seen` keeps each key's
   row count;
 - `batches_of` asks, by its type hints, for PySpark's iterator form of
-  `applyInPandas`, which tt does not record: it runs unrecorded.
+  `applyInPandas` (a group's batches as an iterator, without the key); `running` too, with
+  the key, its closure dict `rows` counting each customer's rows batch by batch;
+  `arrow_rows` is `running` for `applyInArrow`'s iterator form (Arrow batches, a key of
+  Arrow scalars).
+  Twenty rows an Arrow batch give each group of about 43 rows three batches.
 
 Six shuffle partitions for seven keys leave some partitions without a group, where
 Spark runs no Python at all. The data is a pure function of the row id, so the tests compute what every group
@@ -69,11 +73,33 @@ def batches_of(pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         yield pd.DataFrame({"customer": pdf["customer"].iloc[:1], "n": [len(pdf)]})
 
 
+def make_running():
+    rows = {}
+
+    def running(key: tuple, pdfs: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for pdf in pdfs:
+            rows[key[0]] = rows.get(key[0], 0) + len(pdf)
+            yield pd.DataFrame({"customer": [key[0]], "n": [rows[key[0]]]})
+    return running
+
+
+def make_arrow_rows():
+    rows = {}
+
+    def arrow_rows(key: tuple, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            customer = key[0].as_py()
+            rows[customer] = rows.get(customer, 0) + batch.num_rows
+            yield pa.RecordBatch.from_pydict({"customer": [customer], "n": [rows[customer]]})
+    return arrow_rows
+
+
 def main(out: str, rows: int = 300, fail_key: str = "-", flaky: int = 0, coalesce: int = 0) -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-grouped").getOrCreate()
     # six shuffle partitions for seven customers, not coalesced: some partitions hold no group
     spark.conf.set("spark.sql.shuffle.partitions", "6")
     spark.conf.set("spark.sql.adaptive.enabled", "false")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
     try:
         payments = spark.range(0, rows, numPartitions=2).selectExpr(
             "id", "concat('c', id % 7) AS customer", "CAST((id * 37) % 101 AS DOUBLE) AS amount")
@@ -87,8 +113,12 @@ def main(out: str, rows: int = 300, fail_key: str = "-", flaky: int = 0, coalesc
             merge, "customer string, payments long, refunds long")
         sized = payments.groupBy("customer").applyInArrow(make_sizes(), "customer string, n long")
         batched = payments.groupBy("customer").applyInPandas(batches_of, "customer string, n long")
+        running = payments.groupBy("customer").applyInPandas(make_running(), "customer string, n long")
+        arrow_running = payments.groupBy("customer").applyInArrow(make_arrow_rows(), "customer string, n long")
         result = {
             "batched": sum(r["n"] for r in batched.collect()),
+            "running": sorted(tuple(r) for r in running.collect()),
+            "arrow_running": sorted(tuple(r) for r in arrow_running.collect()),
             "totals": sorted(tuple(r) for r in totals.collect()),
             "high": sorted(r["id"] for r in high.collect()),
             "merged": sorted(tuple(r) for r in merged.collect()),
@@ -97,6 +127,7 @@ def main(out: str, rows: int = 300, fail_key: str = "-", flaky: int = 0, coalesc
     finally:
         spark.conf.unset("spark.sql.shuffle.partitions")
         spark.conf.unset("spark.sql.adaptive.enabled")
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     with open(out, "w") as f:
         json.dump(result, f)
 
