@@ -125,7 +125,7 @@ def install(session: Any) -> Callable[[], None]:
             if func in hooked_classes:
                 return original(self, hooked_classes[func])
             site = _class_site(func)
-            why = _unhookable_udtf(func, self.evalType)
+            why = _unhookable_udtf(func)
             if why:
                 session.unrecorded(func, "udtf", site, why)
                 return original(self, func)
@@ -172,11 +172,7 @@ def _grouped_kind(func: Any, kind: str) -> str:
     return f"{kind}.iter" if eval_type is not None and "ITER" in _eval_type_name(eval_type) else kind
 
 
-def _unhookable_udtf(cls: type, eval_type: int) -> str | None:
-    from pyspark.util import PythonEvalType
-
-    if eval_type == PythonEvalType.SQL_ARROW_UDTF:
-        return "an Arrow UDTF (its eval takes Arrow batches), which tt does not record yet"
+def _unhookable_udtf(cls: type) -> str | None:
     if hasattr(cls, "analyze"):
         return "its handler is made from analyze()'s result, which tt does not record yet"
     return None

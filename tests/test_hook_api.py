@@ -79,21 +79,25 @@ def test_a_job_that_calls_nothing_tt_records_says_what_it_records(spark, tmp_pat
     from tt.recorder.job import record_job
 
     job = tmp_path / "plain.py"
-    job.write_text("import pyarrow as pa\n"
-                   "from pyspark.sql import SparkSession\n"
-                   "from pyspark.sql.functions import arrow_udtf, lit\n"
+    job.write_text("from pyspark.sql import SparkSession\n"
+                   "from pyspark.sql.functions import lit, udtf\n"
+                   "from pyspark.sql.types import LongType, StructType\n"
+                   "from pyspark.sql.udtf import AnalyzeResult\n"
                    "spark = SparkSession.builder.getOrCreate()\n"
-                   "@arrow_udtf(returnType='x long, y long')\n"
-                   "class Pairs:\n"
-                   "    def eval(self, x: pa.Array, y: pa.Array):\n"
-                   "        yield pa.table({'x': x, 'y': y})\n"
-                   "Pairs(lit(1), lit(2)).count()\n")
+                   "@udtf\n"
+                   "class Echo:\n"
+                   "    @staticmethod\n"
+                   "    def analyze(x):\n"
+                   "        return AnalyzeResult(StructType().add('x', LongType()))\n"
+                   "    def eval(self, x):\n"
+                   "        yield (x,)\n"
+                   "Echo(lit(1)).count()\n")
     outcome = record_job(job, [], tmp_path / "plain.db")
     assert outcome.status == "failed" and outcome.exit_code == 1
     assert outcome.error.startswith(f"{job} ran no tt dataflow and called no PySpark method tt records (")
     assert "mapInPandas" in outcome.error and "Python UDTFs" in outcome.error
     assert all(kind in outcome.error for kind in [*PROCESSOR_KINDS, GROUP_STATE_KIND])   # every API tt records is named
-    assert "; udtf at plain.py:5 ran unrecorded: an Arrow UDTF (its eval takes Arrow batches)" in outcome.error
+    assert "; udtf at plain.py:6 ran unrecorded: its handler is made from analyze()'s result" in outcome.error
     capsys.readouterr()
     assert main(["inspect", str(tmp_path / "plain.db")]) == 0
     shown = capsys.readouterr().out.splitlines()

@@ -17,6 +17,7 @@ import pytest
 
 from plain_jobs import record_on_and_off
 
+from tt.core import values
 from tt.replay.session import DebugSession
 from tt.store.reader import RunReader
 
@@ -140,3 +141,47 @@ def test_the_udtf_class_is_pysparks_own_after_the_job(recorded):
     from pyspark.sql.udtf import UserDefinedTableFunction
 
     assert not hasattr(UserDefinedTableFunction._create_judtf, "__wrapped__")
+
+
+ARROW_JOB = Path(__file__).resolve().parent / "jobs" / "hooked_arrow_udtf.py"
+
+
+@pytest.fixture(scope="module")
+def arrow_recorded(spark, tmp_path_factory):
+    return record_on_and_off(ARROW_JOB, tmp_path_factory.mktemp("hooked_arrow_udtf"))
+
+
+def test_an_arrow_udtf_is_recorded_a_batch_a_step(arrow_recorded):
+    """`@arrow_udtf` Totals over a table argument: recording does not change its output; a
+    handler per partition sees five Arrow batches, each one step; its end state is the
+    partition's sums per key, as pandas computes them from the ids (no tt log); a step over
+    the first batch adds that batch's rows; the run verifies."""
+    from tt.replay.verify import verify
+
+    run, on, off = arrow_recorded
+    assert on == off
+    assert sorted(r for r in on if r[0] == -1) == [[-1, 5], [-1, 5]]
+    ids = pd.DataFrame({"v": range(1000)})
+    ids["k"], ids["part"] = ids["v"] % 5, ids["v"] // 500
+    want = {p: g.groupby("k")["v"].sum().to_dict() for p, g in ids.groupby("part")}
+    reader = RunReader(run)
+    try:
+        op = reader.operator("Totals")
+        assert op.kind == "udtf" and op.instances == 2
+        end = reader.instances_at(reader.interactions()[-1].k)
+        got = {i: values.decode(reader.state(at.state)) for (o, i), at in end.items() if o == op.id}
+        results = verify(reader)
+        assert results and all(r["ok"] for r in results), results
+    finally:
+        reader.close()
+    assert {i: s["batches"] for i, s in got.items()} == {0: 5, 1: 5}
+    assert {i: s["sums"] for i, s in got.items()} == want
+    session = DebugSession(run)
+    try:
+        session.step_over(session.parse_ref("Totals:0:0"))   # the handler's making
+        session.step_over(session.parse_ref("Totals:0:1"))   # its first batch: ids 0..99
+        state = values.decode(session.engine.states()[(op.id, 0)])
+        assert state["batches"] == 1
+        assert state["sums"] == ids[ids["v"] < 100].groupby("k")["v"].sum().to_dict()
+    finally:
+        session.reader.close()

@@ -1,0 +1,51 @@
+"""A plain PySpark job, without tt: an Arrow UDTF (`@arrow_udtf`), whose `eval` takes the
+Arrow batches of its table argument (tests/test_hooked_udtf.py).
+
+`Totals` keeps a running sum per key and counts its batches; each `eval` yields the sums so
+far as an Arrow table, and `terminate` a row (-1, batches). With two partitions of 500 ids
+and 100 rows an Arrow batch, each handler sees five batches.
+
+Usage: python hooked_arrow_udtf.py OUT.json
+"""
+
+import json
+import sys
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import arrow_udtf
+
+ROWS, BATCH = 1000, 100
+
+
+@arrow_udtf(returnType="k long, total long")
+class Totals:
+    def __init__(self):
+        self.sums = {}
+        self.batches = 0
+
+    def eval(self, batch: pa.RecordBatch):
+        self.batches += 1
+        for k, v in zip(batch.column("k").to_pylist(), batch.column("v").to_pylist()):
+            self.sums[k] = self.sums.get(k, 0) + v
+        yield pa.table({"k": pa.array(list(self.sums), pa.int64()),
+                        "total": pa.array(list(self.sums.values()), pa.int64())})
+
+    def terminate(self):
+        yield pa.table({"k": pa.array([-1], pa.int64()), "total": pa.array([self.batches], pa.int64())})
+
+
+def main(out: str) -> None:
+    spark = SparkSession.builder.master("local[2]").appName("hooked-arrow-udtf").getOrCreate()
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(BATCH))
+    try:
+        df = spark.range(0, ROWS, numPartitions=2).selectExpr("id % 5 AS k", "id AS v")
+        rows = Totals(df.asTable()).collect()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    with open(out, "w") as f:
+        json.dump(sorted(tuple(r) for r in rows), f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
