@@ -138,7 +138,7 @@ def _summary_text(s: dict) -> str:
         lines.append(f"hooked   one step = one unit ({'; '.join(units)}). Each hooked operator takes an "
                      f"interaction between two of its own units; Spark owns what lies between them, so "
                      f"snapshots are not tuple-consistent across its shuffles (docs/HOOKS.md)")
-    for u in s.get("unrecorded", []):
+    for u in s.get("unrecorded", []):   # (a run recorded by a tt that left some API unrecorded)
         lines.append(f"unrecorded  {u['name']} ({u['kind']} at {u['site']}) ran without tt: {u['why']}")
     for w in s.get("warnings", []):
         lines.append(f"warning  {w}")

@@ -124,7 +124,8 @@ class UdtfOperator(HookedOperator):
     """A Python UDTF class. PySpark makes a handler per task (per partition key with
     PARTITION BY), calls `eval` per row and `terminate` at the end of each handler; each
     of those calls is one step, so the handler's own lifecycle is replayed as Spark ran it:
-    `("init",)` makes a fresh handler (the user's `__init__`), `("eval", args, kwargs)`
+    `("init",)` makes a fresh handler (the user's `__init__`; `("init", (result,))` where it
+    takes the class's `analyze()` result, as PySpark then passes it), `("eval", args, kwargs)`
     and `("terminate",)` call it. The state is the current handler's attributes."""
 
     def __init__(self, cls: type, kind: str = "udtf", site: str = ""):
@@ -134,7 +135,7 @@ class UdtfOperator(HookedOperator):
     def process(self, unit: tuple, port: int = 0) -> list:
         cls = self._fn
         if unit[0] == "init":
-            self._handler = cls()
+            self._handler = cls(*(unit[1] if len(unit) > 1 else ()))
             return []
         if self._handler is None:  # a unit before any init: PySpark always makes one first
             self._handler = cls()

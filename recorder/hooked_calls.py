@@ -197,9 +197,14 @@ def hooked_udtf_class(cls: type, feed: TaskFeed) -> type:
     to the call site's task, where the operator runs the user's own class. It defines only
     the methods the user's class has, with their signatures, as PySpark checks them."""
     import functools
+    import inspect
 
-    def __init__(self):
-        type(self)._tt_feed.feed(("init",))
+    if len(inspect.getfullargspec(cls).args) == 2:   # `__init__(self, analyze_result)`: PySpark passes it
+        def __init__(self, analyze_result):
+            type(self)._tt_feed.feed(("init", (analyze_result,)))
+    else:
+        def __init__(self):
+            type(self)._tt_feed.feed(("init",))
 
     @functools.wraps(cls.eval)
     def eval(self, *args, **kwargs):

@@ -125,10 +125,6 @@ def install(session: Any) -> Callable[[], None]:
             if func in hooked_classes:
                 return original(self, hooked_classes[func])
             site = _class_site(func)
-            why = _unhookable_udtf(func)
-            if why:
-                session.unrecorded(func, "udtf", site, why)
-                return original(self, func)
             from pyspark.sql import SparkSession
 
             sc = SparkSession._getActiveSessionOrCreate().sparkContext
@@ -170,12 +166,6 @@ def _grouped_kind(func: Any, kind: str) -> str:
     except Exception:  # noqa: BLE001  PySpark warns about the hints itself
         return kind
     return f"{kind}.iter" if eval_type is not None and "ITER" in _eval_type_name(eval_type) else kind
-
-
-def _unhookable_udtf(cls: type) -> str | None:
-    if hasattr(cls, "analyze"):
-        return "its handler is made from analyze()'s result, which tt does not record yet"
-    return None
 
 
 def _class_site(cls: type) -> str:

@@ -92,7 +92,7 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
             finally:
                 uninstall()
         if session.graph is None:
-            outcome = RecordOutcome("failed", _nothing_recorded(job, session), 1)
+            outcome = RecordOutcome("failed", _nothing_recorded(job), 1)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if code != 0:
@@ -130,17 +130,16 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
     return outcome
 
 
-def _nothing_recorded(job: Path, session: RecordingSession) -> str:
+def _nothing_recorded(job: Path) -> str:
     """Why a job that ran to its end left nothing to debug, in one line."""
     connect = sys.modules.get("pyspark.sql.connect.session")
     if connect is not None and getattr(connect.SparkSession, "_default_session", None) is not None:
         return (f"{job} runs on Spark Connect, which tt does not record yet (its functions run on the "
                 f"server's executors); use a classic SparkSession (SparkSession.builder without .remote)")
-    skipped = "".join(f"; {u['kind']} at {u['site']} ran unrecorded: {u['why']}" for u in session.unrecorded_calls)
     return (f"{job} ran no tt dataflow and called no PySpark method tt records (Dataflow.run(), "
             f"mapInPandas, mapInArrow, applyInPandas, applyInArrow and their cogrouped forms, "
             f"transformWithStateInPandas, transformWithState, applyInPandasWithState, "
-            f"rdd.mapPartitions/mapPartitionsWithIndex/map/flatMap/filter, Python UDTFs){skipped}")
+            f"rdd.mapPartitions/mapPartitionsWithIndex/map/flatMap/filter, Python and Arrow UDTFs)")
 
 
 def _disk_full(e: BaseException) -> bool:

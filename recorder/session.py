@@ -70,7 +70,6 @@ class RecordingSession:
         self._next_file_id = 1       # source_files ids of the hooked sources read by reference
         self._hook_lock = threading.Lock()
         self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
-        self.unrecorded_calls: list[dict] = []   # hooked APIs whose function ran unrecorded, and why
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
         self._stop_watching: Any = None          # a streaming query's micro-batch listener
         self.queries: dict[str, dict] = {}       # streaming query id -> {"checkpoint", "name"}
@@ -283,16 +282,6 @@ class RecordingSession:
         g = self.graph
         return [] if g is None or not self.hooked else [n.name for n in g.nodes if n.kind in HOOKED_KINDS]
 
-    def unrecorded(self, fn: Any, kind: str, site: str, why: str) -> None:
-        """A hooked API was called with a function tt cannot record: it runs as without tt,
-        and the run file lists it (`tt inspect`)."""
-        from ..core.hooked import name_of
-
-        entry = {"name": name_of(fn), "kind": kind, "site": site, "why": why}
-        with self._hook_lock:
-            self.unrecorded_calls.append(entry)
-        self.on_event("warning", {"message": f"{kind} at {site} runs unrecorded: {why}"})
-
     def _begin_hooked(self, sc: Any) -> None:
         """The job's first hooked call: the run's coordinator and its first rows."""
         if self.checkpoint_tau is not None:
@@ -342,7 +331,7 @@ class RecordingSession:
             ("UPDATE operators SET is_theta = (id = ?), instances=? WHERE id=?",
              [(g.theta, n.instances, n.id) for n in g.nodes]),
             ("UPDATE run SET plan=?, theta=?, signature=? WHERE id=1",
-             [(orjson.dumps({**g.describe(), "unrecorded": self.unrecorded_calls,
+             [(orjson.dumps({**g.describe(),
                              "spark_edges": self.spark_edges, "micro_batches": self._micro_batches(),
                              "queries": self._queries()}).decode(),
                g.nodes[g.theta].name, signature)])])

@@ -143,24 +143,24 @@ def test_the_udtf_class_is_pysparks_own_after_the_job(recorded):
     assert not hasattr(UserDefinedTableFunction._create_judtf, "__wrapped__")
 
 
-ARROW_JOB = Path(__file__).resolve().parent / "jobs" / "hooked_arrow_udtf.py"
+FORMS_JOB = Path(__file__).resolve().parent / "jobs" / "hooked_udtf_forms.py"
 
 
 @pytest.fixture(scope="module")
-def arrow_recorded(spark, tmp_path_factory):
-    return record_on_and_off(ARROW_JOB, tmp_path_factory.mktemp("hooked_arrow_udtf"))
+def forms_recorded(spark, tmp_path_factory):
+    return record_on_and_off(FORMS_JOB, tmp_path_factory.mktemp("hooked_udtf_forms"))
 
 
-def test_an_arrow_udtf_is_recorded_a_batch_a_step(arrow_recorded):
+def test_an_arrow_udtf_is_recorded_a_batch_a_step(forms_recorded):
     """`@arrow_udtf` Totals over a table argument: recording does not change its output; a
     handler per partition sees five Arrow batches, each one step; its end state is the
     partition's sums per key, as pandas computes them from the ids (no tt log); a step over
     the first batch adds that batch's rows; the run verifies."""
     from tt.replay.verify import verify
 
-    run, on, off = arrow_recorded
+    run, on, off = forms_recorded
     assert on == off
-    assert sorted(r for r in on if r[0] == -1) == [[-1, 5], [-1, 5]]
+    assert sorted(r for r in on["totals"] if r[0] == -1) == [[-1, 5], [-1, 5]]
     ids = pd.DataFrame({"v": range(1000)})
     ids["k"], ids["part"] = ids["v"] % 5, ids["v"] // 500
     want = {p: g.groupby("k")["v"].sum().to_dict() for p, g in ids.groupby("part")}
@@ -185,3 +185,24 @@ def test_an_arrow_udtf_is_recorded_a_batch_a_step(arrow_recorded):
         assert state["sums"] == ids[ids["v"] < 100].groupby("k")["v"].sum().to_dict()
     finally:
         session.reader.close()
+
+
+def test_a_udtf_with_analyze_gets_its_result_in_init_and_replays(forms_recorded):
+    """`Repeat`'s `__init__` takes its `analyze()` result, as PySpark passes it: recording does
+    not change its output; each handler's making is a step that keeps the result, and its end
+    state counts three rows per id of its partition (20 ids each); the run verifies."""
+    from tt.replay.verify import verify
+
+    run, on, off = forms_recorded
+    assert on == off
+    assert sorted(x for x, _ in on["repeated"]) == sorted(list(range(40)) * 3)
+    reader = RunReader(run)
+    try:
+        op = reader.operator("Repeat")
+        end = reader.instances_at(reader.interactions()[-1].k)
+        states = [values.decode(reader.state(at.state)) for (o, _), at in end.items() if o == op.id]
+        results = verify(reader)
+        assert results and all(r["ok"] for r in results), results
+    finally:
+        reader.close()
+    assert states == [{"columns": ["x", "seen"], "seen": 60}] * 2
