@@ -22,6 +22,7 @@ import collections
 import math
 from typing import Any
 
+
 def frame_of(value: Any) -> Any:
     """The rows a unit or an output holds: a DataFrame or an Arrow batch or table inside it (a
     grouped unit is `(key, frame)`, a processor's `("one_row", key, times, frame)`), a named row
@@ -38,6 +39,7 @@ def frame_of(value: Any) -> Any:
 
 
 def columns_of(frame: Any) -> list[str]:
+    """The column names of what `frame_of` gave: a frame's, a dict's keys, a Row's fields."""
     if hasattr(frame, "columns") and not isinstance(frame, dict):
         return [str(c) for c in (frame.column_names if hasattr(frame, "column_names") else frame.columns)]
     if isinstance(frame, dict):
@@ -50,13 +52,16 @@ def row_keys(frame: Any, columns: list[str]) -> list[tuple] | None:
     lacks one of them)."""
     if not set(columns) <= set(columns_of(frame)):
         return None
-    if hasattr(frame, "column_names"):   # Arrow
-        cols = [frame.column(c).to_pylist() for c in columns]
-    elif hasattr(frame, "columns") and not isinstance(frame, dict):   # pandas
-        cols = [frame[c].tolist() for c in columns]
-    else:   # one named row
-        get = frame.__getitem__ if isinstance(frame, dict) else frame.asDict().__getitem__
-        cols = [[get(c)] for c in columns]
+    try:
+        if hasattr(frame, "column_names"):   # Arrow
+            cols = [frame.column(c).to_pylist() for c in columns]
+        elif hasattr(frame, "columns") and not isinstance(frame, dict):   # pandas
+            cols = [frame[c].tolist() for c in columns]
+        else:   # one named row
+            get = frame.__getitem__ if isinstance(frame, dict) else frame.asDict().__getitem__
+            cols = [[get(c)] for c in columns]
+    except (KeyError, TypeError, ValueError, AttributeError):   # a name twice, a label not a str: no match
+        return None
     return [tuple(map(_comparable, row)) for row in zip(*cols)]
 
 
