@@ -9,7 +9,8 @@ A row is related to a tuple in one of two ways (docs/LINEAGE.md):
   which the recording never does;
 * *through Spark*: in a hooked job, a unit a hooked operator was handed holds rows equal to
   rows an upstream hooked operator emitted, Spark's own operators between them
-  (`spark_links.py`: matched by value).
+  (`spark_links.py`: matched by value); or, between two RDD functions PySpark pipelines,
+  it is the upstream output of the same number (exact).
 
 Backward lineage follows both kinds down to the tuples that entered G(θ) (θ's inputs,
 the other side of a join) and stops there, saying so; a source row shows its values
@@ -47,6 +48,7 @@ from .state_access import StateAccess, path_text, positions
 _MISSING = object()
 
 EMITTED, STATE, CONSUMED, SPARK = "emitted", "state", "consumed", "spark"
+PIPELINED = "pipelined"   # a Spark edge where PySpark hands one function's outputs to the next, in order
 
 
 @dataclass(frozen=True)
@@ -527,13 +529,15 @@ class Lineage:
         port, src, seq = self.provenance.index(t.op, t.instance).channel_at(t.position)
         if (port, src) == END or t.op not in self.graph.in_g:
             return []
-        edges = self._spark_into.get(self.graph.edges[self.graph.nodes[t.op].inputs[port]].src)
-        frame = frame_of(self.engine.instances[(t.op, t.instance)].entry[(port, src)].get(seq)) if edges else None
+        edges = self._spark_into.get(self.graph.edges[self.graph.nodes[t.op].inputs[port]].src, [])
+        links = [Link(t, out, SPARK, spark=PIPELINED, rows=1) for e in edges if e["label"] == PIPELINED
+                 for out in [self._pipelined_from(e["src"], t.instance, seq)] if out is not None]
+        matched = [e for e in edges if e["label"] != PIPELINED]
+        frame = frame_of(self.engine.instances[(t.op, t.instance)].entry[(port, src)].get(seq)) if matched else None
         if frame is None:
-            return []
+            return links
         rows = Rows(frame, columns_of(frame))
-        links = []
-        for e in edges:
+        for e in matched:
             for out, value in self._emitted(e["src"]):
                 held = frame_of(value)
                 n = rows.held_by(held) if held is not None else 0
@@ -545,12 +549,17 @@ class Lineage:
         """Forward links of an output of a hooked operator that Spark takes on: the units of the
         hooked operators downstream that hold rows equal to its rows."""
         tree.ends.pop(out, None)
-        frame = frame_of(self._emitted_row(out))
+        edges = self._spark_from[out.call.op]
+        frame = frame_of(self._emitted_row(out)) if any(e["label"] != PIPELINED for e in edges) else None
         links, into = [], []
-        for e in self._spark_from[out.call.op]:
+        for e in edges:
             rows: dict[tuple, Rows] = {}   # on each downstream frame's columns
             for eid in self.graph.nodes[e["dst"]].outputs:
                 into.append(self.graph.nodes[self.graph.edges[eid].dst].name)
+                if e["label"] == PIPELINED:
+                    unit = self._pipelined_into(out, self.graph.edges[eid].dst, eid)
+                    links += [Link(out, unit, SPARK, spark=PIPELINED, rows=1)] if unit is not None else []
+                    continue
                 for unit, value, held in (self._units_into(self.graph.edges[eid].dst, eid) if frame is not None else ()):
                     columns = tuple(columns_of(held))
                     if columns not in rows:
@@ -563,6 +572,29 @@ class Lineage:
             tree.ends[out] = {"end": "spark", "at": ", ".join(sorted(set(into))),
                               "spark": ", ".join(e["label"] or "as is" for e in self._spark_from[out.call.op])}
         return links
+
+    def _pipelined_from(self, op: int, instance: int, seq: int) -> Output | None:
+        """The output of hooked operator `op` that PySpark passed straight on as the seq-th
+        unit of the function pipelined after it, in the same partition: its seq-th output."""
+        if (op, instance) not in self.engine.instances:
+            return None
+        idx = self.provenance.index(op, instance)
+        if not 0 <= seq < idx.cum[-1]:
+            return None
+        call = idx.input_of_output(seq)
+        return Output(TupleRef(op, instance, call), seq - idx.cum[call])
+
+    def _pipelined_into(self, out: Output, op: int, eid: int) -> TupleRef | None:
+        """The unit of `op` (over edge `eid`) that PySpark made of `out`, pipelined: the unit
+        whose number in its channel is the output's number among its operator's outputs."""
+        if (op, out.call.instance) not in self.engine.instances:
+            return None
+        g = self.provenance.index(out.call.op, out.call.instance).cum[out.call.position] + out.index
+        idx = self.provenance.index(op, out.call.instance)
+        port = self.graph.nodes[op].inputs.index(eid)
+        channels = [ch for ch in idx.channel_runs if ch[0] == port and ch != END]
+        position = idx.position_of(channels[0], g) if len(channels) == 1 else None
+        return None if position is None else TupleRef(op, out.call.instance, position)
 
     def _units_into(self, op: int, eid: int) -> Iterator[tuple[TupleRef, Any, Any]]:
         """Every unit `op` got over edge `eid` (from a hooked job's source): the unit, and its rows."""

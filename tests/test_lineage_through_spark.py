@@ -133,3 +133,56 @@ def test_w_in_tt_debug_traces_a_group_through_spark(recorded):
     got = {line.split(" matched by value in ")[1].split()[0]: int(line.split("), ")[1].split(" row")[0])
            for line in lines if "through Spark (shuffle by customer)" in line}
     assert got == want, lines
+
+
+RDD_JOB = Path(__file__).resolve().parent / "jobs" / "hooked_rdd.py"
+
+
+@pytest.fixture(scope="module")
+def rdd_recorded(spark, tmp_path_factory):
+    run, on, off = record_on_and_off(RDD_JOB, tmp_path_factory.mktemp("through_pyspark"))
+    assert on == off
+    return run, on
+
+
+def test_pipelined_rdd_functions_link_back_exactly(rdd_recorded, capsys):
+    """`mapPartitions(running_total).filter(Threshold()).map(lambda p: p[0] * 2)`: PySpark hands
+    each function's outputs to the next in order, so lineage links them exactly ("passed on by
+    PySpark (pipelined)"). Back from every row `map` emitted, 2x, the chain of calls that emitted
+    it reaches the call of `running_total` that pulled x (the job's own arithmetic, no tt log);
+    the other links of the tree are the functions' state."""
+    run, on = rdd_recorded
+    assert on["kept"]
+    for v in on["kept"]:
+        (doc,) = lineage_json(capsys, run, "map", "--where", f"row == {v}", "--back")
+        rows = {t["tuple"]: t["row"] for t in doc["tuples"]}
+
+        def one(src: str, kind: str) -> str:
+            (to,) = [link["to"] for link in doc["links"] if link["from"] == src and link["kind"] == kind]
+            return to
+        node = doc["root"]
+        for kind in ("emitted", "spark", "emitted", "spark", "emitted"):   # map, Threshold, running_total
+            node = one(node, kind)
+        assert node.startswith("running_total:") and rows[node] == v // 2, (v, node, rows[node])
+        assert {link["spark"] for link in doc["links"] if link["kind"] == "spark"} == {"pipelined"}
+
+
+def test_pipelined_rdd_functions_link_forward_to_where_each_number_ended(rdd_recorded, capsys):
+    """Forward from numbers `running_total` pulled: a multiple of 5 that Threshold keeps reaches
+    `map`'s row 2x; for one it drops, the filter's call emits nothing and no row 2x is reached
+    (the kept rows of the job's output decide)."""
+    run, on = rdd_recorded
+    kept = {v // 2 for v in on["kept"]}
+    dropped = sorted(x for x in range(0, 400, 5) if x not in kept)
+    assert dropped
+    for x in (min(kept), max(kept), dropped[0], dropped[-1]):
+        (doc,) = lineage_json(capsys, run, "running_total.in", "--where", f"row == {x}", "--forward")
+        ends = {(t["end"]["end"], t["end"]["at"], json.dumps(t["row"])) for t in doc["tuples"] if "end" in t}
+        threshold = [t for t in doc["tuples"] if t["tuple"].startswith("Threshold:") and "/" not in t["tuple"]
+                     and t["row"]["$tuple"][0] == x]   # the pair (x, total) the filter was handed
+        assert len(threshold) == 1, (x, doc["tuples"])
+        emitted = [link for link in doc["links"] if link["from"] == threshold[0]["tuple"] and link["kind"] == "emitted"]
+        if x in kept:
+            assert ("sink", "map", json.dumps(2 * x)) in ends and emitted, (x, ends)
+        else:   # (its call still counted it in Threshold's state, which later calls read)
+            assert not emitted and ("sink", "map", json.dumps(2 * x)) not in ends, (x, emitted)
