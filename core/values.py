@@ -214,10 +214,32 @@ def table_rows(value: Any, most: int | None = None) -> list[dict] | None:
     if type(value).__module__.startswith("pandas"):
         if most is not None and len(value) > most:
             return None
-        return value.to_dict("records")   # (Python scalars: pandas boxes numpy's)
+        return _frame_records(value)
     if most is not None and value.num_rows > most:
         return None
     return value.to_pylist()
+
+
+def _frame_records(frame: Any) -> list[dict]:
+    """`frame.to_dict("records")`, several times faster on the small frames a hooked function's
+    units are (`tt lineage --where` reads every row of every group): a column of a plain numpy
+    type is boxed by `tolist` (Python scalars, Timestamps) as pandas boxes it, and so is an object
+    column of plain Python values; any other goes through pandas' own `to_dict`."""
+    if not frame.columns.is_unique or len(frame.columns) == 0:
+        return frame.to_dict("records")   # (pandas' own rules for a repeated label, for no column)
+    names = frame.columns.tolist()
+    columns = []
+    for i, (name, column) in enumerate(frame.items()):
+        dtype = column.dtype
+        plain = type(dtype).__module__.startswith("numpy")
+        items = column.tolist() if plain else None
+        if not plain or (dtype.kind == "O" and not all(type(v) in _UNBOXED for v in items)):
+            items = [row[name] for row in frame.iloc[:, [i]].to_dict("records")]
+        columns.append(items)
+    return [dict(zip(names, row)) for row in zip(*columns)]
+
+
+_UNBOXED = frozenset({str, int, float, bool, bytes, type(None)})   # what pandas leaves as it is in a record
 
 
 def readable(value: Any) -> Any:

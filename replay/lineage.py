@@ -42,7 +42,7 @@ from ..store.sources import shown
 from .conditions import BUILTINS
 from .engine import Engine, Instance, Key
 from .lineage_index import LineageIndex, MadeIndex, OutputRows
-from .spark_links import Rows, columns_of, frame_of
+from .spark_links import Rows, UnitRows, columns_of, frame_of
 from .state_access import StateAccess, path_text, positions
 
 _MISSING = object()
@@ -179,6 +179,7 @@ class Lineage:
             self._spark_into[e["dst"]].append(e)
             self._spark_from[e["src"]].append(e)
         self._replayed_outputs: dict[int, list] = {}   # (--no-index) what each such operator emitted
+        self._spark_units: dict[tuple[int, int], UnitRows] = {}   # (operator, edge) -> the units it got, by row
 
     # --- the index ------------------------------------------------------------------------
 
@@ -553,21 +554,16 @@ class Lineage:
         frame = frame_of(self._emitted_row(out)) if any(e["label"] != PIPELINED for e in edges) else None
         links, into = [], []
         for e in edges:
-            rows: dict[tuple, Rows] = {}   # on each downstream frame's columns
             for eid in self.graph.nodes[e["dst"]].outputs:
                 into.append(self.graph.nodes[self.graph.edges[eid].dst].name)
                 if e["label"] == PIPELINED:
                     unit = self._pipelined_into(out, self.graph.edges[eid].dst, eid)
                     links += [Link(out, unit, SPARK, spark=PIPELINED, rows=1)] if unit is not None else []
                     continue
-                for unit, value, held in (self._units_into(self.graph.edges[eid].dst, eid) if frame is not None else ()):
-                    columns = tuple(columns_of(held))
-                    if columns not in rows:
-                        rows[columns] = Rows(frame, list(columns))
-                    n = rows[columns].held_by(held)
-                    if n:
-                        links.append(Link(out, unit, SPARK, spark=e["label"] or "as is", rows=n))
-                        self._rows.setdefault(unit, values.encode_readable(value))   # (the tree shows it: read once)
+                held = self._unit_rows(self.graph.edges[eid].dst, eid).holding(frame) if frame is not None else ()
+                for (unit, readable), n in held:
+                    links.append(Link(out, unit, SPARK, spark=e["label"] or "as is", rows=n))
+                    self._rows.setdefault(unit, readable)
         if not links:
             tree.ends[out] = {"end": "spark", "at": ", ".join(sorted(set(into))),
                               "spark": ", ".join(e["label"] or "as is" for e in self._spark_from[out.call.op])}
@@ -595,6 +591,16 @@ class Lineage:
         channels = [ch for ch in idx.channel_runs if ch[0] == port and ch != END]
         position = idx.position_of(channels[0], g) if len(channels) == 1 else None
         return None if position is None else TupleRef(op, out.call.instance, position)
+
+    def _unit_rows(self, op: int, eid: int) -> UnitRows:
+        """The units `op` got over edge `eid`, by their rows, read once a query (each with how
+        the tree shows it)."""
+        found = self._spark_units.get((op, eid))
+        if found is None:
+            found = self._spark_units[(op, eid)] = UnitRows()
+            for unit, value, frame in self._units_into(op, eid):
+                found.add(frame, (unit, values.encode_readable(value)))
+        return found
 
     def _units_into(self, op: int, eid: int) -> Iterator[tuple[TupleRef, Any, Any]]:
         """Every unit `op` got over edge `eid` (from a hooked job's source): the unit, and its rows."""

@@ -128,4 +128,33 @@ class Rows:
         return sum(min(n, self.counts[k]) for k, n in found.items())
 
 
-__all__ = ["frame_of", "columns_of", "row_keys", "Rows"]
+class UnitRows:
+    """Every unit a hooked operator got over one edge, by the rows it holds: which units hold a
+    row and how often, on each unit's own columns. A forward query from an output that Spark
+    took on asks which units hold its rows; a walk asks it for every output it reaches (a batch,
+    and the later batches its state reached), so the units are read once, here, not once an
+    output."""
+
+    def __init__(self) -> None:
+        self.units: list[Any] = []   # what `add` was given with each unit, in order
+        self._holders: dict[tuple, dict[tuple, list[tuple[int, int]]]] = {}   # columns -> row -> [(unit, count)]
+
+    def add(self, frame: Any, unit: Any) -> None:
+        columns = tuple(columns_of(frame))
+        i, by_row = len(self.units), self._holders.setdefault(columns, {})
+        self.units.append(unit)
+        for row, n in collections.Counter(row_keys(frame, list(columns)) or ()).items():
+            by_row.setdefault(row, []).append((i, n))
+
+    def holding(self, frame: Any) -> list[tuple[Any, int]]:
+        """The units holding rows of `frame`, each with how many (as `Rows.held_by` counts them),
+        in the order they were added."""
+        found: collections.Counter = collections.Counter()
+        for columns, by_row in self._holders.items():
+            for row, n in Rows(frame, list(columns)).counts.items():
+                for i, have in by_row.get(row, ()):
+                    found[i] += min(n, have)
+        return [(self.units[i], found[i]) for i in sorted(found)]
+
+
+__all__ = ["frame_of", "columns_of", "row_keys", "Rows", "UnitRows"]

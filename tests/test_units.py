@@ -876,6 +876,47 @@ def test_where_matches_a_dataframe_or_arrow_batch_by_its_rows_and_the_tree_shows
     assert encode_readable(big) == {"$repr": f"<DataFrame: {SHOWN_ROWS + 1} rows × 1 columns (k)>"}
 
 
+def test_a_dataframes_rows_are_what_pandas_to_dict_gives():
+    """`table_rows` builds a frame's records column by column (faster than pandas on the small
+    frames hooked functions hand over); pandas' own `to_dict("records")` is the oracle: the same
+    keys, and values of the same types and equal, for every kind of column a job may have."""
+    import warnings
+
+    import numpy as np
+
+    n = 6
+    frames = [
+        pd.DataFrame({
+            "id": np.arange(n), "customer": ["Bob", "Alice"] * 3, "usd": [1.5, float("nan")] * 3,
+            "f32": np.arange(n, dtype=np.float32) / 3, "u8": np.arange(n, dtype=np.uint8), "flag": [True, False] * 3,
+            "when": pd.date_range("2024-01-01", periods=n), "tz": pd.date_range("2024-01-01", periods=n, tz="Europe/Paris"),
+            "delta": pd.to_timedelta(np.arange(n), unit="s"), "cat": pd.Categorical(["a", "b"] * 3),
+            "nullable": pd.array([1, None] * 3, dtype="Int64"), "maybe": pd.array([True, None] * 3, dtype="boolean"),
+            "numpy_in_object": [np.int64(3), None] * 3, "na_in_object": [pd.NA, "x"] * 3,
+            "nat_in_object": [pd.NaT, 1] * 3, "dec": [decimal.Decimal("1.5")] * n, "list": [[1, 2]] * n,
+            "date": [dt.date(2024, 1, 1)] * n,
+            "arrow_str": pd.array(["a", None] * 3, dtype="string[pyarrow]"),
+            "arrow_int": pd.array([1, None] * 3, dtype="int64[pyarrow]")}),
+        pd.DataFrame({"a": pd.Series([], dtype="int64"), "b": pd.Series([], dtype=object)}),   # no row
+        pd.DataFrame(index=range(3)),                                                        # no column
+        pd.DataFrame([[1, 2], [3, 4]], columns=["a", "a"]),                                  # a label twice
+        pd.DataFrame({0: [1, 2], 1: ["x", "y"]}),                                            # labels not names
+    ]
+
+    def same(a, b) -> bool:
+        return type(a) is type(b) and (a is b or a == b or (a != a and b != b))   # (NaN, NaT)
+
+    for frame in frames:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # (pandas warns of the repeated label)
+            expected, got = frame.to_dict("records"), values.table_rows(frame)
+        assert len(got) == len(expected)
+        for want, row in zip(expected, got):
+            assert list(row) == list(want)
+            assert all(same(want[k], row[k]) for k in want), [(k, want[k], row[k]) for k in want
+                                                              if not same(want[k], row[k])]
+
+
 def test_where_matching_many_rows_at_once_answers_as_row_by_row():
     """`Where.matching` (the index's scan: one comprehension over a chunk's rows) picks the same
     rows as calling the expression on each, keeps the first error as a row-by-row scan does, and
