@@ -100,3 +100,43 @@ def test_record_fraud_on_a_standalone_cluster(cluster, tmp_path):
     assert any(i.trigger == "condition" for i in reader.interactions())
     results = verify(reader)
     assert results and all(r["ok"] for r in results)
+
+
+def test_record_a_stateful_processor_on_a_standalone_cluster(cluster, tmp_path):
+    """A plain PySpark job's StatefulProcessor (sample_runs/fraud_tws/), recorded unchanged on the
+    cluster: tt's stand-in and its state handle run in the executors' Python workers, whose state
+    calls go to Spark's state store there. The replay, without Spark, passes `tt verify` and ends
+    with the state pandas computes from the payments: per customer the highest payment in dollars,
+    and the blacklist of the payments over the limit."""
+    import pandas as pd
+
+    from tt.replay.session import DebugSession
+
+    out, data = tmp_path / "tws.db", tmp_path / "payments.parquet"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tt", "record", str(ROOT / "sample_runs" / "fraud_tws" / "job.py"),
+         "--master", cluster["url"], "-o", str(out), "--", "--rows", "20000", "--data", str(data)],
+        env=cluster["env"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    reader = RunReader(out)
+    assert reader.status == "complete" and reader.run["master"] == cluster["url"]
+    hosts = {h.split(":")[1] for (h,) in reader.conn.execute("SELECT host FROM attempts")}
+    assert len(hosts) >= 2, "the processor ran in both executors' Python workers"
+    results = verify(reader)
+    assert results and all(r["ok"] for r in results)
+
+    session = DebugSession(out)
+    session.jump(max(i.k for i in session.interactions()))
+    highest, blacklist = {}, {}
+    for label, state in session.states().items():
+        if label.startswith("FraudDetector:"):
+            assert not highest.keys() & state["highest"].keys(), "a customer's state is in one partition"
+            highest.update(state["highest"])
+            blacklist.update(state["blacklist"])
+    payments = pd.read_parquet(data)
+    payments["usd"] = payments["amount"].str.lstrip("$¥€£").map(float)   # the job's parse_amount, bug included
+    assert highest == payments.groupby("customer")["usd"].max().to_dict()
+    over = payments[payments["usd"] > 2000.0]
+    assert blacklist == {c: dict(zip(g["merchant"], g["id"])) for c, g in over.groupby("customer")}
+    assert blacklist["Bob"], "the sample's bug: Bob's ¥5000 blacklisted him"

@@ -76,6 +76,8 @@ def test_w_on_a_state_field_shows_who_wrote_it_and_enter_jumps_before_it(fraud_r
         assert lines[0].startswith(f"{fd} blacklist['Bob']"), lines[:3]
         assert any(f"by {writers[0]}" in line and "¥5000" in line for line in lines), lines
         assert message(app).startswith(f"why {fd} blacklist['Bob']: ")
+        n, word = message(app).split(": ")[1].split(";")[0].split()
+        assert word == ("tuple" if n == "1" else "tuples"), message(app)
         # the ¥5000 payment entered G(θ) at FE, θ: Enter on it goes to just before it is consumed --
         # the last interaction before it, then FE's instance alone up to it -- and selects it there
         leaf = next(n for n in _nodes(why) if n.data is not None)

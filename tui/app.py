@@ -710,11 +710,13 @@ class DebuggerApp(App):
     def _explain(self, action: str) -> None:
         if not self._can_act():
             return
-        a = self.shown.availability[actions.WHEN[action].step] if self.shown else None
+        step = actions.WHEN[action].step
+        a = self.shown.availability[step] if self.shown else None
         if a is not None and not a.ok:
-            word = action.replace("_", " ")
-            self._say(Text.assemble((f"✗ {word} {self.shown.selected_label or ''}: ".replace("  ", " "), "bold red"),
-                                    a.reason), "warning")
+            # over and into act on the selected tuple; out and back on what was done last
+            target = self.shown.selected_label if step in ("over", "into") else None
+            self._say(Text.assemble((" ".join(filter(None, ("✗", action.replace("_", " "), target))) + ": ",
+                                     "bold red"), a.reason), "warning")
 
     def _ref_for_step(self) -> TupleRef | None:
         return self.selected_ref or (self.shown.default if self.shown else None)
@@ -1021,7 +1023,7 @@ class DebuggerApp(App):
         why.show(report.title, report.root)
         why.display = True
         why.focus()
-        self._say(f"why {report.title}: {report.size} tuples; Enter on a leaf (←) goes to just before it "
+        self._say(f"why {report.title}: {report.size} tuple{'' if report.size == 1 else 's'}; Enter on a leaf (←) goes to just before it "
                   f"is consumed; w closes")
 
     @on(LineageTree.LeafChosen)
