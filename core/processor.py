@@ -106,6 +106,11 @@ class ProcessorOperator(HookedOperator):
         return unit[1], TimerValues(*unit[2])
 
     @property
+    def view(self) -> StoreView:
+        """The state store as this task's calls showed it (what `state()` shows per variable)."""
+        return self._store
+
+    @property
     def fields_known(self) -> bool:
         """Its state variables are named in `init`: before it, any field may still come."""
         return self._initialized

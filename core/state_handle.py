@@ -83,12 +83,30 @@ def _one(x: Any) -> Any:
 
 
 class StoreView:
-    """The processor's state store as its calls have shown it, per variable and key."""
+    """The processor's state store as its calls have shown it, per variable and key.
+
+    What the calls showed may be a key's whole value, or a part of it: the elements appended
+    to a list, some entries of a map. The view notes which (`whole`, and the entries of a map
+    known absent, `removed`), so that a streaming task's view can be laid over what earlier
+    micro-batches showed of the same partition (replay/partition_store.py)."""
+
+    #: the calls that answer for a key's whole value (and `exists()` false: it has none)
+    WHOLE = {"value": frozenset({"get", "update", "clear"}), "list": frozenset({"get", "put", "clear"}),
+             "map": frozenset({"iterator", "clear"})}
 
     def __init__(self):
         self.kinds: dict[str, str] = {}          # variable -> value | list | map
         self.vars: dict[str, dict] = {}          # variable -> {key: value, list or map}
         self.timers: dict[Any, list[int]] = {}   # key -> registered expiry times, sorted
+        self.whole: set[tuple[str, Any]] = set()           # (variable, key) whose whole value the calls showed
+        self.removed: dict[tuple[str, Any], set] = {}      # ... of a map known in part: entries known absent
+        self.dropped: set[str] = set()                     # variables deleted (`deleteIfExists`) for every key
+        self.timers_whole: set = set()                     # keys whose timers `listTimers` listed
+        self.timers_gone: dict[Any, set[int]] = {}         # ... of the others: timers deleted (or fired)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()   # (a view pickled by a tt that noted less: what it noted, the rest empty)
+        self.__dict__.update(state)
 
     def declare(self, name: str, kind: str) -> None:
         self.kinds[name] = kind
@@ -97,6 +115,9 @@ class StoreView:
     def drop(self, name: str) -> None:
         self.kinds.pop(name, None)
         self.vars.pop(name, None)
+        self.dropped.add(name)
+        self.whole = {w for w in self.whole if w[0] != name}
+        self.removed = {w: r for w, r in self.removed.items() if w[0] != name}
 
     def saw(self, name: str, method: str, k: Any, args: tuple, answer: Any) -> None:
         """Fold one call and its answer into the view: `k` is the key as shown, `args` and
@@ -105,6 +126,10 @@ class StoreView:
             self._timer(method, k, args, answer)
             return
         kind, per_key = self.kinds.get(name), self.vars.setdefault(name, {})
+        if method in self.WHOLE.get(kind, ()) or (method == "exists" and answer is False):
+            self.whole.add((name, k))
+            if kind == "map":
+                self.removed.pop((name, k), None)
         if method == "clear" or (method == "exists" and answer is False):
             per_key.pop(k, None)
         elif kind == "value":
@@ -129,10 +154,14 @@ class StoreView:
             m = per_key.get(k, {})
             if method == "updateValue":
                 m[_one(args[0])] = _one(args[1])
+                if (name, k) in self.removed:
+                    self.removed[(name, k)].discard(_one(args[0]))
             elif method == "getValue" and answer is not None:
                 m[_one(args[0])] = _one(answer)
             elif method in ("getValue", "containsKey", "removeKey") and not answer:   # absent: None, False
                 m.pop(_one(args[0]), None)
+                if (name, k) not in self.whole:
+                    self.removed.setdefault((name, k), set()).add(_one(args[0]))
             elif method == "iterator":
                 m = {_one(uk): _one(v) for uk, v in answer}
             if m:
@@ -148,10 +177,16 @@ class StoreView:
         have = self.timers.get(k, [])
         if method == "registerTimer":
             have = sorted(set(have) | {int(args[0])})
+            if k in self.timers_gone:
+                self.timers_gone[k].discard(int(args[0]))
         elif method == "deleteTimer":
             have = [t for t in have if t != int(args[0])]
+            if k not in self.timers_whole:
+                self.timers_gone.setdefault(k, set()).add(int(args[0]))
         elif method == "listTimers":
             have = sorted(int(t) for t in answer)
+            self.timers_whole.add(k)
+            self.timers_gone.pop(k, None)
         if have:
             self.timers[k] = have
         else:

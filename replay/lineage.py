@@ -39,6 +39,7 @@ from ..core.logs import END
 from ..core.scopes import TupleRef
 from ..store import blobs
 from ..store.sources import shown
+from . import partition_store
 from .conditions import BUILTINS
 from .engine import Engine, Instance, Key
 from .lineage_index import LineageIndex, MadeIndex, OutputRows
@@ -246,6 +247,10 @@ class Lineage:
         access = self.access[key]
         field_name, *rest = dotted.split(".")
         fields = access.fields()
+        if field_name == partition_store.FIELD:
+            raise UsageError(f"{partition_store.FIELD} of {instance} is put together from its partition's "
+                             f"micro-batches for reading: ask why of a state variable of the micro-batch's task "
+                             f"that wrote it")
         if field_name not in fields:
             raise UsageError(f"{instance} has no field {field_name!r} "
                              f"(its fields: {', '.join(sorted(fields)) or 'none'})")

@@ -23,12 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import orjson
+
 from ..core import values
 from ..core.errors import Cancelled, ReplayDivergence, UsageError
 from ..core.logs import END
 from ..core.scopes import Overlap, Provenance, ScopeNode, TupleRef
+from ..core.state_handle import StoreView
 from ..store.reader import NumpyLogArrays, RunReader
-from . import conditions
+from . import conditions, partition_store
 from .changes import ChangeTracker
 from .conditions import Condition, EvalError, Search
 from .engine import Engine, Instance, Key, RecordedFailure, SavedPosition
@@ -125,6 +128,7 @@ class DebugSession:
         self.planner = Planner(self.graph, self.provenance, lambda: self.engine.position)
         self.search = Search(engine, self.provenance, self.points)
         self.changes = ChangeTracker(engine)
+        self._chains: dict[Key, list[Key] | None] = {}   # `partition_chain`, per instance
 
     # --- set-up -------------------------------------------------------------------
 
@@ -261,10 +265,38 @@ class DebugSession:
         return self._jumped if self._jumped in at else at[0]
 
     def states(self) -> dict[str, Any]:
-        return {self.label(k): inst.state() for k, inst in self.engine.instances.items()}
+        return {self.label(k): self.instance_state(k) for k in self.engine.instances}
 
     def state(self, instance: str) -> Any:
-        return self.engine.instances[self.parse_instance(instance)].state()
+        return self.instance_state(self.parse_instance(instance))
+
+    def instance_state(self, key: Key) -> Any:
+        """An instance's state as the debugger shows it: its operator's, and for a streaming
+        StatefulProcessor's task after its partition's first micro-batch, the partition's store
+        over its micro-batches so far (replay/partition_store.py, under `partition_store.FIELD`)."""
+        state = self.engine.instances[key].state()
+        chain = self.partition_chain(key)
+        if chain is not None and isinstance(state, dict):
+            views = [self.engine.instances[k].runner.op.view for k in chain]
+            state[partition_store.FIELD] = orjson.loads(values.dumps(partition_store.partition_store(views)))
+        return state
+
+    def partition_chain(self, key: Key) -> list[Key] | None:
+        """Of a streaming StatefulProcessor's task (one micro-batch on one partition), the tasks
+        of that partition up to its micro-batch, oldest first, itself last; None for any other
+        instance, and for a partition's first micro-batch (its own view is the whole store)."""
+        if key in self._chains:   # (a task's chain never changes: later micro-batches come after it)
+            return self._chains[key]
+        inst, chain = self.engine.instances.get(key), []
+        if inst is not None and isinstance(getattr(inst.runner.op, "view", None), StoreView):
+            slots = (self.reader.plan.get("micro_batches") or {}).get(inst.node.name) or []
+            op, i = key
+            if i < len(slots):
+                batch, part = slots[i][0], slots[i][1:]
+                chain = sorted((j for j, slot in enumerate(slots) if slot[1:] == part and slot[0] <= batch
+                                and (op, j) in self.engine.instances), key=lambda j: (slots[j][0], j))
+        self._chains[key] = [(key[0], j) for j in chain] if len(chain) > 1 else None
+        return self._chains[key]
 
     def progress(self) -> dict:
         """How far into the run the session stands (for progress lines), in tuples consumed."""
@@ -541,6 +573,10 @@ class DebugSession:
         """
         key = self.parse_instance(instance)
         target = f"{instance}.{field_path}"
+        if field_path.split(".")[0] == partition_store.FIELD:
+            return self._refused("last_change", target, f"{partition_store.FIELD} is put together from the views of "
+                                                        f"the partition's micro-batches, for reading: go back to the "
+                                                        f"last change of a state variable of one micro-batch's task")
         current = lookup_dotted(self.engine.instances[key].state(), field_path)
         with self.lock:
             t0 = time.perf_counter()

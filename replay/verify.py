@@ -352,7 +352,7 @@ class _Saw:
     known whole and not shown has no value; otherwise the view holds only what its calls showed
     (the elements appended to a list, some entries of a map)."""
 
-    WHOLE = {"value": {"get", "update", "clear"}, "list": {"get", "put", "clear"}, "map": {"iterator", "clear"}}
+    WHOLE = StoreView.WHOLE
 
     def __init__(self, view: Any, whole: set, wrote: dict, timers: "_TimersSeen"):
         self.view, self.whole, self.wrote, self.timers = view, whole, wrote, timers

@@ -27,17 +27,20 @@ JOB = Path(__file__).resolve().parent / "jobs" / "hooked_tws_stream.py"
 FILES, PER_FILE = 3, 40
 
 
-def payments(files: int = FILES) -> pd.DataFrame:
+def payments(files: int = FILES, sparse: bool = False) -> pd.DataFrame:
     pdf = pd.DataFrame({"id": range(files * PER_FILE)})
     pdf["customer"] = "c" + (pdf["id"] % 4).astype(str)
+    if sparse:   # after the first file, c2 and c3 pay no more
+        later = pdf["id"] >= PER_FILE
+        pdf.loc[later, "customer"] = "c" + (pdf.loc[later, "id"] % 2).astype(str)
     pdf["amount"] = ((pdf["id"] * 37) % 101).astype(float)
     pdf["kind"] = ["card" if i % 3 == 0 else "cash" for i in pdf["id"]]
     return pdf
 
 
-def oracle(files: int) -> dict:
+def oracle(files: int, sparse: bool = False) -> dict:
     """Each customer's balance and kinds once the first `files` files are in."""
-    by = payments(files).groupby("customer")
+    by = payments(files, sparse).groupby("customer")
     return {"balance": {c: (float(g["amount"].sum()), len(g)) for c, g in by},
             "by_kind": {c: g["kind"].value_counts().to_dict() for c, g in by}}
 
@@ -136,3 +139,78 @@ def test_the_row_based_processor_records_the_same_query(spark, tmp_path, recorde
     from tt.cli.main import main
 
     assert main(["verify", str(run)]) == 0
+
+
+def test_each_task_shows_its_partitions_store_over_the_micro_batches_so_far(spark, tmp_path):
+    """After the first file only c0 and c1 pay: a micro-batch's task holds their keys alone,
+    and the debugger shows beside it the partition's store over every micro-batch so far
+    (`(partition store)`, replay/partition_store.py), which still holds c2's and c3's state from
+    the first. At every micro-batch end, the stores of each partition's latest task hold
+    together what pandas computes from the files, and at the end what Spark's own state store
+    holds; the recorded states, each task's own calls, still verify."""
+    from tt.cli.main import main
+    from tt.replay.partition_store import FIELD
+
+    run, on, off, ckpt = _record(tmp_path, mode="sparse")
+    assert on == off
+    session = DebugSession(run)
+    slots = session.reader.plan["micro_batches"]["Balance"]
+    ends = [i for i in session.reader.interactions() if i.trigger == "micro-batch"]
+    assert [i.detail["batch"] for i in ends] == list(range(FILES))
+    for end in ends:
+        batch = end.detail["batch"]
+        session.jump(end.k)
+        latest: dict = {}   # partition -> the task of its latest micro-batch so far
+        for i, (b, part) in enumerate(slots):
+            if b <= batch and (part not in latest or b > slots[latest[part]][0]):
+                latest[part] = i
+        together: dict = {"balance": {}, "by_kind": {}}
+        carried = set()   # keys a task shows from an earlier micro-batch only
+        for i in latest.values():
+            state = session.state(f"Balance:{i}")
+            store = state.get(FIELD, {k: state[k] for k in together})   # (a partition's first micro-batch: its own)
+            for var in together:
+                assert not together[var].keys() & store[var].keys(), "a key is in one partition"
+                together[var].update(store[var])
+            carried |= store["balance"].keys() - state["balance"].keys()
+            if slots[i][0] > 0:
+                assert not {"c2", "c3"} & state["balance"].keys(), "the task's own calls: c2 and c3 paid no more"
+        if batch == FILES - 1:
+            assert carried & {"c2", "c3"}, "a partition of c0 or c1 holds c2 or c3 too: shown from micro-batch 0"
+        want = oracle(batch + 1, sparse=True)
+        assert values.decode(together["balance"]) == {c: tuple(v) for c, v in want["balance"].items()}, batch
+        assert together["by_kind"] == want["by_kind"], batch
+
+    store = spark.read.format("statestore").option("stateVarName", "balance").load(str(ckpt))
+    assert {r["key"][0]: (r["value"][0], r["value"][1]) for r in store.collect()} == \
+        values.decode(together["balance"])
+    session.reader.close()
+    assert main(["verify", str(run)]) == 0
+    _the_debugger_shows_the_partitions_store(run, ends[-1].k)
+
+
+def _the_debugger_shows_the_partitions_store(run: Path, k: int) -> None:
+    """In `tt debug`, after `j` to the last micro-batch's end, the state tree holds the field;
+    `C` and `w` on it say that it is put together for reading (it was never written as such)."""
+    from test_tui import answer, drive, keys, message
+    from test_tui_lineage import _nodes
+    from tt.replay.partition_store import FIELD
+    from tt.tui.app import DebuggerApp
+    from tt.tui.widgets.state_inspector import StateInspector
+
+    app = DebuggerApp(run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        assert app.shown.op == "Balance" and any(FIELD in s for s in app.shown.states.values()), app.shown.states
+        tree = app.query_one(StateInspector).tree
+        node = next(n for n in _nodes(tree) if n.data is not None and n.data.path == (FIELD,))
+        tree.focus()
+        tree.move_cursor(node)
+        await keys(pilot, "w")
+        assert "is put together from its partition's micro-batches for reading" in message(app), message(app)
+        await keys(pilot, "C")
+        await answer(pilot, f"{node.data.instance}.{FIELD}.balance")
+        assert "is put together from the views of the partition's micro-batches" in message(app), message(app)
+    drive(app, script, size=(160, 45))

@@ -1305,3 +1305,90 @@ def test_a_sources_batch_into_a_shuffle_is_routed_and_logged_as_row_by_row(logge
     failed, by_row = run(rows, 700, False), run(rows, 700, True)
     assert failed[:3] == by_row[:3] and str(failed[3]) == str(by_row[3]) == "no key"
     assert failed[2] == 1001 and sorted(i for _, i in failed[0]) == list(range(1000))
+
+
+def test_a_partitions_store_over_micro_batches_is_the_store_its_calls_built():
+    """`partition_store` lays the views of one partition's micro-batches over each other. Its
+    oracle is a model of Spark's store for the partition, which starts empty and which every
+    call reads or writes: random calls on a value, a list, a map and timers (reads answered from
+    the model, as Spark answers them; lists appended to without a read, map entries written or
+    removed one by one, variables deleted, timers that fire), each micro-batch seen by a fresh
+    view; after every micro-batch the views laid over each other hold exactly the model."""
+    from tt.core.state_handle import StoreView
+    from tt.replay.partition_store import partition_store
+
+    kinds = {"v": "value", "l": "list", "m": "map"}
+    rng = random.Random(20261129)
+    for _ in range(300):
+        model: dict[str, dict] = {name: {} for name in kinds}
+        timers: dict[str, set] = {}
+        views = []
+        for _batch in range(rng.randint(1, 5)):
+            view = StoreView()
+            for name, kind in kinds.items():
+                view.declare(name, kind)
+            deleted = set()
+            for _call in range(rng.randint(0, 14)):
+                k, x = rng.choice("abc"), rng.randint(0, 3)
+                name = rng.choice([*kinds, "timers"])
+                if name in deleted:
+                    continue
+                have = model.get(name, {}).get(k)
+                if name == "timers":
+                    method = rng.choice(["registerTimer", "deleteTimer", "listTimers", "fired"])
+                    mine = timers.setdefault(k, set())
+                    if method == "fired":
+                        if mine:
+                            t = min(mine)
+                            mine.discard(t)
+                            view.fired((k,), t)
+                        continue
+                    answer = sorted(mine) if method == "listTimers" else None
+                    if method != "listTimers":
+                        (mine.add if method == "registerTimer" else mine.discard)(x)
+                    view.saw("timers", method, k, (x,) if method != "listTimers" else (), answer)
+                    continue
+                method = rng.choice({"value": ["get", "update", "clear", "exists"],
+                                     "list": ["get", "put", "appendValue", "appendList", "clear", "exists"],
+                                     "map": ["getValue", "containsKey", "updateValue", "removeKey", "iterator",
+                                             "clear", "exists", "deleteIfExists"]}[kinds[name]])
+                args, answer = (), None
+                if method == "deleteIfExists":
+                    view.saw(name, method, k, (name,), None)
+                    view.drop(name)
+                    model[name], deleted = {}, deleted | {name}
+                    continue
+                if method == "exists":
+                    answer = have is not None
+                elif method == "clear":
+                    model[name].pop(k, None)
+                elif method == "get":
+                    answer = (None if have is None else (have,)) if name == "v" else [(v,) for v in have or []]
+                elif method == "update":
+                    args, model[name][k] = ((x,),), x
+                elif method in ("put", "appendValue", "appendList"):
+                    new = [x] if method == "appendValue" else [x, x + 1]
+                    args = ((x,),) if method == "appendValue" else ([(v,) for v in new],)
+                    model[name][k] = new if method == "put" else [*(have or []), *new]
+                elif method == "iterator":
+                    answer = [((u,), (v,)) for u, v in (have or {}).items()]
+                else:   # one entry of the map
+                    args = ((x,),)
+                    if method == "getValue":
+                        answer = (have[x],) if have and x in have else None
+                    elif method == "containsKey":
+                        answer = bool(have and x in have)
+                    elif method == "updateValue":
+                        args = ((x,), (x * 10,))
+                        model[name][k] = {**(have or {}), x: x * 10}
+                    elif have is not None:   # removeKey
+                        have.pop(x, None)
+                        if not have:
+                            del model[name][k]
+                view.saw(name, method, k, args, answer)
+            views.append(view)
+            expected = {name: {k: v for k, v in per_key.items() if v not in ([], {})} for name, per_key in model.items()}
+            shown_timers = {k: sorted(t) for k, t in timers.items() if t}
+            if shown_timers:
+                expected["timers"] = shown_timers
+            assert partition_store(views) == expected, [v.__dict__ for v in views]

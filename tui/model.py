@@ -236,15 +236,17 @@ class Model:
             if inst.node.name != op:
                 continue
             old = prev.states.get(inst.label) if prev is not None and prev.op == op else None
-            if old is not None and prev.position.get(inst.label) == inst.count:
+            chain = s.partition_chain(key)   # a streaming task shows its partition's earlier micro-batches too
+            moved = [s.engine.instances[k] for k in chain] if chain is not None else [inst]
+            if old is not None and all(prev.position.get(m.label) == m.count for m in moved):
                 out[inst.label] = old
                 continue
-            if diffed and old is not None:  # prev is what was shown before this step
+            if diffed and old is not None and chain is None:  # prev is what was shown before this step
                 patched = _patched(old, result.changed.get(inst.label, {}))
                 if patched is not None:
                     out[inst.label] = patched
                     continue
-            out[inst.label] = inst.state()
+            out[inst.label] = s.instance_state(key)
         return out
 
     def _scope(self, ref: TupleRef, position: dict[str, int]) -> tuple[list[ScopeLine], bool]:

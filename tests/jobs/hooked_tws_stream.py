@@ -6,7 +6,8 @@ after the last file) through `Balance` (`transformWithStateInPandas`, RocksDB st
 changelog checkpointing so Spark's change feed can be read back): per customer a ValueState
 `balance` (sum, count) and a MapState `by_kind` (kind -> count). It emits each customer's
 balance after every micro-batch that brought rows for it. With MODE=row it is the same
-processor on `transformWithState`. With MODE=timers it is `TimedBalance`, `Balance` with
+processor on `transformWithState`. With MODE=sparse it is `Balance` over files where only c0 and
+c1 pay after the first (`customer`). With MODE=timers it is `TimedBalance`, `Balance` with
 event-time timers (payment i happens at minute 60 + i, the watermark follows it): a key's timer is
 set a day (MODE=timers-later: two days) after its latest payment of the micro-batch, so none
 fires in the run. For c0 and c1 it lists a key's timers and deletes them before it registers
@@ -95,13 +96,19 @@ class TimedBalance(Balance):
         return iter([])
 
 
-def write_files(in_dir: Path, files: int, per_file: int) -> None:
+def customer(i: int, per_file: int, sparse: bool) -> str:
+    """Payment i's customer: c{i % 4}; with `sparse`, after the first file c{i % 2} (c2 and c3
+    pay in the first micro-batch only)."""
+    return "c%d" % (i % (2 if sparse and i >= per_file else 4))
+
+
+def write_files(in_dir: Path, files: int, per_file: int, sparse: bool = False) -> None:
     in_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time() - files - 10
     for f in range(files):
         ids = range(f * per_file, (f + 1) * per_file)
         pdf = pd.DataFrame({"id": list(ids)})
-        pdf["customer"] = ["c%d" % (i % 4) for i in ids]
+        pdf["customer"] = [customer(i, per_file, sparse) for i in ids]
         pdf["amount"] = [float((i * 37) % 101) for i in ids]
         pdf["kind"] = ["card" if i % 3 == 0 else "cash" for i in ids]
         tmp = in_dir / f".part-{f:03d}.csv"
@@ -111,7 +118,7 @@ def write_files(in_dir: Path, files: int, per_file: int) -> None:
 
 
 def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 40, mode: str = "pandas") -> None:
-    write_files(Path(in_dir), files, per_file)
+    write_files(Path(in_dir), files, per_file, sparse=mode == "sparse")
     spark = SparkSession.builder.master("local[2]").appName("hooked-tws-stream").getOrCreate()
     settings = {"spark.sql.streaming.stateStore.providerClass":
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",

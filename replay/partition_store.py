@@ -1,0 +1,74 @@
+"""The state store of one partition of a streaming StatefulProcessor, over its micro-batches.
+
+In a Structured Streaming query each micro-batch's task is an instance of its own
+(docs/PROCESSORS.md), and its state view (`StoreView`) holds what that task's calls showed:
+the keys of this micro-batch. Spark's store for the partition holds every key its earlier
+micro-batches left there too. `partition_store` lays each task's view over the ones before it
+in the same partition, oldest first, so the debugger can show the partition's store as the
+calls of every micro-batch so far showed it: a key's value from the last micro-batch that
+showed it whole, with what later ones appended to a list or wrote into some entries of a map,
+and no key that a call cleared or found empty.
+
+It reads what replay shows and changes nothing: the recorded and replayed states stay each
+task's own view, which `tt verify` compares. Where a micro-batch only showed part of a value
+that no earlier one showed whole (an append to a list never read), the part is what is
+shown. A TTL'd variable may have expired in Spark between two micro-batches without a call
+seeing it (docs/PROCESSORS.md: TTL is not shown as such).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..core.state_handle import StoreView
+
+FIELD = "(partition store)"   # the field the debugger shows it under (no state variable or attribute is so named)
+
+
+def partition_store(views: Iterable[StoreView]) -> dict:
+    """`{variable: {key: value}}`, and `timers` when any is set, of the views laid one over the
+    other, oldest first."""
+    store: dict[str, dict] = {}
+    timers: dict[Any, set[int]] = {}
+    for view in views:
+        whole, removed = view.whole, view.removed
+        for name in view.dropped:
+            store[name] = {}
+        for name, per_key in view.vars.items():
+            have, kind = store.setdefault(name, {}), view.kinds.get(name)
+            for k in {*per_key, *(k for n, k in whole if n == name), *(k for n, k in removed if n == name)}:
+                if (name, k) in whole:
+                    if k in per_key:
+                        have[k] = per_key[k]
+                    else:
+                        have.pop(k, None)
+                elif kind == "list":
+                    have[k] = [*have.get(k, []), *per_key.get(k, [])]
+                elif kind == "map":
+                    entries = {**have.get(k, {}), **per_key.get(k, {})}
+                    for gone in removed.get((name, k), ()):
+                        entries.pop(gone, None)
+                    if entries:
+                        have[k] = entries
+                    else:
+                        have.pop(k, None)
+                elif k in per_key:
+                    have[k] = per_key[k]
+        _lay_timers(view, timers)
+    out = {name: per_key for name, per_key in store.items()}
+    shown = {k: sorted(t) for k, t in timers.items() if t}
+    if shown:
+        out["timers"] = shown
+    return out
+
+
+def _lay_timers(view: StoreView, timers: dict[Any, set[int]]) -> None:
+    listed, gone = view.timers_whole, view.timers_gone
+    for k in {*view.timers, *listed, *gone}:
+        if k in listed:
+            timers[k] = set(view.timers.get(k, ()))
+        else:
+            timers[k] = (timers.get(k, set()) - gone.get(k, set())) | set(view.timers.get(k, ()))
+
+
+__all__ = ["FIELD", "partition_store"]
