@@ -17,6 +17,7 @@ import pytest
 
 from plain_jobs import post_mortem, record_on_and_off
 
+from tt.core import values
 from tt.recorder.job import record_job
 from tt.replay.session import DebugSession
 from tt.store.reader import RunReader
@@ -243,3 +244,38 @@ def test_a_retried_grouped_task_leaves_the_log_of_a_failure_free_run(recorded, t
     assert retried == clean
     assert main(["verify", str(out)]) == 0
     assert "every replayed state equals the recorded one" in capsys.readouterr().out
+
+
+def test_a_replayed_grouped_function_is_handed_the_key_pyspark_handed_it(spark, tmp_path):
+    """`tests/jobs/hooked_key_types.py` groups by an int, a long, a double, a boolean and a
+    string column; each function keeps the types of the key it was handed. Recorded, they are
+    PySpark's (numpy scalars of each column's type for pandas, Arrow scalars of each column's
+    type for Arrow); the replay hands every function the same, so its states equal the recorded
+    ones and `tt verify` passes (a key rebuilt as one pandas row made the int and the long
+    floats: `(1.0, 0.0, 0.5, ...)`)."""
+    from tt.cli.main import main
+
+    run, on, off = record_on_and_off(JOB.parent / "hooked_key_types.py", tmp_path)
+    assert on == off
+    reader = RunReader(run)
+    last = reader.interactions()[-1].k
+    recorded: dict = {}
+    for (op, i), at in reader.instances_at(last).items():
+        state = reader.state(at.state)
+        if state is not None:
+            recorded.setdefault(reader.operators[op].name, {}).update(values.decode(state)["closure"]["seen"])
+    numpy_key = ["numpy.int32", "numpy.int64", "numpy.float64", "numpy.bool", "builtins.str"]
+    assert recorded["pandas_keys"] and all(t == numpy_key for t in recorded["pandas_keys"].values()), recorded
+    assert recorded["cogrouped_keys"] and all(t == numpy_key for t in recorded["cogrouped_keys"].values())
+    assert recorded["arrow_keys"] and all(t == ["int32", "int64", "double", "bool", "string"]
+                                          for t in recorded["arrow_keys"].values()), recorded
+    reader.close()
+
+    session = DebugSession(run)
+    session.jump(last)
+    replayed: dict = {}
+    for label, state in session.states().items():
+        replayed.setdefault(label.split(":")[0], {}).update(values.decode(state).get("closure", {}).get("seen", {}))
+    assert {name: replayed[name] for name in recorded} == recorded
+    session.reader.close()
+    assert main(["verify", str(run)]) == 0
