@@ -175,6 +175,7 @@ class _StderrToFile:
         self.log = open(self.path, "wb", buffering=0)
         os.dup2(self.log.fileno(), 2)
         self.old_stderr = sys.stderr
+        _pyspark_loggers()   # made now, while `sys.stderr` writes to descriptor 2: to the log
         self.terminal = os.fdopen(os.dup(self.saved), "w", buffering=1)
         sys.stderr = self.terminal
 
@@ -185,6 +186,17 @@ class _StderrToFile:
         sys.stderr = self.old_stderr
         self.terminal.close()
         self.log.close()
+
+
+def _pyspark_loggers() -> None:
+    """PySpark's own Python loggers, made before the job runs: each writes to the `sys.stderr`
+    there is when it is made (a `StreamHandler`), and the one an AnalysisException logs to,
+    made when the job's query fails, would put a page of JSON above tt's one line."""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:   # (a pyspark without its structured logger)
+        return
+    PySparkLogger.getLogger("SQLQueryContextLogger")
 
 
 class _QuietPy4J(logging.Filter):

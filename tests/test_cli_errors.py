@@ -207,6 +207,22 @@ def test_one_line_even_when_spark_is_noisy(job, tmp_path):
 
 
 @pytest.mark.slow
+def test_one_line_when_the_jobs_query_is_refused(job, tmp_path):
+    """A job whose query Spark refuses (an AnalysisException): PySpark logs it as a page of JSON
+    (its `SQLQueryContextLogger`), which goes to RUN.log with Spark's other output; stderr has
+    tt's one line."""
+    out = tmp_path / "r.db"
+    bad = "import tt\nspark = tt.spark_session('t')\nspark.range(3).selectExpr('CAST(id AS BINARY)').collect()\n"
+    proc = subprocess.run([sys.executable, "-m", "tt", "record", str(job(bad)), "-o", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert "AnalysisException" in lines[0] and "job.py line 3" in lines[0], lines[0]
+    assert "SQLQueryContextLogger" in Path(str(out) + ".log").read_text()
+
+
+@pytest.mark.slow
 def test_a_condition_that_raises_is_reported_once(spark, job, tmp_path, capfd):
     """(capfd: during the job tt writes to the terminal's descriptor, Spark's output goes to RUN.log)"""
     out = tmp_path / "r.db"
