@@ -55,11 +55,8 @@ def partition_store(views: Iterable[StoreView]) -> dict:
                 elif k in per_key:
                     have[k] = per_key[k]
         _lay_timers(view, timers)
-    out = {name: per_key for name, per_key in store.items()}
     shown = {k: sorted(t) for k, t in timers.items() if t}
-    if shown:
-        out["timers"] = shown
-    return out
+    return {**store, "timers": shown} if shown else store
 
 
 def _lay_timers(view: StoreView, timers: dict[Any, set[int]]) -> None:

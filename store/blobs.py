@@ -126,8 +126,8 @@ def _unpack_group(codec: str, data: bytes) -> tuple:
 
 def _pandas_first(column):
     """`column.to_pandas().iloc[0]`, without pandas where numpy gives the same (a number, a
-    boolean, a string without nulls): a tenth of the time, and most of what a replay of an
-    `applyInPandas` function spent outside it."""
+    boolean, a string without nulls): converting the one-row key table to pandas was half of
+    what decoding a group cost a replay."""
     import pyarrow as pa
 
     t = column.type
