@@ -403,7 +403,8 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
         await keys(pilot, "f")   # (out and back act on what was done last: the selected tuple is not named)
         assert message(app).startswith("✗ step out: not inside a tuple's scope"), message(app)
         await keys(pilot, "N")
-        assert message(app).startswith("✗ step back: at the start of the run: nothing to step back over"), message(app)
+        assert message(app).startswith("✗ step back: at the start of the run: nothing to step back over"), \
+            message(app)
 
         # step over θ's next tuples (n, on the default ▶ tuple) until an overlap's root is next
         session = app.model.session

@@ -889,7 +889,8 @@ def test_a_dataframes_rows_are_what_pandas_to_dict_gives():
         pd.DataFrame({
             "id": np.arange(n), "customer": ["Bob", "Alice"] * 3, "usd": [1.5, float("nan")] * 3,
             "f32": np.arange(n, dtype=np.float32) / 3, "u8": np.arange(n, dtype=np.uint8), "flag": [True, False] * 3,
-            "when": pd.date_range("2024-01-01", periods=n), "tz": pd.date_range("2024-01-01", periods=n, tz="Europe/Paris"),
+            "when": pd.date_range("2024-01-01", periods=n),
+            "tz": pd.date_range("2024-01-01", periods=n, tz="Europe/Paris"),
             "delta": pd.to_timedelta(np.arange(n), unit="s"), "cat": pd.Categorical(["a", "b"] * 3),
             "nullable": pd.array([1, None] * 3, dtype="Int64"), "maybe": pd.array([True, None] * 3, dtype="boolean"),
             "numpy_in_object": [np.int64(3), None] * 3, "na_in_object": [pd.NA, "x"] * 3,
@@ -1387,7 +1388,8 @@ def test_a_partitions_store_over_micro_batches_is_the_store_its_calls_built():
                             del model[name][k]
                 view.saw(name, method, k, args, answer)
             views.append(view)
-            expected = {name: {k: v for k, v in per_key.items() if v not in ([], {})} for name, per_key in model.items()}
+            expected = {name: {k: v for k, v in per_key.items() if v not in ([], {})}
+                        for name, per_key in model.items()}
             shown_timers = {k: sorted(t) for k, t in timers.items() if t}
             if shown_timers:
                 expected["timers"] = shown_timers

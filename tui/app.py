@@ -1023,8 +1023,8 @@ class DebuggerApp(App):
         why.show(report.title, report.root)
         why.display = True
         why.focus()
-        self._say(f"why {report.title}: {report.size} tuple{'' if report.size == 1 else 's'}; Enter on a leaf (←) goes to just before it "
-                  f"is consumed; w closes")
+        tuples = f"{report.size} tuple{'' if report.size == 1 else 's'}"
+        self._say(f"why {report.title}: {tuples}; Enter on a leaf (←) goes to just before it is consumed; w closes")
 
     @on(LineageTree.LeafChosen)
     def _lineage_leaf(self, event: LineageTree.LeafChosen) -> None:
