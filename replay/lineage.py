@@ -571,7 +571,7 @@ class Lineage:
                     self._rows.setdefault(unit, readable)
         if not links:
             tree.ends[out] = {"end": "spark", "at": ", ".join(sorted(set(into))),
-                              "spark": ", ".join(e["label"] or "as is" for e in self._spark_from[out.call.op])}
+                              "spark": ", ".join(e["label"] or "as is" for e in edges)}
         return links
 
     def _pipelined_from(self, op: int, instance: int, seq: int) -> Output | None:

@@ -151,7 +151,7 @@ class UnitRows:
         in the order they were added."""
         found: collections.Counter = collections.Counter()
         for columns, by_row in self._holders.items():
-            for row, n in Rows(frame, list(columns)).counts.items():
+            for row, n in collections.Counter(row_keys(frame, list(columns)) or ()).items():
                 for i, have in by_row.get(row, ()):
                     found[i] += min(n, have)
         return [(self.units[i], found[i]) for i in sorted(found)]

@@ -344,66 +344,29 @@ def _query_label(q: dict) -> str:
     return q["name"] or q["id"] or "(unknown)"
 
 
-class _Saw:
+class _Wrote:
     """Stands in for a checked instance's `StoreView.saw`: folds the call into the view as
-    before, and notes which keys the call wrote and which (variable, key) the view now knows
-    whole: a call that answers for the key's whole value (a ValueState's get, update or clear,
-    a ListState's get, put or clear, a MapState's iterator or clear, `exists()` false). A key
-    known whole and not shown has no value; otherwise the view holds only what its calls showed
-    (the elements appended to a list, some entries of a map)."""
+    before, and notes which keys each call wrote, per variable. What the view knows whole (a
+    key's value, its timers) and what its calls deleted, the view notes itself
+    (`StoreView.whole`, `timers_whole`, `timers_gone`)."""
 
-    WHOLE = StoreView.WHOLE
-
-    def __init__(self, view: Any, whole: set, wrote: dict, timers: "_TimersSeen"):
-        self.view, self.whole, self.wrote, self.timers = view, whole, wrote, timers
+    def __init__(self, view: Any, wrote: dict):
+        self.view, self.wrote = view, wrote
 
     def __call__(self, name: str, method: str, key: Any, args: tuple, answer: Any) -> None:
         type(self.view).saw(self.view, name, method, key, args, answer)
-        if name == "timers":
-            self.timers.saw(method, shown(key), args)
-            return
-        if method == "deleteIfExists":   # the variable is gone, for every key
-            self.whole.difference_update({w for w in self.whole if w[0] == name})
-            return
-        k = shown(key)
-        if method in _WRITES:
-            self.wrote.setdefault(name, set()).add(k)
-        if method in self.WHOLE.get(self.view.kinds.get(name), ()) or (method == "exists" and answer is False):
-            self.whole.add((name, k))
-
-
-class _TimersSeen:
-    """What a checked instance's calls tell of its keys' timers beyond the view's `timers` (the
-    ones registered and not deleted since): the keys whose timers `listTimers` listed (known
-    whole), and the timers deleted or fired since, which the store must no longer hold."""
-
-    def __init__(self):
-        self.whole: set = set()
-        self.gone: dict[Any, set[int]] = {}
-
-    def saw(self, method: str, k: Any, args: tuple) -> None:
-        if method == "listTimers":
-            self.whole.add(k)
-        elif method == "registerTimer":
-            self.gone.get(k, set()).discard(int(args[0]))
-        elif method == "deleteTimer":
-            self.gone.setdefault(k, set()).add(int(args[0]))
-
-    def keys(self, view: Any) -> list:
-        return sorted({*view.timers, *self.whole, *(k for k, g in self.gone.items() if g)}, key=repr)
+        if name != "timers" and method in _WRITES:
+            self.wrote.setdefault(name, set()).add(shown(key))
 
 
 class _Tracker:
-    """Puts a `_Saw` on the view of every instance `--statestore` checks, as it is replayed
-    (and on its `fired`: PySpark deletes a fired timer without a call of the processor's); of
-    an applyInPandasWithState instance, notes the keys its calls were for."""
+    """Puts a `_Wrote` on the view of every instance `--statestore` checks, as it is replayed;
+    of an applyInPandasWithState instance, notes the keys its calls were for."""
 
     def __init__(self, keys: set):
         self.keys = keys
         self.views: dict[Key, Any] = {}
-        self.whole: dict[Key, set] = {}
         self.wrote: dict[Key, dict] = {}
-        self.timers: dict[Key, _TimersSeen] = {}
         self.grouped: dict[Key, GroupStateOperator] = {}   # an applyInPandasWithState instance's operator
         self.called: dict[Key, set] = {}   # ... the keys its calls were for
         self.writes: dict[Key, dict] = {}  # ... and what Spark wrote for each of them last
@@ -423,14 +386,8 @@ class _Tracker:
         if not isinstance(view, StoreView) or self.views.get(inst.key) is view:
             return
         self.views[inst.key] = view   # a fresh operator (the start, a reset): a fresh account
-        whole, wrote, timers = set(), {}, _TimersSeen()
-        self.whole[inst.key], self.wrote[inst.key], self.timers[inst.key] = whole, wrote, timers
-        view.saw = _Saw(view, whole, wrote, timers)
-
-        def fired(key: Any, expiry: int) -> None:
-            StoreView.fired(view, key, expiry)
-            timers.saw("deleteTimer", shown(key), (expiry,))
-        view.fired = fired
+        self.wrote[inst.key] = {}
+        view.saw = _Wrote(view, self.wrote[inst.key])
 
 
 _NONE = object()
@@ -538,7 +495,7 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
             per_batch[(qi, name, b)][1] += 1
             return
         keys = set()
-        whole = tracker.whole.get(key, set())
+        whole = view.whole
         for var, kind in view.kinds.items():
             per_key = view.vars.get(var, {})
             absent = sorted((k for v, k in whole if v == var and k not in per_key), key=repr)   # found no value
@@ -571,16 +528,15 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
                     "key": values.encode(k), "replayed": None if replayed is _NONE else values.encode(replayed),
                     "store": None if have is _NONE else values.encode(have), "whole": known,
                     "error": f"{where}: {var}[{k_text}] {r_text}, but Spark's state store has {s_text}"})
-        seen = tracker.timers.get(key)
-        timed = seen.keys(view) if seen is not None else []
+        timed = sorted({*view.timers, *view.timers_whole, *(k for k, g in view.timers_gone.items() if g)}, key=repr)
         if timed:
             stored = stores[qi].timers(sop["id"], b, partition=part)
             for k in timed:
                 keys.add(k)
                 counted["timers"] += 1
                 replayed, have = view.timers.get(k, []), stored.get(k, [])
-                whole = k in seen.whole
-                left = sorted(seen.gone.get(k, set()) & set(have))
+                whole = k in view.timers_whole
+                left = sorted(view.timers_gone.get(k, set()) & set(have))
                 if (replayed == have) if whole else (set(replayed) <= set(have) and not left):
                     continue
                 k_text = values.render(values.encode(k), 40)
