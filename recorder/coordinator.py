@@ -126,6 +126,10 @@ class Coordinator:
             allow_reuse_address = True
             address_family = socket.getaddrinfo(bind, 0, 0, socket.SOCK_STREAM)[0][0]  # IPv4 or IPv6
 
+            def process_request(self, request, client_address):
+                coordinator._accepted(request)   # on the serving loop: known before shutdown() returns
+                super().process_request(request, client_address)
+
         self.server = Server((bind, 0), Handler)
         self.address = (host, self.server.server_address[1])
         # shutdown() waits for the serving loop's next poll: a short one ends the run sooner
@@ -134,6 +138,7 @@ class Coordinator:
         self._thread.start()
         self._timer: threading.Thread | None = None
         self._stop = threading.Event()
+        self._open: dict[socket.socket, threading.Event] = {}   # connection -> its handler has ended
 
     # --- interactions ---------------------------------------------------------
 
@@ -208,9 +213,22 @@ class Coordinator:
             return "127.0.0.1"
         return conf.get("spark.driver.bindAddress", None) or conf.get("spark.driver.host", None) or "127.0.0.1"
 
+    def _accepted(self, sock: socket.socket) -> None:
+        with self.lock:
+            self._open[sock] = threading.Event()
+
     def _serve(self, sock: socket.socket) -> None:
         """One task's channel. Nothing is allocated for a peer before it proves the secret,
         and whatever it sends, a bad frame closes its connection with one log line."""
+        try:
+            self._serve_channel(sock)
+        finally:
+            with self.lock:
+                ended = self._open.pop(sock, None)
+            if ended is not None:
+                ended.set()
+
+    def _serve_channel(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = _peer(sock)
         conn = None
@@ -521,8 +539,20 @@ class Coordinator:
             self.listeners.clear()
 
     def shutdown(self) -> None:
+        """Close, stop accepting, and end every channel still open, waiting until each has
+        stored how its attempt ended: a task whose channel closed just before the run's end
+        (its Spark task failed) is marked lost or failed, never left running."""
         self.close()
-        self.server.shutdown()
+        self.server.shutdown()   # the serving loop has returned: no connection is accepted after this
+        with self.lock:
+            still_open = list(self._open.items())
+        for sock, _ in still_open:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)   # its handler's read returns at once
+            except OSError:
+                pass   # closed by the peer or the handler already
+        for _, ended in still_open:
+            ended.wait()
         self.server.server_close()
 
 

@@ -325,3 +325,47 @@ def test_a_task_whose_first_batch_fails_leaves_no_attempt_running(spark, job, tm
     finally:
         conn.close()
     assert statuses and "running" not in statuses and "committed" not in statuses, statuses
+
+
+@pytest.mark.slow
+def test_a_channel_still_open_at_the_runs_end_leaves_no_attempt_running(record):
+    """The race behind the test above, made certain: a task attempt whose channel is still
+    open when the run ends (its Spark task failed, and the coordinator has not read the close
+    yet; or it hangs) must be stored as lost. The run's end ends the channel and waits until
+    its handler has stored that, instead of leaving the attempt `running`."""
+    import workloads
+
+    from tt.recorder.client import ControlClient
+
+    held: dict = {}
+
+    def before_run(session):
+        original = session.on_event
+
+        def on_event(kind, info):
+            if kind == "begin":   # the coordinator listens, no task has run yet
+                c = session.coordinator
+                # a real task's handshake for the first stage's instance 0, before Spark's own task's
+                held["client"] = ControlClient(c.address, c.secret, {
+                    "run": session.run_id, "stage": 0, "partition": 0, "host": "held-open:1", "number": 0})
+                held["attempt"] = held["client"].welcome
+            original(kind, info)
+
+        session.on_event = on_event
+
+    try:
+        path = record(workloads.build_keyed, before_run=before_run)
+    finally:
+        if "client" in held:
+            held["client"].close()
+    assert held["attempt"]["mode"] == "record", held["attempt"]
+    conn = sqlite3.connect(path)
+    try:
+        statuses = dict(conn.execute("SELECT host, status FROM attempts"))
+        run_status = conn.execute("SELECT status FROM run").fetchone()[0]
+    finally:
+        conn.close()
+    assert statuses.pop("held-open:1") == "lost"
+    assert statuses and set(statuses.values()) == {"committed"}, statuses
+    assert run_status == "complete"
+    assert main(["verify", str(path)]) == 0
