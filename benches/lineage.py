@@ -246,15 +246,18 @@ import contextlib, importlib, io, sys, time
 start = time.perf_counter()
 from tt.cli.main import main
 for name in sys.argv[1].split(","):   # what the command would import (none: it imports them itself)
-    name and importlib.import_module(name)
+    try:
+        name and importlib.import_module(name)
+    except ImportError:   # not in this environment (typer's adapters and pydantic came with typer 0.29)
+        pass
 imported = time.perf_counter()
 with contextlib.redirect_stdout(io.StringIO()):
     rc = main(sys.argv[2:])
 print(imported - start, time.perf_counter() - imported, rc)
 """
 # the modules a first `tt lineage` imports on its way (measured with -X importtime): its own; the
-# other commands, which typer's app registers at its first call; typer's adapters, rich and
-# pydantic's plugin loader (importlib.metadata), to parse the options
+# other commands, which typer's app registers at its first call; rich, and where typer is 0.29 or
+# later (no longer installed by tt), its adapters and pydantic's plugin loader (importlib.metadata)
 _LINEAGE_IMPORTS = ["tt.cli.lineage", "tt.replay.lineage", "tt.replay.lineage_index", "tt.store.sources",
                     "tt.replay.session", "pyarrow.parquet", "pyarrow.compute", "typer._adapters", "rich",
                     "rich.text", "pydantic.plugin._loader", "importlib.metadata", "tempfile", "zipfile",
