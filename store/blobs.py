@@ -125,16 +125,18 @@ def _unpack_group(codec: str, data: bytes) -> tuple:
 
 
 def _pandas_first(column):
-    """`column.to_pandas().iloc[0]`, without pandas where numpy gives the same (a number, a
-    boolean, a string without nulls): converting the one-row key table to pandas was half of
-    what decoding a group cost a replay."""
+    """`column.to_pandas().iloc[0]` as PySpark converts it: timestamps and durations in
+    nanoseconds (the key column holds what Arrow inferred from the value, microseconds for a
+    `pd.Timestamp`). Without pandas where numpy gives the same (a number, a boolean, a string
+    without nulls): converting the one-row key table to pandas was half of what decoding a
+    group cost a replay."""
     import pyarrow as pa
 
     t = column.type
     if column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
                                    or pa.types.is_string(t) or pa.types.is_large_string(t)):
         return column.to_numpy()[0]
-    return column.to_pandas().iloc[0]
+    return column.to_pandas(coerce_temporal_nanoseconds=True).iloc[0]
 
 
 def unpack_tuples(codec: str, data: bytes) -> list:

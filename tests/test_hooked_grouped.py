@@ -248,11 +248,13 @@ def test_a_retried_grouped_task_leaves_the_log_of_a_failure_free_run(recorded, t
 
 def test_a_replayed_grouped_function_is_handed_the_key_pyspark_handed_it(spark, tmp_path):
     """`tests/jobs/hooked_key_types.py` groups by an int, a long, a double, a boolean and a
-    string column; each function keeps the types of the key it was handed. Recorded, they are
+    string column, and by temporal ones (a timestamp, a date, a decimal, an interval); each
+    function keeps the types of the key it was handed. Recorded, they are
     PySpark's (numpy scalars of each column's type for pandas, Arrow scalars of each column's
     type for Arrow); the replay hands every function the same, so its states equal the recorded
     ones and `tt verify` passes (a key rebuilt as one pandas row made the int and the long
-    floats: `(1.0, 0.0, 0.5, ...)`)."""
+    floats: `(1.0, 0.0, 0.5, ...)`; a timestamp came back in microseconds where PySpark hands
+    nanoseconds)."""
     from tt.cli.main import main
 
     run, on, off = record_on_and_off(JOB.parent / "hooked_key_types.py", tmp_path)
@@ -269,6 +271,9 @@ def test_a_replayed_grouped_function_is_handed_the_key_pyspark_handed_it(spark, 
     assert recorded["cogrouped_keys"] and all(t == numpy_key for t in recorded["cogrouped_keys"].values())
     assert recorded["arrow_keys"] and all(t == ["int32", "int64", "double", "bool", "string"]
                                           for t in recorded["arrow_keys"].values()), recorded
+    temporal = ["pandas._libs.tslibs.timestamps.Timestamp:ns"] * 2 + [
+        "datetime.date:", "decimal.Decimal:", "pandas._libs.tslibs.timedeltas.Timedelta:ns"]
+    assert recorded["temporal_keys"] and all(t == temporal for t in recorded["temporal_keys"].values()), recorded
     reader.close()
 
     session = DebugSession(run)

@@ -5,7 +5,9 @@ PySpark hands `applyInPandas` (and cogroup) a key of numpy scalars of each colum
 `applyInArrow` one of Arrow scalars of each column's type. Each function here keeps, per
 group, the types of the key's values and the key as text, and emits that text: the
 recorded states hold what PySpark gave, and a replay that hands the function anything else
-(a Python int, a float for an int: `1.0`, not `1`) differs from them.
+(a Python int, a float for an int: `1.0`, not `1`) differs from them. `temporal_keys` groups
+by a timestamp, a timestamp without time zone, a date, a decimal and a day-time interval:
+PySpark hands pandas Timestamps and a Timedelta in nanoseconds, a `datetime.date`, a `Decimal`.
 Usage: python hooked_key_types.py OUT.json
 """
 
@@ -17,6 +19,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 KEYS = ["k_int", "k_long", "k_double", "k_bool", "k_str"]
+TEMPORAL_KEYS = ["k_ts", "k_ntz", "k_date", "k_dec", "k_dti"]
 
 
 def make_pandas_keys():
@@ -26,6 +29,15 @@ def make_pandas_keys():
         seen[repr(key)] = [f"{type(v).__module__}.{type(v).__name__}" for v in key]
         return pd.DataFrame({"key": [f"{key}"], "n": [len(pdf)]})
     return pandas_keys
+
+
+def make_temporal_keys():
+    seen = {}
+
+    def temporal_keys(key, pdf):
+        seen[repr(key)] = [f"{type(v).__module__}.{type(v).__name__}:{getattr(v, 'unit', '')}" for v in key]
+        return pd.DataFrame({"key": [f"{key}"], "n": [len(pdf)]})
+    return temporal_keys
 
 
 def make_cogrouped_keys():
@@ -52,7 +64,11 @@ def main(out: str) -> None:
     try:
         rows = spark.range(0, 40, numPartitions=2).selectExpr(
             "CAST(id % 3 AS INT) AS k_int", "id % 2 AS k_long", "CAST(id % 2 AS DOUBLE) + 0.5 AS k_double",
-            "id % 4 = 0 AS k_bool", "concat('s', id % 2) AS k_str", "CAST(id AS DOUBLE) AS v")
+            "id % 4 = 0 AS k_bool", "concat('s', id % 2) AS k_str", "CAST(id AS DOUBLE) AS v",
+            "timestamp_seconds(id % 3 * 1000 + 1700000000) AS k_ts",
+            "CAST(timestamp_seconds(id % 2 + 1700000000) AS TIMESTAMP_NTZ) AS k_ntz",
+            "date_add(DATE'2024-01-01', CAST(id % 2 AS INT)) AS k_date",
+            "CAST(id % 2 AS DECIMAL(10,2)) + 0.25 AS k_dec", "make_dt_interval(0, 0, 0, id % 2 + 0.5) AS k_dti")
         grouped = rows.groupBy(*KEYS)
         schema = "key string, n long"
         result = {
@@ -60,6 +76,8 @@ def main(out: str) -> None:
             "cogrouped": sorted(tuple(r) for r in grouped.cogroup(rows.groupBy(*KEYS)).applyInPandas(
                 make_cogrouped_keys(), schema).collect()),
             "arrow": sorted(tuple(r) for r in grouped.applyInArrow(make_arrow_keys(), schema).collect()),
+            "temporal": sorted(tuple(r) for r in rows.groupBy(*TEMPORAL_KEYS).applyInPandas(
+                make_temporal_keys(), schema).collect()),
         }
     finally:
         spark.conf.unset("spark.sql.shuffle.partitions")
