@@ -573,7 +573,7 @@ class StageTask:
             elif where is not None:
                 self.unit_entries.append((head.node_id, 0, self.partition, _REFERENCED_CODEC[codec], where))
             else:   # packed now: the function may write into a DataFrame it is handed
-                self.unit_entries.append((head.node_id, 0, self.partition, codec, blobs.pack_unit(codec, unit)))
+                self.unit_entries.append((head.node_id, 0, self.partition, *blobs.pack_unit(codec, unit)))
         try:
             t0 = time.perf_counter()
             self.runners[self.stage.source].feed_rows((unit,), 0)   # a Source hands it straight on

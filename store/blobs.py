@@ -76,11 +76,41 @@ def pack_pandas(frame) -> bytes:
     return pack_arrow(pa.Table.from_pandas(frame))
 
 
-def pack_unit(codec: str, unit) -> bytes:
-    """One unit of a hooked function (a DataFrame, a RecordBatch, a group) in its codec."""
+def pack_unit(codec: str, unit) -> tuple[str, bytes]:
+    """One unit of a hooked function (a DataFrame, a RecordBatch, a group): `(codec, data)`, in
+    its codec, or pickled (`pickle`, a list of the one unit) where Arrow would not give its
+    DataFrames back as the function got them (`holds_dicts`)."""
+    if codec in (PANDAS, PANDAS_GROUP) and any(map(holds_dicts, (unit,) if codec == PANDAS else unit[1:])):
+        return PICKLE, pack_rows([unit])
     if codec in (PANDAS_GROUP, ARROW_GROUP):
-        return _pack_group(codec, unit)
-    return pack_pandas(unit) if codec == PANDAS else pack_arrow(unit)
+        return codec, _pack_group(codec, unit)
+    return codec, pack_pandas(unit) if codec == PANDAS else pack_arrow(unit)
+
+
+def holds_dicts(frame) -> bool:
+    """Whether a column of `frame` holds dicts, or arrays of them: PySpark hands a map column,
+    and a struct column, as dicts, and Arrow, told nothing, infers a struct from them, which
+    gives a map's rows each other's keys (None) and fails on keys that are not strings."""
+    return any(col.dtype == object and _dicts_in(col.array) for _, col in frame.items())
+
+
+_NULLS = frozenset({"NAType", "NaTType"})   # pandas' pd.NA and pd.NaT
+
+
+def _dicts_in(values) -> bool | None:
+    """Whether `values` (a column, or an array in one) are dicts or hold them, told by the first
+    value that tells (a Spark column holds one type); None if none does (all null or empty)."""
+    for v in values:
+        if v is None or (isinstance(v, float) and v != v) or type(v).__name__ in _NULLS:
+            continue
+        if isinstance(v, dict):
+            return True
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
+            return False
+        found = _dicts_in(v)   # an array (numpy's, a list, a Row)
+        if found is not None:
+            return found
+    return None
 
 
 def _pack_group(codec: str, unit: tuple) -> bytes:

@@ -284,3 +284,60 @@ def test_a_replayed_grouped_function_is_handed_the_key_pyspark_handed_it(spark, 
     assert {name: replayed[name] for name in recorded} == recorded
     session.reader.close()
     assert main(["verify", str(run)]) == 0
+
+
+def test_pandas_functions_are_handed_map_and_struct_columns_as_pyspark_handed_them(spark, tmp_path):
+    """`tests/jobs/hooked_nested_frames.py` hands applyInPandas, a cogroup and mapInPandas
+    frames with map columns (string and long keys, their rows with keys of their own), arrays
+    of maps and structs (one holding a map): PySpark gives them as dicts. Recording them as
+    Arrow made a map a struct with every row's keys (`{'a': 0, 'b': None, 'c': None}` replayed
+    for `{'a': 0}`), and a map with long keys stopped the job (Arrow wants string field names):
+    such a frame is recorded pickled. The job's output is the same recorded; each recorded
+    state holds the dicts PySpark gave, the replayed states equal them, `tt verify` passes."""
+    from tt.cli.main import main
+
+    run, on, off = record_on_and_off(JOB.parent / "hooked_nested_frames.py", tmp_path)
+    assert on == off and off["grouped"] == [6, 6] and sum(off["mapped"]) == 12
+    reader = RunReader(run)
+    last = reader.interactions()[-1].k
+    recorded: dict = {}
+    for (op, i), at in reader.instances_at(last).items():
+        state = reader.state(at.state)
+        if state is not None:
+            recorded.setdefault(reader.operators[op].name, {}).update(values.decode(state)["closure"]["seen"])
+    reader.close()
+    assert set(recorded) == {"grouped_nested", "cogrouped_nested", "mapped_nested"}
+    maps = [v for frame in recorded["grouped_nested"].values() for v in frame["m"]]
+    assert "dict:{'a': 0}" in maps and "dict:{'b': 1, 'c': 1}" in maps, maps
+    assert "dict:{0: 'v0'}" in recorded["grouped_nested"]["(np.int64(0),)"]["m_long"]
+    assert all(len(frame["m"]) for frame in recorded["mapped_nested"].values())
+
+    session = DebugSession(run)
+    session.jump(last)
+    replayed: dict = {}
+    for label, state in session.states().items():
+        replayed.setdefault(label.split(":")[0], {}).update(values.decode(state).get("closure", {}).get("seen", {}))
+    session.reader.close()
+    assert {name: replayed[name] for name in recorded} == recorded
+    assert main(["verify", str(run)]) == 0
+
+
+def test_map_columns_read_by_reference_replay_and_tt_pack_refuses_them(spark, tmp_path, capsys):
+    """The same frames read from Parquet by mapInPandas are recorded by reference and rebuilt
+    as PySpark builds them: the replay equals the recording. `tt pack` cannot copy them (their
+    copy would be pickled, which only the recorder seals): one line, and the run still verifies."""
+    from tt.cli.main import main
+
+    data = tmp_path / "nested.parquet"
+    run, on, off = record_on_and_off(JOB.parent / "hooked_nested_frames.py", tmp_path, [str(data)])
+    assert on == off and sum(on["mapped"]) == 12
+    reader = RunReader(run)
+    codecs = {codec for (codec,) in reader.conn.execute("SELECT DISTINCT codec FROM entry_chunks")}
+    reader.close()
+    assert "ref-pandas" in codecs, codecs
+    assert main(["verify", str(run)]) == 0
+    capsys.readouterr()
+    assert main(["pack", str(run), "-o", str(tmp_path / "packed.db")]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "holds map or struct columns" in err[0], err
+    assert main(["verify", str(run)]) == 0

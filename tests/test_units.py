@@ -1394,3 +1394,28 @@ def test_a_partitions_store_over_micro_batches_is_the_store_its_calls_built():
             if shown_timers:
                 expected["timers"] = shown_timers
             assert partition_store(views) == expected, [v.__dict__ for v in views]
+
+
+def test_a_pandas_unit_that_arrow_would_change_is_pickled():
+    """`blobs.pack_unit`: a DataFrame holding dicts (PySpark's maps and structs), at the top of a
+    column or inside its arrays, after nulls, NaN, pd.NA and empty arrays, is pickled and comes
+    back equal; one of numbers, strings, bytes and arrays of numbers stays Arrow."""
+    import numpy as np
+
+    from tt.store import blobs
+
+    plain = pd.DataFrame({"i": [1, 2, 3], "f": [np.nan, 1.5, 2.0], "s": [None, "x", pd.NA], "b": [b"1", None, b"2"],
+                          "arr": [np.array([], dtype=object), np.array([None]), np.array([1, 2])]})
+    assert blobs.pack_unit(blobs.PANDAS, plain)[0] == blobs.PANDAS
+    assert blobs.pack_unit(blobs.PANDAS_GROUP, ((np.int32(1),), plain, plain))[0] == blobs.PANDAS_GROUP
+    for column in ([None, {"a": 1}, {"b": 2}],                                    # a map after a null
+                   [np.nan, {1: "x"}, {}],                                         # keys that are no strings
+                   [np.array([], dtype=object), np.array([None, {"k": 1}]), None],  # arrays of maps
+                   [{"x": 1, "y": {"q": 2}}] * 3):                                 # a struct
+        frame = plain.assign(d=pd.Series(column, dtype=object))
+        for codec, unit in ((blobs.PANDAS, frame), (blobs.PANDAS_GROUP, (("k",), plain, frame))):
+            packed = blobs.pack_unit(codec, unit)
+            assert packed[0] == blobs.PICKLE, column
+            (back,) = blobs.unpack_tuples(*packed)
+            got = back if codec == blobs.PANDAS else back[2]
+            assert repr(got["d"].tolist()) == repr(frame["d"].tolist())   # (arrays and NaN: compared as text)
