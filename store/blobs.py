@@ -78,13 +78,19 @@ def pack_pandas(frame) -> bytes:
 
 def pack_unit(codec: str, unit) -> tuple[str, bytes]:
     """One unit of a hooked function (a DataFrame, a RecordBatch, a group): `(codec, data)`, in
-    its codec, or pickled (`pickle`, a list of the one unit) where Arrow would not give its
-    DataFrames back as the function got them (`holds_dicts`)."""
-    if codec in (PANDAS, PANDAS_GROUP) and any(map(holds_dicts, (unit,) if codec == PANDAS else unit[1:])):
+    its codec, or pickled (`pickle`, a list of the one unit) where Arrow would not give a pandas
+    unit back as the function got it (`holds_dicts`) or cannot take it."""
+    pandas = codec in (PANDAS, PANDAS_GROUP)
+    if pandas and any(map(holds_dicts, (unit,) if codec == PANDAS else unit[1:])):
         return PICKLE, pack_rows([unit])
-    if codec in (PANDAS_GROUP, ARROW_GROUP):
-        return codec, _pack_group(codec, unit)
-    return codec, pack_pandas(unit) if codec == PANDAS else pack_arrow(unit)
+    try:
+        if codec in (PANDAS_GROUP, ARROW_GROUP):
+            return codec, _pack_group(codec, unit)
+        return codec, pack_pandas(unit) if codec == PANDAS else pack_arrow(unit)
+    except Exception:
+        if not pandas:
+            raise
+        return PICKLE, pack_rows([unit])   # what Arrow cannot take as it is (a null timestamp key, pd.NaT)
 
 
 def holds_dicts(frame) -> bool:

@@ -248,7 +248,8 @@ def test_a_retried_grouped_task_leaves_the_log_of_a_failure_free_run(recorded, t
 
 def test_a_replayed_grouped_function_is_handed_the_key_pyspark_handed_it(spark, tmp_path):
     """`tests/jobs/hooked_key_types.py` groups by an int, a long, a double, a boolean and a
-    string column, and by temporal ones (a timestamp, a date, a decimal, an interval); each
+    string column, by temporal ones (a timestamp, a date, a decimal, an interval) and by nullable
+    ones (a null timestamp key, `pd.NaT`, stopped the recorded job); each
     function keeps the types of the key it was handed. Recorded, they are
     PySpark's (numpy scalars of each column's type for pandas, Arrow scalars of each column's
     type for Arrow); the replay hands every function the same, so its states equal the recorded
@@ -274,6 +275,8 @@ def test_a_replayed_grouped_function_is_handed_the_key_pyspark_handed_it(spark, 
     temporal = ["pandas._libs.tslibs.timestamps.Timestamp:ns"] * 2 + [
         "datetime.date:", "decimal.Decimal:", "pandas._libs.tslibs.timedeltas.Timedelta:ns"]
     assert recorded["temporal_keys"] and all(t == temporal for t in recorded["temporal_keys"].values()), recorded
+    assert ["numpy.float64", "builtins.NoneType", "pandas._libs.tslibs.nattype.NaTType", "builtins.NoneType"] in \
+        recorded["null_keys"].values(), recorded["null_keys"]
     reader.close()
 
     session = DebugSession(run)

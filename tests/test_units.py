@@ -1399,7 +1399,8 @@ def test_a_partitions_store_over_micro_batches_is_the_store_its_calls_built():
 def test_a_pandas_unit_that_arrow_would_change_is_pickled():
     """`blobs.pack_unit`: a DataFrame holding dicts (PySpark's maps and structs), at the top of a
     column or inside its arrays, after nulls, NaN, pd.NA and empty arrays, is pickled and comes
-    back equal; one of numbers, strings, bytes and arrays of numbers stays Arrow."""
+    back equal, as does a group whose key Arrow cannot take (pd.NaT); one of numbers, strings,
+    bytes and arrays of numbers stays Arrow."""
     import numpy as np
 
     from tt.store import blobs
@@ -1419,3 +1420,7 @@ def test_a_pandas_unit_that_arrow_would_change_is_pickled():
             (back,) = blobs.unpack_tuples(*packed)
             got = back if codec == blobs.PANDAS else back[2]
             assert repr(got["d"].tolist()) == repr(frame["d"].tolist())   # (arrays and NaN: compared as text)
+    packed = blobs.pack_unit(blobs.PANDAS_GROUP, ((pd.NaT, None), plain))   # a null timestamp key
+    assert packed[0] == blobs.PICKLE
+    (key, back), = blobs.unpack_tuples(*packed)
+    assert key[0] is pd.NaT and key[1] is None and back.equals(plain)

@@ -8,6 +8,8 @@ recorded states hold what PySpark gave, and a replay that hands the function any
 (a Python int, a float for an int: `1.0`, not `1`) differs from them. `temporal_keys` groups
 by a timestamp, a timestamp without time zone, a date, a decimal and a day-time interval:
 PySpark hands pandas Timestamps and a Timedelta in nanoseconds, a `datetime.date`, a `Decimal`.
+`null_keys` groups by nullable columns: a null long comes as NaN, a null string or boolean as
+None, a null timestamp as `pd.NaT` (which Arrow cannot take as a value).
 Usage: python hooked_key_types.py OUT.json
 """
 
@@ -20,6 +22,7 @@ from pyspark.sql import SparkSession
 
 KEYS = ["k_int", "k_long", "k_double", "k_bool", "k_str"]
 TEMPORAL_KEYS = ["k_ts", "k_ntz", "k_date", "k_dec", "k_dti"]
+NULL_KEYS = ["n_long", "n_str", "n_ts", "n_bool"]
 
 
 def make_pandas_keys():
@@ -38,6 +41,15 @@ def make_temporal_keys():
         seen[repr(key)] = [f"{type(v).__module__}.{type(v).__name__}:{getattr(v, 'unit', '')}" for v in key]
         return pd.DataFrame({"key": [f"{key}"], "n": [len(pdf)]})
     return temporal_keys
+
+
+def make_null_keys():
+    seen = {}
+
+    def null_keys(key, pdf):
+        seen[repr(key)] = [f"{type(v).__module__}.{type(v).__name__}" for v in key]
+        return pd.DataFrame({"key": [f"{key}"], "n": [len(pdf)]})
+    return null_keys
 
 
 def make_cogrouped_keys():
@@ -68,7 +80,10 @@ def main(out: str) -> None:
             "timestamp_seconds(id % 3 * 1000 + 1700000000) AS k_ts",
             "CAST(timestamp_seconds(id % 2 + 1700000000) AS TIMESTAMP_NTZ) AS k_ntz",
             "date_add(DATE'2024-01-01', CAST(id % 2 AS INT)) AS k_date",
-            "CAST(id % 2 AS DECIMAL(10,2)) + 0.25 AS k_dec", "make_dt_interval(0, 0, 0, id % 2 + 0.5) AS k_dti")
+            "CAST(id % 2 AS DECIMAL(10,2)) + 0.25 AS k_dec", "make_dt_interval(0, 0, 0, id % 2 + 0.5) AS k_dti",
+            *(f"CASE WHEN id % 2 = 0 THEN NULL ELSE {e} END AS {n}" for e, n in (
+                ("id % 3", "n_long"), ("concat('s', id % 3)", "n_str"), ("timestamp_seconds(id % 3)", "n_ts"),
+                ("id % 3 = 1", "n_bool"))))
         grouped = rows.groupBy(*KEYS)
         schema = "key string, n long"
         result = {
@@ -78,6 +93,8 @@ def main(out: str) -> None:
             "arrow": sorted(tuple(r) for r in grouped.applyInArrow(make_arrow_keys(), schema).collect()),
             "temporal": sorted(tuple(r) for r in rows.groupBy(*TEMPORAL_KEYS).applyInPandas(
                 make_temporal_keys(), schema).collect()),
+            "null": sorted(tuple(r) for r in rows.groupBy(*NULL_KEYS).applyInPandas(
+                make_null_keys(), schema).collect()),
         }
     finally:
         spark.conf.unset("spark.sql.shuffle.partitions")
