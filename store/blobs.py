@@ -79,9 +79,9 @@ def pack_pandas(frame) -> bytes:
 def pack_unit(codec: str, unit) -> tuple[str, bytes]:
     """One unit of a hooked function (a DataFrame, a RecordBatch, a group): `(codec, data)`, in
     its codec, or pickled (`pickle`, a list of the one unit) where Arrow would not give a pandas
-    unit back as the function got it (`holds_dicts`) or cannot take it."""
+    unit back as the function got it (`nested`) or cannot take it."""
     pandas = codec in (PANDAS, PANDAS_GROUP)
-    if pandas and any(map(holds_dicts, (unit,) if codec == PANDAS else unit[1:])):
+    if pandas and any(map(nested, (unit,) if codec == PANDAS else unit[1:])):
         return PICKLE, pack_rows([unit])
     try:
         if codec in (PANDAS_GROUP, ARROW_GROUP):
@@ -93,30 +93,38 @@ def pack_unit(codec: str, unit) -> tuple[str, bytes]:
         return PICKLE, pack_rows([unit])   # what Arrow cannot take as it is (a null timestamp key, pd.NaT)
 
 
-def holds_dicts(frame) -> bool:
-    """Whether a column of `frame` holds dicts, or arrays of them: PySpark hands a map column,
-    and a struct column, as dicts, and Arrow, told nothing, infers a struct from them, which
-    gives a map's rows each other's keys (None) and fails on keys that are not strings."""
-    return any(col.dtype == object and _dicts_in(col.array) for _, col in frame.items())
+def nested(frame) -> bool:
+    """Whether a column of `frame` holds arrays, maps or structs. PySpark hands them as numpy
+    arrays and dicts, which Arrow, told nothing, does not give back as they were: an array
+    of longs with a null came back floats (`[0., nan]` for `[0, None]`), a map a struct with
+    every row's keys (`{'a': 0, 'b': None}` for `{'a': 0}`), and a map with long keys failed."""
+    return any(col.dtype == object and _nested(col.array) for _, col in frame.items())
 
 
 _NULLS = frozenset({"NAType", "NaTType"})   # pandas' pd.NA and pd.NaT
 
 
-def _dicts_in(values) -> bool | None:
-    """Whether `values` (a column, or an array in one) are dicts or hold them, told by the first
-    value that tells (a Spark column holds one type); None if none does (all null or empty)."""
+def _nested(values) -> bool:
+    """Whether a column's first value that is not null is a container (a Spark column holds
+    one type: strings, bytes, decimals, dates, booleans, or arrays, maps, structs)."""
     for v in values:
         if v is None or (isinstance(v, float) and v != v) or type(v).__name__ in _NULLS:
             continue
-        if isinstance(v, dict):
-            return True
-        if isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
-            return False
-        found = _dicts_in(v)   # an array (numpy's, a list, a Row)
-        if found is not None:
-            return found
-    return None
+        return isinstance(v, (dict, list, tuple)) or getattr(v, "ndim", 0) > 0
+    return False
+
+
+def round_trips(frame) -> bool:
+    """Whether `frame`, packed by `pack_pandas`, comes back the same: its dtypes, and each
+    column's values as Python prints them (numpy arrays with their dtype, dicts in order)."""
+    import pyarrow as pa
+
+    try:
+        back = pa.ipc.open_stream(pack_pandas(frame)).read_all().to_pandas(date_as_object=True)
+    except Exception:   # Arrow cannot take it
+        return False
+    return (list(back.columns) == list(frame.columns) and list(back.dtypes) == list(frame.dtypes)
+            and all(repr(back[c].tolist()) == repr(frame[c].tolist()) for c in frame.columns))
 
 
 def _pack_group(codec: str, unit: tuple) -> bytes:

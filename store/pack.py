@@ -64,10 +64,10 @@ def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], No
                 packed, count = (blobs.ARROW_BATCH, blobs.pack_arrow(batch)), batch.num_rows
             elif codec == blobs.REF_PANDAS:   # ... or the DataFrame, kept as a copied one is
                 frame = reader.frame(positions)
-                if blobs.holds_dicts(frame):   # (its copy would be pickled, which only the recorder can seal)
-                    raise RunFileError(f"{name}: a mapInPandas DataFrame read by reference holds map or struct "
-                                       f"columns, which tt pack cannot copy yet; keep its source files reachable, "
-                                       f"or record the job again with --copy-sources")
+                if not blobs.round_trips(frame):   # (a pickled copy only the recorder could seal)
+                    raise RunFileError(f"{name}: a mapInPandas DataFrame read by reference holds arrays, maps or "
+                                       f"structs that tt pack cannot copy as they are yet; keep its source files "
+                                       f"reachable, or record the job again with --copy-sources")
                 packed, count = (blobs.PANDAS, blobs.pack_pandas(frame)), len(frame)
             else:
                 table = reader.table(positions)

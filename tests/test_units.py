@@ -1397,29 +1397,36 @@ def test_a_partitions_store_over_micro_batches_is_the_store_its_calls_built():
 
 
 def test_a_pandas_unit_that_arrow_would_change_is_pickled():
-    """`blobs.pack_unit`: a DataFrame holding dicts (PySpark's maps and structs), at the top of a
-    column or inside its arrays, after nulls, NaN, pd.NA and empty arrays, is pickled and comes
-    back equal, as does a group whose key Arrow cannot take (pd.NaT); one of numbers, strings,
-    bytes and arrays of numbers stays Arrow."""
+    """`blobs.pack_unit`: a DataFrame holding arrays, maps or structs (numpy arrays and dicts,
+    after nulls, NaN, pd.NA) is pickled and comes back as it was, as does a group whose key
+    Arrow cannot take (pd.NaT); one of numbers, strings, bytes, decimals and dates stays Arrow.
+    `blobs.round_trips` tells which frames Arrow gives back as they were (for `tt pack`)."""
+    import datetime
+    import decimal
+
     import numpy as np
 
     from tt.store import blobs
 
-    plain = pd.DataFrame({"i": [1, 2, 3], "f": [np.nan, 1.5, 2.0], "s": [None, "x", pd.NA], "b": [b"1", None, b"2"],
-                          "arr": [np.array([], dtype=object), np.array([None]), np.array([1, 2])]})
+    plain = pd.DataFrame({"i": [1, 2, 3], "f": [np.nan, 1.5, 2.0], "s": [None, "x", "y"], "b": [b"1", None, b"2"],
+                          "d": [decimal.Decimal("1.5"), None, decimal.Decimal("2.0")],   # (one scale, as Spark gives)
+                          "t": [datetime.date(2024, 1, 1), None, datetime.date(2024, 1, 2)]})
     assert blobs.pack_unit(blobs.PANDAS, plain)[0] == blobs.PANDAS
     assert blobs.pack_unit(blobs.PANDAS_GROUP, ((np.int32(1),), plain, plain))[0] == blobs.PANDAS_GROUP
-    for column in ([None, {"a": 1}, {"b": 2}],                                    # a map after a null
-                   [np.nan, {1: "x"}, {}],                                         # keys that are no strings
-                   [np.array([], dtype=object), np.array([None, {"k": 1}]), None],  # arrays of maps
-                   [{"x": 1, "y": {"q": 2}}] * 3):                                 # a struct
-        frame = plain.assign(d=pd.Series(column, dtype=object))
+    for column, arrow_keeps in (([pd.NA, {"a": 1}, {"b": 2}], False),                 # a map after a null
+                                ([np.nan, {1: "x"}, {}], False),                       # keys that are no strings
+                                ([np.array([0, None], dtype=object), None, np.array([1])], False),  # a null in an array
+                                ([np.array([1, 2]), np.array([3]), None], True),       # an array of longs
+                                ([{"x": 1, "y": "s"}] * 3, True)):                     # a struct
+        frame = plain.assign(c=pd.Series(column, dtype=object))
+        assert blobs.round_trips(frame) is arrow_keeps, column
         for codec, unit in ((blobs.PANDAS, frame), (blobs.PANDAS_GROUP, (("k",), plain, frame))):
             packed = blobs.pack_unit(codec, unit)
             assert packed[0] == blobs.PICKLE, column
             (back,) = blobs.unpack_tuples(*packed)
             got = back if codec == blobs.PANDAS else back[2]
-            assert repr(got["d"].tolist()) == repr(frame["d"].tolist())   # (arrays and NaN: compared as text)
+            assert repr(got["c"].tolist()) == repr(frame["c"].tolist())   # (arrays and NaN: compared as text)
+    assert blobs.round_trips(plain)
     packed = blobs.pack_unit(blobs.PANDAS_GROUP, ((pd.NaT, None), plain))   # a null timestamp key
     assert packed[0] == blobs.PICKLE
     (key, back), = blobs.unpack_tuples(*packed)

@@ -1,7 +1,8 @@
 """A plain PySpark job, without tt: pandas functions handed map, struct and array-of-map columns.
 
 PySpark hands a map column, and a struct column, to a pandas function as dicts: a map's rows
-have their own keys (`{'a': 0}`, `{'b': 2, 'c': 1}`), and its keys need not be strings. Each
+have their own keys (`{'a': 0}`, `{'b': 2, 'c': 1}`), and its keys need not be strings; an
+array of longs with a null as an object array (`array([0, None], dtype=object)`). Each
 function here keeps, per call, each column's values as text with their types, and emits a
 count: the recorded states hold what PySpark gave, and a replay that hands the function
 anything else (a map as a struct with every row's keys, `{'a': 0, 'b': None, 'c': None}`)
@@ -25,6 +26,7 @@ COLUMNS = [
     "named_struct('x', id, 'y', concat('s', id)) AS st",
     "named_struct('z', map('q', id)) AS st_m",
     "array(id, id + 1) AS arr",
+    "CASE WHEN id % 3 = 0 THEN array(id, NULL) ELSE array(id) END AS arr_null",
 ]
 
 
