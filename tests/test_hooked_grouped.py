@@ -309,11 +309,12 @@ def test_pandas_functions_are_handed_map_and_struct_columns_as_pyspark_handed_th
         if state is not None:
             recorded.setdefault(reader.operators[op].name, {}).update(values.decode(state)["closure"]["seen"])
     reader.close()
-    assert set(recorded) == {"grouped_nested", "cogrouped_nested", "mapped_nested"}
+    assert set(recorded) == {"grouped_nested", "cogrouped_nested", "mapped_nested", "arrays_only"}
     maps = [v for frame in recorded["grouped_nested"].values() for v in frame["m"]]
     assert "dict:{'a': 0}" in maps and "dict:{'b': 1, 'c': 1}" in maps, maps
     assert "dict:{0: 'v0'}" in recorded["grouped_nested"]["(np.int64(0),)"]["m_long"]
-    assert "ndarray:array([0, None], dtype=object)" in recorded["grouped_nested"]["(np.int64(0),)"]["arr_null"]
+    for name in ("grouped_nested", "arrays_only"):
+        assert "ndarray:array([0, None], dtype=object)" in recorded[name]["(np.int64(0),)"]["arr_null"]
     assert all(len(frame["m"]) for frame in recorded["mapped_nested"].values())
 
     session = DebugSession(run)

@@ -43,6 +43,15 @@ def make_grouped():
     return grouped_nested
 
 
+def make_arrays_only():
+    seen = {}
+
+    def arrays_only(key, pdf):
+        seen[repr(key)] = shown(pdf)
+        return pd.DataFrame({"n": [len(pdf)]})
+    return arrays_only
+
+
 def make_cogrouped():
     seen = {}
 
@@ -73,6 +82,8 @@ def main(out: str, parquet: str | None = None) -> None:
         result = {"mapped": sorted(r.n for r in rows.mapInPandas(make_mapped(), "n long").collect())}
         if parquet is None:
             result["grouped"] = sorted(r.n for r in rows.groupBy("k").applyInPandas(make_grouped(), "n long").collect())
+            result["arrays"] = sorted(r.n for r in rows.select("k", "arr", "arr_null").groupBy("k").applyInPandas(
+                make_arrays_only(), "n long").collect())
             result["cogrouped"] = sorted(r.n for r in rows.groupBy("k").cogroup(rows.groupBy("k")).applyInPandas(
                 make_cogrouped(), "n long").collect())
     finally:
