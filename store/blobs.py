@@ -80,17 +80,15 @@ def pack_unit(codec: str, unit) -> tuple[str, bytes]:
     """One unit of a hooked function (a DataFrame, a RecordBatch, a group): `(codec, data)`, in
     its codec, or pickled (`pickle`, a list of the one unit) where Arrow would not give a pandas
     unit back as the function got it (`nested`) or cannot take it."""
-    pandas = codec in (PANDAS, PANDAS_GROUP)
-    if pandas and any(map(nested, (unit,) if codec == PANDAS else unit[1:])):
-        return PICKLE, pack_rows([unit])
-    try:
-        if codec in (PANDAS_GROUP, ARROW_GROUP):
-            return codec, _pack_group(codec, unit)
-        return codec, pack_pandas(unit) if codec == PANDAS else pack_arrow(unit)
-    except Exception:
-        if not pandas:
-            raise
-        return PICKLE, pack_rows([unit])   # what Arrow cannot take as it is (a null timestamp key, pd.NaT)
+    if codec in (PANDAS, PANDAS_GROUP):
+        frames, key = ((unit,), ()) if codec == PANDAS else (unit[1:], unit[0])
+        if any(map(nested, frames)) or any(map(_container, key)):   # (a key holds arrays where grouped by one)
+            return PICKLE, pack_rows([unit])
+        try:
+            return codec, pack_pandas(unit) if codec == PANDAS else _pack_group(codec, unit)
+        except Exception:   # what Arrow cannot take as it is (a null timestamp key, pd.NaT)
+            return PICKLE, pack_rows([unit])
+    return codec, _pack_group(codec, unit) if codec == ARROW_GROUP else pack_arrow(unit)
 
 
 def nested(frame) -> bool:
@@ -110,8 +108,12 @@ def _nested(values) -> bool:
     for v in values:
         if v is None or (isinstance(v, float) and v != v) or type(v).__name__ in _NULLS:
             continue
-        return isinstance(v, (dict, list, tuple)) or getattr(v, "ndim", 0) > 0
+        return _container(v)
     return False
+
+
+def _container(v) -> bool:
+    return isinstance(v, (dict, list, tuple)) or getattr(v, "ndim", 0) > 0
 
 
 def round_trips(frame) -> bool:

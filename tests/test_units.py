@@ -1427,6 +1427,8 @@ def test_a_pandas_unit_that_arrow_would_change_is_pickled():
             got = back if codec == blobs.PANDAS else back[2]
             assert repr(got["c"].tolist()) == repr(frame["c"].tolist())   # (arrays and NaN: compared as text)
     assert blobs.round_trips(plain)
+    assert blobs.pack_unit(blobs.PANDAS_GROUP, ((np.int64(1), np.array([0, None], dtype=object)), plain))[0] == \
+        blobs.PICKLE   # an array in the key (grouped by an expression, it is in no column)
     packed = blobs.pack_unit(blobs.PANDAS_GROUP, ((pd.NaT, None), plain))   # a null timestamp key
     assert packed[0] == blobs.PICKLE
     (key, back), = blobs.unpack_tuples(*packed)
