@@ -94,7 +94,8 @@ def main() -> None:
         a, b = times[(c, old)], times[(c, new)]
         lines.append(f"| `{c}` | {statistics.median(a):.3f} | {statistics.median(b):.3f} | "
                      f"{interval_text([x / y for x, y in zip(a, b)])} |")
-    body = "    python benches/cli_start.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]) + "\n\n" + "\n".join(lines)
+    command = "python benches/cli_start.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    body = f"    {command}\n\n" + "\n".join(lines)
     print("\n".join(lines))
     out = write_result("cli-start", "tt's commands as typed, by typer version", body, datetime.date.today().isoformat())
     print(f"wrote {out}")

@@ -82,7 +82,7 @@ def pack_unit(codec: str, unit) -> tuple[str, bytes]:
     unit back as the function got it (`nested`) or cannot take it."""
     if codec in (PANDAS, PANDAS_GROUP):
         frames, key = ((unit,), ()) if codec == PANDAS else (unit[1:], unit[0])
-        if any(map(nested, frames)) or any(map(_container, key)):   # (a key holds arrays where grouped by one)
+        if any(map(nested, frames)) or any(map(_container, key)):   # (a key: grouped by an array or a struct)
             return PICKLE, pack_rows([unit])
         try:
             return codec, pack_pandas(unit) if codec == PANDAS else _pack_group(codec, unit)

@@ -64,7 +64,7 @@ def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], No
                 packed, count = (blobs.ARROW_BATCH, blobs.pack_arrow(batch)), batch.num_rows
             elif codec == blobs.REF_PANDAS:   # ... or the DataFrame, kept as a copied one is
                 frame = reader.frame(positions)
-                if not blobs.round_trips(frame):   # (a pickled copy only the recorder could seal)
+                if blobs.nested(frame) and not blobs.round_trips(frame):   # (a pickle only the recorder seals)
                     raise RunFileError(f"{name}: a mapInPandas DataFrame read by reference holds arrays, maps or "
                                        f"structs that tt pack cannot copy as they are yet; keep its source files "
                                        f"reachable, or record the job again with --copy-sources")

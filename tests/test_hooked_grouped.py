@@ -295,8 +295,9 @@ def test_pandas_functions_are_handed_map_and_struct_columns_as_pyspark_handed_th
     of maps and structs (one holding a map): PySpark gives them as dicts. Recording them as
     Arrow made a map a struct with every row's keys (`{'a': 0, 'b': None, 'c': None}` replayed
     for `{'a': 0}`), and a map with long keys stopped the job (Arrow wants string field names);
-    an array of longs with a null came back floats: such a frame is recorded pickled. The job's output is the same recorded; each recorded
-    state holds the dicts PySpark gave, the replayed states equal them, `tt verify` passes."""
+    an array of longs with a null came back floats: such a frame is recorded pickled. The job's
+    output is the same recorded; each recorded state holds the dicts and arrays PySpark gave,
+    the replayed states equal them, `tt verify` passes."""
     from tt.cli.main import main
 
     run, on, off = record_on_and_off(JOB.parent / "hooked_nested_frames.py", tmp_path)

@@ -1400,7 +1400,8 @@ def test_a_pandas_unit_that_arrow_would_change_is_pickled():
     """`blobs.pack_unit`: a DataFrame holding arrays, maps or structs (numpy arrays and dicts,
     after nulls, NaN, pd.NA) is pickled and comes back as it was, as does a group whose key
     Arrow cannot take (pd.NaT); one of numbers, strings, bytes, decimals and dates stays Arrow.
-    `blobs.round_trips` tells which frames Arrow gives back as they were (for `tt pack`)."""
+    `blobs.round_trips` tells which frames Arrow gives back as they were (for `tt pack`, which
+    checks the nested ones)."""
     import datetime
     import decimal
 
