@@ -246,6 +246,26 @@ def test_a_retried_grouped_task_leaves_the_log_of_a_failure_free_run(recorded, t
     assert "every replayed state equals the recorded one" in capsys.readouterr().out
 
 
+def seen_recorded_and_replayed(run: Path) -> tuple[dict, dict]:
+    """`{function: what its closure's `seen` holds}` at the run's last interaction, as recorded
+    and as a replay to it has it (the jobs' functions note there what they were handed)."""
+    reader = RunReader(run)
+    last = reader.interactions()[-1].k
+    recorded: dict = {}
+    for (op, i), at in reader.instances_at(last).items():
+        state = reader.state(at.state)
+        if state is not None:
+            recorded.setdefault(reader.operators[op].name, {}).update(values.decode(state)["closure"]["seen"])
+    reader.close()
+    session = DebugSession(run)
+    session.jump(last)
+    replayed: dict = {}
+    for label, state in session.states().items():
+        replayed.setdefault(label.split(":")[0], {}).update(values.decode(state).get("closure", {}).get("seen", {}))
+    session.reader.close()
+    return recorded, replayed
+
+
 def test_a_replayed_grouped_function_is_handed_the_key_pyspark_handed_it(spark, tmp_path):
     """`tests/jobs/hooked_key_types.py` groups by an int, a long, a double, a boolean and a
     string column, by temporal ones (a timestamp, a date, a decimal, an interval) and by nullable
@@ -260,13 +280,7 @@ def test_a_replayed_grouped_function_is_handed_the_key_pyspark_handed_it(spark, 
 
     run, on, off = record_on_and_off(JOB.parent / "hooked_key_types.py", tmp_path)
     assert on == off
-    reader = RunReader(run)
-    last = reader.interactions()[-1].k
-    recorded: dict = {}
-    for (op, i), at in reader.instances_at(last).items():
-        state = reader.state(at.state)
-        if state is not None:
-            recorded.setdefault(reader.operators[op].name, {}).update(values.decode(state)["closure"]["seen"])
+    recorded, replayed = seen_recorded_and_replayed(run)
     numpy_key = ["numpy.int32", "numpy.int64", "numpy.float64", "numpy.bool", "builtins.str"]
     assert recorded["pandas_keys"] and all(t == numpy_key for t in recorded["pandas_keys"].values()), recorded
     assert recorded["cogrouped_keys"] and all(t == numpy_key for t in recorded["cogrouped_keys"].values())
@@ -277,15 +291,7 @@ def test_a_replayed_grouped_function_is_handed_the_key_pyspark_handed_it(spark, 
     assert recorded["temporal_keys"] and all(t == temporal for t in recorded["temporal_keys"].values()), recorded
     assert ["numpy.float64", "builtins.NoneType", "pandas._libs.tslibs.nattype.NaTType", "builtins.NoneType"] in \
         recorded["null_keys"].values(), recorded["null_keys"]
-    reader.close()
-
-    session = DebugSession(run)
-    session.jump(last)
-    replayed: dict = {}
-    for label, state in session.states().items():
-        replayed.setdefault(label.split(":")[0], {}).update(values.decode(state).get("closure", {}).get("seen", {}))
     assert {name: replayed[name] for name in recorded} == recorded
-    session.reader.close()
     assert main(["verify", str(run)]) == 0
 
 
@@ -302,14 +308,7 @@ def test_pandas_functions_are_handed_map_and_struct_columns_as_pyspark_handed_th
 
     run, on, off = record_on_and_off(JOB.parent / "hooked_nested_frames.py", tmp_path)
     assert on == off and off["grouped"] == [6, 6] and sum(off["mapped"]) == 12
-    reader = RunReader(run)
-    last = reader.interactions()[-1].k
-    recorded: dict = {}
-    for (op, i), at in reader.instances_at(last).items():
-        state = reader.state(at.state)
-        if state is not None:
-            recorded.setdefault(reader.operators[op].name, {}).update(values.decode(state)["closure"]["seen"])
-    reader.close()
+    recorded, replayed = seen_recorded_and_replayed(run)
     assert set(recorded) == {"grouped_nested", "cogrouped_nested", "mapped_nested", "arrays_only"}
     maps = [v for frame in recorded["grouped_nested"].values() for v in frame["m"]]
     assert "dict:{'a': 0}" in maps and "dict:{'b': 1, 'c': 1}" in maps, maps
@@ -317,13 +316,6 @@ def test_pandas_functions_are_handed_map_and_struct_columns_as_pyspark_handed_th
     for name in ("grouped_nested", "arrays_only"):
         assert "ndarray:array([0, None], dtype=object)" in recorded[name]["(np.int64(0),)"]["arr_null"]
     assert all(len(frame["m"]) for frame in recorded["mapped_nested"].values())
-
-    session = DebugSession(run)
-    session.jump(last)
-    replayed: dict = {}
-    for label, state in session.states().items():
-        replayed.setdefault(label.split(":")[0], {}).update(values.decode(state).get("closure", {}).get("seen", {}))
-    session.reader.close()
     assert {name: replayed[name] for name in recorded} == recorded
     assert main(["verify", str(run)]) == 0
 
