@@ -34,7 +34,7 @@ NEWER = "typer>=0.29,<0.30"
 
 
 def newer_typer(cache: Path) -> Path:
-    """A folder holding typer 0.29 and what it needs that tt does not (pydantic)."""
+    """A folder holding typer 0.29 and its dependencies, pydantic among them."""
     target = cache / "typer-0.29"
     if not (target / "typer").is_dir():
         done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), NEWER],

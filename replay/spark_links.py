@@ -104,6 +104,11 @@ def _is_named_row(value: Any) -> bool:
 _FILTERED = 2_000   # a pandas frame of more rows is filtered by `isin` first (a smaller one costs more so)
 
 
+def row_counts(frame: Any, columns: list[str]) -> collections.Counter:
+    """How often `frame` holds each row (`row_keys`) on `columns`."""
+    return collections.Counter(row_keys(frame, columns) or ())
+
+
 class Rows:
     """The rows of one unit or output, on given columns, to count how many of them another
     frame holds (`held_by`): one pass over that frame, its rows built only where its first
@@ -111,7 +116,7 @@ class Rows:
 
     def __init__(self, frame: Any, columns: list[str]):
         self.columns = columns
-        self.counts = collections.Counter(row_keys(frame, columns) or ())
+        self.counts = row_counts(frame, columns)
         firsts = {k[0] for k in self.counts}
         self._firsts = list(firsts) if None not in firsts else None   # (NaN is not `isin` None)
 
@@ -143,7 +148,7 @@ class UnitRows:
         columns = tuple(columns_of(frame))
         i, by_row = len(self.units), self._holders.setdefault(columns, {})
         self.units.append(unit)
-        for row, n in collections.Counter(row_keys(frame, list(columns)) or ()).items():
+        for row, n in row_counts(frame, list(columns)).items():
             by_row.setdefault(row, []).append((i, n))
 
     def holding(self, frame: Any) -> list[tuple[Any, int]]:
@@ -151,10 +156,10 @@ class UnitRows:
         in the order they were added."""
         found: collections.Counter = collections.Counter()
         for columns, by_row in self._holders.items():
-            for row, n in collections.Counter(row_keys(frame, list(columns)) or ()).items():
+            for row, n in row_counts(frame, list(columns)).items():
                 for i, have in by_row.get(row, ()):
                     found[i] += min(n, have)
         return [(self.units[i], found[i]) for i in sorted(found)]
 
 
-__all__ = ["frame_of", "columns_of", "row_keys", "Rows", "UnitRows"]
+__all__ = ["frame_of", "columns_of", "row_keys", "row_counts", "Rows", "UnitRows"]

@@ -495,10 +495,9 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
             per_batch[(qi, name, b)][1] += 1
             return
         keys = set()
-        whole = view.whole
         for var, kind in view.kinds.items():
             per_key = view.vars.get(var, {})
-            absent = sorted((k for v, k in whole if v == var and k not in per_key), key=repr)   # found no value
+            absent = sorted((k for v, k in view.whole if v == var and k not in per_key), key=repr)   # found no value
             if not per_key and not absent:
                 continue
             meta = sop["variables"].get(var)
@@ -512,7 +511,7 @@ def verify_statestore(reader: RunReader, queries: list[dict], stores: list[Any],
                 keys.add(k)
                 counted["values"] += 1
                 have = stored.get(k, _NONE)
-                known = kind == "value" or (var, k) in whole
+                known = kind == "value" or (var, k) in view.whole
                 if have is _NONE if replayed is _NONE else _agrees(kind, replayed, have, known):
                     continue
                 k_text = values.render(values.encode(k), 40)
