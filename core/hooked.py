@@ -65,6 +65,9 @@ class HookedOperator(Operator):
     #: State fields shown only when they hold something (a processor's `timers`): a condition
     #: reads them as `{}` meanwhile.
     empty_fields: frozenset = frozenset()
+    #: Its code's clock reads, random draws and ids are logged (core/nondeterministic.py):
+    #: set by `operator_for` for a new recording; a run recorded before replays without it.
+    logs_nondeterministic = False
 
     def __init__(self, fn: Callable, kind: str, site: str = ""):
         self._fn = fn
@@ -284,7 +287,13 @@ def _skipped(value: Any) -> bool:
 
 
 def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
-    """The operator that runs `fn` as PySpark's `kind` would call it."""
+    """The operator that runs `fn` as PySpark's `kind` would call it, in a new recording."""
+    op = _operator_for(fn, kind, site)
+    op.logs_nondeterministic = True
+    return op
+
+
+def _operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     if kind in GROUP_KINDS:
         return GroupOperator(fn, kind, site)
     if kind in GROUP_ITER_KINDS:

@@ -20,6 +20,7 @@ from array import array
 from time import perf_counter
 from typing import Any, Callable
 
+from . import nondeterministic
 from .errors import OperatorError, ReplayDivergence
 from .logs import END, InputRuns, LoggedResult, callable_name, kept_apart, new_counts, new_dests
 from .operator import CONTEXT, Operator, Source, call_adapter
@@ -67,6 +68,8 @@ class Runner:
         self.node_id = node_id
         self.op = op
         self.call = call_adapter(op)
+        if getattr(op, "logs_nondeterministic", False):   # a hooked function (core/nondeterministic.py)
+            nondeterministic.prepare(op.fields_owner())
         self.count = 0          # inputs consumed so far, the END step included
         self.finished = False
         self.targets: list[Callable[[Any], None]] = []

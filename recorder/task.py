@@ -21,7 +21,7 @@ import itertools
 import os
 import pickle
 import socket
-import time
+from time import monotonic, perf_counter   # (bound at import: through the module, a patched call looks up the stack, core/nondeterministic.py)
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -402,7 +402,7 @@ class StageTask:
         self.schema_sent = False     # the referenced source's Arrow schema went to the coordinator
         self.source_rows = 0         # a counted source's rows so far (recorder/sources.py)
         self.source_schema: bytes | None = None  # ... and is due in the next flush
-        self.last_flush = time.monotonic()
+        self.last_flush = monotonic()
         self.since_flush = 0
         self._build(recording.when if recording else None)
         self._released = False
@@ -575,9 +575,9 @@ class StageTask:
             else:   # packed now: the function may write into a DataFrame it is handed
                 self.unit_entries.append((head.node_id, 0, self.partition, *blobs.pack_unit(codec, unit)))
         try:
-            t0 = time.perf_counter()
+            t0 = perf_counter()
             self.runners[self.stage.source].feed_rows((unit,), 0)   # a Source hands it straight on
-            self.busy += time.perf_counter() - t0
+            self.busy += perf_counter() - t0
             self.since_flush += 1 if codec is None else _unit_rows(unit)
             self._after_input()
         except OperatorFailure as f:
@@ -676,9 +676,9 @@ class StageTask:
                     copies = [kept_apart(r, packed_by_pickle=True) for r in rows]
                     for nid, port in captures:
                         self.runners[nid].log.entry.setdefault((port, self.partition), []).extend(copies)
-            t0 = time.perf_counter()
+            t0 = perf_counter()
             src.feed_rows(rows, 0)
-            self.busy += time.perf_counter() - t0
+            self.busy += perf_counter() - t0
             self.since_flush += len(rows)
             self._after_input()
             cols = self.outbox.take()
@@ -778,7 +778,7 @@ class StageTask:
         feed_rows = head.feed_rows
         hid = head.node_id
         for batch in batches:
-            t0 = time.perf_counter()
+            t0 = perf_counter()
             routes, epochs, srcs, payloads = (batch.column(i).to_pylist() for i in (0, 2, 3, 5))
             for route, epoch, src, payload in zip(routes, epochs, srcs, payloads):
                 if epoch > self.epoch and self.theta is None:
@@ -791,7 +791,7 @@ class StageTask:
                         self.blob_entries.append((hid, port, src, len(rows), payload))
                 feed_rows(rows, port)
                 self.since_flush += len(rows)
-            self.busy += time.perf_counter() - t0
+            self.busy += perf_counter() - t0
             self._after_input()
             cols = self.outbox.take()
             if cols:
@@ -903,7 +903,7 @@ class StageTask:
                 self.since_flush = 0
             return
         every = FLUSH_SECONDS if self.checkpointer is None else FLUSH_SECONDS / 4  # online policy: fresher figures
-        if (self.since_flush >= FLUSH_ROWS or time.monotonic() - self.last_flush >= every
+        if (self.since_flush >= FLUSH_ROWS or monotonic() - self.last_flush >= every
                 or len(self.arrow_entries) > 16 or len(self.blob_entries) > 256 or len(self.unit_entries) > 16
                 or len(self.ref_entries) > 256):
             self.flush()
@@ -1004,7 +1004,7 @@ class StageTask:
         self.pending_barriers = []
         self.busy = 0.0
         self.since_flush = 0
-        self.last_flush = time.monotonic()
+        self.last_flush = monotonic()
         return header, out_blobs
 
     def flush(self) -> None:

@@ -1,0 +1,299 @@
+"""The standard library's non-deterministic calls, logged where a hooked function makes them.
+
+A job written for tt wraps a clock read or a random draw in `tt.log_result`; a job recorded
+unchanged cannot. So a hooked function's calls of the clock, of `random`, of `uuid` and of
+the other calls below are answered through `log_result` whenever the function's own code
+makes them during one of its steps: the recording logs each answer, a replay hands it back,
+and the function's state comes out as it did (a `time.time()` stamp, a `uuid4()` id, a
+`random.random()` sum). `tt verify` compares them as any state.
+
+How a call is known to be the function's: the patched call looks up the stack for the first
+frame of tt's or PySpark's code. If that frame is one that calls the user's code during a
+hooked operator's step (`STEP_FRAMES`), the call is the function's; any other (tt's state
+handle, PySpark's own code, a call nested in a logged one, the debugger's threads) gets the
+real answer, unlogged. Nothing is paid per step: only a patched call looks.
+
+What is covered:
+- module functions, patched once per process (`install`) and passing through elsewhere:
+  `time.time`, `monotonic`, `perf_counter`, `process_time` (and their `_ns`), `random`'s module
+  functions (`choice`, `sample`, `choices` and `shuffle` log positions, so the objects handed
+  back are the caller's own), `uuid.uuid1`/`uuid4`, `os.urandom`, `secrets`' functions;
+- `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
+  out of reach: in the globals of the function's code, the names bound to `datetime.datetime`,
+  `datetime.date` or the `datetime` module are pointed at stand-ins (`prepare`) whose other
+  methods and constructors give plain datetimes, and for which `isinstance` answers as for
+  the real classes.
+
+Not covered (`tt verify` still finds what they change, and names the input): numpy's random
+generators, `pandas.Timestamp.now()`, a `random.Random()` the code makes without a seed.
+Runs recorded before this module are replayed without it (`HookedOperator.logs_nondeterministic`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import inspect
+import os
+import random
+import secrets
+import sys
+import sysconfig
+import threading
+import time
+import types
+import uuid
+from typing import Any, Callable, Iterator
+
+from .operator import CONTEXT, log_result
+
+#: The frames that call the user's code while a hooked operator takes a step, as
+#: (module, function): the first frame of tt's code above a patched call must be one of them.
+STEP_FRAMES = frozenset({
+    ("tt.core.hooked", "process"), ("tt.core.hooked", "finish"), ("tt.core.hooked", "outputs"),
+    ("tt.core.pulled", "run"),                       # a pulling function's greenlet
+    ("tt.core.processor", "process"), ("tt.core.processor", "<lambda>"),
+    ("tt.core.group_state", "process"), ("tt.core.group_state", "<lambda>"),
+})
+_NOT_USERS = ("tt.", "pyspark", "py4j")
+
+
+def users_step(depth: int = 2) -> bool:
+    """Whether the call `depth` frames up was made by a hooked function's own code during one of
+    its steps, in a run recorded with this module (so its replay expects the logged answers)."""
+    runner = CONTEXT.runner
+    if runner is None or not getattr(runner.op, "logs_nondeterministic", False):
+        return False
+    frame = sys._getframe(depth)
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "")
+        if name.startswith(_NOT_USERS) or name == "tt":
+            return (name, frame.f_code.co_name) in STEP_FRAMES
+        frame = frame.f_back
+    return False
+
+
+# --- module functions -------------------------------------------------------------------------
+
+_TIME = ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns",
+         "process_time", "process_time_ns")
+_RANDOM = ("random", "uniform", "randint", "randrange", "getrandbits", "randbytes", "triangular", "gauss",
+           "normalvariate", "lognormvariate", "expovariate", "vonmisesvariate", "gammavariate",
+           "betavariate", "paretovariate", "weibullvariate", "binomialvariate")
+_SECRETS = ("token_bytes", "token_hex", "token_urlsafe", "randbelow", "randbits", "choice")
+#: (module, names): each name's call answered through `log_result` as it is
+LOGGED = ((time, _TIME), (random, _RANDOM), (uuid, ("uuid1", "uuid4")), (os, ("urandom",)), (secrets, _SECRETS))
+
+_ORIGINAL: dict[tuple[str, str], Callable] = {}   # (module, name) -> the function before `install`
+_WRAPPERS: dict[int, Callable] = {}               # id(original) -> its stand-in (for `prepare`)
+_installed = threading.Lock()
+
+
+def install() -> None:
+    """Patch the module functions, once per process (in an executor's worker, in a replay)."""
+    with _installed:
+        if _ORIGINAL:
+            return
+        for module, names in LOGGED:
+            for name in names:
+                original = getattr(module, name, None)
+                if original is not None:
+                    _patch(module, name, original, _logged(original, module.__name__, name))
+        for name, wrapper in (("choice", _choice), ("choices", _choices), ("sample", _sample), ("shuffle", _shuffle)):
+            _patch(random, name, getattr(random, name), wrapper)
+
+
+def _patch(module: types.ModuleType, name: str, original: Callable, wrapper: Callable) -> None:
+    _ORIGINAL[(module.__name__, name)] = original
+    _WRAPPERS[id(original)] = wrapper
+    setattr(module, name, wrapper)
+
+
+def _logged(original: Callable, module: str, name: str) -> Callable:
+    """`original`, its answer logged when a hooked function's step calls it. It goes by the
+    module's name for it, so pickled by reference it is found again as that module's function
+    (`os.urandom` is `posix.urandom`, `random.random` is `Random.random` of a hidden instance)."""
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        if users_step():
+            return log_result(original, *args, **kwargs)
+        return original(*args, **kwargs)
+    call.__module__, call.__name__, call.__qualname__ = module, name, name
+    return call
+
+
+def _random(name: str) -> Callable:
+    return _ORIGINAL[("random", name)]
+
+
+def _choice(seq):
+    if not users_step() or not len(seq):
+        return _random("choice")(seq)
+    return seq[log_result(random._inst.randrange, len(seq))]   # the same draw as `choice`'s
+
+
+def _choices(population, weights=None, *, cum_weights=None, k=1):
+    if not users_step():
+        return _random("choices")(population, weights, cum_weights=cum_weights, k=k)
+    at = log_result(_random("choices"), range(len(population)), weights, cum_weights=cum_weights, k=k)
+    return [population[i] for i in at]
+
+
+def _sample(population, k, *, counts=None):
+    if not users_step():
+        return _random("sample")(population, k, counts=counts)
+    if counts is not None:
+        return log_result(_random("sample"), population, k, counts=counts)
+    return [population[i] for i in log_result(_random("sample"), range(len(population)), k)]
+
+
+def _shuffle(x):
+    if not users_step():
+        return _random("shuffle")(x)
+    order = log_result(_permutation, len(x))
+    items = [x[i] for i in order]
+    for i, item in enumerate(items):
+        x[i] = item
+
+
+def _permutation(n: int) -> list[int]:
+    """How `random.shuffle` reorders a sequence of `n` (it draws the same numbers)."""
+    order = list(range(n))
+    _random("shuffle")(order)
+    return order
+
+
+for _f in (_choice, _choices, _sample, _shuffle):
+    _f.__module__, _f.__name__ = "random", _f.__name__[1:]
+    _f.__qualname__ = _f.__name__
+del _f
+
+
+# --- datetime ---------------------------------------------------------------------------------
+
+class _RealClass(type):
+    """`isinstance` and `issubclass` answer for a stand-in as for the class it stands in for."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls.real)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls.real)
+
+
+class LoggedDatetime(_dt.datetime, metaclass=_RealClass):
+    """`datetime.datetime` in the user's code: `now`, `utcnow` and `today` logged; whatever it
+    makes is a plain `datetime.datetime`."""
+
+    real = _dt.datetime
+
+    def __new__(cls, *args, **kwargs):
+        return _dt.datetime(*args, **kwargs)
+
+    @classmethod
+    def now(cls, tz=None):
+        return log_result(_dt.datetime.now, tz) if users_step() else _dt.datetime.now(tz)
+
+    @classmethod
+    def utcnow(cls):
+        return log_result(_dt.datetime.utcnow) if users_step() else _dt.datetime.utcnow()
+
+    @classmethod
+    def today(cls):
+        return log_result(_dt.datetime.today) if users_step() else _dt.datetime.today()
+
+
+class LoggedDate(_dt.date, metaclass=_RealClass):
+    """`datetime.date` in the user's code: `today` logged."""
+
+    real = _dt.date
+
+    def __new__(cls, *args, **kwargs):
+        return _dt.date(*args, **kwargs)
+
+    @classmethod
+    def today(cls):
+        return log_result(_dt.date.today) if users_step() else _dt.date.today()
+
+
+def _datetime_module() -> types.ModuleType:
+    """The `datetime` module as the user's code sees it: the stand-ins in place of its two classes."""
+    module = types.ModuleType("datetime", _dt.__doc__)
+    module.__dict__.update({k: v for k, v in vars(_dt).items() if not k.startswith("__")})
+    module.datetime, module.date = LoggedDatetime, LoggedDate
+    return module
+
+
+_DATETIME = _datetime_module()
+
+
+# --- the user's code --------------------------------------------------------------------------
+
+def prepare(user_code: Any) -> None:
+    """Make the calls of `user_code` (a hooked operator's function, class or object) logged:
+    the module functions patched, and its globals' `datetime` names pointed at the stand-ins."""
+    install()
+    swaps = {id(_dt.datetime): LoggedDatetime, id(_dt.date): LoggedDate, id(_dt): _DATETIME, **_WRAPPERS}
+    done: set[int] = set()
+    for fn in _functions(user_code, set()):
+        g = fn.__globals__
+        if id(g) in done:
+            continue
+        done.add(id(g))
+        if not _users(g):
+            continue
+        for name, value in list(g.items()):
+            swap = swaps.get(id(value))
+            if swap is not None:
+                g[name] = swap   # (`from time import time`, `from datetime import datetime`)
+
+
+def _users(g: dict) -> bool:
+    """Whether `g` are the globals of the user's code, not of a library's (the standard one, an
+    installed package, PySpark, tt): a library's `type(v) is datetime` must stay true."""
+    if g.get("__name__", "").startswith(_NOT_USERS):
+        return False
+    file = g.get("__file__")
+    return not (isinstance(file, str) and os.path.realpath(file).startswith(_LIBRARIES))
+
+
+_LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _functions(obj: Any, seen: set[int]) -> Iterator[types.FunctionType]:
+    """The Python functions of the user's code reachable from `obj`: itself, its closure's,
+    its class's methods."""
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, functools.partial):
+        yield from _functions(obj.func, seen)
+    elif inspect.ismethod(obj):
+        yield from _functions(obj.__func__, seen)
+        yield from _functions(type(obj.__self__) if not isinstance(obj.__self__, type) else obj.__self__, seen)
+    elif isinstance(obj, types.FunctionType):
+        yield obj
+        for cell in obj.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:   # not yet bound
+                continue
+            if callable(value):
+                yield from _functions(value, seen)
+    elif isinstance(obj, type):
+        for klass in obj.__mro__:
+            if klass.__module__ == "builtins" or klass.__module__.startswith(_NOT_USERS):
+                continue
+            for value in vars(klass).values():
+                if isinstance(value, (staticmethod, classmethod)):
+                    value = value.__func__
+                elif isinstance(value, property):
+                    value = value.fget
+                if isinstance(value, types.FunctionType):
+                    yield from _functions(value, seen)
+    elif callable(obj) or hasattr(obj, "__dict__"):
+        yield from _functions(type(obj), seen)
+
+
+__all__ = ["install", "prepare", "users_step", "LoggedDatetime", "LoggedDate", "STEP_FRAMES", "LOGGED"]

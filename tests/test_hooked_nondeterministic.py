@@ -1,0 +1,105 @@
+"""A job's clock reads, random draws and ids, recorded unchanged (core/nondeterministic.py).
+
+`tests/jobs/hooked_nondeterministic.py` has five hooked functions (a generator, a callable
+class, a grouped function, a StatefulProcessor, a UDTF) that call `time`, `datetime`,
+`random`, `uuid`, `os.urandom` and `secrets`, keep what they got and emit it. The oracle is
+the job's own output, which Spark collected and tt never reads: a replay must hand each
+function exactly what it got when recorded, so its replayed state holds the values it emitted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pickle
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from plain_jobs import each_step, record_on_and_off
+
+from tt.core import nondeterministic
+from tt.replay.session import DebugSession
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_nondeterministic.py"
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    """(run file, the job's output recorded, its output with recording off); an interaction
+    after every unit of θ."""
+    return record_on_and_off(JOB, tmp_path_factory.mktemp("hooked_nondeterministic"), when="True")
+
+
+@pytest.fixture(scope="module")
+def replayed(recorded):
+    """{operator: [(instance, unit, state after it)]}: every step of every function, replayed."""
+    session = DebugSession(recorded[0])
+    steps = {op: list(each_step(session, op)) for op in ("stamped", "StampBatches", "drawn", "Stamps", "Ids")}
+    session.reader.close()
+    return steps
+
+
+def ends(steps: list) -> dict:
+    """Each instance's state after its last step."""
+    return {i: state for i, _, state in steps}
+
+
+def test_recording_changes_nothing_the_code_sees(recorded):
+    _, on, off = recorded
+    assert {k: len(v) for k, v in on.items()} == {k: len(v) for k, v in off.items()} == {
+        "stamped": 60, "batches": 6, "drawn": 3, "stamps": 6, "ids": 60}
+    for out in (on, off):   # `isinstance` of what `datetime.now()` made, through the stand-in class
+        assert {tuple(json.loads(s)["kinds"]) for _, s in out["stamped"]} == {(True, True, "datetime")}
+
+
+def test_verify_replays_every_interaction(recorded, capsys):
+    from tt.cli.main import main
+
+    assert main(["verify", str(recorded[0])]) == 0
+    n = len(RunReader(recorded[0]).interactions())
+    assert n > 60 and f"verified {n} of {n} interactions" in capsys.readouterr().out
+
+
+def test_a_generator_is_handed_each_rows_clock_ids_and_draws_again(recorded, replayed):
+    emitted = {i: json.loads(s) for i, s in recorded[1]["stamped"]}
+    rows = [(unit, state) for _, unit, state in replayed["stamped"] if unit is not None]
+    assert len(rows) == 60
+    for unit, state in rows:
+        assert state["closure"]["seen"]["last"] == emitted[unit[0]]
+    assert {i: s["closure"]["seen"]["n"] for i, s in ends(replayed["stamped"]).items()} == {0: 30, 1: 30}
+
+
+def test_the_other_functions_are_handed_what_they_got(recorded, replayed):
+    on = recorded[1]
+    batches = [b for s in ends(replayed["StampBatches"]).values() for b in s["batches"]]
+    assert sorted(json.dumps(b) for b in batches) == on["batches"]
+    assert sorted(json.dumps(d) for d in ends(replayed["drawn"])[0]["closure"]["drawn_so_far"]) == on["drawn"]
+    made = [m for s in ends(replayed["Ids"]).values() for m in s["made"]]
+    assert sorted(map(tuple, made)) == sorted(tuple(json.loads(s)) for _, s in on["ids"])
+    last = {}   # each key's last row: the ValueState the processor updated with `time.time()`, `uuid4()`
+    for k, s in on["stamps"]:
+        at, made_id, _, _ = json.loads(s)
+        last[k] = max(last.get(k, (at, made_id)), (at, made_id))
+    seen = {k: tuple(v) for s in ends(replayed["Stamps"]).values() for k, v in s["seen"].items()}
+    assert seen == last
+
+
+def test_calls_outside_a_step_are_answered_and_not_logged():
+    nondeterministic.install()
+    assert time.time.__module__ == "time" and time.time is not nondeterministic._ORIGINAL[("time", "time")]
+    assert abs(time.time() - nondeterministic._ORIGINAL[("time", "time")]()) < 60
+    assert not nondeterministic.users_step(1)
+    items = list(range(10))
+    random.shuffle(items)
+    assert sorted(items) == list(range(10)) and random.choice(items) in items
+    for fn in (time.time, random.random, random.shuffle, nondeterministic.LoggedDatetime):   # by reference
+        assert pickle.loads(pickle.dumps(fn)) is fn
+    stand_in = nondeterministic.LoggedDatetime
+    made = stand_in(2024, 5, 6, 7)
+    assert type(made) is datetime.datetime and isinstance(made, stand_in) and issubclass(datetime.datetime, stand_in)
+    assert type(stand_in.fromisoformat("2024-05-06")) is datetime.datetime
+    assert isinstance(stand_in.now(), datetime.datetime)
