@@ -20,10 +20,13 @@ from .output import human_bytes
 def record(
     ctx: typer.Context,
     job: Path = typer.Argument(..., help="The PySpark job: a Python file that runs a tt.Dataflow, or a plain "
-                               "PySpark job whose DataFrame.mapInPandas functions tt records unchanged."),
+                               "PySpark job, recorded unchanged: the Python functions it hands Spark "
+                               "(mapPartitions, mapInPandas, applyInPandas, UDTFs, StatefulProcessors, "
+                               "…: docs/HOOKS.md) are its operators."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Run file to write [default: JOB name + .db]."),
     watch: Optional[str] = typer.Option(None, "--watch", "-w", metavar="OP",
-                                        help="The interesting operator θ [default: the first stateful one]."),
+                                        help="The interesting operator θ [default: the first stateful one; "
+                                             "in a plain PySpark job, the first function it hands Spark]."),
     every: Optional[str] = typer.Option(None, "--every", metavar="DURATION",
                                         help="Take an interaction periodically, e.g. 1s, 500ms, 2m."),
     when: Optional[str] = typer.Option(None, "--when", metavar="EXPR",

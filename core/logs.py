@@ -212,6 +212,11 @@ def unpack_results(data: bytes) -> list[LoggedResult]:
 
 
 def callable_name(fn: Any) -> str:
+    """How a `log_result` call is named in the log, and checked in replay. A wrapper is named by
+    what it wraps (`__wrapped__`): `random.random` is the same call in a process where tt has
+    patched it (core/nondeterministic.py, named for pickling as the module's function) and in
+    one where it has not."""
+    fn = getattr(fn, "__wrapped__", fn)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
     module = getattr(fn, "__module__", None)
     return f"{module}.{name}" if module and module not in ("builtins", "__main__") else name

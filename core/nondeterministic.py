@@ -17,15 +17,17 @@ What is covered:
 - module functions, patched once per process (`install`) and passing through elsewhere:
   `time.time`, `monotonic`, `perf_counter`, `process_time` (and their `_ns`), `random`'s module
   functions (`choice`, `sample`, `choices` and `shuffle` log positions, so the objects handed
-  back are the caller's own), `uuid.uuid1`/`uuid4`, `os.urandom`, `secrets`' functions;
+  back are the caller's own), `uuid.uuid1`/`uuid4`, `os.urandom`, `secrets`' functions, and
+  numpy's legacy `numpy.random` functions (`default_rng()` without a seed logs the seed it drew);
 - `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
   out of reach: in the globals of the function's code, the names bound to `datetime.datetime`,
   `datetime.date` or the `datetime` module are pointed at stand-ins (`prepare`) whose other
   methods and constructors give plain datetimes, and for which `isinstance` answers as for
   the real classes.
 
-Not covered (`tt verify` still finds what they change, and names the input): numpy's random
-generators, `pandas.Timestamp.now()`, a `random.Random()` the code makes without a seed.
+Not covered (`tt verify` still finds what they change, and names the input):
+`pandas.Timestamp.now()`, `numpy.datetime64("now")`, a `random.Random()` or a numpy bit
+generator the code makes without a seed other than through `default_rng`.
 Runs recorded before this module are replayed without it (`HookedOperator.logs_nondeterministic`).
 """
 
@@ -103,9 +105,39 @@ def install() -> None:
             _patch(random, name, getattr(random, name), wrapper)
 
 
+#: numpy's legacy functions, methods of its hidden global RandomState, logged as they answer
+#: (`shuffle` logs its permutation, `default_rng()` without a seed its seed: `_install_numpy`)
+_NUMPY = ("beta", "binomial", "bytes", "chisquare", "choice", "dirichlet", "exponential", "f", "gamma",
+          "geometric", "gumbel", "hypergeometric", "laplace", "logistic", "lognormal", "logseries", "multinomial",
+          "multivariate_normal", "negative_binomial", "noncentral_chisquare", "noncentral_f", "normal", "pareto",
+          "permutation", "poisson", "power", "rand", "randint", "randn", "random", "random_integers",
+          "random_sample", "ranf", "sample", "rayleigh", "standard_cauchy", "standard_exponential",
+          "standard_gamma", "standard_normal", "standard_t", "triangular", "uniform", "vonmises", "wald",
+          "weibull", "zipf")
+
+
+def _install_numpy() -> None:
+    """Patch `numpy.random` once numpy is imported: a job whose code never imports numpy does not
+    pay for importing it. (A function that imports it in its own body has it patched from the
+    next task on.) numpy imports `numpy.random` at its first use; pandas imports it."""
+    if "numpy" not in sys.modules or ("numpy.random", "default_rng") in _ORIGINAL:
+        return
+    np_random = sys.modules["numpy"].random   # the job's numpy (22 ms where pandas has not loaded it)
+    with _installed:
+        if ("numpy.random", "default_rng") in _ORIGINAL:
+            return
+        for name in _NUMPY:
+            original = getattr(np_random, name, None)
+            if original is not None:
+                _patch(np_random, name, original, _logged(original, "numpy.random", name))
+        _patch(np_random, "shuffle", np_random.shuffle, _np_shuffle)
+        _patch(np_random, "default_rng", np_random.default_rng, _default_rng)
+
+
 def _patch(module: types.ModuleType, name: str, original: Callable, wrapper: Callable) -> None:
     _ORIGINAL[(module.__name__, name)] = original
     _WRAPPERS[id(original)] = wrapper
+    wrapper.__wrapped__ = original   # so `tt.log_result(random.shuffle, x)` is logged by the name it had (logs.callable_name)
     setattr(module, name, wrapper)
 
 
@@ -164,10 +196,43 @@ def _permutation(n: int) -> list[int]:
     return order
 
 
-for _f in (_choice, _choices, _sample, _shuffle):
-    _f.__module__, _f.__name__ = "random", _f.__name__[1:]
-    _f.__qualname__ = _f.__name__
-del _f
+def _np_shuffle(x):
+    original = _ORIGINAL[("numpy.random", "shuffle")]
+    if not users_step():
+        return original(x)
+    order = log_result(_np_permutation, len(x))
+    if hasattr(x, "shape"):   # an array: along its first axis
+        x[...] = x[order]
+        return
+    items = [x[i] for i in order]
+    for i, item in enumerate(items):
+        x[i] = item
+
+
+def _np_permutation(n: int) -> Any:
+    """How `numpy.random.shuffle` reorders a sequence of `n` (it draws the same numbers)."""
+    order = sys.modules["numpy"].arange(n)
+    _ORIGINAL[("numpy.random", "shuffle")](order)
+    return order
+
+
+def _default_rng(seed=None):
+    """`numpy.random.default_rng`: without a seed, the one it would have drawn is logged, so the
+    generator it makes draws the same numbers in replay."""
+    if seed is None and users_step():
+        seed = log_result(_entropy)
+    return _ORIGINAL[("numpy.random", "default_rng")](seed)
+
+
+def _entropy() -> int:
+    return sys.modules["numpy.random"].SeedSequence().entropy
+
+
+for _f, _module in ((_choice, "random"), (_choices, "random"), (_sample, "random"), (_shuffle, "random"),
+                    (_np_shuffle, "numpy.random"), (_default_rng, "numpy.random")):
+    _f.__name__ = _f.__qualname__ = _f.__name__.removeprefix("_np").lstrip("_")
+    _f.__module__ = _module
+del _f, _module
 
 
 # --- datetime ---------------------------------------------------------------------------------
@@ -234,6 +299,7 @@ def prepare(user_code: Any) -> None:
     """Make the calls of `user_code` (a hooked operator's function, class or object) logged:
     the module functions patched, and its globals' `datetime` names pointed at the stand-ins."""
     install()
+    _install_numpy()
     swaps = {id(_dt.datetime): LoggedDatetime, id(_dt.date): LoggedDate, id(_dt): _DATETIME, **_WRAPPERS}
     done: set[int] = set()
     for fn in _functions(user_code, set()):

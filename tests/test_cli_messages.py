@@ -64,7 +64,8 @@ def test_help_shows_the_defaults_written_in_brackets(monkeypatch, capsys):
     assert "[default: changed]" in out and "first ." not in out
     assert main(["record", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "[default: JOB name + .db]" in out and "[default: the first stateful one]" in out, out
+    assert "[default: JOB name + .db]" in out and "[default: the first stateful one;" in out, out
+    assert "StatefulProcessors" in out and "mapInPandas functions" not in out
 
 
 # --- conditions -------------------------------------------------------------------------------------

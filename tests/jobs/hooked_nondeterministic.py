@@ -6,7 +6,8 @@ make ids, keep what they got in their state and emit it.
   shuffles, chooses and samples with `random`;
 - `StampBatches` (`mapInPandas`, a callable class) reads `time.time_ns()`,
   `datetime.datetime.utcnow()` (through `import datetime`) and `os.urandom`;
-- `drawn` (`applyInPandas`) draws `random.gauss`, `secrets.token_hex` and `date.today()`;
+- `drawn` (`applyInPandas`) draws `random.gauss`, `secrets.token_hex`, `date.today()`, and
+  with numpy `normal`, `shuffle` and a `default_rng()` made without a seed;
 - `Stamps` (`transformWithStateInPandas`) keeps `time.time()` and a `uuid4` in a ValueState
   and `datetime.now()` in an attribute;
 - `Ids` (a UDTF) makes an id and a draw per row.
@@ -28,6 +29,7 @@ import uuid
 from datetime import date, datetime
 from time import perf_counter
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import udtf
@@ -72,7 +74,10 @@ def make_drawn():
     drawn_so_far = []
 
     def drawn(key, pdf):
-        drawn_so_far.append([int(key[0]), random.gauss(0, 1), secrets.token_hex(4), date.today().isoformat()])
+        order = np.arange(6)
+        np.random.shuffle(order)
+        drawn_so_far.append([int(key[0]), random.gauss(0, 1), secrets.token_hex(4), date.today().isoformat(),
+                             float(np.random.normal()), order.tolist(), int(np.random.default_rng().integers(0, 10**9))])
         return pd.DataFrame({"draw": [json.dumps(drawn_so_far[-1])]})
     return drawn
 
