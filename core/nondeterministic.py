@@ -20,10 +20,11 @@ What is covered:
   back are the caller's own), `uuid.uuid1`/`uuid4`, `os.urandom`, `secrets`' functions, and
   numpy's legacy `numpy.random` functions (`default_rng()` without a seed logs the seed it drew);
 - `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
-  out of reach: in the globals of the function's code, the names bound to `datetime.datetime`,
-  `datetime.date` or the `datetime` module are pointed at stand-ins (`prepare`) whose other
-  methods and constructors give plain datetimes, and for which `isinstance` answers as for
-  the real classes.
+  out of reach: in the globals of the job file's code as Spark ships it (pickled by value), the
+  names bound to `datetime.datetime`, `datetime.date` or the `datetime` module are pointed at
+  stand-ins (`prepare`) whose other methods and constructors give plain datetimes, and for
+  which `isinstance` answers as for the real classes. Code in a module the job imports by name
+  keeps the real ones.
 
 Not covered (`tt verify` still finds what they change, and names the input):
 `pandas.Timestamp.now()`, `numpy.datetime64("now")`, a `random.Random()` or a numpy bit
@@ -40,7 +41,6 @@ import os
 import random
 import secrets
 import sys
-import sysconfig
 import threading
 import time
 import types
@@ -307,7 +307,7 @@ def prepare(user_code: Any) -> None:
         if id(g) in done:
             continue
         done.add(id(g))
-        if not _users(g):
+        if not _shipped(g):
             continue
         for name, value in list(g.items()):
             swap = swaps.get(id(value))
@@ -315,16 +315,12 @@ def prepare(user_code: Any) -> None:
                 g[name] = swap   # (`from time import time`, `from datetime import datetime`)
 
 
-def _users(g: dict) -> bool:
-    """Whether `g` are the globals of the user's code, not of a library's (the standard one, an
-    installed package, PySpark, tt): a library's `type(v) is datetime` must stay true."""
-    if g.get("__name__", "").startswith(_NOT_USERS):
-        return False
-    file = g.get("__file__")
-    return not (isinstance(file, str) and os.path.realpath(file).startswith(_LIBRARIES))
-
-
-_LIBRARIES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+def _shipped(g: dict) -> bool:
+    """Whether `g` are globals cloudpickle made for the job file's code, shipped by value: no
+    loaded module's namespace. So neither a library's (its `type(v) is datetime` stays true) nor
+    the job's live one in its driver or a notebook, which a task run on the driver (an empty
+    partition's) would otherwise change; and the same code in the executor and in replay."""
+    return id(g) not in {id(getattr(m, "__dict__", None)) for m in list(sys.modules.values())}
 
 
 def _functions(obj: Any, seen: set[int]) -> Iterator[types.FunctionType]:
@@ -337,7 +333,7 @@ def _functions(obj: Any, seen: set[int]) -> Iterator[types.FunctionType]:
         yield from _functions(obj.func, seen)
     elif inspect.ismethod(obj):
         yield from _functions(obj.__func__, seen)
-        yield from _functions(type(obj.__self__) if not isinstance(obj.__self__, type) else obj.__self__, seen)
+        yield from _functions(obj.__self__, seen)   # its instance's class, or its class
     elif isinstance(obj, types.FunctionType):
         yield obj
         for cell in obj.__closure__ or ():

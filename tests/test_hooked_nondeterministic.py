@@ -121,3 +121,26 @@ def test_a_patched_function_is_logged_by_the_name_it_had_before():
     assert random.random is not original and callable_name(random.random) == callable_name(original)
     assert callable_name(random.shuffle) == callable_name(nondeterministic._ORIGINAL[("random", "shuffle")])
     assert callable_name(time.time) == "time.time"
+
+
+def stamp() -> datetime.datetime:
+    return datetime.datetime.now()
+
+
+def test_only_globals_shipped_by_value_are_pointed_at_the_stand_ins():
+    """A loaded module's namespace (a library's, the job's own in its driver or a notebook) keeps
+    the real `datetime`; a copy of the same code as Spark ships it gets the stand-ins."""
+    import sys
+
+    import cloudpickle
+
+    nondeterministic.prepare(stamp)
+    assert stamp.__globals__["datetime"] is datetime and type(stamp()) is datetime.datetime
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        shipped = cloudpickle.loads(cloudpickle.dumps(stamp))
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    nondeterministic.prepare(shipped)
+    assert shipped.__globals__["datetime"].datetime is nondeterministic.LoggedDatetime
+    assert type(shipped()) is datetime.datetime   # outside a step: the real answer, unlogged
