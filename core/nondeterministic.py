@@ -52,7 +52,7 @@ from .operator import CONTEXT, log_result
 #: The frames that call the user's code while a hooked operator takes a step, as
 #: (module, function): the first frame of tt's code above a patched call must be one of them.
 STEP_FRAMES = frozenset({
-    ("tt.core.hooked", "process"), ("tt.core.hooked", "finish"), ("tt.core.hooked", "outputs"),
+    ("tt.core.hooked", "process"), ("tt.core.hooked", "outputs"),
     ("tt.core.pulled", "run"),                       # a pulling function's greenlet
     ("tt.core.processor", "process"), ("tt.core.processor", "<lambda>"),
     ("tt.core.group_state", "process"), ("tt.core.group_state", "<lambda>"),
@@ -183,10 +183,7 @@ def _sample(population, k, *, counts=None):
 def _shuffle(x):
     if not users_step():
         return _random("shuffle")(x)
-    order = log_result(_permutation, len(x))
-    items = [x[i] for i in order]
-    for i, item in enumerate(items):
-        x[i] = item
+    _reorder(x, log_result(_permutation, len(x)))
 
 
 def _permutation(n: int) -> list[int]:
@@ -203,7 +200,12 @@ def _np_shuffle(x):
     order = log_result(_np_permutation, len(x))
     if hasattr(x, "shape"):   # an array: along its first axis
         x[...] = x[order]
-        return
+    else:
+        _reorder(x, order)
+
+
+def _reorder(x, order) -> None:
+    """Put `x` (a mutable sequence) in `order`, in place, as a shuffle that drew it would."""
     items = [x[i] for i in order]
     for i, item in enumerate(items):
         x[i] = item
@@ -301,26 +303,25 @@ def prepare(user_code: Any) -> None:
     install()
     _install_numpy()
     swaps = {id(_dt.datetime): LoggedDatetime, id(_dt.date): LoggedDate, id(_dt): _DATETIME, **_WRAPPERS}
-    done: set[int] = set()
+    done = _loaded_namespaces()   # (and the globals already seen)
     for fn in _functions(user_code, set()):
         g = fn.__globals__
         if id(g) in done:
             continue
         done.add(id(g))
-        if not _shipped(g):
-            continue
         for name, value in list(g.items()):
             swap = swaps.get(id(value))
             if swap is not None:
                 g[name] = swap   # (`from time import time`, `from datetime import datetime`)
 
 
-def _shipped(g: dict) -> bool:
-    """Whether `g` are globals cloudpickle made for the job file's code, shipped by value: no
-    loaded module's namespace. So neither a library's (its `type(v) is datetime` stays true) nor
-    the job's live one in its driver or a notebook, which a task run on the driver (an empty
-    partition's) would otherwise change; and the same code in the executor and in replay."""
-    return id(g) not in {id(getattr(m, "__dict__", None)) for m in list(sys.modules.values())}
+def _loaded_namespaces() -> set[int]:
+    """The ids of every loaded module's namespace, which `prepare` leaves alone: it changes only
+    globals cloudpickle made for the job file's code, shipped by value. So neither a library's
+    (its `type(v) is datetime` stays true) nor the job's live one in its driver or a notebook,
+    which a task run on the driver (an empty partition's) would otherwise change; and the same
+    code in the executor and in replay."""
+    return {id(getattr(m, "__dict__", None)) for m in list(sys.modules.values())}
 
 
 def _functions(obj: Any, seen: set[int]) -> Iterator[types.FunctionType]:
