@@ -19,6 +19,12 @@ What is covered:
   functions (`choice`, `sample`, `choices` and `shuffle` log positions, so the objects handed
   back are the caller's own), `uuid.uuid1`/`uuid4`, `os.urandom`, `secrets`' functions, and
   numpy's legacy `numpy.random` functions (`default_rng()` without a seed logs the seed it drew);
+- a `random.Random()` the job's own code makes without a seed (or reseeds with none): the seed
+  is logged, so its draws come out again (`Random.seed`, patched on the class; one a library
+  makes, `tempfile`'s say, once per process, keeps the system's seed, since a replay in another
+  process would not make it at the same step);
+- pandas' `Timestamp.now()`, `today()`, `utcnow()` and `Timestamp("now")` (or `"today"`), patched
+  on the class once pandas is loaded (`pd.to_datetime("now")` calls `Timestamp.now()`);
 - `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
   out of reach: in the globals of the job file's code as Spark ships it (pickled by value), the
   names bound to `datetime.datetime`, `datetime.date` or the `datetime` module are pointed at
@@ -27,8 +33,8 @@ What is covered:
   keeps the real ones.
 
 Not covered (`tt verify` still finds what they change, and names the input):
-`pandas.Timestamp.now()`, `numpy.datetime64("now")`, a `random.Random()` or a numpy bit
-generator the code makes without a seed other than through `default_rng`.
+`numpy.datetime64("now")`, which reads the clock in C, and a numpy bit generator or
+`RandomState` the code makes without a seed other than through `default_rng`.
 Runs recorded before this module are replayed without it (`HookedOperator.logs_nondeterministic`).
 """
 
@@ -103,6 +109,9 @@ def install() -> None:
                     _patch(module, name, original, _logged(original, module.__name__, name))
         for name, wrapper in (("choice", _choice), ("choices", _choices), ("sample", _sample), ("shuffle", _shuffle)):
             _patch(random, name, getattr(random, name), wrapper)
+        _ORIGINAL[("random", "Random.seed")] = random.Random.seed
+        _seed.__wrapped__ = random.Random.seed
+        random.Random.seed = _seed
 
 
 #: numpy's legacy functions, methods of its hidden global RandomState, logged as they answer
@@ -230,6 +239,87 @@ def _entropy() -> int:
     return sys.modules["numpy.random"].SeedSequence().entropy
 
 
+def _seed(self, a=None, version=2):
+    """`random.Random.seed`: a generator the job's code seeds with nothing (`Random()` does)
+    gets a seed drawn from the system and logged, so that in replay it draws the same numbers."""
+    if a is None and users_step() and _called_by_users_code():
+        a = log_result(_system_seed)
+    return _ORIGINAL[("random", "Random.seed")](self, a, version)
+
+
+def _system_seed() -> int:
+    """A seed for `random.Random`, from the system's randomness (as `Random()` seeds itself)."""
+    return int.from_bytes(_ORIGINAL.get(("os", "urandom"), os.urandom)(32), "big")
+
+
+def _called_by_users_code() -> bool:
+    """Whether the first frame above `random`'s own code (`Random.__init__`, a subclass's) is
+    code shipped by value, the job file's, rather than a loaded module's: a library that makes
+    a generator once per process (`tempfile`'s names) would make it at another step, or not at
+    all, in a replay that runs in another process."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals is vars(random):
+        frame = frame.f_back
+    return frame is not None and id(frame.f_globals) not in _loaded_namespaces()
+
+
+_TIMESTAMP = ("now", "today", "utcnow")   # pandas' clock reads: classmethods of `pandas.Timestamp`
+
+
+def _install_pandas() -> None:
+    """Patch `pandas.Timestamp`'s clock reads once pandas is imported (as `_install_numpy`)."""
+    pandas = sys.modules.get("pandas")
+    timestamp = getattr(pandas, "Timestamp", None)
+    if timestamp is None or ("pandas.Timestamp", "now") in _ORIGINAL:
+        return
+    with _installed:
+        if ("pandas.Timestamp", "now") in _ORIGINAL:
+            return
+        for name in _TIMESTAMP:
+            if isinstance(vars(timestamp).get(name), classmethod):
+                original = getattr(timestamp, name)   # bound to the class
+                _ORIGINAL[("pandas.Timestamp", name)] = original
+                setattr(timestamp, name, classmethod(_logged_classmethod(timestamp, original)))
+        new = vars(timestamp).get("__new__")
+        if isinstance(new, staticmethod):   # `Timestamp("now")`, `Timestamp("today")`
+            _ORIGINAL[("pandas.Timestamp", "__new__")] = new.__func__
+            timestamp.__new__ = staticmethod(_timestamp_new)
+
+
+def _timestamp_new(cls, *args, **kwargs):
+    """`pandas.Timestamp(...)`: the strings that read the clock, `"now"` and `"today"` (parsed
+    in C, out of a patch's reach), answered through `log_result` in a hooked function's step."""
+    original = _ORIGINAL[("pandas.Timestamp", "__new__")]
+    if args and type(args[0]) is str and args[0] in _NOW_STRINGS and cls is sys.modules["pandas"].Timestamp \
+            and users_step():
+        return log_result(_timestamp_of, *args, **kwargs)
+    return original(cls, *args, **kwargs)
+
+
+_NOW_STRINGS = frozenset({"now", "today"})
+
+
+def _timestamp_of(*args, **kwargs):
+    """`pandas.Timestamp(*args, **kwargs)` as pandas makes it (what `_timestamp_new` logs)."""
+    timestamp = sys.modules["pandas"].Timestamp
+    return _ORIGINAL[("pandas.Timestamp", "__new__")](timestamp, *args, **kwargs)
+
+
+def _logged_classmethod(cls: type, original: Callable) -> Callable:
+    """A classmethod's function, its answer logged when a hooked function's step calls it on
+    `cls` (on a subclass it answers unlogged, as `original` would not make the subclass)."""
+
+    @functools.wraps(original)
+    def call(klass, *args, **kwargs):
+        if klass is not cls:
+            return original.__func__(klass, *args, **kwargs)
+        if users_step():
+            return log_result(original, *args, **kwargs)
+        return original(*args, **kwargs)
+    call.__wrapped__ = original
+    return call
+
+
 for _f, _module in ((_choice, "random"), (_choices, "random"), (_sample, "random"), (_shuffle, "random"),
                     (_np_shuffle, "numpy.random"), (_default_rng, "numpy.random")):
     _f.__name__ = _f.__qualname__ = _f.__name__.removeprefix("_np").lstrip("_")
@@ -302,6 +392,7 @@ def prepare(user_code: Any) -> None:
     the module functions patched, and its globals' `datetime` names pointed at the stand-ins."""
     install()
     _install_numpy()
+    _install_pandas()
     swaps = {id(_dt.datetime): LoggedDatetime, id(_dt.date): LoggedDate, id(_dt): _DATETIME, **_WRAPPERS}
     done = _loaded_namespaces()   # (and the globals already seen)
     for fn in _functions(user_code, set()):

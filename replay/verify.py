@@ -199,7 +199,8 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                     how += (", and they passed it different rows: what is not deterministic is upstream of "
                             f"{label}" if upstream else ", so processing it is not deterministic (wrap the "
                             "non-deterministic call in tt.log_result; of a plain PySpark job's functions, tt logs the "
-                            "clock, random, numpy.random, uuid, os.urandom and secrets calls itself: docs/HOOKS.md §5)")
+                            "clock, random, numpy.random, uuid, os.urandom, secrets and pandas.Timestamp.now calls itself: "
+                            "docs/HOOKS.md §5)")
                     ref = f"{label}:{pos}"
                     return {"tuple": ref, "input": pos, "row": values.render(ra, 200), "found_by": "replays",
                             "text": f"; it first diverges at input {ref} {values.render(ra, 120)}: {how}"}

@@ -144,3 +144,43 @@ def test_only_globals_shipped_by_value_are_pointed_at_the_stand_ins():
     nondeterministic.prepare(shipped)
     assert shipped.__globals__["datetime"].datetime is nondeterministic.LoggedDatetime
     assert type(shipped()) is datetime.datetime   # outside a step: the real answer, unlogged
+
+
+def make_generator() -> random.Random:
+    return random.Random()
+
+
+def test_only_a_generator_the_jobs_own_code_makes_without_a_seed_has_its_seed_logged(monkeypatch):
+    """`random.Random()` in code shipped by value (the job file's) seeds itself with what
+    `log_result` answers (the seed drawn when recording, the logged one in replay); one a loaded
+    module makes (a library's, which a replay in another process may make at another step or not
+    at all) and one given a seed do not ask. pandas' `Timestamp.now()` is answered so too."""
+    import sys
+
+    import cloudpickle
+    import pandas
+
+    nondeterministic.prepare(len)
+    asked = []
+
+    def log_result(fn, *args, **kwargs):   # what a replay answers: the logged value
+        asked.append(fn)
+        return 1234 if fn is nondeterministic._system_seed else fn(*args, **kwargs)
+
+    monkeypatch.setattr(nondeterministic, "users_step", lambda depth=2: True)   # as in a hooked step
+    monkeypatch.setattr(nondeterministic, "log_result", log_result)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        shipped = cloudpickle.loads(cloudpickle.dumps(make_generator))
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    made = shipped()
+    assert asked == [nondeterministic._system_seed]
+    assert [made.random() for _ in range(3)] == [r.random() for r in [random.Random(1234)] for _ in range(3)]
+    make_generator()            # this module is loaded: a library's call, unlogged
+    random.Random(5)            # seeded
+    assert asked == [nondeterministic._system_seed]
+    assert isinstance(pandas.Timestamp.now(), pandas.Timestamp)
+    assert asked[1:] == [nondeterministic._ORIGINAL[("pandas.Timestamp", "now")]]
+    assert pandas.Timestamp("now") > pandas.Timestamp("2024-01-02", tz=None) == pandas.Timestamp(2024, 1, 2)
+    assert asked[2:] == [nondeterministic._timestamp_of]   # the clock's string alone

@@ -3,9 +3,11 @@ make ids, keep what they got in their state and emit it.
 
 - `stamped` (`rdd.mapPartitions`, a generator; θ) reads `time.time()`, `datetime.now()`
   (imported as `from datetime import datetime`), `perf_counter()`, `uuid.uuid4()`, and
-  shuffles, chooses and samples with `random`;
+  shuffles, chooses and samples with `random`, and draws from a `random.Random()` it makes
+  without a seed;
 - `StampBatches` (`mapInPandas`, a callable class) reads `time.time_ns()`,
-  `datetime.datetime.utcnow()` (through `import datetime`) and `os.urandom`;
+  `datetime.datetime.utcnow()` (through `import datetime`), `os.urandom` and pandas'
+  `Timestamp.now()`, `Timestamp.today()`, `Timestamp("now")` and `to_datetime("today")`;
 - `drawn` (`applyInPandas`) draws `random.gauss`, `secrets.token_hex`, `date.today()`, and
   with numpy `normal`, `shuffle` and a `default_rng()` made without a seed;
 - `Stamps` (`transformWithStateInPandas`) keeps `time.time()` and a `uuid4` in a ValueState
@@ -45,6 +47,7 @@ def make_stamped():
     seen = {"n": 0, "took": 0.0, "last": None}
 
     def stamped(rows):
+        own = random.Random()   # seeded by the system: the seed it drew is what a replay needs
         for row in rows:
             started = perf_counter()
             order = list(LETTERS)
@@ -53,7 +56,7 @@ def make_stamped():
             seen["n"] += 1
             seen["last"] = {"time": time.time(), "now": now.isoformat(), "id": str(uuid.uuid4()), "order": "".join(order),
                             "pick": random.choice(LETTERS) + "".join(random.sample(LETTERS, 2)) + random.choices(LETTERS)[0],
-                            "draw": random.random() + random.randint(0, 9),
+                            "draw": random.random() + random.randint(0, 9), "own": own.random(),
                             "kinds": [isinstance(now, datetime), isinstance(now, dtmod.date), type(now).__name__]}
             seen["took"] += perf_counter() - started
             yield row.id, json.dumps(seen["last"])
@@ -66,7 +69,9 @@ class StampBatches:
 
     def __call__(self, frames):
         for pdf in frames:
-            self.batches.append([time.time_ns(), dtmod.datetime.utcnow().isoformat(), os.urandom(4).hex(), len(pdf)])
+            self.batches.append([time.time_ns(), dtmod.datetime.utcnow().isoformat(), os.urandom(4).hex(), len(pdf),
+                                 pd.Timestamp.now().isoformat(), str(pd.Timestamp.today()), str(pd.Timestamp("now")),
+                                 str(pd.to_datetime("today"))])
             yield pd.DataFrame({"stamp": [json.dumps(self.batches[-1])]})
 
 
