@@ -27,6 +27,7 @@ import types
 from typing import Any, Callable
 
 from . import values
+from .nondeterministic import VERSION
 from .operator import CONTEXT, Operator
 from .pulled import Pulled
 
@@ -65,9 +66,10 @@ class HookedOperator(Operator):
     #: State fields shown only when they hold something (a processor's `timers`): a condition
     #: reads them as `{}` meanwhile.
     empty_fields: frozenset = frozenset()
-    #: Its code's clock reads, random draws and ids are logged (core/nondeterministic.py):
-    #: set by `operator_for` for a new recording; a run recorded before replays without it.
-    logs_nondeterministic = False
+    #: Its code's clock reads, random draws and ids are logged (core/nondeterministic.py): the
+    #: version of what is logged, set by `operator_for` for a new recording (`VERSION`); a run
+    #: recorded before replays without it (0), or with what its version logged (True is 1).
+    logs_nondeterministic = 0
 
     def __init__(self, fn: Callable, kind: str, site: str = ""):
         self._fn = fn
@@ -289,7 +291,7 @@ def _skipped(value: Any) -> bool:
 def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     """The operator that runs `fn` as PySpark's `kind` would call it, in a new recording."""
     op = _operator_for(fn, kind, site)
-    op.logs_nondeterministic = True
+    op.logs_nondeterministic = VERSION
     return op
 
 

@@ -19,10 +19,11 @@ What is covered:
   functions (`choice`, `sample`, `choices` and `shuffle` log positions, so the objects handed
   back are the caller's own), `uuid.uuid1`/`uuid4`, `os.urandom`, `secrets`' functions, and
   numpy's legacy `numpy.random` functions (`default_rng()` without a seed logs the seed it drew);
-- a `random.Random()` the job's own code makes without a seed (or reseeds with none): the seed
-  is logged, so its draws come out again (`Random.seed`, patched on the class; one a library
-  makes, `tempfile`'s say, once per process, keeps the system's seed, since a replay in another
-  process would not make it at the same step);
+- a `random.Random()` the job's own code makes without a seed (or reseeds with none), and a
+  numpy generator it makes so (`RandomState()`, `Generator(PCG64())`): the seed is logged, so
+  its draws come out again (`Random.seed`, patched on the class; numpy's `SeedSequence` source,
+  `bit_generator.randbits`). One a library makes, `tempfile`'s say, once per process, keeps the
+  system's seed, since a replay in another process would not make it at the same step;
 - pandas' `Timestamp.now()`, `today()`, `utcnow()` and `Timestamp("now")` (or `"today"`), patched
   on the class once pandas is loaded (`pd.to_datetime("now")` calls `Timestamp.now()`);
 - `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
@@ -33,9 +34,12 @@ What is covered:
   keeps the real ones.
 
 Not covered (`tt verify` still finds what they change, and names the input):
-`numpy.datetime64("now")`, which reads the clock in C, and a numpy bit generator or
-`RandomState` the code makes without a seed other than through `default_rng`.
-Runs recorded before this module are replayed without it (`HookedOperator.logs_nondeterministic`).
+`numpy.datetime64("now")`, which reads the clock in C, and the calls of a module the job
+imports by name (its globals are a loaded module's).
+Runs recorded before this module are replayed without it, and runs recorded before a call was
+covered replay that call unlogged, as it ran: a hooked operator carries the `VERSION` of this
+module it was recorded with (`HookedOperator.logs_nondeterministic`), and a call covered since a
+later one is logged only for operators of that version on (`users_step(since=...)`).
 """
 
 from __future__ import annotations
@@ -65,12 +69,19 @@ STEP_FRAMES = frozenset({
 })
 _NOT_USERS = ("tt.", "pyspark", "py4j")
 
+#: What a new recording logs: 1, the module functions and `datetime` (2026-11-29); 2, also a
+#: generator seeded by the system (`random.Random()`, numpy's bit generators) and pandas'
+#: `Timestamp` clock reads (2026-12-01). A run replays the calls of its own version logged.
+VERSION = 2
+_SEEDS = 2   # the version from which the calls above `VERSION`'s 1 are logged
 
-def users_step(depth: int = 2) -> bool:
+
+def users_step(depth: int = 2, since: int = 1) -> bool:
     """Whether the call `depth` frames up was made by a hooked function's own code during one of
-    its steps, in a run recorded with this module (so its replay expects the logged answers)."""
+    its steps, in a run recorded with this module's version `since` or later (so its replay
+    expects the logged answers)."""
     runner = CONTEXT.runner
-    if runner is None or not getattr(runner.op, "logs_nondeterministic", False):
+    if runner is None or getattr(runner.op, "logs_nondeterministic", 0) < since:
         return False
     frame = sys._getframe(depth)
     while frame is not None:
@@ -141,6 +152,9 @@ def _install_numpy() -> None:
                 _patch(np_random, name, original, _logged(original, "numpy.random", name))
         _patch(np_random, "shuffle", np_random.shuffle, _np_shuffle)
         _patch(np_random, "default_rng", np_random.default_rng, _default_rng)
+        seeding = sys.modules.get("numpy.random.bit_generator")   # its `SeedSequence` looks `randbits` up per call
+        if callable(getattr(seeding, "randbits", None)):
+            _patch(seeding, "randbits", seeding.randbits, _randbits)
 
 
 def _patch(module: types.ModuleType, name: str, original: Callable, wrapper: Callable) -> None:
@@ -242,7 +256,7 @@ def _entropy() -> int:
 def _seed(self, a=None, version=2):
     """`random.Random.seed`: a generator the job's code seeds with nothing (`Random()` does)
     gets a seed drawn from the system and logged, so that in replay it draws the same numbers."""
-    if a is None and users_step() and _called_by_users_code():
+    if a is None and users_step(since=_SEEDS) and _called_by_users_code(vars(random)):
         a = log_result(_system_seed)
     return _ORIGINAL[("random", "Random.seed")](self, a, version)
 
@@ -252,15 +266,24 @@ def _system_seed() -> int:
     return int.from_bytes(_ORIGINAL.get(("os", "urandom"), os.urandom)(32), "big")
 
 
-def _called_by_users_code() -> bool:
-    """Whether the first frame above `random`'s own code (`Random.__init__`, a subclass's) is
-    code shipped by value, the job file's, rather than a loaded module's: a library that makes
-    a generator once per process (`tempfile`'s names) would make it at another step, or not at
-    all, in a replay that runs in another process."""
+def _called_by_users_code(own: dict) -> bool:
+    """Whether the first frame above the caller's and the library's own (whose globals are `own`:
+    `Random.__init__`, a subclass's) is code shipped by value, the job file's, rather than a loaded
+    module's: a library that makes a generator once per process (`tempfile`'s names) would make it
+    at another step, or not at all, in a replay that runs in another process."""
     frame = sys._getframe(2)
-    while frame is not None and frame.f_globals is vars(random):
+    while frame is not None and frame.f_globals is own:
         frame = frame.f_back
     return frame is not None and id(frame.f_globals) not in _loaded_namespaces()
+
+
+def _randbits(k: int) -> int:
+    """numpy's source of a `SeedSequence()` made without entropy (`RandomState()`,
+    `Generator(PCG64())`, `default_rng()`): logged where the job file's code asks for one."""
+    original = _ORIGINAL[("numpy.random.bit_generator", "randbits")]
+    if users_step(since=_SEEDS) and _called_by_users_code({}):
+        return log_result(original, k)
+    return original(k)
 
 
 _TIMESTAMP = ("now", "today", "utcnow")   # pandas' clock reads: classmethods of `pandas.Timestamp`
@@ -291,7 +314,7 @@ def _timestamp_new(cls, *args, **kwargs):
     in C, out of a patch's reach), answered through `log_result` in a hooked function's step."""
     original = _ORIGINAL[("pandas.Timestamp", "__new__")]
     if args and type(args[0]) is str and args[0] in _NOW_STRINGS and cls is sys.modules["pandas"].Timestamp \
-            and users_step():
+            and users_step(since=_SEEDS):
         return log_result(_timestamp_of, *args, **kwargs)
     return original(cls, *args, **kwargs)
 
@@ -313,7 +336,7 @@ def _logged_classmethod(cls: type, original: Callable) -> Callable:
     def call(klass, *args, **kwargs):
         if klass is not cls:
             return original.__func__(klass, *args, **kwargs)
-        if users_step():
+        if users_step(since=_SEEDS):
             return log_result(original, *args, **kwargs)
         return original(*args, **kwargs)
     call.__wrapped__ = original

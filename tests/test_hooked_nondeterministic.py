@@ -150,6 +150,12 @@ def make_generator() -> random.Random:
     return random.Random()
 
 
+def make_numpy_generator():
+    import numpy
+
+    return numpy.random.RandomState()
+
+
 def test_only_a_generator_the_jobs_own_code_makes_without_a_seed_has_its_seed_logged(monkeypatch):
     """`random.Random()` in code shipped by value (the job file's) seeds itself with what
     `log_result` answers (the seed drawn when recording, the logged one in replay); one a loaded
@@ -167,13 +173,17 @@ def test_only_a_generator_the_jobs_own_code_makes_without_a_seed_has_its_seed_lo
         asked.append(fn)
         return 1234 if fn is nondeterministic._system_seed else fn(*args, **kwargs)
 
-    monkeypatch.setattr(nondeterministic, "users_step", lambda depth=2: True)   # as in a hooked step
+    monkeypatch.setattr(nondeterministic, "users_step", lambda depth=2, since=1: True)   # as in a hooked step
     monkeypatch.setattr(nondeterministic, "log_result", log_result)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     try:
-        shipped = cloudpickle.loads(cloudpickle.dumps(make_generator))
+        shipped, shipped_numpy = cloudpickle.loads(cloudpickle.dumps((make_generator, make_numpy_generator)))
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    shipped_numpy()             # numpy's seed source, asked through log_result
+    make_numpy_generator()      # ... but not for a loaded module's call
+    assert asked == [nondeterministic._ORIGINAL[("numpy.random.bit_generator", "randbits")]]
+    asked.clear()
     made = shipped()
     assert asked == [nondeterministic._system_seed]
     assert [made.random() for _ in range(3)] == [r.random() for r in [random.Random(1234)] for _ in range(3)]
@@ -184,3 +194,36 @@ def test_only_a_generator_the_jobs_own_code_makes_without_a_seed_has_its_seed_lo
     assert asked[1:] == [nondeterministic._ORIGINAL[("pandas.Timestamp", "now")]]
     assert pandas.Timestamp("now") > pandas.Timestamp("2024-01-02", tz=None) == pandas.Timestamp(2024, 1, 2)
     assert asked[2:] == [nondeterministic._timestamp_of]   # the clock's string alone
+
+
+def test_a_run_recorded_before_a_call_was_covered_replays_it_unlogged(monkeypatch):
+    """An operator recorded with version 1 (2026-11-29: True) logged no `Random()` seed: its
+    replay must not ask the log for one (no such call was logged), nor for pandas' clock."""
+    from tt.core.hooked import operator_for
+    from tt.core.operator import CONTEXT
+
+    import pandas
+
+    nondeterministic.prepare(len)
+    assert operator_for(len, "rdd.map", "").logs_nondeterministic == nondeterministic.VERSION >= 2
+
+    class Runner:
+        op = operator_for(len, "rdd.map", "")
+
+    asked = []
+    monkeypatch.setattr(nondeterministic, "log_result", lambda fn, *a, **k: asked.append(fn) or fn(*a, **k))
+    monkeypatch.setattr(nondeterministic, "_called_by_users_code", lambda own: True)
+    monkeypatch.setattr(nondeterministic, "STEP_FRAMES", frozenset({(__name__, "in_a_step")}))
+    monkeypatch.setattr(CONTEXT, "runner", Runner)
+
+    def in_a_step():   # the user's code, called from a frame STEP_FRAMES names (tests are not tt's code)
+        random.Random()
+        pandas.Timestamp.now()
+
+    monkeypatch.setattr(nondeterministic, "_NOT_USERS", ("tt.", "pyspark", "py4j", __name__))
+    in_a_step()
+    assert len(asked) == 2
+    Runner.op.logs_nondeterministic = True   # recorded on 2026-11-29
+    asked.clear()
+    in_a_step()
+    assert asked == []

@@ -9,7 +9,8 @@ make ids, keep what they got in their state and emit it.
   `datetime.datetime.utcnow()` (through `import datetime`), `os.urandom` and pandas'
   `Timestamp.now()`, `Timestamp.today()`, `Timestamp("now")` and `to_datetime("today")`;
 - `drawn` (`applyInPandas`) draws `random.gauss`, `secrets.token_hex`, `date.today()`, and
-  with numpy `normal`, `shuffle` and a `default_rng()` made without a seed;
+  with numpy `normal`, `shuffle`, and a `default_rng()`, a `RandomState()` and a
+  `Generator(PCG64())` made without a seed;
 - `Stamps` (`transformWithStateInPandas`) keeps `time.time()` and a `uuid4` in a ValueState
   and `datetime.now()` in an attribute;
 - `Ids` (a UDTF) makes an id and a draw per row.
@@ -82,7 +83,9 @@ def make_drawn():
         order = np.arange(6)
         np.random.shuffle(order)
         drawn_so_far.append([int(key[0]), random.gauss(0, 1), secrets.token_hex(4), date.today().isoformat(),
-                             float(np.random.normal()), order.tolist(), int(np.random.default_rng().integers(0, 10**9))])
+                             float(np.random.normal()), order.tolist(), int(np.random.default_rng().integers(0, 10**9)),
+                             int(np.random.RandomState().randint(0, 10**9)),
+                             int(np.random.Generator(np.random.PCG64()).integers(0, 10**9))])
         return pd.DataFrame({"draw": [json.dumps(drawn_so_far[-1])]})
     return drawn
 
