@@ -73,7 +73,7 @@ _NOT_USERS = ("tt.", "pyspark", "py4j")
 #: generator seeded by the system (`random.Random()`, numpy's bit generators) and pandas'
 #: `Timestamp` clock reads (2026-12-01). A run replays the calls of its own version logged.
 VERSION = 2
-_SEEDS = 2   # the version from which the calls above `VERSION`'s 1 are logged
+_SEEDS = 2   # the version that began logging system-seeded generators and pandas' clock reads
 
 
 def users_step(depth: int = 2, since: int = 1) -> bool:
@@ -267,10 +267,11 @@ def _system_seed() -> int:
 
 
 def _called_by_users_code(own: dict) -> bool:
-    """Whether the first frame above the caller's and the library's own (whose globals are `own`:
-    `Random.__init__`, a subclass's) is code shipped by value, the job file's, rather than a loaded
-    module's: a library that makes a generator once per process (`tempfile`'s names) would make it
-    at another step, or not at all, in a replay that runs in another process."""
+    """Whether the code that made the generator is shipped by value (the job file's) rather than
+    a loaded module's: the first frame above the patched call's caller that is not the generator
+    library's own (whose globals are `own`: `Random.__init__` calls `seed`). A library that makes a
+    generator once per process (`tempfile`'s names) would make it at another step, or not at all,
+    in a replay that runs in another process."""
     frame = sys._getframe(2)
     while frame is not None and frame.f_globals is own:
         frame = frame.f_back
