@@ -186,14 +186,15 @@ def test_only_a_generator_the_jobs_own_code_makes_without_a_seed_has_its_seed_lo
     asked.clear()
     made = shipped()
     assert asked == [nondeterministic._system_seed]
-    assert [made.random() for _ in range(3)] == [r.random() for r in [random.Random(1234)] for _ in range(3)]
+    seeded = random.Random(1234)
+    assert [made.random() for _ in range(3)] == [seeded.random() for _ in range(3)]
     make_generator()            # this module is loaded: a library's call, unlogged
     random.Random(5)            # seeded
-    assert asked == [nondeterministic._system_seed]
+    assert asked == [nondeterministic._system_seed]   # (`seeded` asked nothing either)
     assert isinstance(pandas.Timestamp.now(), pandas.Timestamp)
     assert asked[1:] == [nondeterministic._ORIGINAL[("pandas.Timestamp", "now")]]
-    assert pandas.Timestamp("now") > pandas.Timestamp("2024-01-02", tz=None) == pandas.Timestamp(2024, 1, 2)
-    assert asked[2:] == [nondeterministic._timestamp_of]   # the clock's string alone
+    assert pandas.Timestamp("now") > pandas.Timestamp(2024, 1, 2) == pandas.Timestamp("2024-01-02")
+    assert asked[2:] == [nondeterministic._timestamp_of]   # the clock's string alone asks
 
 
 def test_a_run_recorded_before_a_call_was_covered_replays_it_unlogged(monkeypatch):
@@ -216,11 +217,11 @@ def test_a_run_recorded_before_a_call_was_covered_replays_it_unlogged(monkeypatc
     monkeypatch.setattr(nondeterministic, "STEP_FRAMES", frozenset({(__name__, "in_a_step")}))
     monkeypatch.setattr(CONTEXT, "runner", Runner)
 
-    def in_a_step():   # the user's code, called from a frame STEP_FRAMES names (tests are not tt's code)
+    def in_a_step():   # stands for tt's frame that calls the user's code in a step: its calls are the user's
         random.Random()
         pandas.Timestamp.now()
 
-    monkeypatch.setattr(nondeterministic, "_NOT_USERS", ("tt.", "pyspark", "py4j", __name__))
+    monkeypatch.setattr(nondeterministic, "_NOT_USERS", ("tt.", "pyspark", "py4j", __name__))   # ... as tt's frames are
     in_a_step()
     assert len(asked) == 2
     Runner.op.logs_nondeterministic = True   # recorded on 2026-11-29
