@@ -232,6 +232,19 @@ class GroupStateOperator(HookedOperator):
                 f"{_described(after)} in replay, but {_described(logged)} when recorded",
                 op=runner.name, instance=runner.instance, position=runner.count)
         _folded(self._values, self._timeouts, self._key, after)
+        self.__dict__.setdefault("_called", set()).add(shown(self._key))   # (an operator pickled before has none)
+
+    def store_layer(self) -> tuple[dict, dict, set]:
+        """What this task's calls left of its partition's state store, for the partition's store
+        over its micro-batches (replay/partition_store.py): the values and timeouts of the keys
+        they left a state, and every key they were for (one left without a state is gone from the
+        store). A call running counts as it stands."""
+        values, timeouts, called = self._values, self._timeouts, set(self.__dict__.get("_called", ()))
+        if self._state is not None:
+            values, timeouts = dict(values), dict(timeouts)
+            _folded(values, timeouts, self._key, snapshot(self._state))
+            called.add(shown(self._key))
+        return values, timeouts, called
 
     @property
     def failed(self) -> bool:

@@ -1,4 +1,5 @@
-"""The state store of one partition of a streaming StatefulProcessor, over its micro-batches.
+"""The state store of one partition of a streaming StatefulProcessor (or `applyInPandasWithState`
+function), over its micro-batches.
 
 In a Structured Streaming query each micro-batch's task is an instance of its own
 (docs/PROCESSORS.md), and its state view (`StoreView`) holds what that task's calls showed:
@@ -7,7 +8,9 @@ micro-batches left there too. `partition_store` lays each task's view over the o
 in the same partition, oldest first, so the debugger can show the partition's store as the
 calls of every micro-batch so far showed it: a key's value from the last micro-batch that
 showed it whole, with what later ones appended to a list or wrote into some entries of a map,
-and no key that a call cleared or found empty.
+and no key that a call cleared or found empty. An `applyInPandasWithState` call leaves its key's
+whole GroupState, so there each task's calls replace what the tasks before left of their keys
+(`group_state_store`).
 
 It reads what replay shows and changes nothing: the recorded and replayed states stay each
 task's own view, which `tt verify` compares. Where a micro-batch only showed part of a value
@@ -59,6 +62,21 @@ def partition_store(views: Iterable[StoreView]) -> dict:
     return {**store, "timers": shown} if shown else store
 
 
+def group_state_store(layers: Iterable[tuple[dict, dict, set]]) -> dict:
+    """`{"state": {key: value}}`, and `timeouts` when any is set, of an `applyInPandasWithState`
+    function's tasks laid one over the other, oldest first: each task's `store_layer()`, the
+    keys it called replaced by what their calls left."""
+    store: dict = {}
+    timeouts: dict = {}
+    for values, timed, called in layers:
+        for k in called:
+            store.pop(k, None)
+            timeouts.pop(k, None)
+        store.update(values)
+        timeouts.update(timed)
+    return {"state": store, "timeouts": timeouts} if timeouts else {"state": store}
+
+
 def _lay_timers(view: StoreView, timers: dict[Any, set[int]]) -> None:
     listed, gone = view.timers_whole, view.timers_gone
     for k in {*view.timers, *listed, *gone}:
@@ -68,4 +86,4 @@ def _lay_timers(view: StoreView, timers: dict[Any, set[int]]) -> None:
             timers[k] = (timers.get(k, set()) - gone.get(k, set())) | set(view.timers.get(k, ()))
 
 
-__all__ = ["FIELD", "partition_store"]
+__all__ = ["FIELD", "partition_store", "group_state_store"]

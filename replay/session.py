@@ -103,6 +103,11 @@ class _Undo:
     saved: SavedPosition | None         # the engine saved there, when that was worth it
 
 
+def _viewed(op: Any) -> bool:
+    """Whether a hooked operator keeps a StatefulProcessor's state view (core/state_handle.py)."""
+    return isinstance(getattr(op, "view", None), StoreView)
+
+
 class DebugSession:
     """One recorded run, replayed locally: where the replay stands, what waits, and every
     action a debugger offers on it. Calls from several threads take `lock` (the TUI's
@@ -272,29 +277,42 @@ class DebugSession:
 
     def instance_state(self, key: Key) -> Any:
         """An instance's state as the debugger shows it: its operator's, and for a streaming
-        StatefulProcessor's task after its partition's first micro-batch, the partition's store
-        over its micro-batches so far (replay/partition_store.py, under `partition_store.FIELD`)."""
+        StatefulProcessor's (or applyInPandasWithState function's) task after its partition's
+        first micro-batch, the partition's store over its micro-batches so far
+        (replay/partition_store.py, under `partition_store.FIELD`)."""
         state = self.engine.instances[key].state()
         chain = self.partition_chain(key)
         if chain is not None and isinstance(state, dict):
-            views = [self.engine.instances[k].runner.op.view for k in chain]
-            state[partition_store.FIELD] = orjson.loads(values.dumps(partition_store.partition_store(views)))
+            ops = [self.engine.instances[k].runner.op for k in chain]
+            store = (partition_store.partition_store([op.view for op in ops]) if _viewed(ops[-1])
+                     else partition_store.group_state_store([op.store_layer() for op in ops]))
+            state[partition_store.FIELD] = orjson.loads(values.dumps(store))
         return state
 
     def partition_chain(self, key: Key) -> list[Key] | None:
         """Of a streaming StatefulProcessor's task (one micro-batch on one partition), the tasks
         of that partition up to its micro-batch, oldest first, itself last; None for any other
-        instance, and for a partition's first micro-batch (its own view is the whole store)."""
+        instance, and for a partition's first micro-batch (its own view is the whole store). An
+        applyInPandasWithState function's task of the timed-out keys (the micro-batch's second
+        Python run on the partition, `[batch, partition, 1]`) comes after the one of the keys
+        with data, as Spark runs them."""
         if key in self._chains:   # (a task's chain never changes: later micro-batches come after it)
             return self._chains[key]
         inst, chain = self.engine.instances.get(key), []
-        if inst is not None and isinstance(getattr(inst.runner.op, "view", None), StoreView):
+        op = inst.runner.op if inst is not None else None
+        if _viewed(op) or hasattr(op, "store_layer"):
             slots = (self.reader.plan.get("micro_batches") or {}).get(inst.node.name) or []
-            op, i = key
+            node_id, i = key
             if i < len(slots):
-                batch, part = slots[i][0], slots[i][1:]
-                chain = sorted((j for j, slot in enumerate(slots) if slot[1:] == part and slot[0] <= batch
-                                and (op, j) in self.engine.instances), key=lambda j: (slots[j][0], j))
+                slot = slots[i]
+                if _viewed(op):   # a processor's: the same partition and Python run
+                    def mine(s): return s[1:] == slot[1:] and s[0] <= slot[0]
+                    def order(s): return s[0]
+                else:   # a GroupState function's: the partition's runs, the timed-out keys' after
+                    def mine(s): return s[1] == slot[1] and (s[0], s[2:]) <= (slot[0], slot[2:])
+                    def order(s): return s[0], s[2:]
+                chain = sorted((j for j, s in enumerate(slots) if mine(s) and (node_id, j) in self.engine.instances),
+                               key=lambda j: (order(slots[j]), j))
         self._chains[key] = [(key[0], j) for j in chain] if len(chain) > 1 else None
         return self._chains[key]
 

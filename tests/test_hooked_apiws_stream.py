@@ -148,6 +148,47 @@ def test_each_call_leaves_the_pandas_oracles_session_in_replay(recorded):
     assert {k for k, v in kinds.items() if k[2]} == {k for k, v in kinds.items() if k[2] and v == "one_chunk"}
 
 
+def test_a_partitions_store_over_its_micro_batches_equals_the_pandas_oracle(recorded):
+    """At every micro-batch end, each partition's latest task shows `(partition store)`: the
+    GroupStates its partition's tasks so far left, a key's last call's standing, a removed one
+    gone. Together they hold every user still open with the session pandas computes: u2 and u3
+    carried through micro-batch 1, where no call was for them, gone once timed out in 2; u1 gone
+    in 3. (A partition's first task shows its own keys alone: its own state is the store.)"""
+    from tt.replay.partition_store import FIELD
+
+    closed = {"u2": 2, "u3": 2, "u1": 3}   # the micro-batch whose timed-out run removes the user
+    session = DebugSession(recorded[0])
+    slots = session.reader.plan["micro_batches"]["sessions"]
+    ends = [i for i in session.reader.interactions() if i.trigger == "micro-batch"]
+    carried = set()
+    for end in ends:
+        batch = end.detail["batch"]
+        session.jump(end.k)
+        latest: dict = {}   # partition -> its last task so far (the timed-out run after the data run)
+        for i, slot in enumerate(slots):
+            if slot[0] <= batch and (slot[1] not in latest or (slot[0], slot[2:]) > _order(slots[latest[slot[1]]])):
+                latest[slot[1]] = i
+        together: dict = {"state": {}, "timeouts": {}}
+        for i in latest.values():
+            state = session.state(f"sessions:{i}")
+            store = values.decode(state[FIELD] if FIELD in state   # (GroupState values are shown encoded)
+                                  else {"state": state["state"], "timeouts": state.get("timeouts", {})})
+            assert not together["state"].keys() & store["state"].keys(), "a user is in one partition"
+            together["state"].update(store["state"])
+            together["timeouts"].update(store.get("timeouts", {}))
+            carried |= store["state"].keys() - state["state"].keys()   # (keys are users' names)
+        sessions = sessions_after(min(batch, 2) + 1)
+        want = {u: s for u, s in sessions.items() if closed.get(u, batch + 1) > batch}
+        assert together["state"] == want, batch
+        assert together["timeouts"] == {u: last + GAP_MS for u, (_, _, last) in want.items()}
+    assert {"u2", "u3"} <= carried   # shown from micro-batch 0 by a later task that had no call for them
+    session.reader.close()
+
+
+def _order(slot: list) -> tuple:
+    return slot[0], slot[2:]
+
+
 def test_verify_and_run_until_without_spark(recorded, capsys):
     from tt.cli.main import main
 
