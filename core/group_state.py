@@ -267,10 +267,7 @@ class GroupStateOperator(HookedOperator):
 
     def state(self) -> dict:
         out = super().state()
-        values, timeouts = self._values, self._timeouts
-        if self._state is not None:   # in a call: the key's GroupState as it is now
-            values, timeouts = dict(values), dict(timeouts)
-            _folded(values, timeouts, self._key, snapshot(self._state))
+        values, timeouts, _ = self.store_layer()   # (in a call: the key's GroupState as it is now)
         out["state"] = values
         if timeouts:
             out["timeouts"] = timeouts
