@@ -121,7 +121,6 @@ def install() -> None:
         for name, wrapper in (("choice", _choice), ("choices", _choices), ("sample", _sample), ("shuffle", _shuffle)):
             _patch(random, name, getattr(random, name), wrapper)
         _ORIGINAL[("random", "Random.seed")] = random.Random.seed
-        _seed.__wrapped__ = random.Random.seed
         random.Random.seed = _seed
 
 
@@ -288,6 +287,7 @@ def _randbits(k: int) -> int:
 
 
 _TIMESTAMP = ("now", "today", "utcnow")   # pandas' clock reads: classmethods of `pandas.Timestamp`
+_NOW_STRINGS = frozenset({"now", "today"})   # ... and the strings `Timestamp(...)` reads the clock for
 
 
 def _install_pandas() -> None:
@@ -320,9 +320,6 @@ def _timestamp_new(cls, *args, **kwargs):
     return original(cls, *args, **kwargs)
 
 
-_NOW_STRINGS = frozenset({"now", "today"})
-
-
 def _timestamp_of(*args, **kwargs):
     """`pandas.Timestamp(*args, **kwargs)` as pandas makes it (what `_timestamp_new` logs)."""
     timestamp = sys.modules["pandas"].Timestamp
@@ -340,8 +337,7 @@ def _logged_classmethod(cls: type, original: Callable) -> Callable:
         if users_step(since=_SEEDS):
             return log_result(original, *args, **kwargs)
         return original(*args, **kwargs)
-    call.__wrapped__ = original
-    return call
+    return call   # (`functools.wraps` names what it wraps: `__wrapped__`, for `logs.callable_name`)
 
 
 for _f, _module in ((_choice, "random"), (_choices, "random"), (_sample, "random"), (_shuffle, "random"),
