@@ -59,6 +59,10 @@ class Operator:
     #: core/kept_inputs.py), not from its lists. The built-in HashJoin keeps it.
     appended_rows: Callable[[], dict[str, dict]] | None = None
 
+    #: True when every value of its kept-inputs fields is a list (the built-in HashJoin's rows
+    #: under each key): a `KEY_ROWS` digest then reads their lengths without checking their type.
+    kept_lists: bool = False
+
     #: Optional, for row lineage (replay/lineage.py, docs/LINEAGE.md), never called while
     #: recording: `emitted_from(row, port, n)` says, for each of the n tuples just emitted for
     #: `row` (None, port -1: by `finish()`), which state it was made from, as a list of paths
@@ -268,6 +272,12 @@ class HashJoin(Operator):
     def appended_rows(self) -> dict:
         """Per side, the rows added under each key between the last two `changed_keys()`."""
         return self._appended
+
+    @property
+    def kept_lists(self) -> bool:
+        """Whether every value of `left` and `right` is a list, as `process` stores rows: a
+        digest then reads their lengths unchecked (core/kept_inputs.py `_KeyRowsDigest`)."""
+        return type(self).process is HashJoin.process
 
     def __setstate__(self, state: dict) -> None:
         """A restored join (a checkpoint in replay, one saved by a tt that kept `_changed` too)

@@ -16,6 +16,8 @@ import datetime as _dt
 import decimal
 import gc
 import math
+import operator
+from itertools import chain, compress, repeat
 from typing import Any, Iterator
 
 import orjson
@@ -104,11 +106,44 @@ def _plain_container(value: Any) -> bool:
     return True
 
 
+def _plain_scalars(items: list) -> bool:
+    """Whether every item is a JSON scalar that is its own encoding (a finite float, an int64),
+    strings and numbers mixed, checked at C speed: the floats' sum is finite only where each one
+    is (an overflowing sum sends the items the slow way, which says the same)."""
+    types = set(map(type, items))
+    if not types <= _PLAIN:
+        return False
+    if float in types and not math.isfinite(sum(compress(items, map(operator.is_, map(type, items), repeat(float))))):
+        return False
+    if int in types:
+        ints = list(compress(items, map(operator.is_, map(type, items), repeat(int))))
+        if not (-INT64 <= min(ints) and max(ints) < INT64):
+            return False
+    return True
+
+
+def _plain_rows(rows: Any) -> bool:
+    """Whether every one of `rows` is a list of `_plain_scalars`: each its own encoding, however
+    short. An Aggregate's accumulators (TPC-H Q10's: `[custkey, revenue, name, balance, nation]`
+    under each customer) are such lists, too short for `_plain_container`; walked item by item
+    the state of a W2 task's last snapshot (9,500 customers) took 27 ms to store, 9 ms so."""
+    return operator.countOf(map(type, rows), list) == len(rows) and _plain_scalars(list(chain.from_iterable(rows)))
+
+
+def _int_keyed_rows(value: dict) -> bool:
+    """A dict whose keys are int64s and whose values are `_plain_rows`: its encoding is its items
+    as pairs (`{"$dict": [[key, row], ...]}`), made in C."""
+    return set(map(type, value)) == {int} and -INT64 <= min(value) and max(value) < INT64 and _plain_rows(value.values())
+
+
 def encode(value: Any) -> Any:
     """Return a JSON-native structure that round-trips through `decode`."""
     t = type(value)
-    if (t is dict or t is list) and len(value) > 8 and _plain_container(value):
-        return value
+    if (t is dict or t is list) and len(value) > 8:
+        if _plain_container(value):
+            return value
+        if t is dict and _int_keyed_rows(value):
+            return {"$dict": list(map(list, value.items()))}
     if t is str or t is bool or value is None:
         return value
     if t is int:
