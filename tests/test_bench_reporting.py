@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
 
@@ -38,3 +43,49 @@ def test_a_second_run_the_same_day_keeps_the_first_below_it(tmp_path, monkeypatc
     assert heads == ["## Earlier the same day (bbbb222)", "## Earlier the same day (aaaa111)"]
     assert text.index("figures three") < text.index("figures two") < text.index("figures one")
     assert "\n\n    python benches/x.py\n\nfigures one" in text   # an earlier run's command keeps its indent
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_the_instructions_bench_counts_what_the_forked_workers_did_themselves(tmp_path):
+    """benches/instructions.py: a process forked by PySpark's daemon counts the daemon's
+    instructions before the fork too, and the bench takes them off. Two workers that add 1M
+    numbers more each count, together, what 2M additions count in a process of their own (an
+    oracle measured apart), and not the daemon's 4M additions before it forked them."""
+    import subprocess
+
+    import instructions
+
+    loop = "s = 0\nfor i in range({}):\n    s += i\n"
+    daemon = tmp_path / "pyspark" / "daemon.py"   # named so: the bench finds the daemon by its command
+    daemon.parent.mkdir()
+    (daemon.parent / "__init__.py").write_text("")
+    daemon.write_text("import os, sys\n" + loop.format(4_000_000) +
+                      "n = int(sys.argv[1])\n"
+                      "for _ in range(2):\n"
+                      "    pid = os.fork()\n"
+                      "    if pid == 0:\n"
+                      "        " + loop.format("n").replace("\n", "\n        ") + "\n"
+                      "        os._exit(0)\n"
+                      "    os.waitpid(pid, 0)\n")
+    alone = tmp_path / "alone.py"
+    alone.write_text("import sys\n" + loop.format("int(sys.argv[1])"))
+
+    def valgrind(logs, *args):
+        logs.mkdir(exist_ok=True)
+        subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                        f"--log-file={logs}/log.%p", sys.executable, *args],
+                       cwd=tmp_path, check=True, env={"PYTHONPATH": str(tmp_path), "PATH": os.environ["PATH"]})
+
+    counted = {}
+    for n in (1_000_000, 2_000_000):
+        valgrind(tmp_path / f"forked-{n}", "-m", "pyspark.daemon", str(n))
+        counted[n] = instructions.worker_instructions(tmp_path / f"forked-{n}")
+        valgrind(tmp_path / f"alone-{n}", str(alone), str(n))
+    assert counted[1_000_000][1] == counted[2_000_000][1] == 2
+    alone_counts = [int(re.search(r"I\s+refs:\s+([\d,]+)", log.read_text())[1].replace(",", ""))
+                    for n in (1_000_000, 2_000_000) for log in (tmp_path / f"alone-{n}").iterdir()]
+    million = alone_counts[1] - alone_counts[0]       # 1M additions, in a process of their own
+    more = counted[2_000_000][0] - counted[1_000_000][0]   # two workers' 1M more each
+    assert 1.8 < more / million < 2.2
+    assert 0 < counted[1_000_000][0] < 2.5 * million   # not the daemon's 4M before the fork

@@ -1,0 +1,185 @@
+"""The instructions tt's Python workers execute on TPC-H W1/W2, recording off and on, counted by valgrind.
+
+`benches/tpch.py` times the variants; on this 2-core machine one repetition differs from the
+next by ±10–20 %, from one day to the next by a factor of two, so a goal of ×1.02 is beyond what
+its repetitions can tell. The instructions a program executes do not move with what else the
+machine runs. Here each variant runs in a SparkSession of its own (a child process) whose Python
+workers run under valgrind's cachegrind (`--cache-sim=no`: instructions only) with a fixed
+`PYTHONHASHSEED`, and the bench adds up what the workers executed after PySpark's daemon forked
+them (`worker_instructions`; Spark's workers started without the daemon must connect back
+within 10 s, which a worker under valgrind does not). On 2026-12-01 two runs of each variant
+agreed within 0.05 %.
+
+What it counts is tt's own Python work and what it makes PySpark's Python code do. Not
+counted: the JVM (Spark's scans and shuffles; recording reads the scans' position columns too),
+the driver (tt's coordinator and writer: `tpch.py` prints its CPU time), waits, and what a cache
+miss costs over an instruction (an end snapshot reads every list of a join). So the figure is
+a floor of what recording costs in time, and the share of it that tt's Python code can win back.
+
+Variants (one child process each, `--reps` times):
+  off    the tt.Dataflow, recording off
+  end    tt record with no interaction but the run's last: what 1 interaction/10 s takes on a
+         W2 run of 10 s at scale 1 (`tpch.py`'s 10 s variant)
+  S      (`--every S`) tt record, an interaction every S seconds; valgrind runs the workers ~5×
+         slower, so a time-based interval takes about 5× more interactions per tuple than it
+         would, and their number varies from run to run (it is printed)
+
+    python benches/instructions.py [--workloads W1 W2] [--scale 0.1] [--reps 1] [--every 0.5]
+
+Needs valgrind on PATH. Prints each variant's workers' instructions and their ratio to `off`,
+and writes the same to benches/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reporting import write_result   # noqa: E402  (benches/reporting.py)
+
+END_ONLY = 1e9   # an interval no run reaches: the run's last interaction only
+_LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs):\s+(.*)")
+
+
+def worker_instructions(logs: Path) -> tuple[int, int]:
+    """(instructions, workers) of the Python workers PySpark's daemon forked, from valgrind's
+    logs in `logs` (one file per process). A forked process's count includes its parent's
+    before the fork, so the daemon's count is taken off each worker's: the daemon's includes what
+    it did after the forks too (its exit, mostly), the same in every variant, which leaves a
+    ratio between variants as it is (well under 0.1 %)."""
+    procs: dict[int, dict] = {}
+    for f in logs.glob("log.*"):
+        for pid, field, value in _LOG.findall(f.read_text(errors="replace")):
+            procs.setdefault(int(pid), {})[field.split()[0]] = value.strip()
+    daemons = [pid for pid, p in procs.items() if "pyspark.daemon" in p.get("Command", "")
+               and int(p.get("Parent", 0)) not in procs]
+    if len(daemons) != 1:
+        raise SystemExit(f"instructions: expected one PySpark daemon under valgrind, found {len(daemons)} "
+                         f"(logs in {logs})")
+    workers = [p for p in procs.values() if int(p.get("Parent", 0)) == daemons[0]]
+    if not workers or any("I" not in p for p in workers + [procs[daemons[0]]]):
+        raise SystemExit(f"instructions: a Python process left no count (killed?): logs in {logs}")
+    base = _refs(procs[daemons[0]])
+    return sum(_refs(p) - base for p in workers), len(workers)
+
+
+def _refs(proc: dict) -> int:
+    return int(proc["I"].replace(",", ""))
+
+
+def child(workload: str, variant: str, scale: float, partitions: int) -> None:
+    """One variant in this process's own SparkSession (its workers under valgrind): prints its
+    wall time and interactions."""
+    import tt
+    from tpch import WORKLOADS, check, run_variant, tpch_parquet
+
+    w = WORKLOADS[workload]
+    data = tpch_parquet(scale)
+    split = -(-(data / "lineitem.parquet").stat().st_size // partitions)   # as benches/tpch.py splits it
+    spark = tt.spark_session("tt-bench-instructions", master="local[2]",
+                             conf={"spark.sql.files.maxPartitionBytes": split,
+                                   "spark.sql.shuffle.partitions": partitions})
+    for t in w.tables:
+        spark.read.parquet(str(data / f"{t}.parquet")).createOrReplaceTempView(t)
+    reference = w.sql(spark)
+    out = Path(tempfile.mkdtemp(prefix="tt-bench-instructions-")) / "run.db"
+    every = None if variant == "off" else END_ONLY if variant == "end" else float(variant)
+    start = time.perf_counter()
+    rows, _ = run_variant(spark, w, "record" if every else "off", every, data, partitions, out)
+    wall = time.perf_counter() - start
+    check(rows, reference, f"{workload} {variant}")
+    interactions = 0
+    if every:
+        from tt.store.reader import RunReader
+
+        reader = RunReader(out)
+        interactions = len(reader.interactions())
+        reader.close()
+    spark.stop()
+    shutil.rmtree(out.parent, ignore_errors=True)
+    print(f"RESULT {wall:.1f} {interactions}", flush=True)
+
+
+def measure(workload: str, variant: str, scale: float, partitions: int) -> dict:
+    """A child process's run of one variant, its workers under valgrind: their instructions."""
+    logs = Path(tempfile.mkdtemp(prefix="tt-bench-valgrind-"))
+    wrapper = logs / "python"
+    wrapper.write_text(f"#!/bin/sh\nexec valgrind --tool=cachegrind --cache-sim=no "
+                       f"--cachegrind-out-file=/dev/null --log-file={logs}/log.%p {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PYSPARK_PYTHON": str(wrapper), "PYTHONHASHSEED": "0"}
+    proc = subprocess.run([sys.executable, __file__, "--child", workload, variant, str(scale), str(partitions)],
+                          env=env, capture_output=True, text=True)
+    found = re.search(r"^RESULT (\S+) (\d+)$", proc.stdout, re.M)
+    if proc.returncode != 0 or not found:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"instructions: {workload} {variant} failed: {tail}")
+    own, workers = worker_instructions(logs)
+    shutil.rmtree(logs, ignore_errors=True)
+    return {"own": own, "workers": workers, "wall": float(found[1]),
+            "interactions": int(found[2])}
+
+
+def main() -> None:
+    if len(sys.argv) == 6 and sys.argv[1] == "--child":
+        return child(sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", nargs="+", default=["W1", "W2"], choices=["W1", "W2"])
+    ap.add_argument("--scale", type=float, default=0.1, help="TPC-H scale factor (valgrind runs ~5× slower)")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=1, help="runs of each variant (they agree within 0.05 %%)")
+    ap.add_argument("--every", type=float, action="append", default=[],
+                    help="also record with an interaction every this many seconds (repeatable)")
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("instructions: valgrind is not on PATH (Debian: apt install valgrind)")
+    from tpch import tpch_parquet
+
+    tpch_parquet(args.scale)   # generated once, before any run is counted
+    variants = ["off", "end"] + [f"{s:g}" for s in args.every]
+    results: dict[str, dict[str, list[dict]]] = {}
+    for name in args.workloads:
+        results[name] = {v: [] for v in variants}
+        for rep in range(args.reps):
+            for v in (variants if rep % 2 == 0 else variants[::-1]):
+                r = measure(name, v, args.scale, args.partitions)
+                results[name][v].append(r)
+                print(f"  {name} rep {rep + 1} {v:>5}: {r['own'] / 1e9:.3f} G instructions in {r['workers']} "
+                      f"workers, {r['wall']:.1f} s under valgrind, {r['interactions']} interactions", flush=True)
+    head = (f"TPC-H scale {args.scale:g}, {args.partitions} partitions, Spark `local[2]`, Python "
+            f"{platform.python_version()}, {os.cpu_count()} cores; {args.reps} run(s) of each variant")
+    lines = [head, ""]
+    for name, by in results.items():
+        off = min(r["own"] for r in by["off"])
+        lines += [f"{name}:", "", "| variant | workers' instructions (G) | × off | spread of its runs | interactions |",
+                  "|---|---:|---:|---:|---:|"]
+        for v, runs in by.items():
+            own = [r["own"] for r in runs]
+            spread = (max(own) - min(own)) / min(own)
+            lines.append(f"| {'every ' + v + ' s' if v not in ('off', 'end') else v} | {min(own) / 1e9:.3f} | "
+                         f"{min(own) / off:.4f} | {spread * 100:.2f} % | "
+                         f"{', '.join(str(r['interactions']) for r in runs) if v != 'off' else '–'} |")
+        lines.append("")
+    text = "\n".join(lines)
+    print("\n" + text)
+    out = write_result(f"instructions-{'-'.join(args.workloads).lower()}-sf{args.scale:g}",
+                       "Python workers' instructions, recording off and on (valgrind)",
+                       f"    python benches/instructions.py --workloads {' '.join(args.workloads)} "
+                       f"--scale {args.scale:g} --reps {args.reps}"
+                       + "".join(f" --every {s:g}" for s in args.every) + f"\n\n{text}\n",
+                       datetime.date.today().isoformat())
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
