@@ -18,8 +18,9 @@ a floor of what recording costs in time, and the share of it that tt's Python co
 
 Variants (one child process each, `--reps` times):
   off    the tt.Dataflow, recording off
-  end    tt record with no interaction but the run's last: what 1 interaction/10 s takes on a
-         W2 run of 10 s at scale 1 (`tpch.py`'s 10 s variant)
+  end    tt record with an interval no run reaches: only the interactions every recording takes
+         (its first and its end's, 2 on W1 and W2), what 1 interaction/10 s takes on a W2 run
+         of 10 s at scale 1 (`tpch.py`'s 10 s variant)
   S      (`--every S`) tt record, an interaction every S seconds; valgrind runs the workers ~5×
          slower, so a time-based interval takes about 5× more interactions per tuple than it
          would, and their number varies from run to run (it is printed)
@@ -47,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reporting import write_result   # noqa: E402  (benches/reporting.py)
 
-END_ONLY = 1e9   # an interval no run reaches: the run's last interaction only
+END_ONLY = 1e9   # an interval no run reaches: only the interactions every recording takes
 _LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs):\s+(.*)")
 
 
