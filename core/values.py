@@ -130,10 +130,14 @@ def _plain_rows(rows: Any) -> bool:
     return operator.countOf(map(type, rows), list) == len(rows) and _plain_scalars(list(chain.from_iterable(rows)))
 
 
-def _int_keyed_rows(value: dict) -> bool:
-    """A dict whose keys are int64s and whose values are `_plain_rows`: its encoding is its items
-    as pairs (`{"$dict": [[key, row], ...]}`), made in C."""
-    return set(map(type, value)) == {int} and -INT64 <= min(value) and max(value) < INT64 and _plain_rows(value.values())
+def _int_keyed_plain(value: dict) -> bool:
+    """A dict whose keys are int64s and whose values are all `_plain_scalars` (an Aggregate's
+    running sums per customer) or all `_plain_rows`: its encoding is its items as pairs
+    (`{"$dict": [[key, value], ...]}`), made in C."""
+    if set(map(type, value)) != {int} or not (-INT64 <= min(value) and max(value) < INT64):
+        return False
+    values = list(value.values())
+    return _plain_scalars(values) or _plain_rows(values)
 
 
 def encode(value: Any) -> Any:
@@ -142,7 +146,7 @@ def encode(value: Any) -> Any:
     if (t is dict or t is list) and len(value) > 8:
         if _plain_container(value):
             return value
-        if t is dict and _int_keyed_rows(value):
+        if t is dict and _int_keyed_plain(value):
             return {"$dict": list(map(list, value.items()))}
     if t is str or t is bool or value is None:
         return value
