@@ -1,4 +1,4 @@
-"""benches/reporting.py: the interval and verdict a bench prints, and a results file that keeps the day's runs."""
+"""The benches' shared parts: the interval and verdict a bench prints, a results file that keeps the day's runs (benches/reporting.py), and the instructions bench's count of what the Python workers did (benches/instructions.py)."""
 
 from __future__ import annotations
 
