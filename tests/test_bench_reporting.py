@@ -1,4 +1,6 @@
-"""The benches' shared parts: the interval and verdict a bench prints, a results file that keeps the day's runs (benches/reporting.py), and the instructions bench's count of what the Python workers did (benches/instructions.py)."""
+"""The benches' shared parts: the interval and verdict a bench prints and a results file that
+keeps the day's runs (benches/reporting.py), and the instructions bench's count of what the
+Python workers did (benches/instructions.py)."""
 
 from __future__ import annotations
 
