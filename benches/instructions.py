@@ -7,7 +7,7 @@ machine runs. Here each variant runs in a SparkSession of its own (a child proce
 workers run under valgrind's cachegrind (`--cache-sim=no`: instructions only) with a fixed
 `PYTHONHASHSEED`, and the bench adds up what the workers executed after PySpark's daemon forked
 them (`worker_instructions`; Spark's workers started without the daemon must connect back
-within 10 s, which a worker under valgrind does not). On 2026-12-01 two runs of each variant
+within 10 s, which a worker under valgrind does not). On 2026-12-01 two runs of W2's variants
 agreed within 0.05 %.
 
 What it counts is tt's own Python work and what it makes PySpark's Python code do. Not
@@ -55,9 +55,9 @@ _LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs):\s+(.*)")
 def worker_instructions(logs: Path) -> tuple[int, int]:
     """(instructions, workers) of the Python workers PySpark's daemon forked, from valgrind's
     logs in `logs` (one file per process). A forked process's count includes its parent's
-    before the fork, so the daemon's count is taken off each worker's: the daemon's includes what
-    it did after the forks too (its exit, mostly), the same in every variant, which leaves a
-    ratio between variants as it is (well under 0.1 %)."""
+    before the fork, so the daemon's count is taken off each worker's. The daemon's count includes
+    what it did after the forks too (its exit, mostly): each worker is short by that, the same in
+    every variant, so a difference between variants is exact and a ratio close to it."""
     procs: dict[int, dict] = {}
     for f in logs.glob("log.*"):
         for pid, field, value in _LOG.findall(f.read_text(errors="replace")):
@@ -81,15 +81,11 @@ def _refs(proc: dict) -> int:
 def child(workload: str, variant: str, scale: float, partitions: int) -> None:
     """One variant in this process's own SparkSession (its workers under valgrind): prints its
     wall time and interactions."""
-    import tt
-    from tpch import WORKLOADS, check, run_variant, tpch_parquet
+    from tpch import WORKLOADS, check, run_variant, spark_for, tpch_parquet
 
     w = WORKLOADS[workload]
     data = tpch_parquet(scale)
-    split = -(-(data / "lineitem.parquet").stat().st_size // partitions)   # as benches/tpch.py splits it
-    spark = tt.spark_session("tt-bench-instructions", master="local[2]",
-                             conf={"spark.sql.files.maxPartitionBytes": split,
-                                   "spark.sql.shuffle.partitions": partitions})
+    spark = spark_for(data, partitions, "tt-bench-instructions")
     for t in w.tables:
         spark.read.parquet(str(data / f"{t}.parquet")).createOrReplaceTempView(t)
     reference = w.sql(spark)

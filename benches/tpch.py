@@ -324,6 +324,16 @@ WORKLOADS = {
 }
 
 
+def spark_for(data: Path, partitions: int, app: str):
+    """The benches' SparkSession: `local[2]`, lineitem's scan split into `partitions` and every
+    shuffle into as many."""
+    import tt
+
+    split = -(-(data / "lineitem.parquet").stat().st_size // partitions)
+    return tt.spark_session(app, master="local[2]", conf={"spark.sql.files.maxPartitionBytes": split,
+                                                           "spark.sql.shuffle.partitions": partitions})
+
+
 def check(rows: list[tuple], reference: list[tuple], what: str) -> None:
     """`rows` equal Spark SQL's answer (numbers within 1e-6 relative), or the bench stops."""
     if len(rows) != len(reference):
@@ -481,13 +491,8 @@ def main() -> None:
                     help="Spark partitions: of lineitem's scan and of every key_by shuffle")
     args = ap.parse_args()
 
-    import tt
-
     data = tpch_parquet(args.scale)
-    split = -(-(data / "lineitem.parquet").stat().st_size // args.partitions)
-    spark = tt.spark_session("tt-bench-tpch", master="local[2]",
-                             conf={"spark.sql.files.maxPartitionBytes": split,
-                                   "spark.sql.shuffle.partitions": args.partitions})
+    spark = spark_for(data, args.partitions, "tt-bench-tpch")
     work = Path(tempfile.mkdtemp(prefix="tt-bench-tpch-"))
     results = {name: bench(spark, WORKLOADS[name], data, args.reps, args.partitions, work)
                for name in args.workloads}

@@ -81,42 +81,34 @@ _HIDDEN_PREFIX = "_"
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
-_NUMBERS = frozenset({int, float, bool})
 
 
 def _plain_container(value: Any) -> bool:
-    """A dict with str keys or a list whose items are all JSON scalars (checked at C speed).
+    """A dict with str keys or a list whose items are all JSON scalars (`_plain_scalars`).
 
     Such containers (most operator states: counters, maps of customer -> amount)
     are already their own encoding; walking them in Python would cost ten times
     more than serializing them.
     """
-    items = value.values() if type(value) is dict else value
-    types = set(map(type, items))
-    if not types <= _PLAIN:
-        return False
     if type(value) is dict:
         if len(value) == 1 or set(map(type, value)) - {str}:
             return False  # a single key may look like a tag; non-str keys need tagging
-    if float in types:  # NaN and infinities must be tagged, not turned into null
-        if not types <= _NUMBERS or not math.isfinite(sum(items)):
-            return False
-    if int in types and any(type(v) is int and not -INT64 <= v < INT64 for v in items):
-        return False
-    return True
+        return _plain_scalars(value.values())
+    return _plain_scalars(value)
 
 
-def _plain_scalars(items: list) -> bool:
+def _plain_scalars(items: Any) -> bool:
     """Whether every item is a JSON scalar that is its own encoding (a finite float, an int64),
     strings and numbers mixed, checked at C speed: the floats' sum is finite only where each one
     is (an overflowing sum sends the items the slow way, which says the same)."""
-    types = set(map(type, items))
+    kinds = list(map(type, items))
+    types = set(kinds)
     if not types <= _PLAIN:
         return False
-    if float in types and not math.isfinite(sum(compress(items, map(operator.is_, map(type, items), repeat(float))))):
+    if float in types and not math.isfinite(sum(compress(items, map(operator.is_, kinds, repeat(float))))):
         return False
     if int in types:
-        ints = list(compress(items, map(operator.is_, map(type, items), repeat(int))))
+        ints = list(compress(items, map(operator.is_, kinds, repeat(int))))
         if not (-INT64 <= min(ints) and max(ints) < INT64):
             return False
     return True
@@ -134,7 +126,7 @@ def _int_keyed_plain(value: dict) -> bool:
     """A dict whose keys are int64s and whose values are all `_plain_scalars` (an Aggregate's
     running sums per customer) or all `_plain_rows`: its encoding is its items as pairs
     (`{"$dict": [[key, value], ...]}`), made in C."""
-    if set(map(type, value)) != {int} or not (-INT64 <= min(value) and max(value) < INT64):
+    if set(map(type, value)) != {int} or not _plain_scalars(value):   # (its keys: int64s)
         return False
     values = list(value.values())
     return _plain_scalars(values) or _plain_rows(values)
