@@ -169,6 +169,7 @@ class Lineage:
         self._read_chunks: dict[int, list] = {}   # entry chunk packed by `tt pack` -> its rows
         self._entry_indexes: dict[Key, list] = {}   # instance -> its entry chunks (`RunReader.entry_index`)
         self._rows: dict[Node, Any] = {}
+        self._leaves: dict[TupleRef, tuple[int, int]] = {}   # source rows read by reference, to read (`_read_leaves`)
         self._on_outputs: Callable[[Key, int, list], None] | None = None   # sees each tracked call's outputs
         self.index: LineageIndex | None = None
         self._building: dict[Key, OutputRows] | None = None   # while the index is built: each call's outputs
@@ -742,17 +743,24 @@ class Lineage:
                     or not start <= seq < start + n):
                 continue
             k = seq - start
-            if codec == blobs.REF:   # one row, read alone (its row group stays cached)
-                row = self.reader.entry_tuple(codec, rowid, k)
+            if codec == blobs.REF:   # read with the tree's other leaves (`_read_leaves`)
+                self._leaves[t] = (rowid, k)
                 uri, number = self.reader.entry_place(rowid, k)
                 info.update({"file": uri, "row": number})
             else:   # leaves often share chunks: each decoded once
                 rows = self._read_chunks.get(rowid)
                 if rows is None:
                     rows = self._read_chunks[rowid] = self.reader.entry_tuples(codec, rowid)
-                row = rows[k]
-            self._rows[t] = values.encode_readable(row)
+                self._rows[t] = values.encode_readable(rows[k])
         return info
+
+    def _read_leaves(self) -> None:
+        """The values of the source rows by reference that `_source_row` found, read at once:
+        their row groups side by side (`SourceReader.rows_at`)."""
+        if self._leaves:
+            leaves, self._leaves = self._leaves, {}
+            for t, row in zip(leaves, self.reader.entry_rows(list(leaves.values()))):
+                self._rows[t] = values.encode_readable(row)
 
     def _file_row(self, inst: Instance, channel: tuple[int, int], seq: int) -> dict:
         entry = inst.entry.get(channel)
@@ -811,10 +819,12 @@ class Lineage:
         """The rows at `nodes`, JSON-encoded: those already known, the rest by one replay."""
         for n in nodes:
             if isinstance(n, TupleRef) and n.op not in self.graph.in_g and n not in self._rows:
-                self._entered(n)   # outside G(θ) (--lineage): a source row read by reference has values
+                if n not in self._leaves:
+                    self._entered(n)   # outside G(θ) (--lineage): a source row read by reference has values
                 self._rows.setdefault(n, None)   # any other row there was not recorded
             elif isinstance(n, Output) and n.call.op not in self.graph.in_g:
                 self._rows.setdefault(n, None)
+        self._read_leaves()
         if self.index is not None:
             self._indexed_values(nodes)
         wanted_in = {n for n in nodes if isinstance(n, TupleRef) and n not in self._rows}

@@ -454,6 +454,15 @@ class RunReader:
             return self.sources().row(blobs.decompress(self.entry_data(rowid)), offset)
         return self.entry_tuples(codec, rowid)[offset]
 
+    def entry_rows(self, wanted: list[tuple[int, int]]) -> list:
+        """`entry_tuple` of each (rowid, offset) of chunks stored by reference, their row groups
+        read at once (`SourceReader.rows_at`)."""
+        data: dict[int, bytes] = {}
+        for rowid, _ in wanted:
+            if rowid not in data:
+                data[rowid] = blobs.decompress(self.entry_data(rowid))
+        return self.sources().rows_at([(data[rowid], k) for rowid, k in wanted])
+
     def sources(self) -> Any:
         """The reader of this run's sources read by reference (store/sources.py)."""
         if self._sources is None:

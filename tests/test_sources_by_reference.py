@@ -149,6 +149,30 @@ def test_every_tuple_read_back_equals_the_one_spark_gave(pair):
         assert by_ref[ch] == oracle[ch], f"{name}: channel {ch} differs"
 
 
+def test_rows_read_at_once_are_the_rows_spark_gave(pair):
+    """`RunReader.entry_rows` (lineage's leaves: their row groups read in one call per file)
+    gives each (chunk, offset) asked for, in any order and with repeats, the row the copied run
+    holds, and the row `entry_tuple` reads alone."""
+    name, run, copied, *_ = pair
+    oracle = entry_tuples(copied)
+    reader = RunReader(run)
+    try:
+        wanted, want = [], []
+        for op in reader.operators:
+            for i in range(op.instances):
+                for rowid, port, src, start, n, codec in reader.entry_index(op.id, i):
+                    for k in sorted({0, n // 2, n - 1}):
+                        wanted.append((rowid, k))
+                        want.append(oracle[(op.id, i, port, src)][start + k])
+        order = list(range(len(wanted)))[::-1] + [0, len(wanted) // 2]   # backwards, then two again
+        got = reader.entry_rows([wanted[j] for j in order])
+        alone = [reader.entry_tuple("ref", *wanted[j]) for j in order]
+    finally:
+        reader.close()
+    assert len(wanted) > 3 and len(got) == len(order)
+    assert [values.encode(r) for r in got] == [want[j] for j in order] == [values.encode(r) for r in alone], name
+
+
 def test_both_runs_verify(pair):
     _, run, copied, *_ = pair
     for r in (run, copied):
