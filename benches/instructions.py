@@ -1,4 +1,4 @@
-"""The instructions tt's Python workers execute on TPC-H W1/W2, recording off and on, counted by valgrind.
+"""The instructions tt's Python workers execute on TPC-H W1/W2 and a StatefulProcessor, recording off and on, counted by valgrind.
 
 `benches/tpch.py` times the variants; on this 2-core machine one repetition differs from the
 next by ±10–20 %, from one day to the next by a factor of two, so a goal of ×1.02 is beyond what
@@ -16,8 +16,13 @@ the driver (tt's coordinator and writer: `tpch.py` prints its CPU time), waits, 
 miss costs over an instruction (an end snapshot reads every list of a join). So the figure is
 a floor of what recording costs in time, and the share of it that tt's Python code can win back.
 
+Workloads: W1 and W2 as `benches/tpch.py` runs them (tt.Dataflow jobs over TPC-H at --scale);
+TWS, `benches/tws_overhead.py`'s keyed aggregation (a transformWithStateInPandas processor over
+1M × scale rows and 10,000 × scale keys, 100 rows a key), a plain PySpark job that `tt record`
+hooks. Every answer is checked against Spark SQL's.
+
 Variants (one child process each, `--reps` times):
-  off    the tt.Dataflow, recording off
+  off    the job, recording off (W1, W2: the tt.Dataflow; TWS: plain PySpark)
   end    tt record with an interval no run reaches: only the interactions every recording takes
          (its first and its end's, 2 on W1 and W2), what 1 interaction/10 s takes on a W2 run
          of 10 s at scale 1 (`tpch.py`'s 10 s variant)
@@ -25,7 +30,7 @@ Variants (one child process each, `--reps` times):
          slower, so a time-based interval takes about 5× more interactions per tuple than it
          would, and their number varies from run to run (it is printed)
 
-    python benches/instructions.py [--workloads W1 W2] [--scale 0.1] [--reps 1] [--every 0.5]
+    python benches/instructions.py [--workloads W1 W2 TWS] [--scale 0.1] [--reps 1] [--every 0.5]
 
 Needs valgrind on PATH. Prints each variant's workers' instructions and their ratio to `off`,
 and writes the same to benches/results/.
@@ -46,7 +51,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reporting import write_result   # noqa: E402  (benches/reporting.py)
+from reporting import bytecode_cached, write_result   # noqa: E402  (benches/reporting.py)
 
 END_ONLY = 1e9   # an interval no run reaches: only the interactions every recording takes
 _LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs):\s+(.*)")
@@ -81,6 +86,8 @@ def _refs(proc: dict) -> int:
 def child(workload: str, variant: str, scale: float, partitions: int) -> None:
     """One variant in this process's own SparkSession (its workers under valgrind): prints its
     wall time and interactions."""
+    if workload == "TWS":
+        return tws_child(variant, scale, partitions)
     from tpch import WORKLOADS, check, run_variant, spark_for, tpch_parquet
 
     w = WORKLOADS[workload]
@@ -104,6 +111,46 @@ def child(workload: str, variant: str, scale: float, partitions: int) -> None:
         reader.close()
     spark.stop()
     shutil.rmtree(out.parent, ignore_errors=True)
+    print(f"RESULT {wall:.1f} {interactions}", flush=True)
+
+
+def tws_child(variant: str, scale: float, partitions: int) -> None:
+    """`child` for TWS: benches/tws_overhead.py's keyed aggregation (a transformWithStateInPandas
+    `KeyedSum` over 1M × scale rows, 10,000 × scale keys), plainly or under `tt record`, its
+    answer checked against Spark SQL's groupBy (which runs no Python worker)."""
+    import json
+
+    import tt
+    import tws_overhead
+    from tt.recorder.job import record_job
+    from tt.store.reader import RunReader
+
+    rows, keys = round(1_000_000 * scale), round(10_000 * scale)
+    spark = tt.spark_session("tt-bench-instructions", master="local[2]",
+                             conf={"spark.sql.shuffle.partitions": partitions})
+    want = sorted((r["k"], r["amount"], r["n"]) for r in spark.range(0, rows, numPartitions=4)
+                  .selectExpr(f"id % {keys} AS k", "CAST(id % 101 AS DOUBLE) AS amount")
+                  .groupBy("k").agg({"amount": "sum", "*": "count"})
+                  .selectExpr("k", "`sum(amount)` AS amount", "`count(1)` AS n").collect())
+    work = Path(tempfile.mkdtemp(prefix="tt-bench-instructions-"))
+    start, interactions = time.perf_counter(), 0
+    if variant == "off":
+        got = tws_overhead.keyed_job(rows, keys)
+    else:
+        every = END_ONLY if variant == "end" else float(variant)
+        outcome = record_job(Path(tws_overhead.__file__), ["--job", "keyed", str(work / "answer.json"), str(rows),
+                                                          str(keys)], work / "run.db", every=every, force=True)
+        if outcome.status != "complete":
+            raise SystemExit(f"TWS {variant}: the recording failed: {outcome.error}")
+        got = [tuple(r) for r in json.loads((work / "answer.json").read_text())]
+        reader = RunReader(work / "run.db")
+        interactions = len(reader.interactions())
+        reader.close()
+    wall = time.perf_counter() - start
+    if [tuple(r) for r in got] != want:
+        raise SystemExit(f"TWS {variant}: the answer differs from Spark SQL's")
+    spark.stop()
+    shutil.rmtree(work, ignore_errors=True)
     print(f"RESULT {wall:.1f} {interactions}", flush=True)
 
 
@@ -131,18 +178,22 @@ def main() -> None:
     if len(sys.argv) == 6 and sys.argv[1] == "--child":
         return child(sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", nargs="+", default=["W1", "W2"], choices=["W1", "W2"])
-    ap.add_argument("--scale", type=float, default=0.1, help="TPC-H scale factor (valgrind runs ~5× slower)")
+    ap.add_argument("--workloads", nargs="+", default=["W1", "W2"], choices=["W1", "W2", "TWS"],
+                    help="TPC-H's W1, W2 (benches/tpch.py); TWS: benches/tws_overhead.py's keyed aggregation")
+    ap.add_argument("--scale", type=float, default=0.1,
+                    help="TPC-H scale factor; for TWS, 1M × scale rows over 10,000 × scale keys (valgrind runs ~5× slower)")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--reps", type=int, default=1, help="runs of each variant (they agree within 0.05 %%)")
     ap.add_argument("--every", type=float, action="append", default=[],
                     help="also record with an interaction every this many seconds (repeatable)")
     args = ap.parse_args()
+    bytecode_cached()   # the workers read tt's modules compiled, as from an installed package
     if shutil.which("valgrind") is None:
         raise SystemExit("instructions: valgrind is not on PATH (Debian: apt install valgrind)")
     from tpch import tpch_parquet
 
-    tpch_parquet(args.scale)   # generated once, before any run is counted
+    if set(args.workloads) - {"TWS"}:
+        tpch_parquet(args.scale)   # generated once, before any run is counted
     variants = ["off", "end"] + [f"{s:g}" for s in args.every]
     results: dict[str, dict[str, list[dict]]] = {}
     for name in args.workloads:
@@ -153,7 +204,8 @@ def main() -> None:
                 results[name][v].append(r)
                 print(f"  {name} rep {rep + 1} {v:>5}: {r['own'] / 1e9:.3f} G instructions in {r['workers']} "
                       f"workers, {r['wall']:.1f} s under valgrind, {r['interactions']} interactions", flush=True)
-    head = (f"TPC-H scale {args.scale:g}, {args.partitions} partitions, Spark `local[2]`, Python "
+    head = (f"scale {args.scale:g} (TPC-H's; TWS: {round(1e6 * args.scale):,} rows, {round(1e4 * args.scale):,} keys), "
+            f"{args.partitions} partitions, Spark `local[2]`, Python "
             f"{platform.python_version()}, {os.cpu_count()} cores; {args.reps} run(s) of each variant")
     lines = [head, ""]
     for name, by in results.items():

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench-key"))
 
-from reporting import interval_text, write_result   # noqa: E402  (benches/reporting.py)
+from reporting import bytecode_cached, interval_text, write_result   # noqa: E402  (benches/reporting.py)
 from tpch import TABLES, cpu_seconds, q10_flow, q10_tt, tpch_parquet   # noqa: E402  (benches/tpch.py)
 
 GOAL_SECONDS = 0.2
@@ -263,17 +263,6 @@ _LINEAGE_IMPORTS = ["tt.cli.lineage", "tt.replay.lineage", "tt.replay.lineage_in
                     "rich.text", "pydantic.plugin._loader", "importlib.metadata", "tempfile", "zipfile",
                     *(f"tt.cli.{c}" for c in ("checkpoint", "debug", "demo", "inspect", "migrate", "pack",
                                              "record", "replay", "verify"))]
-
-
-def bytecode_cached() -> None:
-    """Compile tt's modules into their `__pycache__`, as installing a package does: a new
-    process then reads them as a user's would. Where `PYTHONDONTWRITEBYTECODE` is set (as on
-    this bench's machine), every new process would compile tt's modules from source again."""
-    import compileall
-    import re
-
-    compileall.compile_dir(str(Path(__file__).resolve().parents[1]), quiet=1,
-                           rx=re.compile(r"[/\\](\.venv|benches|tests|sample_runs)[/\\]"))
 
 
 def whole_command(run: Path, args: list[str]) -> float:

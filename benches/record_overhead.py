@@ -37,7 +37,7 @@ os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench
 
 import generate  # noqa: E402  (the sample's data generator)
 import job as fraud  # noqa: E402
-from reporting import write_result  # noqa: E402  (benches/reporting.py)
+from reporting import bytecode_cached, write_result  # noqa: E402  (benches/reporting.py)
 
 import tt  # noqa: E402
 from tt.recorder.session import RecordingSession  # noqa: E402
@@ -121,6 +121,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000])
     ap.add_argument("--partitions", type=int, default=4)
     args = ap.parse_args()
+    bytecode_cached()   # the workers read tt's modules compiled, as from an installed package
     spark = tt.spark_session("bench-record-overhead", master="local[2]")
     blocks = []
     with tempfile.TemporaryDirectory(prefix="tt-bench-") as d:

@@ -1,4 +1,5 @@
-"""What the benches share to report: how sure a ratio is, and a results file that keeps the day's runs.
+"""What the benches share to report: how sure a ratio is, and a results file that keeps the day's runs;
+and tt's modules compiled before a bench starts processes (`bytecode_cached`).
 
 On this project's 2-core machine one repetition of a job differs from the next by ±10–20 %,
 so a goal of ×1.02 cannot be read off a median of five. `paired_interval` gives, beside the
@@ -16,7 +17,23 @@ import subprocess
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parents[1]
 EARLIER = "## Earlier the same day"
+
+
+def bytecode_cached() -> None:
+    """Compile tt's modules into their `__pycache__`, as installing a package does: a new
+    process (a Python worker, a `tt` command) then reads them as a user's would. Where
+    `PYTHONDONTWRITEBYTECODE` is set (as on this project's machine) and a module changed since
+    its `.pyc`, every process compiles it from source again. On 2026-12-02 that was 29 % of what
+    recording added to the workers' instructions on tws_overhead.py's keyed job (200,000 rows:
+    +1.362 G with six of tt's modules stale, +0.970 G compiled), charged to recording alone:
+    recording off runs no tt code in those workers. `compileall` writes the files whatever
+    that variable says."""
+    import compileall
+    import re
+
+    compileall.compile_dir(str(ROOT), quiet=1, rx=re.compile(r"[/\\](\.venv|benches|tests|sample_runs)[/\\]"))
 
 
 def paired_interval(ratios: list[float], level: float = 0.95, draws: int = 10_000,

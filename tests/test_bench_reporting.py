@@ -1,6 +1,7 @@
-"""The benches' shared parts: the interval and verdict a bench prints and a results file that
-keeps the day's runs (benches/reporting.py), and the instructions bench's count of what the
-Python workers did (benches/instructions.py)."""
+"""The benches' shared parts: the interval and verdict a bench prints, a results file that
+keeps the day's runs and tt's modules compiled before a bench starts processes
+(benches/reporting.py), and the instructions bench's count of what the Python workers did and
+its workloads (benches/instructions.py)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,47 @@ def test_the_instructions_bench_counts_what_the_forked_workers_did_themselves(tm
     more = counted[2_000_000][0] - counted[1_000_000][0]   # two workers' 1M more each
     assert 1.9 < more / million < 2.1   # (1.975 on 2026-12-01, the same every run)
     assert 0 < counted[1_000_000][0] < 2.5 * million   # not the daemon's 4M before the fork
+
+
+def test_the_benches_leave_every_tt_module_compiled_for_a_new_process(tmp_path):
+    """`reporting.bytecode_cached`: every tt module gets the `.pyc` a new process (a Python worker,
+    a `tt` command) reads instead of compiling the source, as from an installed package, even
+    where `PYTHONDONTWRITEBYTECODE` is set."""
+    import importlib.util
+    import subprocess
+
+    reporting.bytecode_cached()
+    modules = [p for p in reporting.ROOT.rglob("*.py")
+               if not {".venv", "benches", "tests", "sample_runs"} & set(p.relative_to(reporting.ROOT).parts)]
+    assert len(modules) > 50
+    for source in modules:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        assert cached.exists(), source
+        header = cached.read_bytes()[:16]   # magic, flags, then the source's mtime and size it was made from
+        assert int.from_bytes(header[8:12], "little") == int(source.stat().st_mtime) & 0xFFFFFFFF, source
+        assert int.from_bytes(header[12:16], "little") == source.stat().st_size & 0xFFFFFFFF, source
+    # a new process that imports tt's recorder compiles none of tt's modules, only one without a .pyc
+    (tmp_path / "fresh_module.py").write_text("x = 1\n")
+    probe = ("import builtins\ncompiled = []\nreal = builtins.compile\n"
+             "builtins.compile = lambda *a, **k: (compiled.append(str(a[1])), real(*a, **k))[1]\n"
+             "import tt.recorder.task, tt.replay.lineage, fresh_module\n"
+             f"print([c for c in compiled if c.startswith(({str(reporting.ROOT)!r}, {str(tmp_path)!r}))])\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tmp_path)}).stdout
+    assert out.strip() == repr([str(tmp_path / "fresh_module.py")])
+
+
+@pytest.mark.slow
+def test_the_instructions_benchs_tws_workload_runs_both_ways_and_checks_its_answer():
+    """benches/instructions.py --child TWS (what each variant runs under valgrind), here without
+    it: the transformWithStateInPandas job plainly and under `tt record`, each answer checked
+    against Spark SQL's, the recording's two interactions counted."""
+    import subprocess
+
+    bench = reporting.ROOT / "benches" / "instructions.py"
+    for variant, interactions in (("off", "0"), ("end", "2")):
+        out = subprocess.run([sys.executable, str(bench), "--child", "TWS", variant, "0.01", "2"],
+                             capture_output=True, text=True, env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+        assert out.returncode == 0, out.stderr[-2000:]
+        found = re.search(r"^RESULT (\S+) (\d+)$", out.stdout, re.M)
+        assert found and float(found[1]) > 0 and found[2] == interactions, out.stdout
