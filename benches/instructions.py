@@ -117,7 +117,7 @@ def child(workload: str, variant: str, scale: float, partitions: int) -> None:
 def tws_child(variant: str, scale: float, partitions: int) -> None:
     """`child` for TWS: benches/tws_overhead.py's keyed aggregation (a transformWithStateInPandas
     `KeyedSum` over 1M × scale rows, 10,000 × scale keys), plainly or under `tt record`, its
-    answer checked against Spark SQL's groupBy (which runs no Python worker)."""
+    answer checked against Spark SQL's (`keyed_answer`)."""
     import json
 
     import tt
@@ -128,10 +128,7 @@ def tws_child(variant: str, scale: float, partitions: int) -> None:
     rows, keys = round(1_000_000 * scale), round(10_000 * scale)
     spark = tt.spark_session("tt-bench-instructions", master="local[2]",
                              conf={"spark.sql.shuffle.partitions": partitions})
-    want = sorted((r["k"], r["amount"], r["n"]) for r in spark.range(0, rows, numPartitions=4)
-                  .selectExpr(f"id % {keys} AS k", "CAST(id % 101 AS DOUBLE) AS amount")
-                  .groupBy("k").agg({"amount": "sum", "*": "count"})
-                  .selectExpr("k", "`sum(amount)` AS amount", "`count(1)` AS n").collect())
+    want = tws_overhead.keyed_answer(spark, rows, keys)
     work = Path(tempfile.mkdtemp(prefix="tt-bench-instructions-"))
     start, interactions = time.perf_counter(), 0
     if variant == "off":
@@ -147,7 +144,7 @@ def tws_child(variant: str, scale: float, partitions: int) -> None:
         interactions = len(reader.interactions())
         reader.close()
     wall = time.perf_counter() - start
-    if [tuple(r) for r in got] != want:
+    if got != want:
         raise SystemExit(f"TWS {variant}: the answer differs from Spark SQL's")
     spark.stop()
     shutil.rmtree(work, ignore_errors=True)

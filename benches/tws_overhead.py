@@ -72,12 +72,23 @@ def processor():
     return KeyedSum
 
 
+def keyed_rows(spark, rows: int, keys: int):
+    """The keyed workload's input: `rows` amounts over `keys` keys, in 4 partitions."""
+    return spark.range(0, rows, numPartitions=4).selectExpr(f"id % {keys} AS k", "CAST(id % 101 AS DOUBLE) AS amount")
+
+
+def keyed_answer(spark, rows: int, keys: int) -> list[tuple]:
+    """What `keyed_job` must answer, by Spark SQL's groupBy (no Python worker runs it)."""
+    return sorted((r["k"], r["amount"], r["n"]) for r in keyed_rows(spark, rows, keys)
+                  .groupBy("k").agg({"amount": "sum", "*": "count"})
+                  .selectExpr("k", "`sum(amount)` AS amount", "`count(1)` AS n").collect())
+
+
 def keyed_job(rows: int, keys: int) -> list[tuple]:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.getOrCreate()
-    data = spark.range(0, rows, numPartitions=4).selectExpr(f"id % {keys} AS k", "CAST(id % 101 AS DOUBLE) AS amount")
-    out = data.groupBy("k").transformWithStateInPandas(
+    out = keyed_rows(spark, rows, keys).groupBy("k").transformWithStateInPandas(
         statefulProcessor=processor()(), outputStructType="k long, amount double, n long",
         outputMode="Update", timeMode="None")
     return sorted(tuple(r) for r in out.collect())
@@ -144,10 +155,7 @@ def main() -> None:
     spark = tt.spark_session("tt-bench-tws", master="local[2]",
                              conf={"spark.sql.shuffle.partitions": 4,
                                    "spark.sql.streaming.stateStore.providerClass": ROCKSDB})
-    want_keyed = sorted((r["k"], r["amount"], r["n"]) for r in spark.range(0, args.rows, numPartitions=4)
-                        .selectExpr(f"id % {args.keys} AS k", "CAST(id % 101 AS DOUBLE) AS amount")
-                        .groupBy("k").agg({"amount": "sum", "*": "count"})
-                        .selectExpr("k", "`sum(amount)` AS amount", "`count(1)` AS n").collect())
+    want_keyed = keyed_answer(spark, args.rows, args.keys)
     ids = range(args.files * STREAM_ROWS)
     sums: dict = {}
     for i in ids:
