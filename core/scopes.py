@@ -97,7 +97,8 @@ class InstanceIndex:
         self.cum = self._arrays.running_sums(counts)   # outputs before input #n: cum[n]
         self.dests = dests
         self._n_dest = n_dest
-        self._ranks: dict[int, tuple[array, list[array]]] = {}   # edge -> (rank, by_dest), on first use
+        self._rank: dict[int, array] = {}                      # edge -> `rank`, on first use
+        self._sent: dict[tuple[int, int], array] = {}          # (edge, destination) -> `sent_to`, on first use
 
     def channel_at(self, position: int) -> tuple[int, int, int] | None:
         """(port, src, seq on that channel) of input #position."""
@@ -126,16 +127,19 @@ class InstanceIndex:
 
     def rank(self, edge: int) -> array:
         """Per output sent on shuffle `edge`: its sequence number at its destination."""
-        return self._ranked(edge)[0]
-
-    def by_dest(self, edge: int) -> list[array]:
-        """Per destination of shuffle `edge`: the outputs sent to it, in order."""
-        return self._ranked(edge)[1]
-
-    def _ranked(self, edge: int) -> tuple[array, list[array]]:
-        found = self._ranks.get(edge)
+        found = self._rank.get(edge)
         if found is None:
-            found = self._ranks[edge] = self._arrays.by_destination(self.dests[edge], self._n_dest[edge])
+            found = self._rank[edge] = self._arrays.by_destination(self.dests[edge], self._n_dest[edge])[0]
+        return found
+
+    def sent_to(self, edge: int, dest: int) -> array:
+        """The outputs sent on shuffle `edge` to instance `dest`, in order. One destination's
+        alone: a backward walk asks for the few it crosses, and a pass over the sender's
+        destinations for each costs less than grouping all of them (W2's back query crosses 11
+        senders of 375,000 rows to 4 destinations: 26 ms grouping them all)."""
+        found = self._sent.get((edge, dest))
+        if found is None:
+            found = self._sent[(edge, dest)] = self._arrays.sent_to(self.dests[edge], dest)
         return found
 
 
@@ -157,6 +161,11 @@ class LogArrays:
             rank.append(len(by[d]))
             by[d].append(g)
         return rank, by
+
+    @staticmethod
+    def sent_to(dests: array, dest: int) -> array:
+        """The outputs whose destination is `dest`, in order (`by_destination(...)[1][dest]`)."""
+        return array("q", (g for g, d in enumerate(dests) if d == dest))
 
 
 class Provenance:
@@ -213,7 +222,7 @@ class Provenance:
             return None
         edge = self.graph.edges[self.graph.nodes[ref.op].inputs[port]]
         prod = self.index(edge.src, src)
-        g = prod.by_dest(edge.id)[ref.instance][seq] if edge.shuffle else seq
+        g = prod.sent_to(edge.id, ref.instance)[seq] if edge.shuffle else seq
         n = prod.input_of_output(g)
         return TupleRef(edge.src, src, n), g - prod.cum[n]
 

@@ -826,8 +826,33 @@ def test_numpy_readers_of_shuffle_logs_equal_the_core_ones():
             if n_dest <= 300:
                 assert NumpyLogArrays.by_destination(array("I", ds), n_dest) == \
                     LogArrays.by_destination(array("I", ds), n_dest)
+            for d in {0, n_dest - 1, *ds[:3]}:   # one destination's outputs, as grouping them all gives them
+                assert NumpyLogArrays.sent_to(array("I", ds), d) == LogArrays.sent_to(array("I", ds), d) == \
+                    LogArrays.by_destination(array("I", ds), n_dest)[1][d]
             counts = array("I", [rng.randrange(5) for _ in range(n)])
             assert NumpyLogArrays.running_sums(counts) == LogArrays.running_sums(counts)
+
+
+def test_running_sums_read_a_block_at_a_time_equal_the_core_ones(monkeypatch):
+    """store/reader.py's `RunningSums`, summed a block at a time as it is read, gives the core's
+    running sums at every index (negative ones too) and in bisects, across blocks' edges."""
+    import bisect
+    import random
+    from array import array
+
+    from tt.core.scopes import LogArrays
+    from tt.store.reader import RunningSums
+
+    monkeypatch.setattr(RunningSums, "BLOCK", 8)
+    rng = random.Random(3)
+    for n in (0, 1, 7, 8, 9, 16, 17, 100):
+        counts = array("I", [rng.choice((0, 0, 1, 3)) for _ in range(n)])
+        got, want = RunningSums(counts), LogArrays.running_sums(counts)
+        assert len(got) == len(want) and [got[i] for i in range(-len(want), len(want))] == list(want) + list(want)
+        for g in range(-1, want[-1] + 2):
+            assert bisect.bisect_right(got, g) == bisect.bisect_right(want, g), (n, g)
+        with pytest.raises(IndexError):
+            got[len(want)]
 
 
 def test_kept_offsets_with_and_without_the_uniform_shortcut():
