@@ -26,11 +26,15 @@ Variants (one child process each, `--reps` times):
   end    tt record with an interval no run reaches: only the interactions every recording takes
          (its first and its end's, 2 on W1 and W2), what 1 interaction/10 s takes on a W2 run
          of 10 s at scale 1 (`tpch.py`'s 10 s variant)
+  rev, rev+lineage
+         (`--lineage`, W2) tt record with θ = REV, the last operator, as benches/lineage.py
+         records it, without and with --lineage (J1, J2 and J3 logged outside G(θ)), only the
+         interactions every recording takes: their ratio is what --lineage costs (issue 16)
   S      (`--every S`) tt record, an interaction every S seconds; valgrind runs the workers ~5×
          slower, so a time-based interval takes about 5× more interactions per tuple than it
          would, and their number varies from run to run (it is printed)
 
-    python benches/instructions.py [--workloads W1 W2 TWS] [--scale 0.1] [--reps 1] [--every 0.5]
+    python benches/instructions.py [--workloads W1 W2 TWS] [--scale 0.1] [--reps 1] [--every 0.5] [--lineage]
 
 Needs valgrind on PATH. Prints each variant's workers' instructions and their ratio to `off`,
 and writes the same to benches/results/.
@@ -54,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reporting import bytecode_cached, write_result   # noqa: E402  (benches/reporting.py)
 
 END_ONLY = 1e9   # an interval no run reaches: only the interactions every recording takes
+LINEAGE_VARIANTS = ("rev", "rev+lineage")   # W2 with θ = REV, recorded without and with --lineage (`--lineage`)
 _LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs):\s+(.*)")
 
 
@@ -97,13 +102,16 @@ def child(workload: str, variant: str, scale: float, partitions: int) -> None:
         spark.read.parquet(str(data / f"{t}.parquet")).createOrReplaceTempView(t)
     reference = w.sql(spark)
     out = Path(tempfile.mkdtemp(prefix="tt-bench-instructions-")) / "run.db"
-    every = None if variant == "off" else END_ONLY if variant == "end" else float(variant)
     start = time.perf_counter()
-    rows, _ = run_variant(spark, w, "record" if every else "off", every, data, partitions, out)
+    if variant in LINEAGE_VARIANTS:
+        rows = lineage_variant(spark, w, variant, data, partitions, out)
+    else:
+        every = None if variant == "off" else END_ONLY if variant == "end" else float(variant)
+        rows, _ = run_variant(spark, w, "record" if every else "off", every, data, partitions, out)
     wall = time.perf_counter() - start
     check(rows, reference, f"{workload} {variant}")
     interactions = 0
-    if every:
+    if variant != "off":
         from tt.store.reader import RunReader
 
         reader = RunReader(out)
@@ -112,6 +120,24 @@ def child(workload: str, variant: str, scale: float, partitions: int) -> None:
     spark.stop()
     shutil.rmtree(out.parent, ignore_errors=True)
     print(f"RESULT {wall:.1f} {interactions}", flush=True)
+
+
+def lineage_variant(spark, w, variant: str, data: Path, partitions: int, out: Path) -> list[tuple]:
+    """W2 recorded as `benches/lineage.py` records it, θ = REV (the last operator, so that
+    `--lineage` logs J1, J2 and J3 outside G(θ)), with only the interactions every recording
+    takes: without `--lineage` ("rev") or with it ("rev+lineage"). Their ratio is what
+    `--lineage` costs the workers (issue 16: ≤ 1.5 %)."""
+    from tt.recorder.session import RecordingSession
+
+    flow = w.flow(spark, data, partitions)
+    session = RecordingSession(out, Path(__file__), [], watch="REV", every=END_ONLY,
+                               lineage=variant == "rev+lineage")
+    try:
+        with session:
+            result = flow.run()
+    finally:
+        session.close()
+    return w.answer(result)
 
 
 def tws_child(variant: str, scale: float, partitions: int) -> None:
@@ -183,7 +209,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1, help="runs of each variant (they agree within 0.05 %%)")
     ap.add_argument("--every", type=float, action="append", default=[],
                     help="also record with an interaction every this many seconds (repeatable)")
+    ap.add_argument("--lineage", action="store_true",
+                    help="W2 also with θ = REV, recorded without and with --lineage: what --lineage costs (issue 16)")
     args = ap.parse_args()
+    if args.lineage and "W2" not in args.workloads:
+        raise SystemExit("instructions: --lineage measures W2: add it to --workloads")
     bytecode_cached()   # the workers read tt's modules compiled, as from an installed package
     if shutil.which("valgrind") is None:
         raise SystemExit("instructions: valgrind is not on PATH (Debian: apt install valgrind)")
@@ -191,9 +221,11 @@ def main() -> None:
 
     if set(args.workloads) - {"TWS"}:
         tpch_parquet(args.scale)   # generated once, before any run is counted
-    variants = ["off", "end"] + [f"{s:g}" for s in args.every]
     results: dict[str, dict[str, list[dict]]] = {}
     for name in args.workloads:
+        variants = ["off", "end"] + [f"{s:g}" for s in args.every]
+        if args.lineage and name == "W2":
+            variants += LINEAGE_VARIANTS
         results[name] = {v: [] for v in variants}
         for rep in range(args.reps):
             for v in (variants if rep % 2 == 0 else variants[::-1]):
@@ -212,9 +244,13 @@ def main() -> None:
         for v, runs in by.items():
             own = [r["own"] for r in runs]
             spread = (max(own) - min(own)) / min(own)
-            lines.append(f"| {'every ' + v + ' s' if v not in ('off', 'end') else v} | {min(own) / 1e9:.3f} | "
+            lines.append(f"| {'every ' + v + ' s' if v[0].isdigit() else v} | {min(own) / 1e9:.3f} | "
                          f"{min(own) / off:.4f} | {spread * 100:.2f} % | "
                          f"{', '.join(str(r['interactions']) for r in runs) if v != 'off' else '–'} |")
+        if all(v in by for v in LINEAGE_VARIANTS):
+            plain, lin = (min(r["own"] for r in by[v]) for v in LINEAGE_VARIANTS)
+            lines += ["", f"--lineage (θ = REV): rev+lineage × rev = {lin / plain:.4f} "
+                          f"({(lin - plain) / 1e9:+.3f} G; goal ≤ 1.015, issue 16)"]
         lines.append("")
     text = "\n".join(lines)
     print("\n" + text)
@@ -222,7 +258,8 @@ def main() -> None:
                        "Python workers' instructions, recording off and on (valgrind)",
                        f"    python benches/instructions.py --workloads {' '.join(args.workloads)} "
                        f"--scale {args.scale:g} --reps {args.reps}"
-                       + "".join(f" --every {s:g}" for s in args.every) + f"\n\n{text}\n",
+                       + "".join(f" --every {s:g}" for s in args.every) + (" --lineage" if args.lineage else "")
+                       + f"\n\n{text}\n",
                        datetime.date.today().isoformat())
     print(f"wrote {out}")
 

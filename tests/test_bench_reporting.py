@@ -136,3 +136,55 @@ def test_the_instructions_benchs_tws_workload_runs_both_ways_and_checks_its_answ
         assert out.returncode == 0, out.stderr[-2000:]
         found = re.search(r"^RESULT (\S+) (\d+)$", out.stdout, re.M)
         assert found and float(found[1]) > 0 and found[2] == interactions, out.stdout
+
+
+def test_the_instructions_benchs_lineage_variants_record_w2_without_and_with_lineage(spark, tmp_path):
+    """benches/instructions.py --lineage: W2 with θ = REV recorded without and with `--lineage`
+    (what the two variants run under valgrind), here without it, over TPC-H-shaped tables of a
+    few rows: both answers are Spark SQL's, and only `--lineage` keeps logs outside G(θ)."""
+    import datetime
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import instructions
+    import lineage
+    import tpch
+
+    money = pa.decimal128(15, 2)
+    day = datetime.date
+    tables = {
+        "nation": pa.table({"n_nationkey": pa.array([0, 1], pa.int64()), "n_name": ["ALGERIA", "BRAZIL"]}),
+        "customer": pa.table({"c_custkey": pa.array([1, 2, 3], pa.int64()), "c_name": ["a", "b", "c"],
+                              "c_acctbal": pa.array([Decimal("10.50"), Decimal("-3.00"), Decimal("7.25")], money),
+                              "c_nationkey": pa.array([0, 1, 0], pa.int64()), "c_phone": ["p1", "p2", "p3"],
+                              "c_address": ["x", "y", "z"], "c_comment": ["", "", ""]}),
+        "orders": pa.table({"o_orderkey": pa.array([10, 11, 12, 13], pa.int64()),
+                            "o_custkey": pa.array([1, 2, 3, 1], pa.int64()),
+                            "o_orderdate": [day(1993, 10, 5), day(1993, 11, 1), day(1994, 2, 1), day(1993, 12, 31)]}),
+        "lineitem": pa.table({"l_orderkey": pa.array([10, 10, 11, 12, 13, 13], pa.int64()),
+                              "l_extendedprice": pa.array([Decimal(p) for p in ("100.00", "50.00", "70.00", "90.00",
+                                                                                  "20.00", "30.00")], money),
+                              "l_discount": pa.array([Decimal(d) for d in ("0.05", "0.00", "0.10", "0.02", "0.00",
+                                                                           "0.04")], money),
+                              "l_returnflag": ["R", "N", "R", "R", "R", "A"]}),
+    }
+    data = tmp_path / "tpch"
+    data.mkdir()
+    for name, table in tables.items():
+        pq.write_table(table, data / f"{name}.parquet")
+        spark.read.parquet(str(data / f"{name}.parquet")).createOrReplaceTempView(name)
+    try:
+        want = tpch.q10_sql(spark)
+        assert [r[0] for r in want] == [1, 2], "customer 1's returns come to 115, 2's to 63; 3's order is later"
+        logged = {}
+        for variant in instructions.LINEAGE_VARIANTS:
+            out = tmp_path / f"{variant}.db"
+            got = instructions.lineage_variant(spark, tpch.WORKLOADS["W2"], variant, data, 2, out)
+            tpch.check(got, want, variant)
+            logged[variant] = lineage.lineage_bytes(out)
+    finally:
+        for name in tables:
+            spark.catalog.dropTempView(name)
+    assert logged["rev"] == 0 < logged["rev+lineage"], logged
