@@ -1,5 +1,6 @@
 """What the benches share to report: how sure a ratio is, and a results file that keeps the day's runs;
-and tt's modules compiled before a bench starts processes (`bytecode_cached`).
+and tt's modules compiled before a bench starts processes (`bytecode_cached`), its input in the page
+cache before each run (`page_in`).
 
 On this project's 2-core machine one repetition of a job differs from the next by ±10–20 %,
 so a goal of ×1.02 cannot be read off a median of five. `paired_interval` gives, beside the
@@ -34,6 +35,29 @@ def bytecode_cached() -> None:
     import re
 
     compileall.compile_dir(str(ROOT), quiet=1, rx=re.compile(r"[/\\](\.venv|benches|tests|sample_runs)[/\\]"))
+
+
+def page_in(paths) -> int:
+    """Read every byte of the files at `paths` (a directory: the files under it), so that the run
+    after this call finds them in the page cache: the bytes read.
+
+    This project's machine pages out what it has not seen used for about a minute (the kernel's
+    DAMON, scheme `pageout`: a region with at most one access in each 5 s it samples, twelve
+    samples in a row), and a bench reads its input once a run, ten seconds apart: often enough
+    to be read, not to be seen used. A run then found some of its input paged out, at random, and
+    read it from the disk: TPC-H SF1's lineitem file, 232 MB, in 1.29 s where the page cache
+    gives it in 0.04 s, within a W2 run of about 10 s. Called outside the time a bench takes. It
+    takes away that cause and not the spread: on 2026-12-02 the CPU time of twelve identical W2
+    recordings still ran from 15.2 to 25.2 s, the machine's own speed varying."""
+    total = 0
+    for path in paths:
+        path = Path(path)
+        for f in sorted(path.rglob("*")) if path.is_dir() else [path]:
+            if f.is_file():
+                with open(f, "rb", buffering=0) as fh:
+                    while chunk := fh.read(8 << 20):
+                        total += len(chunk)
+    return total
 
 
 def paired_interval(ratios: list[float], level: float = 0.95, draws: int = 10_000,

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from reporting import bytecode_cached, interval_text, paired_interval, write_result   # noqa: E402  (benches/reporting.py)
+from reporting import bytecode_cached, interval_text, page_in, paired_interval, write_result   # noqa: E402  (benches/reporting.py)
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("TT_KEY_FILE", str(Path(tempfile.gettempdir()) / "tt-bench-key"))
@@ -431,6 +431,7 @@ def bench(spark, w: Workload, data: Path, reps: int, partitions: int, work: Path
     for rep in range(reps):
         for variant, every in order(rep):
             out = work / f"{w.name}-{variant.replace('/', 'per')}.db"
+            page_in(data / f"{table}.parquet" for table in w.tables)   # (untimed: reporting.page_in)
             c, c_workers, d, t = cpu_seconds(), cpu_seconds(WORKERS), sum(os.times()[:2]), time.perf_counter()
             rows, size = run_variant(spark, w, variant, every, data, partitions, out)
             wall[variant].append(time.perf_counter() - t)

@@ -50,6 +50,15 @@ def test_a_second_run_the_same_day_keeps_the_first_below_it(tmp_path, monkeypatc
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_page_in_reads_every_file_it_is_given_and_every_file_under_a_directory(tmp_path):
+    (tmp_path / "table" / "part=1").mkdir(parents=True)
+    (tmp_path / "table" / "part=1" / "a.parquet").write_bytes(b"x" * 10_000_000)   # more than one read
+    (tmp_path / "table" / "b.parquet").write_bytes(b"y" * 7)
+    (tmp_path / "alone.parquet").write_bytes(b"z" * 3)
+    assert reporting.page_in([tmp_path / "table", tmp_path / "alone.parquet"]) == 10_000_010
+    assert reporting.page_in(p for p in [tmp_path / "alone.parquet"]) == 3   # any iterable of paths
+
+
 def test_the_instructions_bench_counts_what_the_forked_workers_did_themselves(tmp_path):
     """benches/instructions.py: a process forked by PySpark's daemon counts the daemon's
     instructions before the fork too, and the bench takes them off. Two workers that add 1M
