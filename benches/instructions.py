@@ -104,7 +104,7 @@ def child(workload: str, variant: str, scale: float, partitions: int) -> None:
     out = Path(tempfile.mkdtemp(prefix="tt-bench-instructions-")) / "run.db"
     start = time.perf_counter()
     if variant in LINEAGE_VARIANTS:
-        rows = lineage_variant(spark, w, variant, data, partitions, out)
+        rows = lineage_variant(spark, variant, data, partitions, out)
     else:
         every = None if variant == "off" else END_ONLY if variant == "end" else float(variant)
         rows, _ = run_variant(spark, w, "record" if every else "off", every, data, partitions, out)
@@ -122,22 +122,14 @@ def child(workload: str, variant: str, scale: float, partitions: int) -> None:
     print(f"RESULT {wall:.1f} {interactions}", flush=True)
 
 
-def lineage_variant(spark, w, variant: str, data: Path, partitions: int, out: Path) -> list[tuple]:
+def lineage_variant(spark, variant: str, data: Path, partitions: int, out: Path) -> list[tuple]:
     """W2 recorded as `benches/lineage.py` records it, θ = REV (the last operator, so that
     `--lineage` logs J1, J2 and J3 outside G(θ)), with only the interactions every recording
     takes: without `--lineage` ("rev") or with it ("rev+lineage"). Their ratio is what
     `--lineage` costs the workers (issue 16: ≤ 1.5 %)."""
-    from tt.recorder.session import RecordingSession
+    import lineage
 
-    flow = w.flow(spark, data, partitions)
-    session = RecordingSession(out, Path(__file__), [], watch="REV", every=END_ONLY,
-                               lineage=variant == "rev+lineage")
-    try:
-        with session:
-            result = flow.run()
-    finally:
-        session.close()
-    return w.answer(result)
+    return lineage.record(spark, data, partitions, out, "REV", lineage=variant == "rev+lineage", every=END_ONLY)[0]
 
 
 def tws_child(variant: str, scale: float, partitions: int) -> None:

@@ -70,14 +70,14 @@ def session(data: Path, partitions: int):
 
 
 def record(spark, data: Path, partitions: int, out: Path, theta: str,
-           lineage: bool = False) -> tuple[list[tuple], float, float]:
-    """W2 recorded into `out`: (its top 20, wall seconds, CPU seconds of this process and every
-    process under it: the JVM and the Python workers)."""
+           lineage: bool = False, every: float = 10.0) -> tuple[list[tuple], float, float]:
+    """W2 recorded into `out`, an interaction every `every` seconds: (its top 20, wall seconds,
+    CPU seconds of this process and every process under it: the JVM and the Python workers)."""
     from tt.recorder.session import RecordingSession
 
     flow = q10_flow(spark, data, partitions)
     cpu, start = cpu_seconds(), time.perf_counter()
-    session = RecordingSession(out, Path(__file__), [], watch=theta, every=10.0, lineage=lineage)
+    session = RecordingSession(out, Path(__file__), [], watch=theta, every=every, lineage=lineage)
     try:
         with session:
             result = flow.run()

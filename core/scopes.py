@@ -129,14 +129,16 @@ class InstanceIndex:
         """Per output sent on shuffle `edge`: its sequence number at its destination."""
         found = self._rank.get(edge)
         if found is None:
-            found = self._rank[edge] = self._arrays.by_destination(self.dests[edge], self._n_dest[edge])[0]
+            found, by = self._arrays.by_destination(self.dests[edge], self._n_dest[edge])
+            self._rank[edge] = found
+            self._sent.update(((edge, d), sent) for d, sent in enumerate(by))   # (grouped already)
         return found
 
     def sent_to(self, edge: int, dest: int) -> array:
         """The outputs sent on shuffle `edge` to instance `dest`, in order. One destination's
         alone: a backward walk asks for the few it crosses, and a pass over the sender's
         destinations for each costs less than grouping all of them (W2's back query crosses 11
-        senders of 375,000 rows to 4 destinations: 26 ms grouping them all)."""
+        senders, 25 to 390,112 rows each, to one of 4 destinations: 26 ms grouping them all)."""
         found = self._sent.get((edge, dest))
         if found is None:
             found = self._sent[(edge, dest)] = self._arrays.sent_to(self.dests[edge], dest)

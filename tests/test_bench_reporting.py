@@ -48,8 +48,6 @@ def test_a_second_run_the_same_day_keeps_the_first_below_it(tmp_path, monkeypatc
     assert "\n\n    python benches/x.py\n\nfigures one" in text   # an earlier run's command keeps its indent
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_page_in_reads_every_file_it_is_given_and_every_file_under_a_directory(tmp_path):
     (tmp_path / "table" / "part=1").mkdir(parents=True)
     (tmp_path / "table" / "part=1" / "a.parquet").write_bytes(b"x" * 10_000_000)   # more than one read
@@ -59,6 +57,8 @@ def test_page_in_reads_every_file_it_is_given_and_every_file_under_a_directory(t
     assert reporting.page_in(p for p in [tmp_path / "alone.parquet"]) == 3   # any iterable of paths
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
 def test_the_instructions_bench_counts_what_the_forked_workers_did_themselves(tmp_path):
     """benches/instructions.py: a process forked by PySpark's daemon counts the daemon's
     instructions before the fork too, and the bench takes them off. Two workers that add 1M
@@ -190,7 +190,7 @@ def test_the_instructions_benchs_lineage_variants_record_w2_without_and_with_lin
         logged = {}
         for variant in instructions.LINEAGE_VARIANTS:
             out = tmp_path / f"{variant}.db"
-            got = instructions.lineage_variant(spark, tpch.WORKLOADS["W2"], variant, data, 2, out)
+            got = instructions.lineage_variant(spark, variant, data, 2, out)
             tpch.check(got, want, variant)
             logged[variant] = lineage.lineage_bytes(out)
     finally:
