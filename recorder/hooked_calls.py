@@ -44,6 +44,7 @@ class HookedCall:
         attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), "spark_stage": tc.stageId()}
         task = StageTask(self.graph, self.stage_id, partition, self.recording, attempt)
         task.source_ref = self.source_ref
+        task.join_pipeline(attempt["spark_attempt"])
         return task.run_units(units)
 
 

@@ -21,6 +21,7 @@ import itertools
 import os
 import pickle
 import socket
+import threading
 from time import monotonic, perf_counter   # (bound at import: through the module, a patched call looks up the stack, core/nondeterministic.py)
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -222,6 +223,24 @@ def _first_pulled(items: Iterable, connecting: Connecting | None) -> Iterator:
     return itertools.chain((first,), it)
 
 
+class _Pipeline(threading.local):
+    """The hooked tasks of G(θ) open in this thread for one Spark task attempt, upstream first.
+
+    PySpark chains an RDD's functions (mapPartitions, then filter, then map) in one Python
+    worker, each pulling from the one before: when the first of them takes a barrier before
+    its next input, every later one has processed all it was handed. So only the first takes
+    interactions from the coordinator, and the later ones take the same barriers at that
+    moment (`StageTask._take_barriers`); on their own they would take them whenever their own
+    client heard of them, a cut that is not consistent (a filter having seen rows its upstream
+    had not yet produced)."""
+
+    attempt: Any = None
+    tasks: list = []
+
+
+_PIPELINE = _Pipeline()
+
+
 def _no_interaction() -> None:
     """A finished task's answer to an interaction (`StageTask._release`)."""
 
@@ -377,6 +396,7 @@ class StageTask:
         self.checkpoint_seq: dict[int, int] = {}
         self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)
         self.warned = False
+        self.downstream: list[StageTask] = []   # hooked tasks chained after this one (`_Pipeline`)
         if connecting is not None:
             self._welcomed(connecting.client())
         elif recording is not None:   # (a hooked stage's task, opened at its first unit: nothing to overlap)
@@ -482,6 +502,19 @@ class StageTask:
 
     def _wake_theta(self) -> None:
         self.theta.barrier_at = 0
+
+    def join_pipeline(self, spark_attempt: int) -> None:
+        """A hooked task in G(θ) chained after another in this thread and Spark task (`_Pipeline`)
+        takes its barriers from that one, not from the coordinator."""
+        if self.theta is None or self.mode != "record":
+            return
+        if _PIPELINE.attempt != spark_attempt:
+            _PIPELINE.attempt, _PIPELINE.tasks = spark_attempt, []
+        _PIPELINE.tasks = [t for t in _PIPELINE.tasks if not t._released]
+        if _PIPELINE.tasks:
+            _PIPELINE.tasks[-1].downstream.append(self)
+            self.client.on_interaction = _no_interaction
+        _PIPELINE.tasks.append(self)
 
     def _source_captures(self) -> list[tuple[int, int]]:
         """(node, port) whose recorded input is the source's Arrow batch itself."""
@@ -848,6 +881,9 @@ class StageTask:
                 self._checkpoint(flagged[-1])
         self.outbox.epoch = ks[-1]
         self.flush()
+        for t in self.downstream:   # chained after this one in the same thread (`_Pipeline`)
+            if not t._released:
+                t._take_through(ks)
 
     def _checkpoint(self, k: int) -> None:
         """Save every instance of G(θ) in this task (online checkpointing; k = -1 at the end)."""

@@ -99,6 +99,27 @@ def test_recorded_states_equal_the_oracle(recorded):
     assert all(v == len(ks) * PARTITIONS for v in checked.values()), checked
 
 
+def test_every_interaction_is_a_consistent_cut_of_the_pipelined_functions(recorded):
+    """running_total, Threshold and map run pipelined in one Python worker: at an interaction
+    Threshold has seen what running_total yielded by its position (all of it, or all but the
+    last input's yield when that input triggered the interaction), and map what Threshold
+    kept. Each state alone equals the oracle at its own position
+    (`test_recorded_states_equal_the_oracle`); this checks the positions agree."""
+    reader = RunReader(recorded[0])
+    names = {o.id: o.name for o in reader.operators}
+    for x in reader.interactions():
+        at = {(names[op], i): a for (op, i), a in reader.instances_at(x.k).items()}
+        for i in range(PARTITIONS):
+            n, xs = at[("running_total", i)].position, elements(i)
+            threshold = reader.state(at[("Threshold", i)].state) or {"seen": 0, "kept": 0}
+            yielded = sum(v % 5 == 0 for v in xs[:n])   # (n = len(xs) + 1: its END step too)
+            in_flight = 0 < n <= len(xs) and xs[n - 1] % 5 == 0
+            assert yielded - in_flight <= threshold["seen"] <= yielded, (x.k, i, n, threshold)
+            ended = at[("Threshold", i)].position > threshold["seen"]   # (then map took its END step too)
+            assert at[("map", i)].position == threshold["kept"] + ended, (x.k, i, at[("map", i)].position, threshold)
+    reader.close()
+
+
 def test_verify_replays_every_interaction(recorded, capsys):
     from tt.cli.main import main
 
@@ -118,12 +139,12 @@ def test_steps_over_elements_and_back(recorded):
                 if op == names["running_total"] and i == 0 and 0 < at.position < 150)
     session.jump(k)
     before = session.engine.states()
-    session.step_over(session.parse_ref(f"running_total:0:{n}"))
+    assert session.step_over(session.parse_ref(f"running_total:0:{n}")).ok
     xs = elements(0)
     assert session.engine.states()[(names["running_total"], 0)] == {
         "locals": {"total": sum(xs[: n + 1]), "x": xs[n]}}
     m = before[(names["Threshold"], 0)]["seen"]
-    session.step_over(session.parse_ref(f"Threshold:0:{m}"))
+    assert session.step_over(session.parse_ref(f"Threshold:0:{m}")).ok
     seen = pairs(0)[: m + 1]
     assert session.engine.states()[(names["Threshold"], 0)] == {
         "seen": m + 1, "kept": sum(t % 3 != 0 for _, t in seen)}
