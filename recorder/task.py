@@ -234,8 +234,8 @@ class _Pipeline(threading.local):
     client heard of them, a cut that is not consistent (a filter having seen rows its upstream
     had not yet produced)."""
 
-    attempt: Any = None
-    tasks: list = []
+    attempt: Any = None   # (never a Spark attempt id: the first join starts the list)
+    tasks: list
 
 
 _PIPELINE = _Pipeline()
@@ -681,7 +681,7 @@ class StageTask:
             self.client.close()
             self.client.on_interaction = _no_interaction   # (it woke θ when an interaction came)
         cycle_collector.task_ended()
-        self.runners, self.recorders, self.loggers, self.theta = {}, [], [], None
+        self.runners, self.recorders, self.loggers, self.theta, self.downstream = {}, [], [], None, []
         self._unit_head = None
 
     def _run_source(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
