@@ -30,11 +30,14 @@ Variants (one child process each, `--reps` times):
          (`--lineage`, W2) tt record with θ = REV, the last operator, as benches/lineage.py
          records it, without and with --lineage (J1, J2 and J3 logged outside G(θ)), only the
          interactions every recording takes: their ratio is what --lineage costs (issue 16)
+  when   (`--when`, W1 and W2) tt record with a `--when` condition that reads each of θ's
+         inputs and never holds (`NEVER`), only the interactions every recording takes: its
+         ratio to `end` is what testing θ's every input costs
   S      (`--every S`) tt record, an interaction every S seconds; valgrind runs the workers ~5×
          slower, so a time-based interval takes about 5× more interactions per tuple than it
          would, and their number varies from run to run (it is printed)
 
-    python benches/instructions.py [--workloads W1 W2 TWS] [--scale 0.1] [--reps 1] [--every 0.5] [--lineage]
+    python benches/instructions.py [--workloads W1 W2 TWS] [--scale 0.1] [--reps 1] [--every 0.5] [--lineage] [--when]
 
 Needs valgrind on PATH. Prints each variant's workers' instructions and their ratio to `off`,
 and writes the same to benches/results/.
@@ -58,6 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reporting import bytecode_cached, write_result   # noqa: E402  (benches/reporting.py)
 
 END_ONLY = 1e9   # an interval no run reaches: only the interactions every recording takes
+NEVER = "row.get('l_orderkey', 0) < 0"   # the `when` variant's condition: read on each of θ's inputs, never true
 LINEAGE_VARIANTS = ("rev", "rev+lineage")   # W2 with θ = REV, recorded without and with --lineage (`--lineage`)
 _LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs):\s+(.*)")
 
@@ -106,8 +110,9 @@ def child(workload: str, variant: str, scale: float, partitions: int) -> None:
     if variant in LINEAGE_VARIANTS:
         rows = lineage_variant(spark, variant, data, partitions, out)
     else:
-        every = None if variant == "off" else END_ONLY if variant == "end" else float(variant)
-        rows, _ = run_variant(spark, w, "record" if every else "off", every, data, partitions, out)
+        every = None if variant == "off" else END_ONLY if variant in ("end", "when") else float(variant)
+        rows, _ = run_variant(spark, w, "record" if every else "off", every, data, partitions, out,
+                              when=NEVER if variant == "when" else None)
     wall = time.perf_counter() - start
     check(rows, reference, f"{workload} {variant}")
     interactions = 0
@@ -201,6 +206,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1, help="runs of each variant (they agree within 0.05 %%)")
     ap.add_argument("--every", type=float, action="append", default=[],
                     help="also record with an interaction every this many seconds (repeatable)")
+    ap.add_argument("--when", action="store_true",
+                    help="W1 and W2 also with a --when condition that never holds: what testing θ's inputs costs")
     ap.add_argument("--lineage", action="store_true",
                     help="W2 also with θ = REV, recorded without and with --lineage: what --lineage costs (issue 16)")
     args = ap.parse_args()
@@ -215,7 +222,7 @@ def main() -> None:
         tpch_parquet(args.scale)   # generated once, before any run is counted
     results: dict[str, dict[str, list[dict]]] = {}
     for name in args.workloads:
-        variants = ["off", "end"] + [f"{s:g}" for s in args.every]
+        variants = ["off", "end"] + (["when"] if args.when and name != "TWS" else []) + [f"{s:g}" for s in args.every]
         if args.lineage and name == "W2":
             variants += LINEAGE_VARIANTS
         results[name] = {v: [] for v in variants}
@@ -243,6 +250,9 @@ def main() -> None:
             plain, lin = (min(r["own"] for r in by[v]) for v in LINEAGE_VARIANTS)
             lines += ["", f"--lineage (θ = REV): rev+lineage × rev = {lin / plain:.4f} "
                           f"({(lin - plain) / 1e9:+.3f} G; goal ≤ 1.015, issue 16)"]
+        if "when" in by:
+            end, when = (min(r["own"] for r in by[v]) for v in ("end", "when"))
+            lines += ["", f"--when {NEVER!r} (never true): when × end = {when / end:.4f} ({(when - end) / 1e9:+.3f} G)"]
         lines.append("")
     text = "\n".join(lines)
     print("\n" + text)
@@ -251,6 +261,7 @@ def main() -> None:
                        f"    python benches/instructions.py --workloads {' '.join(args.workloads)} "
                        f"--scale {args.scale:g} --reps {args.reps}"
                        + "".join(f" --every {s:g}" for s in args.every) + (" --lineage" if args.lineage else "")
+                       + (" --when" if args.when else "")
                        + f"\n\n{text}\n",
                        datetime.date.today().isoformat())
     print(f"wrote {out}")

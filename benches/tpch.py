@@ -381,8 +381,9 @@ def _command_line(pid: int) -> bytes:
 
 
 def run_variant(spark, w: Workload, variant: str, every: float | None, data: Path, partitions: int,
-                out: Path) -> tuple[list[tuple], int | None]:
-    """One run of one variant: its answer, and its run file's size when it records."""
+                out: Path, when: str | None = None) -> tuple[list[tuple], int | None]:
+    """One run of one variant: its answer, and its run file's size when it records (`when`: a
+    `--when` condition besides `every`)."""
     from tt.recorder.session import RecordingSession
     from tt.store.reader import RunReader
 
@@ -393,7 +394,7 @@ def run_variant(spark, w: Workload, variant: str, every: float | None, data: Pat
     flow = w.flow(spark, data, partitions)
     if every is None:
         return w.answer(flow.run()), None
-    session = RecordingSession(out, Path(__file__), [], watch=w.theta, every=every)
+    session = RecordingSession(out, Path(__file__), [], watch=w.theta, every=every, when=when)
     try:
         with session:
             result = flow.run()

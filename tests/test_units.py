@@ -182,8 +182,33 @@ def test_conditions():
     assert when({"amount": 5000, "customer": "Bob"})
     assert not when({"amount": 5000, "customer": "Mallory"})
     assert not when({"customer": "Bob"}), "a condition that raises is false for that tuple"
+    assert when.first_error == ("--when \"row['amount'] > 1000 and row['customer'] != 'Mallory'\" raised "
+                                "KeyError: 'amount' (such tuples count as false)")
     with pytest.raises(UsageError, match="unknown name"):
         compile_condition("__import__('os').system('true')")
+    with pytest.raises(UsageError, match="unknown name"):
+        compile_condition("_failed(row) or rows")   # (the names of the compiled functions' own)
+
+
+def test_a_conditions_first_hit_is_the_first_row_it_holds_for():
+    """θ's loop over a batch asks for the first row of a slice that meets `--when`
+    (`first_hit`): the same rows `when` holds for one by one, a row that raises counted false
+    and said once, a value whose truth raises (a numpy array) too."""
+    import numpy as np
+
+    when = compile_condition("row['n'] % 7 == 3 or (row['n'] > 90 and row['x'])")
+    rows = [{"n": n} if n % 11 == 0 else {"n": n, "x": np.array([1, 2]) if n % 5 == 0 else n % 2} for n in range(120)]
+    expected = [i for i, r in enumerate(rows) if when(r)]
+    assert expected[:3] == [3, 10, 17] and 91 in expected and 95 not in expected
+    found, start = [], 0
+    while (i := when.first_hit(rows, start, len(rows))) >= 0:
+        found.append(i)
+        start = i + 1
+    assert found == expected
+    assert when.first_hit(rows, 4, 10) == -1 and when.first_hit(rows, 10, 10) == -1
+    fresh = compile_condition("row['x'] > 0")
+    assert fresh.first_hit([{"n": 1}, {"x": 0}, {"x": 2}], 0, 3) == 2
+    assert fresh.first_error == "--when \"row['x'] > 0\" raised KeyError: 'x' (such tuples count as false)"
 
 
 # --- wire and writer --------------------------------------------------------------------------------------
@@ -1260,7 +1285,9 @@ def test_thetas_loop_over_a_batch_logs_and_takes_barriers_as_row_by_row():
     barrier at a fixed position (a re-run's) is taken exactly there, with every input before
     it logged; an interaction that arrives mid-batch (the control thread sets `barrier_at` to
     0) is taken within a slice (≤ `_SLICE_ROWS` rows) with the log complete; a failing input
-    leaves the log complete up to it."""
+    leaves the log complete up to it; a `--when` condition triggers at the same inputs, after
+    their outputs, with the log complete, from `when_from` on, beside barriers at fixed
+    positions (a trigger's barriers move the next one, as `_on_trigger`'s do)."""
     from tt.core.runtime import _SLICE_ROWS, INF, InstanceLog, OperatorFailure, ThetaRunner
 
     class Op(Operator):   # 0, 1 or 2 outputs by the row; long silent runs, as an aggregate's
@@ -1283,7 +1310,7 @@ def test_thetas_loop_over_a_batch_logs_and_takes_barriers_as_row_by_row():
 
     rows = list(range(20_000))
 
-    def run(batched: bool, fixed=(), arrive=(), fail_at=-1):
+    def run(batched: bool, fixed=(), arrive=(), fail_at=-1, when=None, when_from=0):
         op = Op()
         op.arrived, op.fail_at = list(arrive), fail_at
         taken = []
@@ -1296,8 +1323,15 @@ def test_thetas_loop_over_a_batch_logs_and_takes_barriers_as_row_by_row():
                 fixed.pop(0)
             runner.barrier_at = fixed[0] if fixed else INF
 
+        def on_trigger(position, row):
+            assert len(runner.log.counts) == position - runner.log.start and len(out) == emitted[row]
+            taken.append(("when", position, row))
+            while fixed and fixed[0] <= position:
+                fixed.pop(0)
+            runner.barrier_at = fixed[0] if fixed else INF
+
         runner = ThetaRunner("T", 0, op, 1, InstanceLog([]), False, on_barrier=on_barrier,
-                             on_trigger=None, when=None)
+                             on_trigger=on_trigger, when=when, when_from=when_from)
         op.runner = runner
         runner.barrier_at = fixed[0] if fixed else INF
         out = []
@@ -1323,6 +1357,17 @@ def test_thetas_loop_over_a_batch_logs_and_takes_barriers_as_row_by_row():
     assert len(taken) == 2 and 500 <= taken[0] <= 500 + _SLICE_ROWS and 9_000 <= taken[1] <= 9_000 + _SLICE_ROWS
     failed = run(True, fail_at=7_777)
     assert failed == run(False, fail_at=7_777) and len(failed[1]) == 7_777
+
+    emitted = dict(zip(rows, itertools.accumulate(0 if r % 1000 < 700 else r % 3 for r in rows)))
+    condition = "row % 997 in (0, 1) or row in (2_999, 3_000, 3_001, 19_999)"
+    compiled, plain_when = compile_condition(condition), eval(f"lambda row: {condition}")   # (with `first_hit`, and without)
+    for when, args in itertools.product((compiled, plain_when), (
+            {}, {"fixed": fixed}, {"fixed": fixed, "when_from": 5_000}, {"fail_at": 7_777})):
+        batched = run(True, when=when, **args)
+        assert batched == run(False, when=when, **args)
+        hits = [t for t in batched[2] if type(t) is tuple]
+        expected = [r for r in rows[args.get("when_from", 0):args.get("fail_at", len(rows))] if when(r)]
+        assert [row for _, _, row in hits] == expected and all(at == row + 1 for _, at, row in hits)
 
 
 # --- a source's batch into a shuffle ---------------------------------------------------------
