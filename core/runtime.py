@@ -340,11 +340,11 @@ class RecordingRunner(Runner):
             finally:   # (a failing input too: the log is complete up to it)
                 if count > logged:
                     zeros(bytes(width * (count - logged)))
+            took = perf_counter() - started   # (not the trigger's snapshots)
             if hit >= 0:
                 upstream.count = up
                 self.on_trigger(count, rows[hit])
                 CONTEXT.runner = self
-            took = perf_counter() - started
             if took < _SLICE_SECONDS:
                 if size < _SLICE_ROWS:
                     size *= 2
