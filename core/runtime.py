@@ -245,7 +245,7 @@ class RecordingRunner(Runner):
 
     barrier_at: float = INF   # only θ takes barriers (ThetaRunner); checked here, not in a second call per tuple
     slice_rows = 1            # `feed_many`'s slice, as its last call left it (a shuffle's payloads are 512 rows)
-    when: Callable[[Any], bool] | None = None   # θ's `--when` condition (ThetaRunner)
+    when: Any = None   # θ's `--when` condition (ThetaRunner)
     when_from = 0
 
     def feed(self, row, port):
@@ -311,7 +311,8 @@ class RecordingRunner(Runner):
             due = self.barrier_at - count   # ≥ 1, but for an interaction that came since the test
             stop = i + (size if due >= size else max(1, int(due)))
             started = perf_counter()
-            hit = self._first_hit(rows, i, min(stop, n), count) if when is not None else -1
+            # (the slice's first row that meets `--when`, from position `when_from` on: -1 for none)
+            hit = when.first_hit(rows, max(i, i + self.when_from - count), min(stop, n)) if when is not None else -1
             if hit >= 0:
                 stop = hit + 1
             logged = count   # counts holds an entry for each input before `logged`
@@ -353,18 +354,6 @@ class RecordingRunner(Runner):
             i = stop
         self.slice_rows = size
         upstream.count = up
-
-    def _first_hit(self, rows: list, start: int, stop: int, count: int) -> int:
-        """The index of the first of `rows[start:stop]` (the first at position `count`) that
-        meets θ's `--when` condition, from position `when_from` on; -1 if none does."""
-        when, start = self.when, max(start, start + self.when_from - count)
-        first_hit = getattr(when, "first_hit", None)   # (the recorder's conditions have one: recorder/triggers.py)
-        if first_hit is not None:
-            return first_hit(rows, start, stop)
-        for j in range(start, stop):
-            if when(rows[j]):
-                return j
-        return -1
 
     def end(self):
         outs = self._finish_outputs()
@@ -608,12 +597,13 @@ class ThetaRunner(RecordingRunner):
     `barrier_at` is the position before which the next barrier must be taken; the
     recorder's control thread sets it to 0 when an interaction arrives, and to a
     fixed position when a re-run must repeat the first run's barriers. `when` is the
-    compiled `--when` condition; a matching tuple triggers an interaction right
+    compiled `--when` condition (recorder/triggers.py: called on a tuple, and its
+    `first_hit` on a slice of a batch); a matching tuple triggers an interaction right
     after it has been processed (and its outputs have flowed downstream).
     """
 
     def __init__(self, *args, on_barrier: Callable[[int], None],
-                 on_trigger: Callable[[int, Any], None], when: Callable[[Any], bool] | None,
+                 on_trigger: Callable[[int, Any], None], when: Any,
                  when_from: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
         self.barrier_at: float = INF
