@@ -9,7 +9,9 @@ rows, JSON bytes and a 64-bit digest of its contents. A replay still rebuilds th
 verify` digests the replayed field the same way and compares (`like_recorded`), so a join
 whose rows differ in replay is still found, down to the input (replay/verify.py).
 
-The digest is a sum, modulo 2**64, of one hash per key over its encoded key and value, so the
+The digest is a sum, modulo 2**64, of one hash per key over its encoded key and value (xxh3-64
+of its JSON; a summary says so, `"hash": "xxh3"`, and one from a run file before it, which says
+nothing, was hashed by blake2b, which replay still uses for it: `HASHES`), so the
 recorder updates it from the keys the operator lists as changed (`changed_keys`), remembering
 each key's hash, instead of hashing the whole field at every interaction (`KeptDigests`). A
 long list the operator lists as only `APPENDED` to keeps its hash open (`_Stream`): its new rows
@@ -48,6 +50,7 @@ from decimal import Decimal
 from typing import Any
 
 import orjson
+import xxhash
 
 from . import values
 
@@ -62,6 +65,7 @@ _SAMPLED_TOP = bytes(int(b >> (_UNSAMPLED - 56) == 0) for b in range(256))   # t
 COUNTS = "counts"   # a field digested by its keys' row counts and one key in 64's values (the run file proves the rest)
 KEY_ROWS = "key rows"   # the same facts, summed over its rows' keys: kept up by the appends the operator counts
 APPENDED = "appended"   # a `changed_keys()` value: the key's list only gained rows at its end since
+XXH3 = "xxh3"           # a summary's hash of bytes (`hash`): xxh3-64; run files before it have none, blake2b-64
 _STREAMED = 64          # rows from which a list appended to is hashed as a stream (`_Stream`)
 
 
@@ -69,20 +73,37 @@ class Kept:
     """What an interaction stores of a kept-inputs field; encodes as `{"$kept": {...}}`. `bytes`
     is the JSON the field stands for (the planner's figure). `of`: None for a digest of all its
     values; `COUNTS` or `KEY_ROWS` for one by its keys' rows, which stores no such figure, its
-    `bytes` an estimate from a sample of rows."""
+    `bytes` an estimate from a sample of rows. `hash`: what hashed its bytes (`XXH3`; None in
+    run files before it: blake2b)."""
 
-    __slots__ = ("keys", "rows", "bytes", "digest", "of")
+    __slots__ = ("keys", "rows", "bytes", "digest", "of", "hash")
 
-    def __init__(self, keys: int, rows: int, nbytes: int, digest: int, of: str | None = None):
-        self.keys, self.rows, self.bytes, self.digest, self.of = keys, rows, nbytes, digest, of
+    def __init__(self, keys: int, rows: int, nbytes: int, digest: int, of: str | None = None,
+                 hashed: str | None = XXH3):
+        self.keys, self.rows, self.bytes, self.digest, self.of, self.hash = keys, rows, nbytes, digest, of, hashed
 
     def __tt_json__(self) -> dict:
         if self.of is not None:
-            return {TAG: {"keys": self.keys, "rows": self.rows, "of": self.of, "digest": f"{self.digest:016x}"}}
-        return {TAG: {"keys": self.keys, "rows": self.rows, "bytes": self.bytes, "digest": f"{self.digest:016x}"}}
+            summary = {"keys": self.keys, "rows": self.rows, "of": self.of, "digest": f"{self.digest:016x}"}
+        else:
+            summary = {"keys": self.keys, "rows": self.rows, "bytes": self.bytes, "digest": f"{self.digest:016x}"}
+        if self.hash is not None:
+            summary["hash"] = self.hash
+        return {TAG: summary}
 
 
-def _entry(key: Any, value: Any) -> int:
+def _blake2b(data: bytes) -> int:
+    """A summary's hash of bytes in run files before `XXH3`: blake2b-64, unsigned."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+#: a summary's `hash` -> its hash of bytes, unsigned 64 bits. xxh3 hashes a W2 task's end
+#: snapshot, the JSON of every row J2 and J3 hold, at a fraction of blake2b's reference C:
+#: blake2b took 36 M of the 0.64 G instructions recording W2 at scale 0.1 added
+HASHES = {XXH3: xxhash.xxh3_64_intdigest, None: _blake2b}
+
+
+def _entry(key: Any, value: Any, h: Any = xxhash.xxh3_64_intdigest) -> int:
     """One key's entry, packed in one int (what `KeptDigests` remembers per key): its hash in
     the high bits, then its rows (a list's items; 1 for any other value) in 48 bits, its JSON
     bytes in the low 48. A field's summary is read from the sum of its entries, so an
@@ -93,17 +114,17 @@ def _entry(key: Any, value: Any) -> int:
     The JSON is orjson's own where it can write the value (values' tags only for what it cannot,
     a Decimal say): a join's final snapshot hashes every row it holds, and this is 1.6 times
     faster than `values.encode` first (370,000 lineitem-like rows: 0.71 s, not 1.15 s). It does
-    not tell a tuple from a list, or NaN from None."""
+    not tell a tuple from a list, or NaN from None. `h`: the summary's hash (`HASHES`)."""
     try:
         data = orjson.dumps((key, value), default=_json_default, option=orjson.OPT_SORT_KEYS)
     except TypeError:   # a dict with keys that are not str, an int beyond 64 bits: values' encoding
         data = orjson.dumps([values.encode(key), values.encode(value)], option=orjson.OPT_SORT_KEYS)
-    return _packed(hashlib.blake2b(data, digest_size=8).digest(), len(value) if type(value) is list else 1, len(data))
+    return _packed(h(data), len(value) if type(value) is list else 1, len(data))
 
 
-def _packed(digest: bytes, rows: int, size: int) -> int:
+def _packed(digest: int, rows: int, size: int) -> int:
     """An entry's hash, rows and JSON bytes in one int (`_entry`)."""
-    return int.from_bytes(digest, "little") << 96 | rows << 48 | size
+    return digest << 96 | rows << 48 | size
 
 
 def _count_hash(key: Any, rows: int) -> int:
@@ -173,20 +194,24 @@ def _json_default(value: Any) -> Any:
     return values.encode(value)
 
 
-def _kept(field: dict, packed_sum: int) -> Kept:
+def _kept(field: dict, packed_sum: int, hashed: str | None = XXH3) -> Kept:
     """The summary of `field` from the sum of its entries' packed ints."""
-    return Kept(len(field), (packed_sum >> 48) & _LOW, packed_sum & _LOW, (packed_sum >> 96) & _MASK)
+    return Kept(len(field), (packed_sum >> 48) & _LOW, packed_sum & _LOW, (packed_sum >> 96) & _MASK,
+                hashed=hashed)
 
 
-def summary(field: Any, of: str | None = None) -> Any:
+def summary(field: Any, of: str | None = None, hashed: str | None = XXH3) -> Any:
     """The `Kept` summary of a whole field, hashed from scratch (replay; a first snapshot): of its
-    values (`of` None), or by its keys' rows as `COUNTS` or `KEY_ROWS` digests them."""
+    values (`of` None), or by its keys' rows as `COUNTS` or `KEY_ROWS` digests them; its values'
+    JSON hashed as `hashed` says (`HASHES`: a run file's summary says which)."""
     if type(field) is not dict:
         return field   # not what a kept-inputs field is: stored as it is
     with values.gc_paused():
         if of is None:
-            return _kept(field, sum(map(_entry, field, field.values())))
-        return (_KeyRowsDigest if of == KEY_ROWS else _CountDigest)(field).kept(field)
+            return _kept(field, sum(map(_entry, field, field.values(), itertools.repeat(HASHES[hashed]))), hashed)
+        if of == KEY_ROWS:
+            return _KeyRowsDigest(field, hashed=hashed).kept(field)
+        return _CountDigest(field, hashed).kept(field)
 
 
 def is_kept(encoded: Any) -> bool:
@@ -200,11 +225,22 @@ def like_recorded(recorded: Any, state: Any) -> Any:
     if type(recorded) is not dict or type(state) is not dict:
         return state
     kept = [f for f, v in recorded.items() if is_kept(v) and f in state]
-    return {**state, **{f: summary(state[f], recorded[f][TAG].get("of")) for f in kept}} if kept else state
+    return {**state, **{f: summary(state[f], recorded[f][TAG].get("of"), _hash_of(recorded[f][TAG]))
+                        for f in kept}} if kept else state
+
+
+def _hash_of(recorded: dict) -> str | None:
+    """A stored summary's `hash` (None: blake2b, a run file from before `XXH3`); one this tt does
+    not know is an error, not a digest compared with another hash's."""
+    hashed = recorded.get("hash")
+    if hashed not in HASHES:
+        raise ValueError(f"a kept-inputs summary hashed by {hashed!r}, which this tt does not know: "
+                         f"a newer tt recorded it")
+    return hashed
 
 
 class _Stream:
-    """A long list's entry kept open: the blake2b state of its JSON up to its last row
+    """A long list's entry kept open: the xxh3 state of its JSON up to its last row
     (`[key,[r0,...,rn`), so that rows added at its end are hashed alone. orjson writes no
     spaces, so the JSON of `(key, list)` is the same bytes written whole or row by row: the
     entry is `_entry`'s. At 10 interactions a second, TPC-H W2's J3 keeps its 25 nation keys'
@@ -222,13 +258,13 @@ class _Stream:
             return None, _entry(key, value)
         stream = cls()
         stream.rows, stream.count, stream.last = value, len(value), value[-1]
-        stream.hasher, stream.size = hashlib.blake2b(memoryview(data)[:-2], digest_size=8), len(data) - 2
+        stream.hasher, stream.size = xxhash.xxh3_64(memoryview(data)[:-2]), len(data) - 2
         return stream, stream.entry()
 
     def entry(self) -> int:
         done = self.hasher.copy()
         done.update(b"]]")
-        return _packed(done.digest(), self.count, self.size + 2)
+        return _packed(done.intdigest(), self.count, self.size + 2)
 
     def extended(self, value: list) -> int | None:
         """The entry of `value`, this stream's list with rows added at its end since (the rows
@@ -318,19 +354,20 @@ class _CountDigest:
     pass over the lists (best of 5, no other load). Digesting its values instead took 1.8 s for
     the whole lineitem side, twice this field."""
 
-    __slots__ = ("size", "_known", "_pending", "hashes", "rows", "sampled", "per_row")
+    __slots__ = ("size", "_known", "_pending", "hashes", "rows", "sampled", "per_row", "hashed", "h")
 
-    def __init__(self, field: dict):
+    def __init__(self, field: dict, hashed: str | None = XXH3):
         self.size = self.hashes = self.rows = 0
         self._known, self._pending, self.sampled = {}, [], {}
+        self.hashed, self.h = hashed, HASHES[hashed]   # the sampled values' hash
         self._add(field, list(field), field.values())
         self.per_row = _per_row(field)
 
-    @staticmethod
-    def _sampled(keys: list, hashes: list[int], field: dict) -> dict:
+    def _sampled(self, keys: list, hashes: list[int], field: dict) -> dict:
         """The values' hash of each sampled key (one in 64, by its `_count_hash`: below 2**58 as
         unsigned is, for Python's signed hash too, a shift by 58 that leaves 0)."""
-        return {k: _entry(k, field[k]) >> 96 for k in _chosen(keys, hashes)}
+        h = self.h
+        return {k: _entry(k, field[k], h) >> 96 for k in _chosen(keys, hashes)}
 
     @property
     def known(self) -> dict:
@@ -381,7 +418,7 @@ class _CountDigest:
 
     def kept(self, field: dict) -> Kept:
         return Kept(len(field), self.rows, round(self.rows * self.per_row),
-                    (self.hashes + sum(self.sampled.values())) & _MASK, COUNTS)
+                    (self.hashes + sum(self.sampled.values())) & _MASK, COUNTS, self.hashed)
 
 
 def _key_hashes(keys: list) -> list[int]:
@@ -425,11 +462,13 @@ class _KeyRowsDigest:
     what one snapshot at the end costs from scratch either way (207 and 223 ms before, 221 to
     245 ms so)."""
 
-    __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row", "sums")
+    __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row", "sums", "hashed", "h")
 
-    def __init__(self, field: dict, sums: Any = key_sums, lists: bool = False):
+    def __init__(self, field: dict, sums: Any = key_sums, lists: bool = False, hashed: str | None = XXH3):
         """`lists`: the operator vouches that every value is a list (`HashJoin.kept_lists`), so
-        their lengths are read without a type check: 161,000 J1 keys, 17 ms where `_rows_of` takes 35."""
+        their lengths are read without a type check: 161,000 J1 keys, 17 ms where `_rows_of` takes 35.
+        `hashed`: the sampled values' hash (`HASHES`)."""
+        self.hashed, self.h = hashed, HASHES[hashed]
         keys = list(field)
         rows = list(map(len, field.values())) if lists else _rows_of(field.values())
         self.sums = sums   # `key_sums`, or the recorder's with the same values
@@ -457,15 +496,15 @@ class _KeyRowsDigest:
 
     def _sample(self, field: dict, chosen: list) -> None:
         """Hash the values of the keys `chosen` to be sampled (by their `key_sums`)."""
-        sampled = self.sampled
+        sampled, h = self.sampled, self.h
         for k in chosen:
-            entry = _entry(k, field[k]) >> 96
+            entry = _entry(k, field[k], h) >> 96
             self.sampled_sum += entry - sampled.get(k, 0)
             sampled[k] = entry
 
     def kept(self, field: dict) -> Kept:
         return Kept(len(field), self.rows, round(self.rows * self.per_row),
-                    (self.hashes + self.sampled_sum) & _MASK, KEY_ROWS)
+                    (self.hashes + self.sampled_sum) & _MASK, KEY_ROWS, self.hashed)
 
 
 class KeptDigests:

@@ -14,7 +14,6 @@ kept short on purpose: it is the hot loop of every recorded job.
 
 from __future__ import annotations
 
-import itertools
 import traceback
 from array import array
 from time import perf_counter
@@ -30,6 +29,8 @@ INF = float("inf")
 #: `RecordingRunner.feed_many` checks for a barrier after slices of rows that take about this long
 _SLICE_SECONDS = 0.001
 _SLICE_ROWS = 4096   # (and are never longer)
+#: an Output log entry of 1 (a source's every input), as bytes: a batch's entries are `frombytes` of it times its rows
+_ONE_OUTPUT = array(new_counts().typecode, [1]).tobytes()
 
 
 class OperatorFailure(Exception):
@@ -392,7 +393,7 @@ class SourceLineageRunner(RecordingRunner):
             for self.count, row in enumerate(rows, self.count + 1):
                 for t in targets:
                     t(row)
-        self.log.counts.extend(itertools.repeat(1, len(rows)))
+        self.log.counts.frombytes(_ONE_OUTPUT * len(rows))   # (`extend` of a `repeat`: 90 times slower)
 
 
 class LineageRunner(RecordingRunner):

@@ -283,16 +283,17 @@ class Outbox:
                 pack(route, d, b, in_g)
 
         def emit_many(rows) -> bool:
-            """`emit` each of a source's batch: their destinations first, logged in one `extend`
+            """`emit` each of a source's batch: their destinations first, logged in one `fromlist`
             (1M rows into 4 destinations, Spark-free, best of 9: logging them cost +86 ms appended
-            row by row, +42 ms so). False, having done nothing, where the key function raised:
-            the caller then emits row by row, to fail at that row."""
+            row by row, +42 ms by `extend`; `fromlist` takes 10,000 in 90 µs, `extend` in 244).
+            False, having done nothing, where the key function raised: the caller then emits row
+            by row, to fail at that row."""
             try:
                 ds = [stable_hash(key(row)) % n_dest for row in rows]
             except Exception:
                 return False
             if dests_log is not None:
-                dests_log.extend(ds)
+                dests_log.fromlist(ds)
             for row, d in zip(rows, ds):
                 b = bufs[d]
                 b.append(row)

@@ -1,7 +1,7 @@
 """The layering of docs/ARCHITECTURE.md, enforced: who may import what.
 
 Only `recorder/` imports pyspark; only `tui/` imports textual; the core imports
-only the standard library, orjson, cloudpickle and greenlet; replay and the store never
+only the standard library, orjson, xxhash, cloudpickle and greenlet; replay and the store never
 reach Spark. Checked statically on every import statement (including imports
 inside functions) and dynamically: loading the debugger's modules must not load
 pyspark.
@@ -26,7 +26,7 @@ TT_LAYERS = {
     "tui": {"core", "store", "replay", "tui"},
     "cli": {"core", "store", "replay", "recorder", "tui", "cli"},
 }
-CORE_THIRD_PARTY = {"orjson", "cloudpickle", "greenlet"}
+CORE_THIRD_PARTY = {"orjson", "xxhash", "cloudpickle", "greenlet"}
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:
@@ -68,7 +68,7 @@ def test_every_import_respects_the_layers():
                 if sub in TT_LAYERS and sub not in TT_LAYERS[layer]:
                     problems.append(where + f" ({layer}/ may not import tt.{sub})")
             if layer == "core" and top not in stdlib and top not in CORE_THIRD_PARTY and top != "tt":
-                problems.append(where + " (the core imports only stdlib, orjson, cloudpickle, greenlet)")
+                problems.append(where + " (the core imports only stdlib, orjson, xxhash, cloudpickle, greenlet)")
     assert not problems, "\n".join(problems)
 
 

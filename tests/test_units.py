@@ -540,6 +540,40 @@ def test_a_joins_running_digest_equals_one_made_from_scratch(of):
     assert values.first_difference(stored, changed) == ("<root>", stored, changed)
 
 
+@pytest.mark.parametrize("of", [None, "counts", "key rows"], ids=["values", "counts", "key-rows"])
+def test_a_kept_summary_names_its_hash_and_older_run_files_verify_by_theirs(of):
+    """A summary says what hashed its values' JSON (`"hash": "xxh3"`); one from a run file before
+    it says nothing and was hashed by blake2b. Replay digests a field as its stored summary says,
+    so both verify, and both find a stored value that differs; a hash this tt does not know is
+    an error, not a digest compared with another's."""
+    import hashlib
+
+    import orjson
+
+    from tt.core import kept_inputs
+
+    field = {k: [{"k": k, "v": decimal.Decimal(k) / 10, "n": i} for i in range(1 + k % 3)] for k in range(400)}
+    new, old = (kept_inputs.summary(field, of, h).__tt_json__()["$kept"] for h in (kept_inputs.XXH3, None))
+    assert new["hash"] == "xxh3" and "hash" not in old and new["digest"] != old["digest"]
+    if of is None:   # the older digest: blake2b of each key's JSON, summed (what run files hold)
+        total = sum(int.from_bytes(hashlib.blake2b(orjson.dumps([k, v], default=values.encode,
+                                                                option=orjson.OPT_SORT_KEYS),
+                                                    digest_size=8).digest(), "little") for k, v in field.items())
+        assert old["digest"] == f"{total % 2 ** 64:016x}"
+    for stored in (new, old):
+        replayed = kept_inputs.like_recorded({"f": {"$kept": stored}}, {"f": field})["f"]
+        assert replayed.__tt_json__()["$kept"] == stored
+    picks = {None: lambda k: True,   # a key whose values the digest hashes
+             "counts": lambda k: kept_inputs._count_hash(k, len(field[k])) >> kept_inputs._UNSAMPLED == 0,
+             "key rows": lambda k: kept_inputs._key_hash(k) >> kept_inputs._UNSAMPLED == 0}
+    sampled = next(filter(picks[of], field))
+    changed = {**field, sampled: [{**field[sampled][0], "v": decimal.Decimal("-1")}, *field[sampled][1:]]}
+    for stored in (new, old):
+        assert kept_inputs.like_recorded({"f": {"$kept": stored}}, {"f": changed})["f"].__tt_json__()["$kept"] != stored
+    with pytest.raises(ValueError, match="hashed by 'sha3', which this tt does not know"):
+        kept_inputs.like_recorded({"f": {"$kept": {**new, "hash": "sha3"}}}, {"f": field})
+
+
 def test_a_joins_long_lists_hashed_as_streams_equal_a_digest_from_scratch():
     """A long list the join lists as only appended to is hashed from its new rows on
     (`_Stream`); a key whose rows a `merge` was handed, which may change them, is hashed whole.
@@ -775,22 +809,26 @@ def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
     """A kept-inputs digest (core/kept_inputs.py) hashes the bytes it hashed before its fast path
     for Decimals (orjson with `values.encode` for what orjson cannot write; `values.encode` for all
     of it where orjson refuses the value), and counts a list's rows as before: run files recorded
-    before it still verify."""
+    before it still verify. Their summaries name no hash and are hashed by blake2b; a summary now
+    hashes the same bytes with xxh3 (`kept_inputs.XXH3`)."""
     import datetime
     import hashlib
 
     import orjson
+    import xxhash
 
     from tt.core import kept_inputs
 
     class Price(decimal.Decimal):
         pass
 
-    def before(key, value) -> int:
+    def before(key, value, xxh3: bool = False) -> int:
         try:
             data = orjson.dumps([key, value], default=values.encode, option=orjson.OPT_SORT_KEYS)
         except TypeError:
             data = orjson.dumps([values.encode(key), values.encode(value)], option=orjson.OPT_SORT_KEYS)
+        if xxh3:
+            return xxhash.xxh3_64_intdigest(data) << 48 | len(data)
         return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") << 48 | len(data)
 
     plain = [{"l_orderkey": 7, "price": decimal.Decimal("901.50"), "d": decimal.Decimal("0.04")},
@@ -800,9 +838,11 @@ def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
     cases = [(7, plain[:1]), ("k", plain), ((1, "a"), plain[1:]), (3, refused[:1]), (4, [*plain, *refused])]
     low = (1 << 48) - 1
     for key, value in cases:
-        entry, was = kept_inputs._entry(key, value), before(key, value)
+        entry, was = kept_inputs._entry(key, value, kept_inputs.HASHES[None]), before(key, value)
         assert (entry >> 96, entry & low) == (was >> 48, was & low), (key, value)   # hash, bytes
         assert (entry >> 48) & low == len(value), (key, value)   # rows: the list's items
+        entry, now = kept_inputs._entry(key, value), before(key, value, xxh3=True)
+        assert (entry >> 96, entry & low) == (now >> 48, now & low) and now >> 48 != was >> 48, (key, value)
     assert (kept_inputs._entry(1, {"a": 1}) >> 48) & low == 1   # a value that is no list: one row
 
 
@@ -1375,7 +1415,8 @@ def test_a_sources_batch_into_a_shuffle_is_routed_and_logged_as_row_by_row(logge
     """A source hands its batch to its one shuffle at once (`emit.many`): every row goes to the
     destination `emit` sends it to, in order, and the dests log is the same; where the key
     function raises on a row, the source fails at that row, having sent each row before it
-    once (the batch is then emitted row by row)."""
+    once (the batch is then emitted row by row). A logged source's Output log says one output
+    for each row."""
     from tt.core.runtime import InstanceLog, Runner, SourceLineageRunner
     from tt.recorder.task import ROWS_PER_PAYLOAD, Outbox
 
@@ -1404,7 +1445,7 @@ def test_a_sources_batch_into_a_shuffle_is_routed_and_logged_as_row_by_row(logge
             error = e
         outbox.close()
         sent = [(d, r["i"]) for d, payload in zip(outbox.cols[1], outbox.cols[5]) for r in pickle.loads(payload)]
-        return sent, list(dests or []), source.count, error
+        return sent, list(dests or []), source.count, error, list(source.log.counts) if logged else None
 
     rows = [{"i": i, "k": i * 7919 % 1009} for i in range(3 * ROWS_PER_PAYLOAD + 17)]
     at_once = run(rows, 700, False)
@@ -1413,6 +1454,7 @@ def test_a_sources_batch_into_a_shuffle_is_routed_and_logged_as_row_by_row(logge
     assert {d for d, _ in at_once[0]} == {0, 1, 2} and at_once[2] == len(rows)
     if logged:
         assert at_once[1] == [stable_hash(r["k"]) % 3 for r in rows]
+        assert at_once[4] == [1] * len(rows)   # its Output log: one output per row, batch by batch
 
     rows[1000]["k"] = -1   # in the second batch
     failed, by_row = run(rows, 700, False), run(rows, 700, True)
