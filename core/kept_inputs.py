@@ -354,19 +354,19 @@ class _CountDigest:
     pass over the lists (best of 5, no other load). Digesting its values instead took 1.8 s for
     the whole lineitem side, twice this field."""
 
-    __slots__ = ("size", "_known", "_pending", "hashes", "rows", "sampled", "per_row", "hashed", "h")
+    __slots__ = ("size", "_known", "_pending", "hashes", "rows", "sampled", "per_row", "hashed")
 
     def __init__(self, field: dict, hashed: str | None = XXH3):
         self.size = self.hashes = self.rows = 0
         self._known, self._pending, self.sampled = {}, [], {}
-        self.hashed, self.h = hashed, HASHES[hashed]   # the sampled values' hash
+        self.hashed = hashed   # the sampled values' hash (`HASHES`)
         self._add(field, list(field), field.values())
         self.per_row = _per_row(field)
 
     def _sampled(self, keys: list, hashes: list[int], field: dict) -> dict:
         """The values' hash of each sampled key (one in 64, by its `_count_hash`: below 2**58 as
         unsigned is, for Python's signed hash too, a shift by 58 that leaves 0)."""
-        h = self.h
+        h = HASHES[self.hashed]
         return {k: _entry(k, field[k], h) >> 96 for k in _chosen(keys, hashes)}
 
     @property
@@ -462,13 +462,13 @@ class _KeyRowsDigest:
     what one snapshot at the end costs from scratch either way (207 and 223 ms before, 221 to
     245 ms so)."""
 
-    __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row", "sums", "hashed", "h")
+    __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row", "sums", "hashed")
 
     def __init__(self, field: dict, sums: Any = key_sums, lists: bool = False, hashed: str | None = XXH3):
         """`lists`: the operator vouches that every value is a list (`HashJoin.kept_lists`), so
         their lengths are read without a type check: 161,000 J1 keys, 17 ms where `_rows_of` takes 35.
         `hashed`: the sampled values' hash (`HASHES`)."""
-        self.hashed, self.h = hashed, HASHES[hashed]
+        self.hashed = hashed
         keys = list(field)
         rows = list(map(len, field.values())) if lists else _rows_of(field.values())
         self.sums = sums   # `key_sums`, or the recorder's with the same values
@@ -496,7 +496,7 @@ class _KeyRowsDigest:
 
     def _sample(self, field: dict, chosen: list) -> None:
         """Hash the values of the keys `chosen` to be sampled (by their `key_sums`)."""
-        sampled, h = self.sampled, self.h
+        sampled, h = self.sampled, HASHES[self.hashed]
         for k in chosen:
             entry = _entry(k, field[k], h) >> 96
             self.sampled_sum += entry - sampled.get(k, 0)
