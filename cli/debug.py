@@ -40,9 +40,8 @@ def debug(
             require_dataflow(reader, "debug")  # before the trust check: a run that never started has no code
             ops = reader.operators
         if ops:
-            code = [reader.code(o.id) for o in ops] + list(reader.edge_keys().values())
             try:
-                require_trust(reader.path, reader.run.get("signature"), code, trust)
+                require_trust(reader.path, reader.run.get("signature"), reader.signed_code(), trust)
             except UntrustedRunError as e:
                 raise UntrustedRunError(f"{str(e).rstrip('.')}: tt debug {run} --trust") from None
     finally:

@@ -154,6 +154,10 @@ def _summary_text(s: dict) -> str:
                  + f"; recorded tuples {human_bytes(sz['recorded_tuples'])}; states {human_bytes(sz['states'])}")
     for src in s.get("sources", []):
         lines.append(f"source   {src['source']}: " + _source_text(src))
+    if s.get("modules"):
+        names = ", ".join(m["name"] + ("" if m["here"] == "unchanged" else f" ({m['here']} here since)")
+                          for m in s["modules"])
+        lines.append(f"modules  {names}: the job's own, stored with the run; a replay runs them as recorded")
     for f in s["failures"]:
         lines.append(f"failure  {f['op']}:{f['instance']} input #{f['position']}: {f['error']}")
     wal = s.get("wal") or {}

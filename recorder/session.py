@@ -28,6 +28,7 @@ from ..core.graph import Graph
 from ..store import blobs, schema
 from ..store.trust import sign_run
 from ..store.writer import Writer
+from . import job_modules
 from .coordinator import Coordinator
 from .task import Recording
 
@@ -70,6 +71,7 @@ class RecordingSession:
         self._next_file_id = 1       # source_files ids of the hooked sources read by reference
         self._hook_lock = threading.Lock()
         self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
+        self._modules: dict[str, dict] = {}  # the job's own modules, stored and signed (job_modules.py)
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
         self._stop_watching: Any = None          # a streaming query's micro-batch listener
         self.queries: dict[str, dict] = {}       # streaming query id -> {"checkpoint", "name"}
@@ -141,15 +143,28 @@ class RecordingSession:
         plan = orjson.dumps(graph.describe()).decode()
         theta = graph.nodes[graph.theta].name
         operators = self._operator_rows(graph.nodes)
-        signature = sign_run(self.run_id, list(self._codes.values()) + [c for _, c in keys])
+        modules = self._job_modules(job_dir or self.job.parent)
+        signature = sign_run(self.run_id, list(self._codes.values()) + [c for _, c in keys]
+                             + job_modules.signed(modules))
         self.writer.submit([
             *operators,
             ("INSERT INTO edge_keys VALUES (?,?)", keys),
             ("INSERT OR REPLACE INTO job_files VALUES (?,?)", list(files.items())),
+            *job_modules.rows(modules),
             ("UPDATE run SET plan=?, theta=?, master=?, spark_version=?, signature=? WHERE id=1",
              [(plan, theta, master, spark_version, signature)]),
             ("INSERT INTO interactions VALUES (0, ?, 'start', '{}')", [(time.time(),)]),
         ])
+
+    def _job_modules(self, folder: Path) -> dict[str, dict]:
+        """The job's own modules (recorder/job_modules.py), said when there are too many to store."""
+        modules, left = job_modules.job_modules(folder)
+        if left:
+            self.on_event("warning", {"message": (
+                f"the job imports {len(modules) + len(left)} modules from its folder; the run stores the first "
+                f"{len(modules)}, and a replay imports the others ({', '.join(left[:3])}, …) as their files "
+                f"read then")})
+        return modules
 
     def write_sources(self, refs: dict[int, Any], copied: dict[int, str]) -> None:
         """Store which sources are read by reference (their files) and why the others are copied."""
@@ -294,8 +309,10 @@ class RecordingSession:
             self.on_event("warning", {"message": "--lineage applies to tt.Dataflow jobs: a hooked job's "
                                                  "functions are all recorded already, and lineage crosses "
                                                  "Spark's own operators between them by matching rows' values"})
+        self._modules = self._job_modules(self.job.parent)
         self.writer.submit([
             ("INSERT OR REPLACE INTO job_files VALUES (?,?)", list(_job_files(self.job, self.job.parent).items())),
+            *job_modules.rows(self._modules),
             ("UPDATE run SET master=?, spark_version=? WHERE id=1", [(master, sc.version)]),
             ("INSERT INTO interactions VALUES (0, ?, 'start', '{}')", [(time.time(),)]),
         ])
@@ -326,7 +343,7 @@ class RecordingSession:
             g.theta = first.id
             self.on_event("warning", {"message": f"no hooked operator is named {self.watch!r}; "
                                                  f"watched {first.name} instead"})
-        signature = sign_run(self.run_id, list(self._codes.values()))
+        signature = sign_run(self.run_id, list(self._codes.values()) + job_modules.signed(self._modules))
         self.writer.submit([
             ("UPDATE operators SET is_theta = (id = ?), instances=? WHERE id=?",
              [(g.theta, n.instances, n.id) for n in g.nodes]),

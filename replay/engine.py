@@ -34,7 +34,7 @@ from ..core.runtime import OperatorFailure, ReplayRunner, ResultSource
 from ..store import blobs
 from ..store.reader import RunReader
 from ..store.trust import require_trust
-from . import job_source
+from . import job_source, recorded_modules
 from .entries import DecodedChunk, ShuffledEntryReader, SourceShuffles
 
 Key = tuple[int, int]  # (node id, instance)
@@ -424,10 +424,10 @@ class Engine:
         ops = reader.operators
         self.code = {o.id: reader.code(o.id) for o in ops}
         keys_code = reader.edge_keys()
-        require_trust(reader.path, reader.run.get("signature"),
-                      [self.code[o.id] for o in ops] + list(keys_code.values()), trust)
+        require_trust(reader.path, reader.run.get("signature"), reader.signed_code(), trust)
         reader.vouch(trust)  # recorded tuples, log_result values and checkpoints: see RunReader.open_blob
-        self.job_folder = job_source.job_folder(reader)   # where the job's own modules were
+        recorded_modules.serve(reader.job_modules())   # the job's modules import as they ran
+        self.job_folder = job_source.job_folder(reader)   # where the job's other modules were
         keys = {e: code_pickle.loads(c, f"the key function of edge {e}", self.job_folder)
                 for e, c in keys_code.items()}
         self.graph = Graph.from_description(reader.plan, {}, keys)

@@ -10,6 +10,7 @@ is plain JSON-able data.
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 from typing import Any, Callable
 
 from ..core.errors import RunFileError, TTError, UsageError
@@ -91,7 +92,21 @@ def summary(reader: RunReader) -> dict:
         "failures": [{k: f[k] for k in ("op", "instance", "position", "error", "row")}
                      for f in reader.failures()],
         "sources": sources(reader),
+        "modules": modules(reader),
     }
+
+
+def modules(reader: RunReader) -> list[dict]:
+    """The job's own modules the run stores, which a replay imports as they ran
+    (replay/recorded_modules.py), and whether the file here still reads the same."""
+    out = []
+    for name, (path, _, text) in sorted(reader.job_modules().items()):
+        try:
+            here = "unchanged" if Path(path).read_text(encoding="utf-8") == text else "changed"
+        except (OSError, UnicodeDecodeError):
+            here = "missing"
+        out.append({"name": name, "path": path, "here": here})
+    return out
 
 
 def sources(reader: RunReader) -> list[dict]:

@@ -395,8 +395,7 @@ class LogView:
             return True
         r = self.reader
         try:
-            code = [r.code(o.id) for o in r.operators] + list(r.edge_keys().values())
-            return is_trusted(r.run.get("signature"), code)
+            return is_trusted(r.run.get("signature"), r.signed_code())
         except RunFileError:
             return False
 

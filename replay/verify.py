@@ -215,7 +215,8 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
             return {"tuple": ref, "input": pos, "row": values.render(row, 200), "found_by": "first change",
                     "text": f"; the first input that changed {path} in the replay from {start} is {ref} "
                             f"{values.render(row, 120)} (two replays agree with each other, so what differs "
-                            f"from the recording is the same in every replay: hash order, a clock, the environment?)"}
+                            f"from the recording is the same in every replay: hash order, a clock, a module imported "
+                            f"from outside the job's folder that changed since, the environment?)"}
     except (TTError, OperatorFailure, *_DAMAGE) as e:
         return {"text": f" (the input could not be found: {e})"}
 

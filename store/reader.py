@@ -207,8 +207,13 @@ class RunReader:
     @cached_property
     def signed_by_me(self) -> bool:
         """Whether the run's code signature checks out with the local key."""
-        code = [self.code(o.id) for o in self.operators] + list(self.edge_keys().values())
-        return trust.is_trusted(self.run.get("signature"), code)
+        return trust.is_trusted(self.run.get("signature"), self.signed_code())
+
+    def signed_code(self) -> list[bytes]:
+        """What the run's signature covers: the operators' code, the key functions', and the
+        job's modules that replay imports from the run file (runs since 2026-12-03)."""
+        return ([self.code(o.id) for o in self.operators] + list(self.edge_keys().values())
+                + trust.module_code(self.job_modules()))
 
     def open_blob(self, kind: str, data: bytes) -> bytes:
         """A stored blob that is about to be unpickled (recorded tuples of the pickle codec,
@@ -231,6 +236,16 @@ class RunReader:
 
     def job_files(self) -> dict[str, str]:
         return dict(self.conn.execute("SELECT path, text FROM job_files"))
+
+    def job_modules(self) -> dict[str, tuple[str, bool, str]]:
+        """{module name: (path, package, source)} of the job's own modules as they ran, which
+        replay imports from here (recorder/job_modules.py); none in runs before 2026-12-03."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key='job_modules'").fetchone()
+        if row is None:
+            return {}
+        files = self.job_files()
+        return {name: (m["path"], bool(m["package"]), files[m["path"]])
+                for name, m in orjson.loads(row[0]).items() if m["path"] in files}
 
     # --- attempts -----------------------------------------------------------
 

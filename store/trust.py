@@ -19,6 +19,8 @@ import secrets
 import threading
 from pathlib import Path
 
+import orjson
+
 from ..core.errors import UntrustedRunError
 from . import blobs
 
@@ -79,6 +81,12 @@ def _digest(run_id: str, code: list[bytes]) -> bytes:
     for c in code:
         h.update(hashlib.sha256(c).digest())
     return h.digest()
+
+
+def module_code(modules: dict[str, tuple[str, bool, str]]) -> list[bytes]:
+    """What a signature covers of the job's modules a run stores ({name: (path, package, text)}):
+    replay imports them from the run file (replay/recorded_modules.py), so they are code too."""
+    return [orjson.dumps([name, *modules[name]]) for name in sorted(modules)]
 
 
 def sign_run(run_id: str, code: list[bytes]) -> str:

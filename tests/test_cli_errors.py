@@ -250,56 +250,6 @@ def test_a_bug_in_tt_is_one_line_and_a_failure_exit(tmp_path, monkeypatch, capsy
         main(["--debug", "inspect", str(run)])
 
 
-HELPER = textwrap.dedent("""
-    class Counter:
-        def __init__(self):
-            self.n = 0
-
-        def __call__(self, elements):
-            for x in elements:
-                self.n += 1
-                yield x
-""")
-JOB_WITH_HELPER = textwrap.dedent("""
-    from pyspark.sql import SparkSession
-    from tt_test_helper_module import Counter
-
-    spark = SparkSession.builder.getOrCreate()
-    print(spark.sparkContext.parallelize(range(100), 2).mapPartitions(Counter()).count())
-""")
-
-
-def test_a_module_of_the_jobs_is_found_beside_it_or_named_in_one_line(tmp_path):
-    """A class imported from a module beside the job is pickled by reference: a replay needs that
-    module. It is looked for in the job's folder, as `tt record` ran the job; moved away, one line
-    names it (it was an 'internal error' with a traceback hint)."""
-    import shutil
-
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
-    (job_dir / "tt_test_helper_module.py").write_text(HELPER)
-    (job_dir / "job.py").write_text(JOB_WITH_HELPER)
-    run = tmp_path / "r.db"
-    recorded = subprocess.run([sys.executable, "-m", "tt", "record", "job.py", "-o", str(run)], cwd=job_dir,
-                              capture_output=True, text=True, timeout=600)   # (its own Spark: workers see the folder)
-    assert recorded.returncode == 0, recorded.stderr[-2000:]
-    elsewhere = tmp_path / "elsewhere"   # (python -m puts the working folder on sys.path)
-    elsewhere.mkdir()
-
-    def verify() -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "tt", "verify", str(run)], cwd=elsewhere, capture_output=True,
-                              text=True, timeout=600)
-
-    found = verify()
-    assert found.returncode == 0 and "every replayed state equals the recorded one" in found.stdout, found.stderr
-    shutil.move(job_dir, tmp_path / "moved")
-    missing = verify()
-    assert missing.returncode == 1
-    assert missing.stderr.splitlines() == [
-        f"tt: error: Counter's code needs the module 'tt_test_helper_module', which this Python cannot import: "
-        f"add the folder that holds it to PYTHONPATH (the job was in {job_dir})"]
-
-
 def test_a_command_imports_its_own_module_alone_and_help_lists_every_command_in_order(tmp_path):
     """`tt inspect` does not wait for lineage's or the debugger's imports; `tt --help` after
     it, in the same process, still lists every command, in the same order; a misspelt one

@@ -1,0 +1,86 @@
+"""The job's own modules, stored with the run so that replay imports them as they ran.
+
+A job's function that calls into a module beside it (`import helpers`, `helpers.to_usd(...)`)
+is pickled with a reference to that module, not its code, and replay imports it again. From
+the disk, that is whatever the file holds when the run is replayed: after the user fixed the
+bug in it, a jump showed a state the recording never had, without a word, and `tt verify`
+blamed "the environment". So the recorder stores the source of every module the job imported
+from its own folder (or a folder below it), under the file's path in `job_files` and its
+module name in `meta.job_modules`, and signs it with the operators' code; replay imports those
+modules from the run file (replay/recorded_modules.py), on a machine without the files too.
+"""
+
+from __future__ import annotations
+
+import sys
+import sysconfig
+from pathlib import Path
+
+import orjson
+
+from ..store import trust
+
+#: at most this many modules are stored (a job folder that is a whole code base: the rest is
+#: imported from the disk at replay, as before, and the recording says so)
+MAX_MODULES = 200
+
+
+def job_modules(folder: Path | None) -> tuple[dict[str, dict], list[str]]:
+    """({module name: {"path", "package", "text"}}, names left out) of the modules this process
+    imported through `folder` on `sys.path`: `helpers` from folder/helpers.py, `pkg.util` from
+    folder/pkg/util.py. Not an installed package's (the folder a site-packages), not tt's, not
+    `__main__` (pickled by value already)."""
+    if folder is None:
+        return {}, []
+    root = folder.resolve()
+    installed = _installed()
+    found: dict[str, dict] = {}
+    for name, module in sorted(sys.modules.items()):
+        if name == "__main__" or name == "tt" or name.startswith("tt.") or module is None:
+            continue
+        f = getattr(module, "__file__", None)
+        if not isinstance(f, str) or not f.endswith(".py"):
+            continue
+        path = Path(f)
+        try:
+            real = path.resolve()
+        except OSError:
+            continue
+        if not _imported_through(real, root, name) or any(real.is_relative_to(p) for p in installed) \
+                or {"site-packages", "dist-packages"}.intersection(real.parts):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        package = path.name == "__init__.py" and hasattr(module, "__path__")
+        found[name] = {"path": f, "package": package, "text": text}
+    names = list(found)
+    return {n: found[n] for n in names[:MAX_MODULES]}, names[MAX_MODULES:]
+
+
+def _imported_through(file: Path, root: Path, name: str) -> bool:
+    """Whether module `name` is `file` as `root` on `sys.path` makes it importable."""
+    if not file.is_relative_to(root):
+        return False
+    parts = file.relative_to(root).with_suffix("").parts
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts) == name
+
+
+def _installed() -> list[Path]:
+    paths = sysconfig.get_paths()
+    return [Path(paths[k]).resolve() for k in ("purelib", "platlib", "stdlib", "platstdlib") if k in paths]
+
+
+def rows(modules: dict[str, dict]) -> list[tuple]:
+    """The statements that store `modules` in the run file."""
+    names = {n: {"path": m["path"], "package": m["package"]} for n, m in modules.items()}
+    return [("INSERT OR REPLACE INTO job_files VALUES (?,?)", [(m["path"], m["text"]) for m in modules.values()]),
+            ("INSERT OR REPLACE INTO meta VALUES ('job_modules', ?)", [(orjson.dumps(names).decode(),)])]
+
+
+def signed(modules: dict[str, dict]) -> list[bytes]:
+    """What the run's signature covers of `modules` (replay runs their code)."""
+    return trust.module_code({n: (m["path"], m["package"], m["text"]) for n, m in modules.items()})

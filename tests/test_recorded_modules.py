@@ -1,0 +1,191 @@
+"""The job's own modules replay as they ran (recorder/job_modules.py, replay/recorded_modules.py).
+
+A job's function that calls into a module beside it is pickled with a reference to that
+module. Replay imported it from the disk: after the user edited it (fixed the bug, say), a
+jump showed states the recording never had, without a word. The oracle is the job's input:
+each partition passes on 50 elements, so a `Counter` that adds 1 an element ends at 50, in
+the recording and, whatever the file says since, in every replay.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tt.recorder.job_modules import job_modules
+from tt.replay import recorded_modules
+
+HELPER = textwrap.dedent("""
+    STEP = 1
+
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def __call__(self, elements):
+            for x in elements:
+                self.n += STEP
+                yield x
+""")
+LIB = textwrap.dedent("""
+    def weight(x):
+        return x % 3
+""")
+JOB = textwrap.dedent("""
+    from pyspark.sql import SparkSession
+    from tt_test_helper_module import Counter     # beside the job: stored with the run
+    from tt_test_lib_module import weight          # from a folder on PYTHONPATH: imported at replay
+
+    spark = SparkSession.builder.getOrCreate()
+    print(spark.sparkContext.parallelize(range(100), 2).map(weight).mapPartitions(Counter()).count())
+""")
+
+
+def _tt(*args: str, cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return subprocess.run([sys.executable, "-m", "tt", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def _replayed_counts(run: Path) -> list:
+    """Counter's instances' `n` at the run's last interaction, replayed in this process."""
+    from tt.replay.session import DebugSession
+
+    session = DebugSession(run)
+    try:
+        assert session.jump(session.interactions()[-1].k).ok
+        return [session.state(f"Counter:{i}")["n"] for i in (0, 1)]
+    finally:
+        session.reader.close()
+
+
+@pytest.mark.slow
+def test_a_module_beside_the_job_replays_as_it_ran_after_it_changed_or_went(tmp_path):
+    job_dir, lib = tmp_path / "job", tmp_path / "lib"
+    job_dir.mkdir()
+    lib.mkdir()
+    (job_dir / "tt_test_helper_module.py").write_text(HELPER)
+    (job_dir / "job.py").write_text(JOB)
+    (lib / "tt_test_lib_module.py").write_text(LIB)
+    run = tmp_path / "r.db"
+    recorded = _tt("record", "job.py", "-o", str(run), cwd=job_dir, pythonpath=lib)   # (its own Spark)
+    assert recorded.returncode == 0, recorded.stderr[-2000:]
+    assert "100" in recorded.stdout.splitlines()
+    elsewhere = tmp_path / "elsewhere"   # (python -m puts the working folder on sys.path)
+    elsewhere.mkdir()
+
+    def verify(pythonpath: Path | None = lib) -> subprocess.CompletedProcess:
+        return _tt("verify", str(run), cwd=elsewhere, pythonpath=pythonpath)
+
+    found = verify()
+    assert found.returncode == 0 and "every replayed state equals the recorded one" in found.stdout, found.stderr
+    assert {Path(p).name for p, in sqlite3.connect(run).execute("SELECT path FROM job_files")} == \
+        {"job.py", "tt_test_helper_module.py"}
+
+    # the user changes the helper: the replay still runs what ran (it diverged at Counter.n)
+    (job_dir / "tt_test_helper_module.py").write_text(HELPER.replace("STEP = 1", "STEP = 2"))
+    changed = verify()
+    assert changed.returncode == 0 and "every replayed state equals the recorded one" in changed.stdout, \
+        changed.stdout + changed.stderr
+    shown = _tt("inspect", str(run), cwd=elsewhere).stdout.splitlines()
+    assert "modules  tt_test_helper_module (changed here since): the job's own, stored with the run; a replay " \
+           "runs them as recorded" in shown, shown
+    assert "tt_test_helper_module" not in sys.modules
+    sys.path.append(str(lib))
+    try:
+        assert _replayed_counts(run) == [50, 50]   # the input's 50 elements a partition, one by one
+        helper = sys.modules["tt_test_helper_module"]
+        assert helper.__file__ == str((job_dir / "tt_test_helper_module.py").resolve())
+        assert helper.STEP == 1   # the recorded module, not the file
+    finally:
+        sys.path.remove(str(lib))
+        sys.modules.pop("tt_test_lib_module", None)
+        recorded_modules.serve({})
+
+    # or it is gone with the job's folder (a laptop with the run only)
+    (job_dir / "tt_test_helper_module.py").unlink()
+    assert verify().returncode == 0
+
+    # a module from elsewhere is imported at replay as before, and named when it cannot be
+    missing = verify(pythonpath=None)
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines() == [
+        f"tt: error: weight's code needs the module 'tt_test_lib_module', which this Python cannot import: "
+        f"add the folder that holds it to PYTHONPATH (the job was in {job_dir})"]
+
+    # the stored module is code: a run file whose copy was altered is not replayed without --trust
+    with sqlite3.connect(run) as conn:
+        conn.execute("UPDATE job_files SET text = replace(text, 'STEP = 1', 'STEP = 3')")
+    altered = verify()
+    assert altered.returncode != 0
+    assert len(altered.stderr.splitlines()) == 1 and "was not recorded by you" in altered.stderr, altered.stderr
+
+
+def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves_their_recorded_source(tmp_path):
+    """Spark-free: which modules the recorder stores, and the finder that imports them in replay."""
+    folder = tmp_path / "job"
+    site = folder / ".venv" / "lib" / "python3.11" / "site-packages"
+    (folder / "ttm_pkg").mkdir(parents=True)
+    site.mkdir(parents=True)
+    (folder / "ttm_plain.py").write_text("VALUE = 'recorded'\n")
+    (folder / "ttm_pkg" / "__init__.py").write_text("from . import ttm_sub\n")
+    (folder / "ttm_pkg" / "ttm_sub.py").write_text("def f():\n    return 'recorded sub'\n")
+    (site / "ttm_installed.py").write_text("X = 1\n")
+    (folder / "ttm_pkg" / "ttm_other.py").write_text("Y = 1\n")   # importable as ttm_other only with ttm_pkg/ on the path
+    names = ("ttm_plain", "ttm_pkg", "ttm_pkg.ttm_sub", "ttm_installed", "ttm_other")
+    sys.path[:0] = [str(folder), str(site), str(folder / "ttm_pkg")]
+    try:
+        for name in names:
+            importlib.import_module(name)
+        found, left = job_modules(folder)
+    finally:
+        del sys.path[:3]
+        for name in names:
+            sys.modules.pop(name, None)
+    assert left == []
+    assert {n: (m["path"], m["package"]) for n, m in found.items() if n.startswith("ttm_")} == {
+        "ttm_plain": (str((folder / "ttm_plain.py").resolve()), False),
+        "ttm_pkg": (str((folder / "ttm_pkg" / "__init__.py").resolve()), True),
+        "ttm_pkg.ttm_sub": (str((folder / "ttm_pkg" / "ttm_sub.py").resolve()), False)}
+    assert found["ttm_plain"]["text"] == "VALUE = 'recorded'\n"
+
+    # edited and gone since: replay imports the recorded source, under its recorded path
+    (folder / "ttm_plain.py").write_text("VALUE = 'edited'\n")
+    (folder / "ttm_pkg" / "ttm_sub.py").unlink()
+    stored = {n: (m["path"], m["package"], m["text"]) for n, m in found.items() if n.startswith("ttm_")}
+    try:
+        assert sorted(recorded_modules.serve(stored)) == ["ttm_pkg", "ttm_pkg.ttm_sub", "ttm_plain"]
+        plain = importlib.import_module("ttm_plain")
+        assert plain.VALUE == "recorded" and plain.__file__ == stored["ttm_plain"][0]
+        assert importlib.import_module("ttm_pkg").ttm_sub.f() == "recorded sub"
+        import inspect
+        assert inspect.getsource(importlib.import_module("ttm_pkg.ttm_sub").f) == "def f():\n    return 'recorded sub'\n"
+
+        # another run's modules: what this one served goes, what it serves comes
+        other = {"ttm_plain": (stored["ttm_plain"][0], False, "VALUE = 'another run'\n")}
+        assert recorded_modules.serve(other) == ["ttm_plain"]
+        assert "ttm_pkg" not in sys.modules and "ttm_pkg.ttm_sub" not in sys.modules
+        assert importlib.import_module("ttm_plain").VALUE == "another run"
+        # the same run again (a session's next engine) keeps the modules it has
+        served = sys.modules["ttm_plain"]
+        recorded_modules.serve(dict(other))
+        assert sys.modules["ttm_plain"] is served
+
+        # a name this process imported from elsewhere keeps its module
+        sys.modules["ttm_elsewhere"] = elsewhere = type(sys)("ttm_elsewhere")
+        assert recorded_modules.serve({"ttm_elsewhere": ("/nowhere/ttm_elsewhere.py", False, "Z = 1\n")}) == []
+        assert importlib.import_module("ttm_elsewhere") is elsewhere
+    finally:
+        recorded_modules.serve({})
+        for name in (*names, "ttm_elsewhere"):
+            sys.modules.pop(name, None)
+    assert "ttm_plain" not in sys.modules
