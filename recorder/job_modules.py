@@ -34,6 +34,8 @@ def job_modules(folder: Path | None) -> tuple[dict[str, dict], list[str]]:
         return {}, []
     root = folder.resolve()
     installed = _installed()
+    if any(root.is_relative_to(p) for p in installed) or {"site-packages", "dist-packages"}.intersection(root.parts):
+        root = Path.cwd().resolve()   # a notebook's kernel (ipykernel_launcher.py): its modules are the working folder's
     found: dict[str, dict] = {}
     for name, module in sorted(sys.modules.items()):
         if name == "__main__" or name == "tt" or name.startswith("tt.") or module is None:

@@ -130,7 +130,8 @@ def test_a_module_beside_the_job_replays_as_it_ran_after_it_changed_or_went(tmp_
     assert len(altered.stderr.splitlines()) == 1 and "was not recorded by you" in altered.stderr, altered.stderr
 
 
-def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves_their_recorded_source(tmp_path):
+def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves_their_recorded_source(
+        tmp_path, monkeypatch):
     """Spark-free: which modules the recorder stores, and the finder that imports them in replay."""
     folder = tmp_path / "job"
     site = folder / ".venv" / "lib" / "python3.11" / "site-packages"
@@ -147,6 +148,8 @@ def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves
         for name in names:
             importlib.import_module(name)
         found, left = job_modules(folder)
+        monkeypatch.chdir(folder)   # a notebook's "job" is its kernel, in site-packages: its folder is the working one
+        assert job_modules(site)[0].keys() == found.keys()
     finally:
         del sys.path[:3]
         for name in names:
