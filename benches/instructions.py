@@ -33,6 +33,11 @@ Variants (one child process each, `--reps` times):
   when   (`--when`, W1 and W2) tt record with a `--when` condition that reads each of θ's
          inputs and never holds (`NEVER`), only the interactions every recording takes: its
          ratio to `end` is what testing θ's every input costs
+  many   (`--when`, W1 and W2) tt record with a `--when` condition that holds for one order key
+         in 3,000 (`MANY`): tens of interactions, the same number every run, where `--every`
+         gives a number that varies; (many − when) / (its interactions − 2) is what an
+         interaction costs the workers (at 10/s, a W2 run of 10 s at scale 1 takes 100; its
+         condition's modulo, a few instructions an input more than `when`'s, counts in)
   S      (`--every S`) tt record, an interaction every S seconds; valgrind runs the workers ~5×
          slower, so a time-based interval takes about 5× more interactions per tuple than it
          would, and their number varies from run to run (it is printed)
@@ -62,6 +67,7 @@ from reporting import bytecode_cached, write_result   # noqa: E402  (benches/rep
 
 END_ONLY = 1e9   # an interval no run reaches: only the interactions every recording takes
 NEVER = "row.get('l_orderkey', 0) < 0"   # the `when` variant's condition: read on each of θ's inputs, never true
+MANY = "row.get('l_orderkey', 1) % 3000 == 0"   # the `many` variant's: true for one order key in 3,000
 LINEAGE_VARIANTS = ("rev", "rev+lineage")   # W2 with θ = REV, recorded without and with --lineage (`--lineage`)
 _LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs):\s+(.*)")
 
@@ -110,9 +116,9 @@ def child(workload: str, variant: str, scale: float, partitions: int) -> None:
     if variant in LINEAGE_VARIANTS:
         rows = lineage_variant(spark, variant, data, partitions, out)
     else:
-        every = None if variant == "off" else END_ONLY if variant in ("end", "when") else float(variant)
+        every = None if variant == "off" else END_ONLY if variant in ("end", "when", "many") else float(variant)
         rows, _ = run_variant(spark, w, "record" if every else "off", every, data, partitions, out,
-                              when=NEVER if variant == "when" else None)
+                              when={"when": NEVER, "many": MANY}.get(variant))
     wall = time.perf_counter() - start
     check(rows, reference, f"{workload} {variant}")
     interactions = 0
@@ -207,7 +213,8 @@ def main() -> None:
     ap.add_argument("--every", type=float, action="append", default=[],
                     help="also record with an interaction every this many seconds (repeatable)")
     ap.add_argument("--when", action="store_true",
-                    help="W1 and W2 also with a --when condition that never holds: what testing θ's inputs costs")
+                    help="W1 and W2 also with a --when condition that never holds (what testing θ's inputs "
+                         "costs) and with one that holds for one order key in 3,000 (what an interaction costs)")
     ap.add_argument("--lineage", action="store_true",
                     help="W2 also with θ = REV, recorded without and with --lineage: what --lineage costs (issue 16)")
     args = ap.parse_args()
@@ -222,7 +229,8 @@ def main() -> None:
         tpch_parquet(args.scale)   # generated once, before any run is counted
     results: dict[str, dict[str, list[dict]]] = {}
     for name in args.workloads:
-        variants = ["off", "end"] + (["when"] if args.when and name != "TWS" else []) + [f"{s:g}" for s in args.every]
+        variants = ["off", "end"] + (["when", "many"] if args.when and name != "TWS" else []) + \
+            [f"{s:g}" for s in args.every]
         if args.lineage and name == "W2":
             variants += LINEAGE_VARIANTS
         results[name] = {v: [] for v in variants}
@@ -253,6 +261,10 @@ def main() -> None:
         if "when" in by:
             end, when = (min(r["own"] for r in by[v]) for v in ("end", "when"))
             lines += ["", f"--when {NEVER!r} (never true): when × end = {when / end:.4f} ({(when - end) / 1e9:+.3f} G)"]
+            many, n = min(r["own"] for r in by["many"]), min(r["interactions"] for r in by["many"])
+            if n > 2:
+                lines.append(f"--when {MANY!r}: {n} interactions, (many − when) / {n - 2} = "
+                             f"{(many - when) / (n - 2) / 1e6:.2f} M instructions an interaction")
         lines.append("")
     text = "\n".join(lines)
     print("\n" + text)

@@ -119,7 +119,7 @@ def _entry(key: Any, value: Any, h: Any = xxhash.xxh3_64_intdigest) -> int:
         data = orjson.dumps((key, value), default=_json_default, option=orjson.OPT_SORT_KEYS)
     except TypeError:   # a dict with keys that are not str, an int beyond 64 bits: values' encoding
         data = orjson.dumps([values.encode(key), values.encode(value)], option=orjson.OPT_SORT_KEYS)
-    return _packed(h(data), len(value) if type(value) is list else 1, len(data))
+    return h(data) << 96 | (len(value) if type(value) is list else 1) << 48 | len(data)   # (`_packed`, inline)
 
 
 def _packed(digest: int, rows: int, size: int) -> int:
@@ -302,12 +302,22 @@ class _FieldDigest:
     def update(self, field: dict, keys: list, listed: Any = None, added: list = ()) -> None:
         """Hash `keys` (distinct) again: those listed as changed, and the keys `added` since. A long
         list that `listed` (the operator's `changed_keys()` of this field) says was only
-        `APPENDED` to has its new rows hashed alone; any other is hashed whole."""
+        `APPENDED` to has its new rows hashed alone; any other is hashed whole, by `_entry` called
+        from `map` where no key of the field has a long list (TPC-H W2's J2, a few rows a
+        customer: one call a key, not three)."""
         keys = [*keys, *added]
         entries = self.known
         was = sum(map(entries.get, keys, itertools.repeat(0)))
-        appended = listed if type(listed) is dict else {}
-        fresh = list(map(self._entry_of, keys, map(field.__getitem__, keys), map(appended.get, keys)))
+        lists = list(map(field.__getitem__, keys))
+        try:   # (a value with no length, or a long one: through `_entry_of`, which knows)
+            short = not self.streams and max(map(len, lists), default=0) < _STREAMED
+        except TypeError:
+            short = False
+        if short:
+            fresh = list(map(_entry, keys, lists))
+        else:
+            appended = listed if type(listed) is dict else {}
+            fresh = list(map(self._entry_of, keys, lists, map(appended.get, keys)))
         entries.update(zip(keys, fresh))
         self.total += sum(fresh) - was
 

@@ -484,6 +484,43 @@ def test_snapshot_deltas_from_the_keys_an_operator_lists():
     assert chains["join"] > 4   # a big state chains past full_every, while its deltas add up to less than it
 
 
+def test_listed_changes_encode_as_each_key_and_value_encoded_alone():
+    """A listed field's delta is its changed keys' pairs, made by one `values.encode` of them (in C
+    where the keys are int64s and the values plain: an Aggregate's accumulators per customer); it
+    must hold what encoding each key and value alone gives, at every edge of the fast paths."""
+    import math
+
+    import orjson
+
+    from tt.core.state_deltas import Tracked, _listed_changes
+
+    rows = {k: [k, k * 0.5, f"c{k}", 1.0, "FRANCE"] for k in range(20)}
+    shapes = {
+        "int keys, plain rows": rows,
+        "int keys, floats": {k: k / 3 for k in range(20)},
+        "a NaN": {**rows, 3: [3, math.nan, "c3", 1.0, "X"]},
+        "an infinity": {k: (math.inf if k == 5 else float(k)) for k in range(20)},
+        "an int beyond int64": {**rows, 2**70: [1, 2.0, "x", 1.0, "y"]},
+        "an int value beyond int64": {k: (2**64 if k == 4 else k) for k in range(20)},
+        "a tuple in a row": {**rows, 7: [7, (1, 2), "c7", 1.0, "X"]},
+        "a Decimal": {**rows, 8: [8, decimal.Decimal("1.10"), "c8", 1.0, "X"]},
+        "bool keys and values": {**{k: True for k in range(2, 14)}, True: False},
+        "str keys, plain": {f"k{i}": i for i in range(20)},
+        "str keys, nested": {f"k{i}": {"a": [i, None]} for i in range(20)},
+        "one $ key": {"$dict": 1},
+        "a $ key among others": {"$dict": 1, "a": 2},
+        "tuple keys": {(i, "x"): i for i in range(20)},
+        "few keys": {1: [1, 2.0], 2: [2, 3.0]},
+        "mixed keys": {1: 1.0, "a": 2.0, (1,): 3.0, **{k: float(k) for k in range(10, 20)}},
+    }
+    for name, field in shapes.items():
+        keys = list(field)
+        listed, old = dict.fromkeys(keys[:-2]), Tracked(len(field) - 2, all(type(k) is str for k in field))
+        got = _listed_changes(old, field, listed)
+        want = [[values.encode(k), values.encode(field[k])] for k in keys]
+        assert orjson.dumps(got) == orjson.dumps(want), name
+
+
 @pytest.mark.parametrize("of", [None, "counts", "key rows"], ids=["values", "counts", "key-rows"])
 def test_a_joins_running_digest_equals_one_made_from_scratch(of):
     """The recorder updates a join's digest from the keys it lists (core/kept_inputs.py), and a
