@@ -68,8 +68,12 @@ def replay(
     recording)", with the traceback under "raised" in --json); the state stays as it
     was just before that tuple. Steps that reach the tuple stop just before it.
 
-    Exit status: 0 when every step was taken; 1 when a step was not possible or
-    re-raised the operator's exception; 2 for bad arguments.
+    A jump compares the replayed states with the recorded ones at that interaction
+    and says where they differ ("differs" in --json): what follows is then not what ran.
+
+    Exit status: 0 when every step was taken; 1 when a step was not possible,
+    re-raised the operator's exception, or a jump found the replay differing from
+    the recording; 2 for bad arguments.
     """
     from ..replay.session import DebugSession
     from ..store.reader import RunReader
@@ -90,7 +94,7 @@ def replay(
         texts = [_text(r) for r in results]
         cut = any(c for _, c in texts)
         typer.echo("\n".join(t for t, _ in texts) + ("\n" + cut_hint("--json") if cut else ""))
-    return 0 if all(r["ok"] for r in results) else 1
+    return 0 if all(r["ok"] and not r.get("differs") for r in results) else 1
 
 
 def _take(session, method: str, arg: str | None, states: str) -> dict:
@@ -197,8 +201,8 @@ def _report(session, result, states: str, rows: dict, method: str, arg: str | No
                           for inst, fields in changed.items()}
     if states == "all":
         out["states"] = session.states()
-    order = ("action", "target", "ok", "note", "consumed", "free_consumed", "stopped_at", "rows", "changed",
-             "states", "position", "interaction", "seconds", "raised", "pending")
+    order = ("action", "target", "ok", "note", "differs", "consumed", "free_consumed", "stopped_at", "rows",
+             "changed", "states", "position", "interaction", "seconds", "raised", "pending")
     return {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else len(order))}
 
 

@@ -38,6 +38,7 @@ from .engine import Engine, Instance, Key, RecordedFailure, SavedPosition
 from .restore_points import RestorePoints
 from .state_paths import lookup_dotted
 from .stepping import INTO, OUT, OVER, Availability, Planner
+from .verify import differing_state
 
 __all__ = ["Availability", "DebugSession", "EvalError", "Failure", "Pending", "StepResult"]
 
@@ -72,6 +73,9 @@ class StepResult:
     # where the action stopped: run until, after this tuple (the condition held); last change and
     # the failure, before it (it waits, and stepping it redoes the change or re-raises)
     stopped_at: TupleRef | None = None
+    # a jump: where the replayed states at the interaction differ from the recorded ones (the
+    # instance, field, both values: `verify.differing_state`); None where they are equal
+    differs: dict | None = None
 
     def as_dict(self) -> dict:
         """JSON-able fields (`stopped_at` is a `TupleRef`: name it with `DebugSession.label`)."""
@@ -121,6 +125,7 @@ class DebugSession:
         self.history: list[_Undo] = []
         self.last_result: StepResult | None = None
         self._jumped: int | None = None            # the interaction last jumped to (see `at_interaction`)
+        self._compared: dict[int, dict | None] = {}   # interaction -> where its replayed states differ
         self._build(Engine(self.reader, trust=trust))
         self.failure: Failure | None = self._failure()
 
@@ -418,7 +423,26 @@ class DebugSession:
                              if complete else "this run has no complete interaction")
         targets = {key: a.position for key, a in at.items()}
         self._jumped = k
-        return self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_scopes=True)
+        result = self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_scopes=True)
+        if result.ok and result.interaction == k:
+            self._compare_recorded(result, k)
+        return result
+
+    def _compare_recorded(self, result: StepResult, k: int) -> None:
+        """Compare the replayed states at interaction k with the recorded ones, once a session (a
+        replay is deterministic, or it is this that says otherwise), and say where they differ:
+        what replay computes is what the debugger shows, and a run that replays otherwise than it
+        ran (an environment variable or a file its code reads, a module from outside the job's
+        folder edited since, hash order) must not look like the run. W2 at scale 1, its last
+        interaction: 1–2 s, beside a minute of replay."""
+        if k not in self._compared:
+            with self.lock:
+                self._compared[k] = differing_state(self.reader, self.engine, k)
+        differs = self._compared[k]
+        if differs is not None:
+            result.differs = differs
+            result.note = (f"the replay differs from the recording: {differs['error']}; what is shown is not "
+                           f"what ran (`tt verify {self.reader.path.name}` finds the input where they part)")
 
     def goto_before(self, ref: TupleRef | str, progress: Callable[[int, int], None] | None = None,
                     cancel: threading.Event | None = None) -> StepResult:

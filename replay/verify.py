@@ -65,26 +65,12 @@ def verify(reader: RunReader, *, trust: bool = False,
             detail = " ".join(str(e).split())[:120]
             raise RunFileError(f"the run file is damaged: replaying to interaction {interaction.k} failed to "
                                f"decode its recorded data ({type(e).__name__}: {detail})") from e
-        bad = None
-        for key, at in snap.items():
-            if at.state is None:
-                continue
-            recorded = stored_state(reader, key, at.state, interaction.k)
-            replayed = engine.instances[key].state(like=recorded)
-            diff = values.first_difference(recorded, replayed)
-            if diff is not None:
-                inst = engine.instances[key]
-                path, a, b = diff
-                bad = {"k": interaction.k, "ok": False, "op": inst.node.name, "instance": inst.i,
-                       "position": at.position, "field": path,
-                       "recorded": values.render(a, 120), "replayed": values.render(b, 120),
-                       "error": f"{inst.label} differs at interaction {interaction.k} in {path}: recorded "
-                                f"{values.render(a, 60)}, replayed {values.render(b, 60)}"}
-                found = _bisect(reader, engine, key, prev_k, interaction.k, at.position, path, trust)
-                bad["error"] += found.pop("text")
-                bad.update(found)
-                break
+        bad = differing_state(reader, engine, interaction.k, snap)
         if bad:
+            key = (reader.operator(bad["op"]).id, bad["instance"])
+            found = _bisect(reader, engine, key, prev_k, interaction.k, bad["position"], bad["field"], trust)
+            bad["error"] += found.pop("text")
+            bad.update(found)
             results.append(bad)
             break
         results.append({"k": interaction.k, "ok": True, "instances": len(snap)})
@@ -95,6 +81,28 @@ def verify(reader: RunReader, *, trust: bool = False,
     if all(r["ok"] for r in results) and reader.active_plan() is not None:
         results.extend(_verify_checkpoints(reader, engine, interactions))
     return results
+
+
+def differing_state(reader: RunReader, engine: Engine, k: int, snap: dict | None = None) -> dict | None:
+    """Where the replayed states at interaction k (the engine stands there) first differ from
+    the recorded ones: the instance, its field, both values and a line that says it; None where
+    every instance's state equals its recorded one. `tt verify` checks every interaction so, and
+    the debug session the one it jumps to."""
+    for key, at in (snap if snap is not None else reader.instances_at(k)).items():
+        if at.state is None:
+            continue
+        recorded = stored_state(reader, key, at.state, k)
+        replayed = engine.instances[key].state(like=recorded)
+        diff = values.first_difference(recorded, replayed)
+        if diff is not None:
+            inst = engine.instances[key]
+            path, a, b = diff
+            return {"k": k, "ok": False, "op": inst.node.name, "instance": inst.i,
+                    "position": at.position, "field": path,
+                    "recorded": values.render(a, 120), "replayed": values.render(b, 120),
+                    "error": f"{inst.label} differs at interaction {k} in {path}: recorded "
+                             f"{values.render(a, 60)}, replayed {values.render(b, 60)}"}
+    return None
 
 
 # what decoding damaged bytes raises: zstandard.ZstdError, pickle.UnpicklingError or EOFError, orjson's

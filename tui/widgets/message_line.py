@@ -58,6 +58,15 @@ class MessageLine(Static):
             t.append(r.note or "not possible")
             self.say(t, "warning")
             return
+        if r.differs is not None:   # a jump whose replayed states are not the recorded ones
+            d = r.differs
+            t.append(f"! {head}: the replay differs from the recording ", style="bold red")
+            def short(v: str) -> str:   # (rendered already)
+                return v if len(v) <= 24 else v[:23] + "…"
+            t.append(f"at {d['op']}:{d['instance']}.{d['field']}, recorded {short(d['recorded'])}, replayed "
+                     f"{short(d['replayed'])}: what is shown is not what ran (tt verify finds where)")
+            self.say(t, "error")
+            return
         t.append(f"✓ {head}", style="bold green")
         if r.interaction is not None:
             t.append(f" → at interaction {r.interaction}")

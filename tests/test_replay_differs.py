@@ -1,0 +1,115 @@
+"""A jump says so when the replay does not give the recorded states (DebugSession.jump, `tt replay`, the TUI).
+
+What the debugger shows is what replay computes. A job whose code reads something replay does
+not get back as it was (here an environment variable, as a job's configuration is often read)
+replays otherwise than it ran; `tt verify` found it, but a jump showed the other states as if
+they were the run's. The oracle is the job's input: the operator adds up `v` times the rate, 1
+when recorded, so its total at an interaction is the sum of the `v`s it had consumed by then.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import cloudpickle
+import pytest
+
+import tt
+from tt.cli.main import main
+from tt.core import values
+from tt.replay.session import DebugSession
+
+pytestmark = pytest.mark.slow
+
+RATE = "TT_TEST_REPLAY_RATE"
+
+
+class Rated(tt.Operator):
+    """Adds up each row's `v` times a rate read from the environment (1 where it is unset)."""
+
+    def __init__(self):
+        self.total = 0.0
+
+    def process(self, row, port=0):
+        self.total += row["v"] * float(os.environ.get(RATE, "1"))
+        yield row
+
+
+def _build(spark):
+    df = spark.createDataFrame([(i, float(i % 10)) for i in range(400)], "id long, v double").coalesce(1)
+    flow = tt.Dataflow("rated")
+    flow.source("U", df).process(Rated(), name="R").collect("out")
+    return flow
+
+
+@pytest.fixture(scope="module")
+def rated_run(spark, tmp_path_factory):
+    from pathlib import Path
+
+    from tt.recorder.session import RecordingSession
+
+    assert RATE not in os.environ
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    out = tmp_path_factory.mktemp("rated") / "rated.db"
+    session = RecordingSession(out, Path(__file__), [], watch="R", when="row['id'] == 150")
+    with session:
+        _build(spark).run()
+    session.close()
+    return out
+
+
+def _condition_k(session: DebugSession) -> tuple[int, int]:
+    """The interaction the condition took, and R's position there."""
+    k = next(i.k for i in session.interactions() if i.trigger == "condition")
+    r = session.reader.operator("R").id
+    (position,) = [a.position for (op, _), a in session.reader.instances_at(k).items() if op == r and a.position]
+    return k, position
+
+
+def test_a_jump_checks_the_replayed_states_against_the_recorded_ones(rated_run, monkeypatch, capsys):
+    session = DebugSession(rated_run)
+    k, n = _condition_k(session)
+    oracle = float(sum(i % 10 for i in range(n)))   # the v's of the rows R consumed before the interaction
+    assert n == 151 and oracle > 0
+    same = session.jump(k)
+    assert same.ok and same.differs is None and not same.note
+    assert session.state("R:0")["total"] == oracle
+    session.reader.close()
+
+    monkeypatch.setenv(RATE, "2")   # replayed where the job's configuration says otherwise
+    session = DebugSession(rated_run)
+    result = session.jump(k)
+    assert result.ok and result.interaction == k
+    assert result.differs is not None
+    assert (result.differs["op"], result.differs["instance"], result.differs["field"]) == ("R", 0, "total")
+    assert result.differs["recorded"] == values.render(oracle, 120)
+    assert result.differs["replayed"] == values.render(2 * oracle, 120)
+    assert result.note.startswith("the replay differs from the recording: R:0 differs at interaction")
+    again = session.jump(0)
+    assert again.differs is None   # the start: nothing consumed, nothing read
+    assert session.jump(k).differs == result.differs   # (compared once a session)
+    session.reader.close()
+
+    assert main(["replay", str(rated_run), "--jump", str(k)]) == 1
+    out = capsys.readouterr().out
+    assert f"jump {k}: ok (interaction {k})" in out
+    assert "the replay differs from the recording: R:0 differs at interaction" in out, out
+
+
+def test_the_debugger_shows_where_a_jump_differs(rated_run, monkeypatch):
+    from test_tui import answer, drive, keys, message
+
+    from tt.tui.app import DebuggerApp
+
+    k = _condition_k(DebugSession(rated_run))[0]
+    monkeypatch.setenv(RATE, "3")
+    app = DebuggerApp(rated_run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        shown = message(app)
+        assert shown.startswith(f"! jump {k}: the replay differs from the recording at R:0.total, recorded "), shown
+        assert "what is shown is not what ran" in shown, shown
+    drive(app, script)
