@@ -84,6 +84,10 @@ def _escape_help(command) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:   # the `tt` process itself (not a call from Python): it may start again with a hash seed
+        from .hash_seed import rerun_with_hash_seed
+
+        rerun_with_hash_seed(sys.argv[1:])
     argv = list(sys.argv[1:] if argv is None else argv)
     _register(argv)
     # per call: one `tt --debug …` in a process does not stick to the next

@@ -30,7 +30,7 @@ import socketserver
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import orjson
 
@@ -38,6 +38,8 @@ from ..core.graph import Graph
 from ..store.trust import sealer_for
 from ..store.writer import Writer
 from . import wire
+
+_UNSEEN = object()   # (no Spark task has said its hash seed yet)
 
 log = logging.getLogger("tt.coordinator")
 
@@ -102,6 +104,7 @@ class Coordinator:
         self.micro_batch: dict[str, int] = {}      # query -> the latest micro-batch a task began
         self.ended_batches: set[tuple[str, int]] = set()   # micro-batch ends made interactions
         self._batch_lock = threading.Lock()
+        self.hash_seed: Any = _UNSEEN          # the PYTHONHASHSEED of the first Spark task's worker
         # online checkpointing (IcedTea 6.2): checkpoint I_k when replaying to it from the
         # latest checkpoint would take longer than τ, predicted from the executors' processing time
         self.online_tau = online_tau
@@ -304,6 +307,8 @@ class Coordinator:
 
     def _register(self, sock: socket.socket, hello: dict) -> Conn:
         stage, part = hello["stage"], hello["partition"]
+        if hello.get("spark_attempt") is not None:   # (not a partition without rows, run on the driver)
+            self._note_hash_seed(hello.get("hash_seed"))
         if hello.get("slot") is not None:
             self._micro_batch_began(str(hello.get("query")), int(hello["slot"][0]))
         conn = Conn(sock, 0, stage, part, "record")
@@ -380,6 +385,21 @@ class Coordinator:
             n = self.later_calls[(stage, part, call)] = max(self.next_later.get(stage, 0), tasks)
             self.next_later[stage] = n + 1
         return self.later_calls[(stage, part, call)]
+
+    def _note_hash_seed(self, seed: str | None) -> None:
+        """Store the hash seed the job's Python workers ran with, which replay runs with
+        (`cli/hash_seed.py`); warn where workers differ, or ran with random ones."""
+        with self.lock:
+            first, self.hash_seed = self.hash_seed is _UNSEEN, (seed if self.hash_seed is _UNSEEN else self.hash_seed)
+        if first:
+            self.writer.submit([("INSERT OR REPLACE INTO meta VALUES ('hash_seed', ?)", [(orjson.dumps(seed).decode(),)])])
+            if seed is None or not seed.isdigit():
+                self._warn_once("the job's Python workers hash strings with a random seed (PYTHONHASHSEED is "
+                                f"{'unset' if seed is None else repr(seed)}): a replay iterates over a set of strings "
+                                "in another order than they did, and `tt verify` says where that changes a state")
+        elif seed != self.hash_seed:
+            self._warn_once(f"the job's Python workers ran with different hash seeds ({self.hash_seed!r}, {seed!r}): "
+                            f"a replay runs with the first")
 
     def _warn_once(self, message: str) -> None:
         if message not in self.warnings:

@@ -203,8 +203,12 @@ def connect(graph: Graph, stage_id: int, partition: int, recording: Recording | 
 
 
 def _hello(graph: Graph, stage_id: int, partition: int, recording: Recording, attempt: dict) -> dict:
+    """What a task tells the coordinator of itself; `hash_seed`: the PYTHONHASHSEED its worker runs
+    with (PySpark gives its workers the driver's, else 0), which replay must run with too: the
+    order of a set of strings, which a job's code may iterate over, follows it."""
     return {"run": recording.run_id, "stage": graph.stages[stage_id].id, "partition": partition,
-            "host": f"{socket.gethostname()}:{os.getpid()}", **attempt}
+            "host": f"{socket.gethostname()}:{os.getpid()}", "hash_seed": os.environ.get("PYTHONHASHSEED"),
+            **attempt}
 
 
 def _first_pulled(items: Iterable, connecting: Connecting | None) -> Iterator:

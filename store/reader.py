@@ -137,6 +137,13 @@ class RunReader:
             out[key] = orjson.loads(out[key]) if out[key] else None
         return out
 
+    @property
+    def hash_seed(self) -> str | None:
+        """The PYTHONHASHSEED the job's Python workers ran with (None: random), which a replay
+        runs with (cli/hash_seed.py); PySpark's own, "0", for a run recorded before tt kept it."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key='hash_seed'").fetchone()
+        return orjson.loads(row[0]) if row else "0"
+
     def warnings(self) -> list[str]:
         """What the recording warned of (`tt record` printed them too), e.g. input partitions of a
         hooked function that ran unrecorded."""
