@@ -390,7 +390,9 @@ class Coordinator:
         """Store the hash seed the job's Python workers ran with, which replay runs with
         (`cli/hash_seed.py`); warn where workers differ, or ran with random ones."""
         with self.lock:
-            first, self.hash_seed = self.hash_seed is _UNSEEN, (seed if self.hash_seed is _UNSEEN else self.hash_seed)
+            first = self.hash_seed is _UNSEEN
+            if first:
+                self.hash_seed = seed
         if first:
             self.writer.submit([("INSERT OR REPLACE INTO meta VALUES ('hash_seed', ?)", [(orjson.dumps(seed).decode(),)])])
             if seed is None or not seed.isdigit():

@@ -423,9 +423,10 @@ class DebugSession:
                              if complete else "this run has no complete interaction")
         targets = {key: a.position for key, a in at.items()}
         self._jumped = k
-        result = self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_scopes=True)
-        if result.ok and result.interaction == k:
-            self._compare_recorded(result, k)
+        with self.lock:   # (compared where the jump left the engine)
+            result = self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_scopes=True)
+            if result.ok and result.interaction == k:
+                self._compare_recorded(result, k)
         return result
 
     def _compare_recorded(self, result: StepResult, k: int) -> None:
@@ -436,8 +437,7 @@ class DebugSession:
         folder edited since, hash order) must not look like the run. W2 at scale 1, its last
         interaction: 1–2 s, beside a minute of replay."""
         if k not in self._compared:
-            with self.lock:
-                self._compared[k] = differing_state(self.reader, self.engine, k)
+            self._compared[k] = differing_state(self.reader, self.engine, k)
         differs = self._compared[k]
         if differs is not None:
             result.differs = differs
