@@ -20,6 +20,8 @@ import pytest
 
 from tt.cli import hash_seed
 
+pytestmark = pytest.mark.slow   # (both record the job with Spark)
+
 TEXT = ["the quick brown fox", "jumps over the lazy dog", "a stitch in time saves nine"] * 40
 JOB = f"TEXT = {TEXT!r}\n" + textwrap.dedent("""
     import json, sys
@@ -59,7 +61,6 @@ def words_run(tmp_path_factory) -> Path:
     return where / "run.db"
 
 
-@pytest.mark.slow
 def test_a_replay_hashes_with_the_workers_seed(words_run):
     from tt.store.reader import RunReader
 
