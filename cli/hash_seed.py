@@ -53,11 +53,9 @@ def _recorded(args: list[str]) -> str | None:
         return None
     try:
         reader = RunReader(path)
+        try:
+            return reader.hash_seed
+        finally:
+            reader.close()
     except Exception:   # noqa: BLE001  (not a run file: the command says so, in one line)
         return None
-    try:
-        return reader.hash_seed
-    except Exception:   # noqa: BLE001
-        return None
-    finally:
-        reader.close()

@@ -202,7 +202,8 @@ def _pairs(encoded: Any) -> list:
     that are their own JSON as itself (a plain container), one with int keys and plain values as
     pairs made in C (`{"$dict": ...}`: TPC-H W2's REV, an accumulator list per customer), and any
     other as its keys and values encoded. A map of customers changed at 10 interactions a second
-    was encoded key by key and value by value: a fifth of what W2's snapshots took."""
+    was encoded key by key and value by value: 1.44 of the 5.24 s W2's snapshots took in a profile
+    of its workers (thread CPU), a quarter; 600 changed keys of 9,500 customers, 2.1 → 0.73 ms."""
     if len(encoded) == 1 and "$dict" in encoded:
         return encoded["$dict"]
     return list(map(list, encoded.items()))

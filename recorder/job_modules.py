@@ -18,25 +18,23 @@ from pathlib import Path
 
 import orjson
 
-from ..store import trust
-
 #: at most this many modules are stored (a job folder that is a whole code base: the rest is
 #: imported from the disk at replay, as before, and the recording says so)
 MAX_MODULES = 200
 
 
-def job_modules(folder: Path | None) -> tuple[dict[str, dict], list[str]]:
-    """({module name: {"path", "package", "text"}}, names left out) of the modules this process
+def job_modules(folder: Path | None) -> tuple[dict[str, tuple[str, bool, str]], list[str]]:
+    """({module name: (path, package, source)}, names left out) of the modules this process
     imported through `folder` on `sys.path`: `helpers` from folder/helpers.py, `pkg.util` from
     folder/pkg/util.py. Not an installed package's (the folder a site-packages), not tt's, not
-    `__main__` (pickled by value already)."""
+    `__main__` (pickled by value already). The form `RunReader.job_modules` gives back."""
     if folder is None:
         return {}, []
-    root = folder.resolve()
     installed = _installed()
-    if any(root.is_relative_to(p) for p in installed) or {"site-packages", "dist-packages"}.intersection(root.parts):
+    root = folder.resolve()
+    if _is_installed(root, installed):
         root = Path.cwd().resolve()   # a notebook's kernel (ipykernel_launcher.py): its modules are the working folder's
-    found: dict[str, dict] = {}
+    found: dict[str, tuple[str, bool, str]] = {}
     for name, module in sorted(sys.modules.items()):
         if name == "__main__" or name == "tt" or name.startswith("tt.") or module is None:
             continue
@@ -48,15 +46,13 @@ def job_modules(folder: Path | None) -> tuple[dict[str, dict], list[str]]:
             real = path.resolve()
         except OSError:
             continue
-        if not _imported_through(real, root, name) or any(real.is_relative_to(p) for p in installed) \
-                or {"site-packages", "dist-packages"}.intersection(real.parts):
+        if not _imported_through(real, root, name) or _is_installed(real, installed):
             continue
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
-        package = path.name == "__init__.py" and hasattr(module, "__path__")
-        found[name] = {"path": f, "package": package, "text": text}
+        found[name] = (f, path.name == "__init__.py" and hasattr(module, "__path__"), text)
     names = list(found)
     return {n: found[n] for n in names[:MAX_MODULES]}, names[MAX_MODULES:]
 
@@ -76,13 +72,14 @@ def _installed() -> list[Path]:
     return [Path(paths[k]).resolve() for k in ("purelib", "platlib", "stdlib", "platstdlib") if k in paths]
 
 
-def rows(modules: dict[str, dict]) -> list[tuple]:
+def _is_installed(path: Path, installed: list[Path]) -> bool:
+    """Whether `path` (resolved) lies in this Python's library folders or any site-packages."""
+    return any(path.is_relative_to(p) for p in installed) or bool(
+        {"site-packages", "dist-packages"}.intersection(path.parts))
+
+
+def rows(modules: dict[str, tuple[str, bool, str]]) -> list[tuple]:
     """The statements that store `modules` in the run file."""
-    names = {n: {"path": m["path"], "package": m["package"]} for n, m in modules.items()}
-    return [("INSERT OR REPLACE INTO job_files VALUES (?,?)", [(m["path"], m["text"]) for m in modules.values()]),
+    names = {n: {"path": path, "package": package} for n, (path, package, _) in modules.items()}
+    return [("INSERT OR REPLACE INTO job_files VALUES (?,?)", [(path, text) for path, _, text in modules.values()]),
             ("INSERT OR REPLACE INTO meta VALUES ('job_modules', ?)", [(orjson.dumps(names).decode(),)])]
-
-
-def signed(modules: dict[str, dict]) -> list[bytes]:
-    """What the run's signature covers of `modules` (replay runs their code)."""
-    return trust.module_code({n: (m["path"], m["package"], m["text"]) for n, m in modules.items()})

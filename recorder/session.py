@@ -26,7 +26,7 @@ from ..core import code_pickle, values
 from ..core.errors import RunFileWriteError, UsageError
 from ..core.graph import Graph
 from ..store import blobs, schema
-from ..store.trust import sign_run
+from ..store.trust import module_code, sign_run
 from ..store.writer import Writer
 from . import job_modules
 from .coordinator import Coordinator
@@ -71,7 +71,7 @@ class RecordingSession:
         self._next_file_id = 1       # source_files ids of the hooked sources read by reference
         self._hook_lock = threading.Lock()
         self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
-        self._modules: dict[str, dict] = {}  # the job's own modules, stored and signed (job_modules.py)
+        self._modules: dict[str, tuple] = {}  # the job's own modules, stored and signed (job_modules.py)
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
         self._stop_watching: Any = None          # a streaming query's micro-batch listener
         self.queries: dict[str, dict] = {}       # streaming query id -> {"checkpoint", "name"}
@@ -145,7 +145,7 @@ class RecordingSession:
         operators = self._operator_rows(graph.nodes)
         modules = self._job_modules(job_dir or self.job.parent)
         signature = sign_run(self.run_id, list(self._codes.values()) + [c for _, c in keys]
-                             + job_modules.signed(modules))
+                             + module_code(modules))
         self.writer.submit([
             *operators,
             ("INSERT INTO edge_keys VALUES (?,?)", keys),
@@ -156,7 +156,7 @@ class RecordingSession:
             ("INSERT INTO interactions VALUES (0, ?, 'start', '{}')", [(time.time(),)]),
         ])
 
-    def _job_modules(self, folder: Path) -> dict[str, dict]:
+    def _job_modules(self, folder: Path) -> dict[str, tuple]:
         """The job's own modules (recorder/job_modules.py), said when there are too many to store."""
         modules, left = job_modules.job_modules(folder)
         if left:
@@ -343,7 +343,7 @@ class RecordingSession:
             g.theta = first.id
             self.on_event("warning", {"message": f"no hooked operator is named {self.watch!r}; "
                                                  f"watched {first.name} instead"})
-        signature = sign_run(self.run_id, list(self._codes.values()) + job_modules.signed(self._modules))
+        signature = sign_run(self.run_id, list(self._codes.values()) + module_code(self._modules))
         self.writer.submit([
             ("UPDATE operators SET is_theta = (id = ?), instances=? WHERE id=?",
              [(g.theta, n.instances, n.id) for n in g.nodes]),

@@ -155,16 +155,16 @@ def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves
         for name in names:
             sys.modules.pop(name, None)
     assert left == []
-    assert {n: (m["path"], m["package"]) for n, m in found.items() if n.startswith("ttm_")} == {
+    assert {n: (path, package) for n, (path, package, _) in found.items() if n.startswith("ttm_")} == {
         "ttm_plain": (str((folder / "ttm_plain.py").resolve()), False),
         "ttm_pkg": (str((folder / "ttm_pkg" / "__init__.py").resolve()), True),
         "ttm_pkg.ttm_sub": (str((folder / "ttm_pkg" / "ttm_sub.py").resolve()), False)}
-    assert found["ttm_plain"]["text"] == "VALUE = 'recorded'\n"
+    assert found["ttm_plain"][2] == "VALUE = 'recorded'\n"
 
     # edited and gone since: replay imports the recorded source, under its recorded path
     (folder / "ttm_plain.py").write_text("VALUE = 'edited'\n")
     (folder / "ttm_pkg" / "ttm_sub.py").unlink()
-    stored = {n: (m["path"], m["package"], m["text"]) for n, m in found.items() if n.startswith("ttm_")}
+    stored = {n: m for n, m in found.items() if n.startswith("ttm_")}
     try:
         assert sorted(recorded_modules.serve(stored)) == ["ttm_pkg", "ttm_pkg.ttm_sub", "ttm_plain"]
         plain = importlib.import_module("ttm_plain")
