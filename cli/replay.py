@@ -68,12 +68,13 @@ def replay(
     recording)", with the traceback under "raised" in --json); the state stays as it
     was just before that tuple. Steps that reach the tuple stop just before it.
 
-    A jump compares the replayed states with the recorded ones at that interaction
-    and says where they differ ("differs" in --json): what follows is then not what ran.
+    A step that ends at an interaction (a jump, or any step that lands on one)
+    compares the replayed states with the recorded ones there and says where they
+    differ ("differs" in --json): what follows is then not what ran.
 
     Exit status: 0 when every step was taken; 1 when a step was not possible,
-    re-raised the operator's exception, or a jump found the replay differing from
-    the recording; 2 for bad arguments.
+    re-raised the operator's exception, or found the replay differing from the
+    recording; 2 for bad arguments.
     """
     from ..replay.session import DebugSession
     from ..store.reader import RunReader

@@ -73,8 +73,9 @@ class StepResult:
     # where the action stopped: run until, after this tuple (the condition held); last change and
     # the failure, before it (it waits, and stepping it redoes the change or re-raises)
     stopped_at: TupleRef | None = None
-    # a jump: where the replayed states at the interaction differ from the recorded ones (the
-    # instance, field, both values: `verify.differing_state`); None where they are equal
+    # an action that left the session at an interaction: where the replayed states there differ
+    # from the recorded ones (the instance, field, both values: `verify.differing_state`); None
+    # where they are equal, or where it stopped between interactions
     differs: dict | None = None
 
     def as_dict(self) -> dict:
@@ -423,26 +424,26 @@ class DebugSession:
                              if complete else "this run has no complete interaction")
         targets = {key: a.position for key, a in at.items()}
         self._jumped = k
-        with self.lock:   # (compared where the jump left the engine)
-            result = self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_scopes=True)
-            if result.ok and result.interaction == k:
-                self._compare_recorded(result, k)
-        return result
+        return self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_scopes=True)
 
     def _compare_recorded(self, result: StepResult, k: int) -> None:
-        """Compare the replayed states at interaction k with the recorded ones, once a session (a
-        replay is deterministic, or it is this that says otherwise), and say where they differ:
-        what replay computes is what the debugger shows, and a run that replays otherwise than it
-        ran (an environment variable or a file its code reads, a module from outside the job's
-        folder edited since, hash order) must not look like the run. W2 at scale 1, its last
+        """Compare the replayed states at interaction k, where an action left the session, with
+        the recorded ones, once a session (a replay is deterministic, or it is this that says
+        otherwise), and say where they differ: what replay computes is what the debugger shows,
+        and a run that replays otherwise than it ran (an environment variable or a file its code
+        reads, a module from outside the job's folder edited since, hash order) must not look
+        like the run. Any action that lands on an interaction compares (a jump, a step, a run
+        until, a step back), as early as the session can tell. W2 at scale 1, its last
         interaction: 1–2 s, beside a minute of replay."""
-        if k not in self._compared:
-            self._compared[k] = differing_state(self.reader, self.engine, k)
+        with self.lock:   # (compared where the action left the engine)
+            if k not in self._compared:
+                self._compared[k] = differing_state(self.reader, self.engine, k)
         differs = self._compared[k]
         if differs is not None:
             result.differs = differs
-            result.note = (f"the replay differs from the recording: {differs['error']}; what is shown is not "
-                           f"what ran (`tt verify {self.reader.path.name}` finds the input where they part)")
+            said = (f"the replay differs from the recording: {differs['error']}; what is shown is not "
+                    f"what ran (`tt verify {self.reader.path.name}` finds the input where they part)")
+            result.note = f"{said}; {result.note}" if result.note else said
 
     def goto_before(self, ref: TupleRef | str, progress: Callable[[int, int], None] | None = None,
                     cancel: threading.Event | None = None) -> StepResult:
@@ -744,6 +745,8 @@ class DebugSession:
         result.changed = self.changes.changed(before, self.label, diff=result.action != "jump")
         result.position = self.position
         result.interaction = self.at_interaction()
+        if result.ok and result.interaction is not None:
+            self._compare_recorded(result, result.interaction)
         result.seconds = round(time.perf_counter() - t0, 4)
         self.last_result = result
 

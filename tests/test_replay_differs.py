@@ -101,6 +101,49 @@ def test_a_jump_checks_the_replayed_states_against_the_recorded_ones(rated_run, 
     assert "the replay differs from the recording: R:0 differs at interaction" in out, out
 
 
+def test_a_step_or_run_until_that_lands_on_an_interaction_checks_it_too(rated_run, monkeypatch, capsys):
+    """Not only a jump: a step or a run until that ends where an interaction was taken compares
+    there, one that ends between interactions does not, and a step back to it says it again."""
+    session = DebugSession(rated_run)
+    k, n = _condition_k(session)
+    session.reader.close()
+    oracle = float(sum(i % 10 for i in range(n)))
+    monkeypatch.setenv(RATE, "2")
+
+    def differs_like_the_oracle(result):
+        assert result.ok and result.interaction == k, result
+        assert result.differs is not None and result.differs["field"] == "total"
+        assert (result.differs["recorded"], result.differs["replayed"]) == (values.render(oracle, 120),
+                                                                            values.render(2 * oracle, 120))
+        assert result.note.startswith("the replay differs from the recording: R:0 differs at interaction")
+
+    session = DebugSession(rated_run)
+    assert session.jump(0).differs is None
+    mid = session.run_until("row['id'] == 150")   # R has consumed it; its output still waits at `out`
+    assert mid.ok and mid.interaction is None and mid.differs is None, mid
+    (waiting,) = [p for p in session.pending("out:0", 1)]
+    landed = session.step_over(waiting.ref)   # the interaction's position: every instance at 151
+    differs_like_the_oracle(landed)
+    off = session.step_over(session.pending("R:0", 1)[0].ref)
+    assert off.ok and off.interaction is None and off.differs is None
+    back = session.step_back()
+    assert back.interaction == k and back.differs == landed.differs
+    session.reader.close()
+
+    session = DebugSession(rated_run)
+    until = session.run_until("op == 'out' and row['id'] == 150")
+    differs_like_the_oracle(until)
+    assert until.note.endswith("the condition holds"), until.note   # (what run until says, kept)
+    session.reader.close()
+
+    condition = "op == 'out' and row['id'] == 150"
+    assert main(["replay", str(rated_run), "--run-until", condition]) == 1
+    assert "the replay differs from the recording: R:0 differs at interaction" in capsys.readouterr().out
+    monkeypatch.delenv(RATE)
+    assert main(["replay", str(rated_run), "--run-until", condition]) == 0
+    assert "differs" not in capsys.readouterr().out
+
+
 def test_the_debugger_shows_where_a_jump_differs(rated_run, monkeypatch):
     from test_tui import answer, drive, keys, message
 

@@ -58,7 +58,7 @@ class MessageLine(Static):
             t.append(r.note or "not possible")
             self.say(t, "warning")
             return
-        if r.differs is not None:   # a jump whose replayed states are not the recorded ones
+        if r.differs is not None:   # the interaction it ended at replays other states than recorded
             d = r.differs
             t.append(f"! {head}: the replay differs from the recording ", style="bold red")
             def short(v: str) -> str:   # (rendered already)
