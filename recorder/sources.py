@@ -22,6 +22,7 @@ values still proves every read-back.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,17 +143,17 @@ def _reference(df: Any) -> tuple[ScanRef | None, str]:
                     return None, f"it computes a column ({e.sql()})"
     if renamed and projects > 1:
         return None, "it renames columns through several projections"
-    leaves = [n for n in _walk(_physical(qe.executedPlan())) if n.children().size() == 0]
-    if len(leaves) != 1 or leaves[0].getClass().getSimpleName() != "FileSourceScanExec":
+    leaves = _physical(qe.executedPlan()).collectLeaves()   # (one round trip, not one a node)
+    if leaves.size() != 1 or leaves.apply(0).getClass().getSimpleName() != "FileSourceScanExec":
         return None, "it is not read by a single file scan"
-    scan = leaves[0]
+    scan = leaves.apply(0)
     fmt = scan.relation().fileFormat().toString()
     if fmt != "Parquet":
         return None, f"it is read from {fmt} files (only Parquet gives row positions)"
     partitioned, why = _partition_columns(scan.relation().partitionSchema())
     if partitioned is None:
         return None, why
-    required = {c.lower(): c for c in scan.requiredSchema().fieldNames()}
+    required = {c.lower(): c for c in _field_names(scan.requiredSchema())}
     required.update((c.lower(), c) for c in partitioned)
     read = [renamed.get(c.lower(), c).lower() for c in df.columns]   # the file's (or directory's) column of each
     if any(c not in required for c in read) or len({c.lower() for c in df.columns}) < len(df.columns):
@@ -350,4 +351,13 @@ def _walk(plan: Any):
 
 
 def _strings(seq: Any) -> list[str]:
-    return [str(seq.apply(i)) for i in range(seq.size())]
+    """A Scala Seq's items as strings, in one round trip (their `toString`, as `str` of each gives
+    it; a NUL, which no path or filter holds, between them)."""
+    joined = str(seq.mkString("\x00"))
+    return joined.split("\x00") if joined else []
+
+
+def _field_names(schema: Any) -> list[str]:
+    """A StructType's field names, from its JSON in one round trip (a Java array of names is
+    read one item a round trip)."""
+    return [f["name"] for f in json.loads(str(schema.json()))["fields"]]

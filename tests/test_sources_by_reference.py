@@ -669,3 +669,32 @@ def test_the_run_file_holds_positions_not_the_shuffled_rows(shuffled, capsys):
     assert "source   ORDERS" not in text, "ORDERS reaches G(θ) through T: T's rows are what J records"
     (items,) = [line for line in text.splitlines() if line.startswith("ITEMS ")]
     assert "lineage" not in items, "recorded without --lineage: ITEMS logs only what replay needs"
+
+
+def test_the_scan_is_read_in_few_round_trips_and_as_item_by_item(spark, tmp_path):
+    """The driver examines a source's plan through py4j, a round trip a call: 0.6 ms each in a new
+    process, 794 of them for TPC-H W2's four sources before the leaves, names and strings were read
+    at once (411 since). Read at once, they are what reading them item by item gave: the physical
+    plan's one leaf, the scan's columns, its paths and filters (a partitioned table with a space
+    in a directory name and a renamed, filtered column; no filters at all)."""
+    from pyspark.sql import functions as F
+
+    from tt.recorder import sources
+
+    data = write_partitioned(tmp_path / "a dir" / "t", 2)
+    df = spark.read.parquet(str(data))
+    filtered = df.where((F.col("id") > 3) & (F.col("g") != 3)).select(F.col("id").alias("key"), "g")
+    for frame, filters in ((filtered, True), (df, False)):
+        qe = frame._jdf.queryExecution()
+        walked = [n for n in sources._walk(sources._physical(qe.executedPlan())) if n.children().size() == 0]
+        (scan,) = walked
+        leaves = sources._physical(qe.executedPlan()).collectLeaves()
+        assert leaves.size() == 1 and leaves.apply(0).equals(scan)
+        assert sources._field_names(scan.requiredSchema()) == list(scan.requiredSchema().fieldNames())
+        for seq in (scan.relation().location().rootPaths(), scan.pushedDownFilters(), scan.dataFilters()):
+            assert sources._strings(seq) == [str(seq.apply(i)) for i in range(seq.size())]
+        assert bool(sources._strings(scan.dataFilters())) is filters
+    ref, why = sources.reference(filtered)
+    assert ref is not None, why
+    assert ref.columns == ["id", "g"] and len(ref.info["paths"]) == 1 and "a dir" in ref.info["paths"][0]
+    assert any("id" in f for f in ref.info["data_filters"]) and ref.info["pushed_filters"]
