@@ -121,7 +121,7 @@ def test_a_step_or_run_until_that_lands_on_an_interaction_checks_it_too(rated_ru
     assert session.jump(0).differs is None
     mid = session.run_until("row['id'] == 150")   # R has consumed it; its output still waits at `out`
     assert mid.ok and mid.interaction is None and mid.differs is None, mid
-    (waiting,) = [p for p in session.pending("out:0", 1)]
+    (waiting,) = session.pending("out:0", 1)
     landed = session.step_over(waiting.ref)   # the interaction's position: every instance at 151
     differs_like_the_oracle(landed)
     off = session.step_over(session.pending("R:0", 1)[0].ref)
