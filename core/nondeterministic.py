@@ -26,6 +26,11 @@ What is covered:
   system's seed, since a replay in another process would not make it at the same step;
 - pandas' `Timestamp.now()`, `today()`, `utcnow()` and `Timestamp("now")` (or `"today"`), patched
   on the class once pandas is loaded (`pd.to_datetime("now")` calls `Timestamp.now()`);
+- environment variables (`os.environ[...]`, `.get`, `in`, `os.getenv`: `_Environ.__getitem__`,
+  patched on the class): logged once per name and instance, and again where a read finds
+  another value, apart from the numbered calls, and served in replay by position
+  (`ResultSource.environ`), so a library that reads a name once per process replays too. Names
+  that look like secrets (`SECRET`) are not logged: a replay reads its own;
 - `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
   out of reach: in the globals of the job file's code as Spark ships it (pickled by value), the
   names bound to `datetime.datetime`, `datetime.date` or the `datetime` module are pointed at
@@ -34,8 +39,9 @@ What is covered:
   keeps the real ones.
 
 Not covered (`tt verify` still finds what they change, and names the input):
-`numpy.datetime64("now")`, which reads the clock in C, and the calls of a module the job
-imports by name (its globals are a loaded module's).
+`numpy.datetime64("now")`, which reads the clock in C, the calls of a module the job
+imports by name (its globals are a loaded module's), the names listed by iterating
+`os.environ`, and files the function reads.
 Runs recorded before this module are replayed without it, and runs recorded before a call was
 covered replay that call unlogged, as it ran: a hooked operator carries the `VERSION` of this
 module it was recorded with (`HookedOperator.logs_nondeterministic`), and a call covered since a
@@ -49,6 +55,7 @@ import functools
 import inspect
 import os
 import random
+import re
 import secrets
 import sys
 import threading
@@ -71,9 +78,11 @@ _NOT_USERS = ("tt.", "pyspark", "py4j")
 
 #: What a new recording logs: 1, the module functions and `datetime` (2026-11-29); 2, also a
 #: generator seeded by the system (`random.Random()`, numpy's bit generators) and pandas'
-#: `Timestamp` clock reads (2026-12-01). A run replays the calls of its own version logged.
-VERSION = 2
+#: `Timestamp` clock reads (2026-12-01); 3, also the environment variables read (2026-12-03).
+#: A run replays the calls of its own version logged.
+VERSION = 3
 _SEEDS = 2   # the version that began logging system-seeded generators and pandas' clock reads
+_ENVIRON = 3   # ... and environment variables
 
 
 def users_step(depth: int = 2, since: int = 1) -> bool:
@@ -122,6 +131,8 @@ def install() -> None:
             _patch(random, name, getattr(random, name), wrapper)
         _ORIGINAL[("random", "Random.seed")] = random.Random.seed
         random.Random.seed = _seed
+        _ORIGINAL[("os", "_Environ.__getitem__")] = os._Environ.__getitem__
+        os._Environ.__getitem__ = _environ_getitem
 
 
 #: numpy's legacy functions, methods of its hidden global RandomState, logged as they answer
@@ -345,6 +356,39 @@ for _f, _module in ((_choice, "random"), (_choices, "random"), (_sample, "random
     _f.__name__ = _f.__qualname__ = _f.__name__.removeprefix("_np").lstrip("_")
     _f.__module__ = _module
 del _f, _module
+
+
+# --- the environment ----------------------------------------------------------------------------
+
+#: Names whose values are kept out of the run file, which travels (`tt pack`, a laptop): a replay
+#: reads them from its own environment, and `tt verify` finds a state they change
+SECRET = re.compile(r"SECRET|TOKEN|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH|SESSION_?KEY",
+                    re.IGNORECASE)
+
+
+def _environ_getitem(self, key):
+    """`os.environ[key]`, and so `os.environ.get`, `os.getenv`, `key in os.environ`: where a
+    hooked function's step reads a variable, its value goes through the runner, which logs it
+    once per name (recording) or serves the recorded one (replay). A job's settings read from the
+    environment (a rate, a threshold, a feature switch) then replay as they ran on a machine set
+    up otherwise. Listing the names (`for name in os.environ`) is not logged."""
+    read = _ORIGINAL[("os", "_Environ.__getitem__")]
+    runner = CONTEXT.runner
+    if (runner is None or self is not os.environ or type(key) is not str or SECRET.search(key)
+            or not users_step(since=_ENVIRON)):
+        return read(self, key)
+    value = runner.read_environ(key, _variable)
+    if value is None:
+        raise KeyError(key)
+    return value
+
+
+def _variable(name: str) -> str | None:
+    """This process's value of environment variable `name`, None where it is unset."""
+    try:
+        return _ORIGINAL[("os", "_Environ.__getitem__")](os.environ, name)
+    except KeyError:
+        return None
 
 
 # --- datetime ---------------------------------------------------------------------------------

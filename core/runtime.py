@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import traceback
 from array import array
+from bisect import bisect_right
 from time import perf_counter
 from typing import Any, Callable
 
@@ -178,6 +179,12 @@ class Runner:
     def log_value(self, name: str, value: Any) -> None:
         """Log what a call named `name` gave, where the caller made the call itself (a hooked
         state handle: core/state_handle.py). An instance outside G(θ) logs nothing."""
+
+    def read_environ(self, name: str, read: Callable[[str], str | None]) -> str | None:
+        """The value of environment variable `name` (None: unset) that a hooked function's step
+        reads (core/nondeterministic.py); `read` reads this process's. An instance outside G(θ)
+        logs nothing."""
+        return read(name)
 
 
 def _emitted_many(source: Runner, target: Callable[[Any], None], rows: list) -> bool:
@@ -379,6 +386,22 @@ class RecordingRunner(Runner):
     def log_value(self, name, value):
         call = self.log.next_call(self.count)
         self.log.results.append((self.count, call, name, kept_apart(value)))   # as `pack_results` packs it
+
+    environ_read: dict | None = None   # name -> the value this instance's steps last read (`read_environ`)
+
+    def read_environ(self, name, read):
+        """Log a variable's value where this instance reads it first, or reads another value than
+        it last did: once per name, not per read, and apart from the numbered calls
+        (`ENVIRON_CALL`), so a library that reads a name once per process, at whatever step,
+        replays too (`ResultSource.environ`)."""
+        value = read(name)
+        seen = self.environ_read
+        if seen is None:
+            seen = self.environ_read = {}
+        if name not in seen or seen[name] != value:
+            seen[name] = value
+            self.log.results.append((self.count, ENVIRON_CALL, ENVIRON, [name, value]))
+        return value
 
 
 class SourceLineageRunner(RecordingRunner):
@@ -681,19 +704,50 @@ class ReplayRunner(Runner):
     def log_result(self, fn, args, kwargs):
         return self.results.next(self, callable_name(fn))
 
+    def read_environ(self, name, read):
+        """The value the recording read at this input, from its log; this process's where the
+        recording logged none of the name (an older run, a name it keeps out: `nondeterministic`)."""
+        logged = self.results.environ(name, self.count)
+        return read(name) if logged is UNLOGGED else logged
+
     def log_value(self, name, value):
         """Only a handle with Spark behind it logs values: in replay there is none."""
         raise ReplayDivergence(f"{self.label} input #{self.count}: {name} asked Spark in replay",
                                op=self.name, instance=self.instance, position=self.count)
 
 
+#: A logged result that is an environment variable's value, `[name, value]` (None: unset), logged
+#: at the input that read it (`RecordingRunner.read_environ`), numbered apart from the calls
+ENVIRON, ENVIRON_CALL = "os.environ", -1
+UNLOGGED = object()   # `ResultSource.environ`: the recording logged no value of the name
+
+
 class ResultSource:
-    """Logged results of one instance, served back in order during replay."""
+    """Logged results of one instance, served back in order during replay; and the values of the
+    environment variables it read, served by position (`environ`)."""
 
     def __init__(self, results: list[LoggedResult]):
-        self._by_key = {(r.position, r.call): r for r in results}
+        self._by_key = {(r.position, r.call): r for r in results if r.call != ENVIRON_CALL}
+        self._environ: dict[str, tuple[list[int], list]] = {}   # name -> (positions, values), in log order
+        for r in results:
+            if r.call == ENVIRON_CALL:
+                name, value = r.value
+                at, got = self._environ.setdefault(name, ([], []))
+                at.append(r.position)
+                got.append(value)
         self._pos = -1
         self._call = 0
+
+    def environ(self, name: str, position: int) -> Any:
+        """What the recording read of variable `name` at input `position`: the value logged last
+        at or before it (a read logs only a first or changed value), or the first logged, for a
+        read that comes sooner in replay (a library that reads once a process, first at another
+        step); `UNLOGGED` for a name never logged."""
+        logged = self._environ.get(name)
+        if logged is None:
+            return UNLOGGED
+        at, got = logged
+        return got[max(0, bisect_right(at, position) - 1)]
 
     def next(self, runner: Runner, name: str):
         pos = runner.count
@@ -739,5 +793,5 @@ def capture_target(target: Callable[[Any], None], buffer: list) -> Callable[[Any
     return deliver
 
 
-__all__ = ["INF", "Runner", "RecordingRunner", "ThetaRunner", "ReplayRunner", "ResultSource",
+__all__ = ["INF", "Runner", "RecordingRunner", "ThetaRunner", "ReplayRunner", "ResultSource", "ENVIRON", "ENVIRON_CALL",
            "InstanceLog", "OperatorFailure", "narrow_target", "capture_target"]

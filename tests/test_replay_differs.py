@@ -1,8 +1,9 @@
 """A jump says so when the replay does not give the recorded states (DebugSession.jump, `tt replay`, the TUI).
 
 What the debugger shows is what replay computes. A job whose code reads something replay does
-not get back as it was (here an environment variable, as a job's configuration is often read)
-replays otherwise than it ran; `tt verify` found it, but a jump showed the other states as if
+not get back as it was (here an environment variable, as a job's configuration is often read,
+in a `tt.Dataflow` operator, which tt does not log unless wrapped in `tt.log_result`: a hooked
+function's are, tests/test_hooked_environ.py) replays otherwise than it ran; `tt verify` found it, but a jump showed the other states as if
 they were the run's. The oracle is the job's input: the operator adds up `v` times the rate, 1
 when recorded, so its total at an interaction is the sum of the `v`s it had consumed by then.
 """

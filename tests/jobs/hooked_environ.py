@@ -1,0 +1,81 @@
+"""A plain PySpark job, without tt, whose functions read their settings from the environment.
+
+- `rated` (`rdd.mapPartitions`, a generator; θ) reads a rate with `os.environ[...]`, a mode
+  with `os.getenv` of a name that is unset, asks `in os.environ`, reads an API token's length
+  (a name tt keeps out of the run file), and sets a variable itself after its fifth row
+  (clearing it with `pop` first, as the worker process outlives the task);
+- `Limited` (`mapInPandas`, a callable class) reads a limit with `os.environ.get` per batch.
+
+The executors get the variables from the job (`SparkContext.environment`, as
+`spark.executorEnv.*` sets them); the process that replays has other values or none. Every
+function emits what it read, so the job's output (collected by Spark, never read by tt) is
+what a replay must hand the functions again.
+Usage: python hooked_environ.py OUT.json
+"""
+
+import json
+import os
+import sys
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from job_settings import spark_settings   # tests/jobs/job_settings.py
+
+ROWS = 40
+RATE, UNSET, TOKEN, LIMIT, STAGE = ("TT_TEST_ENV_RATE", "TT_TEST_ENV_UNSET", "TT_TEST_ENV_API_TOKEN",
+                                    "TT_TEST_ENV_LIMIT", "TT_TEST_ENV_STAGE")
+EXECUTORS = {RATE: "3", TOKEN: "recorded-token-value", LIMIT: "25"}
+
+
+def make_rated():
+    seen = {"n": 0, "total": 0.0, "last": None}
+
+    def rated(rows):
+        os.environ.pop(STAGE, None)
+        for row in rows:
+            if seen["n"] == 5:
+                os.environ[STAGE] = "late"
+            rate = float(os.environ[RATE])
+            seen["n"] += 1
+            seen["total"] += row * rate
+            seen["last"] = {"row": row, "rate": rate, "mode": os.getenv(UNSET, "default"), "has": RATE in os.environ,
+                            "stage": os.environ.get(STAGE, "early"), "token": len(os.environ.get(TOKEN, "")),
+                            "total": seen["total"]}
+            yield json.dumps(seen["last"])
+    return rated
+
+
+class Limited:
+    def __init__(self):
+        self.kept = 0
+
+    def __call__(self, frames):
+        for pdf in frames:
+            limit = int(os.environ.get(LIMIT, "0"))
+            self.kept += int((pdf.id < limit).sum())
+            yield pd.DataFrame({"kept": [self.kept], "limit": [limit]})
+
+
+def main(out: str) -> None:
+    spark = SparkSession.builder.master("local[2]").appName("hooked-environ").getOrCreate()
+    environment = spark.sparkContext.environment   # what the executors' Python workers get
+    before = {k: environment.get(k) for k in EXECUTORS}
+    environment.update(EXECUTORS)
+    try:
+        with spark_settings(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": "10"}):
+            rated = spark.sparkContext.parallelize(range(ROWS), 2).mapPartitions(make_rated())
+            rows = spark.range(0, ROWS, numPartitions=2)
+            result = {
+                "rated": sorted(rated.collect()),
+                "limited": sorted(tuple(r) for r in rows.mapInPandas(Limited(), "kept long, limit long").collect()),
+            }
+    finally:
+        for k, v in before.items():
+            environment.pop(k) if v is None else environment.__setitem__(k, v)
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

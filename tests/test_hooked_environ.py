@@ -1,0 +1,102 @@
+"""Environment variables a job's functions read, recorded unchanged (core/nondeterministic.py).
+
+`tests/jobs/hooked_environ.py` gives its executors a rate, a limit and a token through Spark's
+executor environment; its functions read them (`os.environ[...]`, `.get`, `os.getenv`, `in`),
+set one themselves mid-partition, and emit what they read. This process, which replays, has
+other values. The oracle is the job's own output, collected by Spark: a replay must hand each
+function what it read when recorded, not what the replaying machine has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from plain_jobs import each_step, record_on_and_off
+
+from tt.cli.main import main
+from tt.core import runtime
+from tt.replay.session import DebugSession
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_environ.py"
+RATE, UNSET, TOKEN, LIMIT, STAGE = ("TT_TEST_ENV_RATE", "TT_TEST_ENV_UNSET", "TT_TEST_ENV_API_TOKEN",
+                                    "TT_TEST_ENV_LIMIT", "TT_TEST_ENV_STAGE")
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    """(run file, the job's output recorded, its output with recording off); an interaction after
+    every unit of θ."""
+    return record_on_and_off(JOB, tmp_path_factory.mktemp("hooked_environ"), when="True")
+
+
+@pytest.fixture
+def elsewhere(monkeypatch):
+    """This process set up otherwise than the executors were: another rate, limit and token, and
+    the name that was unset there set here. (A replay sets the name the function sets: it is
+    taken away afterwards.)"""
+    for name, value in ((RATE, "7"), (LIMIT, "2"), (TOKEN, "another-token"), (UNSET, "here")):
+        monkeypatch.setenv(name, value)
+    os.environ.pop(STAGE, None)
+    yield
+    os.environ.pop(STAGE, None)
+
+
+def test_recording_changes_nothing_the_functions_read(recorded):
+    _, on, off = recorded
+    assert on == off
+    rated = [json.loads(s) for s in on["rated"]]
+    assert {(r["rate"], r["mode"], r["has"], r["token"]) for r in rated} == {(3.0, "default", True, 20)}
+    assert sum(r["stage"] == "late" for r in rated) == 2 * (20 - 5)   # each partition's rows after its fifth
+    assert sorted(on["limited"]) == [[5, 25], [5, 25], [10, 25], [20, 25]]   # ids below 25, batches of 10
+
+
+def test_a_replay_hands_each_step_the_values_the_executor_read(recorded, elsewhere):
+    emitted = {json.loads(s)["row"]: json.loads(s) for s in recorded[1]["rated"]}
+    session = DebugSession(recorded[0])
+    steps = [(unit, state) for _, unit, state in each_step(session, "rated") if unit is not None]
+    limited = {i: state["kept"] for i, _, state in each_step(session, "Limited")}   # each instance's last
+    session.reader.close()
+    assert len(steps) == 40
+    for unit, state in steps:   # all it read, but the token, which this process has its own of
+        assert state["closure"]["seen"]["last"] == {**emitted[unit], "token": len("another-token")}
+    assert os.environ[RATE] == "7"   # (what this process has, which the steps were not handed)
+    assert limited == {0: 20, 1: 5}   # the job's last `kept` of each partition (with a limit of 2: 2 and 0)
+
+
+def test_verify_passes_on_a_machine_set_up_otherwise(recorded, elsewhere, monkeypatch, capsys):
+    monkeypatch.setenv(TOKEN, "recorded-token-value")   # a name kept out of the run file: the replay reads its own
+    assert main(["verify", str(recorded[0])]) == 0
+    n = len(RunReader(recorded[0]).interactions())
+    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+
+
+def test_the_run_file_holds_each_name_once_an_instance_and_no_secret(recorded):
+    reader = RunReader(recorded[0])
+    node = reader.operator("rated")
+    for i in range(node.instances):
+        logged = [(r.position, *r.value) for r in reader.results(node.id, i) if r.call == runtime.ENVIRON_CALL]
+        names = [name for _, name, _ in logged]
+        assert TOKEN not in names
+        # the rate, the unset name and the stage once each, the stage again where the function set it
+        assert sorted(set(names)) == [RATE, STAGE, UNSET]
+        # (the worker may still hold the value an earlier task set: `pop` reads it first)
+        assert [(p, v) for p, n, v in logged if n == STAGE][-2:] == [(0, None), (5, "late")]
+        assert [(p, v) for p, n, v in logged if n == RATE] == [(0, "3")]
+        assert [(p, v) for p, n, v in logged if n == UNSET] == [(0, None)]
+    reader.close()
+
+
+def test_an_unlogged_name_is_read_where_the_replay_runs():
+    source = runtime.ResultSource([])
+    assert source.environ(RATE, 3) is runtime.UNLOGGED
+    from tt.core.logs import LoggedResult
+
+    source = runtime.ResultSource([LoggedResult(4, runtime.ENVIRON_CALL, runtime.ENVIRON, [STAGE, None]),
+                                   LoggedResult(9, runtime.ENVIRON_CALL, runtime.ENVIRON, [STAGE, "late"]),
+                                   LoggedResult(9, 0, "time.time", 1.5)])
+    assert [source.environ(STAGE, p) for p in (0, 4, 8, 9, 30)] == [None, None, None, "late", "late"]
