@@ -158,6 +158,11 @@ def _summary_text(s: dict) -> str:
         names = ", ".join(m["name"] + ("" if m["here"] == "unchanged" else f" ({m['here']} here since)")
                           for m in s["modules"])
         lines.append(f"modules  {names}: the job's own, stored with the run; a replay runs them as recorded")
+    workers = s.get("workers") or {}
+    if workers.get("timezone"):
+        zone, here = workers["timezone"], workers["timezone_here"]
+        lines.append(f"workers  hash seed {workers['hash_seed']}, time zone {zone}"
+                     + ("" if here == zone else f" (here {here or 'unknown'})") + ": a replay runs with both")
     for f in s["failures"]:
         lines.append(f"failure  {f['op']}:{f['instance']} input #{f['position']}: {f['error']}")
     wal = s.get("wal") or {}

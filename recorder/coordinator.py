@@ -105,6 +105,7 @@ class Coordinator:
         self.ended_batches: set[tuple[str, int]] = set()   # micro-batch ends made interactions
         self._batch_lock = threading.Lock()
         self.hash_seed: Any = _UNSEEN          # the PYTHONHASHSEED of the first Spark task's worker
+        self.timezone: str | None = None       # ... and its local time zone (core/local_time.py)
         # online checkpointing (IcedTea 6.2): checkpoint I_k when replaying to it from the
         # latest checkpoint would take longer than τ, predicted from the executors' processing time
         self.online_tau = online_tau
@@ -308,7 +309,7 @@ class Coordinator:
     def _register(self, sock: socket.socket, hello: dict) -> Conn:
         stage, part = hello["stage"], hello["partition"]
         if hello.get("spark_attempt") is not None:   # (not a partition without rows, run on the driver)
-            self._note_hash_seed(hello.get("hash_seed"))
+            self._note_workers(hello.get("hash_seed"), hello.get("timezone"))
         if hello.get("slot") is not None:
             self._micro_batch_began(str(hello.get("query")), int(hello["slot"][0]))
         conn = Conn(sock, 0, stage, part, "record")
@@ -386,22 +387,28 @@ class Coordinator:
             self.next_later[stage] = n + 1
         return self.later_calls[(stage, part, call)]
 
-    def _note_hash_seed(self, seed: str | None) -> None:
-        """Store the hash seed the job's Python workers ran with, which replay runs with
-        (`cli/hash_seed.py`); warn where workers differ, or ran with random ones."""
+    def _note_workers(self, seed: str | None, zone: str | None) -> None:
+        """Store what the job's Python workers ran with that a replay runs with too, the first
+        task's: the hash seed (`cli/hash_seed.py`) and the local time zone (core/local_time.py);
+        warn where workers differ, or hash with random seeds."""
         with self.lock:
             first = self.hash_seed is _UNSEEN
             if first:
-                self.hash_seed = seed
+                self.hash_seed, self.timezone = seed, zone
         if first:
-            self.writer.submit([("INSERT OR REPLACE INTO meta VALUES ('hash_seed', ?)", [(orjson.dumps(seed).decode(),)])])
+            self.writer.submit([("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                 [("hash_seed", orjson.dumps(seed).decode()), ("timezone", orjson.dumps(zone).decode())])])
             if seed is None or not seed.isdigit():
                 self._warn_once("the job's Python workers hash strings with a random seed (PYTHONHASHSEED is "
                                 f"{'unset' if seed is None else repr(seed)}): a replay iterates over a set of strings "
                                 "in another order than they did, and `tt verify` says where that changes a state")
-        elif seed != self.hash_seed:
+            return
+        if seed != self.hash_seed:
             self._warn_once(f"the job's Python workers ran with different hash seeds ({self.hash_seed!r}, {seed!r}): "
                             f"a replay runs with the first")
+        if zone != self.timezone:
+            self._warn_once(f"the job's Python workers ran in different time zones ({self.timezone!r}, {zone!r}): "
+                            f"a replay runs in the first")
 
     def _warn_once(self, message: str) -> None:
         if message not in self.warnings:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 import cloudpickle
 import orjson
 
-from ..core import code_pickle, kept_inputs, values
+from ..core import code_pickle, kept_inputs, local_time, values
 from ..core.errors import ReplayDivergence, RunFileError, TTError
 from ..core.graph import Graph
 from ..core.hooked import HookedOperator
@@ -427,6 +427,7 @@ class Engine:
         require_trust(reader.path, reader.run.get("signature"), reader.signed_code(), trust)
         reader.vouch(trust)  # recorded tuples, log_result values and checkpoints: see RunReader.open_blob
         recorded_modules.serve(reader.job_modules())   # the job's modules import as they ran
+        local_time.use(reader.timezone)   # and tell local time as the workers did
         self.job_folder = job_source.job_folder(reader)   # where the job's other modules were
         keys = {e: code_pickle.loads(c, f"the key function of edge {e}", self.job_folder)
                 for e, c in keys_code.items()}

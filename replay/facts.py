@@ -13,6 +13,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core import local_time
 from ..core.errors import RunFileError, TTError, UsageError
 from ..store.reader import RunReader
 
@@ -93,6 +94,8 @@ def summary(reader: RunReader) -> dict:
                      for f in reader.failures()],
         "sources": sources(reader),
         "modules": modules(reader),
+        # what the job's Python workers ran with that a replay runs with too (cli/hash_seed.py, core/local_time.py)
+        "workers": {"hash_seed": reader.hash_seed, "timezone": reader.timezone, "timezone_here": local_time.zone()},
     }
 
 

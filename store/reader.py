@@ -144,6 +144,14 @@ class RunReader:
         row = self.conn.execute("SELECT value FROM meta WHERE key='hash_seed'").fetchone()
         return orjson.loads(row[0]) if row else "0"
 
+    @property
+    def timezone(self) -> str | None:
+        """The local time zone the job's Python workers ran in, as a `TZ` value, which a replay
+        runs in (core/local_time.py); None for a run recorded before tt kept it, or where the
+        workers' could not be told."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key='timezone'").fetchone()
+        return orjson.loads(row[0]) if row else None
+
     def warnings(self) -> list[str]:
         """What the recording warned of (`tt record` printed them too), e.g. input partitions of a
         hooked function that ran unrecorded."""

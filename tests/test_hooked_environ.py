@@ -1,9 +1,11 @@
-"""Environment variables a job's functions read, recorded unchanged (core/nondeterministic.py).
+"""Environment variables a job's functions read, and the time zone they tell local time in, recorded
+unchanged (core/nondeterministic.py, core/local_time.py).
 
-`tests/jobs/hooked_environ.py` gives its executors a rate, a limit and a token through Spark's
-executor environment; its functions read them (`os.environ[...]`, `.get`, `os.getenv`, `in`),
-set one themselves mid-partition, and emit what they read. This process, which replays, has
-other values. The oracle is the job's own output, collected by Spark: a replay must hand each
+`tests/jobs/hooked_environ.py` gives its executors a rate, a limit, a token and Tokyo's time
+zone through Spark's executor environment; its functions read them (`os.environ[...]`, `.get`,
+`os.getenv`, `in`; `time.localtime`, `datetime.fromtimestamp`), set one themselves
+mid-partition, and emit what they read. This process, which replays, has other values and New
+York's zone. The oracle is the job's own output, collected by Spark: a replay must hand each
 function what it read when recorded, not what the replaying machine has.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -42,8 +45,16 @@ def elsewhere(monkeypatch):
     for name, value in ((RATE, "7"), (LIMIT, "2"), (TOKEN, "another-token"), (UNSET, "here")):
         monkeypatch.setenv(name, value)
     os.environ.pop(STAGE, None)
+    zone = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
     yield
     os.environ.pop(STAGE, None)
+    if zone is None:   # (a replay sets this process's zone to the run's: put back the suite's)
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = zone
+    time.tzset()
 
 
 def test_recording_changes_nothing_the_functions_read(recorded):
@@ -52,7 +63,9 @@ def test_recording_changes_nothing_the_functions_read(recorded):
     rated = [json.loads(s) for s in on["rated"]]
     assert {(r["rate"], r["mode"], r["has"], r["token"]) for r in rated} == {(3.0, "default", True, 20)}
     assert sum(r["stage"] == "late" for r in rated) == 2 * (20 - 5)   # each partition's rows after its fifth
-    assert sorted(on["limited"]) == [[5, 25], [5, 25], [10, 25], [20, 25]]   # ids below 25, batches of 10
+    # ids below 25, batches of 10; the first id's hour in Tokyo (UTC+9)
+    assert sorted(on["limited"]) == [[5, 25, 5], [5, 25, 15], [10, 25, 9], [20, 25, 19]]
+    assert {(r["row"] + 9) % 24 == r["hour"] for r in rated} == {True}
 
 
 def test_a_replay_hands_each_step_the_values_the_executor_read(recorded, elsewhere):
@@ -65,6 +78,9 @@ def test_a_replay_hands_each_step_the_values_the_executor_read(recorded, elsewhe
     for unit, state in steps:   # all it read, but the token, which this process has its own of
         assert state["closure"]["seen"]["last"] == {**emitted[unit], "token": len("another-token")}
     assert os.environ[RATE] == "7"   # (what this process has, which the steps were not handed)
+    reader = RunReader(recorded[0])
+    assert reader.timezone == "Asia/Tokyo" == os.environ["TZ"]   # (the engine set it)
+    reader.close()
     assert limited == {0: 20, 1: 5}   # the job's last `kept` of each partition (with a limit of 2: 2 and 0)
 
 
@@ -100,3 +116,26 @@ def test_an_unlogged_name_is_read_where_the_replay_runs():
                                    LoggedResult(9, runtime.ENVIRON_CALL, runtime.ENVIRON, [STAGE, "late"]),
                                    LoggedResult(9, 0, "time.time", 1.5)])
     assert [source.environ(STAGE, p) for p in (0, 4, 8, 9, 30)] == [None, None, None, "late", "late"]
+
+
+def test_a_zone_is_told_as_a_value_another_process_can_take(monkeypatch):
+    from tt.core import local_time
+
+    assert local_time._posix("JST", -9 * 3600) == "JST-9"
+    assert local_time._posix("+0530", -(5 * 3600 + 1800)) == "<+0530>-5:30"
+    assert local_time._posix("UTC", 0) == "UTC0"
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    assert local_time.zone() == "Europe/Paris"
+    assert not local_time.use(None) and not local_time.use("Europe/Paris")   # (a run without one; the same)
+
+
+def test_inspect_names_the_zone_a_replay_runs_in(recorded, elsewhere, capsys):
+    reader = RunReader(recorded[0])
+    seed = reader.hash_seed   # (the suite's PYTHONHASHSEED, else PySpark's 0)
+    reader.close()
+    assert main(["inspect", str(recorded[0])]) == 0
+    out = capsys.readouterr().out
+    assert f"workers  hash seed {seed}, time zone Asia/Tokyo (here America/New_York): a replay runs with both" in out
+    assert main(["inspect", str(recorded[0]), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["workers"] == {
+        "hash_seed": seed, "timezone": "Asia/Tokyo", "timezone_here": "America/New_York"}

@@ -4,7 +4,9 @@
   with `os.getenv` of a name that is unset, asks `in os.environ`, reads an API token's length
   (a name tt keeps out of the run file), and sets a variable itself after its fifth row
   (clearing it with `pop` first, as the worker process outlives the task);
-- `Limited` (`mapInPandas`, a callable class) reads a limit with `os.environ.get` per batch.
+- `Limited` (`mapInPandas`, a callable class) reads a limit with `os.environ.get` per batch;
+- both tell the hour of a timestamp in local time, and the executors run in Tokyo's time zone
+  (`TZ`), which tt notes and a replay runs in (core/local_time.py).
 
 The executors get the variables from the job (`SparkContext.environment`, as
 `spark.executorEnv.*` sets them); the process that replays has other values or none. Every
@@ -16,6 +18,8 @@ Usage: python hooked_environ.py OUT.json
 import json
 import os
 import sys
+import time
+from datetime import datetime
 
 import pandas as pd
 from pyspark.sql import SparkSession
@@ -25,7 +29,7 @@ from job_settings import spark_settings   # tests/jobs/job_settings.py
 ROWS = 40
 RATE, UNSET, TOKEN, LIMIT, STAGE = ("TT_TEST_ENV_RATE", "TT_TEST_ENV_UNSET", "TT_TEST_ENV_API_TOKEN",
                                     "TT_TEST_ENV_LIMIT", "TT_TEST_ENV_STAGE")
-EXECUTORS = {RATE: "3", TOKEN: "recorded-token-value", LIMIT: "25"}
+EXECUTORS = {RATE: "3", TOKEN: "recorded-token-value", LIMIT: "25", "TZ": "Asia/Tokyo"}
 
 
 def make_rated():
@@ -41,7 +45,8 @@ def make_rated():
             seen["total"] += row * rate
             seen["last"] = {"row": row, "rate": rate, "mode": os.getenv(UNSET, "default"), "has": RATE in os.environ,
                             "stage": os.environ.get(STAGE, "early"), "token": len(os.environ.get(TOKEN, "")),
-                            "total": seen["total"]}
+                            "total": seen["total"], "hour": time.localtime(row * 3600).tm_hour,
+                            "local": datetime.fromtimestamp(row * 3600).isoformat()}
             yield json.dumps(seen["last"])
     return rated
 
@@ -54,7 +59,8 @@ class Limited:
         for pdf in frames:
             limit = int(os.environ.get(LIMIT, "0"))
             self.kept += int((pdf.id < limit).sum())
-            yield pd.DataFrame({"kept": [self.kept], "limit": [limit]})
+            self.first_hour = time.localtime(int(pdf.id.iloc[0]) * 3600).tm_hour
+            yield pd.DataFrame({"kept": [self.kept], "limit": [limit], "hour": [self.first_hour]})
 
 
 def main(out: str) -> None:
@@ -68,7 +74,8 @@ def main(out: str) -> None:
             rows = spark.range(0, ROWS, numPartitions=2)
             result = {
                 "rated": sorted(rated.collect()),
-                "limited": sorted(tuple(r) for r in rows.mapInPandas(Limited(), "kept long, limit long").collect()),
+                "limited": sorted(tuple(r) for r in rows.mapInPandas(Limited(), "kept long, limit long, hour long")
+                                  .collect()),
             }
     finally:
         for k, v in before.items():
