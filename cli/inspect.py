@@ -159,10 +159,19 @@ def _summary_text(s: dict) -> str:
                           for m in s["modules"])
         lines.append(f"modules  {names}: the job's own, stored with the run; a replay runs them as recorded")
     workers = s.get("workers") or {}
-    if workers.get("timezone"):
-        zone, here = workers["timezone"], workers["timezone_here"]
-        lines.append(f"workers  hash seed {workers['hash_seed']}, time zone {zone}"
-                     + ("" if here == zone else f" (here {here or 'unknown'})") + ": a replay runs with both")
+    if workers.get("python") or workers.get("timezone"):
+        said = []
+        if workers.get("python"):
+            py, py_here = workers["python"], workers["python_here"]
+            said.append(f"{py['implementation']} {py['version']}"
+                        + ("" if py["version"].split(".")[:2] == py_here["version"].split(".")[:2]
+                           and py["implementation"] == py_here["implementation"]
+                           else f" (here {py_here['implementation']} {py_here['version']}, which cannot replay it)"))
+        said.append(f"hash seed {workers['hash_seed']}")
+        if workers.get("timezone"):
+            zone, here = workers["timezone"], workers["timezone_here"]
+            said.append(f"time zone {zone}" + ("" if here == zone else f" (here {here or 'unknown'})"))
+        lines.append(f"workers  {', '.join(said)}: a replay runs with these")
     for f in s["failures"]:
         lines.append(f"failure  {f['op']}:{f['instance']} input #{f['position']}: {f['error']}")
     wal = s.get("wal") or {}

@@ -5,6 +5,11 @@ cloudpickle (since 3.1.3) writes every code object it pickles by value with the 
 shows no file and no source line: the one thing a user wants from a post-mortem. `dumps`
 pickles as cloudpickle does but keeps each code object's `co_filename`; the pickle loads
 with plain `cloudpickle.loads` (or `pickle.loads`) wherever tt is importable.
+
+A code object pickled by value is the bytecode of the Python that made it: another version
+unpickles it and crashes running it (a run recorded with 3.11, replayed by 3.12: a segmentation
+fault at the first tuple). So a run names the Python that pickled its code (`python`, in its
+meta) and a replay in another version stops first, in one line (`require_python`).
 """
 
 from __future__ import annotations
@@ -17,7 +22,28 @@ from typing import Any
 
 import cloudpickle
 
-from .errors import CodeImportError
+from .errors import CodeImportError, RunFileError
+
+
+def python() -> dict:
+    """The Python that pickles a run's code (the recorder's, whose version PySpark requires of
+    its workers too)."""
+    return {"implementation": sys.implementation.name, "version": ".".join(map(str, sys.version_info[:3]))}
+
+
+def require_python(recorded: dict | None, run: Any) -> None:
+    """Stop where this Python cannot run the code `run` pickled under `recorded` (`python()`):
+    another implementation, or another minor version. A run recorded before tt kept it names
+    none, and is replayed as before."""
+    if not recorded:
+        return
+    here = python()
+    minor = ".".join(recorded["version"].split(".")[:2])
+    if recorded["implementation"] == here["implementation"] and minor == ".".join(here["version"].split(".")[:2]):
+        return
+    raise RunFileError(f"{run} was recorded with Python {minor} ({recorded['implementation']} {recorded['version']}); "
+                       f"this tt runs on {here['implementation']} {here['version']}, which cannot run the job's code "
+                       f"pickled there: replay it with tt installed in a Python {minor} (tt inspect reads it from any)")
 
 
 def _code_in_file(make: Any, args: tuple, filename: str) -> types.CodeType:

@@ -85,7 +85,8 @@ class RecordingSession:
                             "checkpoint": "online" if checkpoint_tau else None, "tau": checkpoint_tau,
                             "copy_sources": copy_sources, "lineage": lineage}).decode(),
               os.getpid(),
-              socket.gethostname())])])
+              socket.gethostname())]),
+            ("INSERT OR REPLACE INTO meta VALUES ('python', ?)", [(orjson.dumps(code_pickle.python()).decode(),)])])
 
     # --- activation ---------------------------------------------------------
 

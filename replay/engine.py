@@ -420,6 +420,7 @@ class SavedPosition:
 class Engine:
     def __init__(self, reader: RunReader, *, trust: bool = False):
         self.reader = reader
+        code_pickle.require_python(reader.python, reader.path)   # (before any of its code is unpickled)
         job_source.serve(reader)   # a replayed traceback shows the job's lines as they ran
         ops = reader.operators
         self.code = {o.id: reader.code(o.id) for o in ops}

@@ -145,6 +145,13 @@ class RunReader:
         return orjson.loads(row[0]) if row else "0"
 
     @property
+    def python(self) -> dict | None:
+        """The Python that pickled the run's code (`code_pickle.python`), which a replay must run
+        in; None for a run recorded before tt kept it."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key='python'").fetchone()
+        return orjson.loads(row[0]) if row else None
+
+    @property
     def timezone(self) -> str | None:
         """The local time zone the job's Python workers ran in, as a `TZ` value, which a replay
         runs in (core/local_time.py); None for a run recorded before tt kept it, or where the

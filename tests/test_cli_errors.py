@@ -146,6 +146,34 @@ def test_run_file_from_a_newer_tt(tmp_path, capsys):
     _one_line(capsys, "newer tt")
 
 
+def test_a_run_recorded_by_another_python_is_refused_before_its_code_runs(record, capsys):
+    """Code pickled by one Python version crashes another (3.11's replayed by 3.12: a segmentation
+    fault at the first tuple, exit 139). The run names its Python; a replay elsewhere stops first."""
+    import json
+    import platform
+
+    import workloads
+
+    path = record(workloads.build_chain, watch="A", when="row['amount'] > 400")
+    reader = RunReader(path)
+    assert reader.python == {"implementation": sys.implementation.name, "version": platform.python_version()}
+    reader.close()
+    assert main(["verify", str(path)]) == 0
+    capsys.readouterr()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value=? WHERE key='python'",
+                 (json.dumps({"implementation": "cpython", "version": "3.9.18"}),))
+    conn.commit()
+    conn.close()
+    for command in (["verify"], ["replay", "--jump", "1"], ["lineage", "A", "--where", "True", "--back"]):
+        assert main([command[0], str(path), *command[1:]]) == 1, command
+        _one_line(capsys, f"{path} was recorded with Python 3.9 (cpython 3.9.18); this tt runs on "
+                          f"{sys.implementation.name} {platform.python_version()}", "replay it with tt installed in a Python 3.9")
+    assert main(["inspect", str(path)]) == 0   # (what needs none of its code still reads, and says so)
+    assert (f"workers  cpython 3.9.18 (here {sys.implementation.name} {platform.python_version()}, which cannot "
+            f"replay it), hash seed") in capsys.readouterr().out
+
+
 def test_unknown_operator_and_interaction_in_inspect(record, capsys):
     import workloads
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import sys
 import time
 from pathlib import Path
 
@@ -133,9 +135,12 @@ def test_inspect_names_the_zone_a_replay_runs_in(recorded, elsewhere, capsys):
     reader = RunReader(recorded[0])
     seed = reader.hash_seed   # (the suite's PYTHONHASHSEED, else PySpark's 0)
     reader.close()
+    python = {"implementation": sys.implementation.name, "version": platform.python_version()}
     assert main(["inspect", str(recorded[0])]) == 0
     out = capsys.readouterr().out
-    assert f"workers  hash seed {seed}, time zone Asia/Tokyo (here America/New_York): a replay runs with both" in out
+    assert (f"workers  {python['implementation']} {python['version']}, hash seed {seed}, time zone Asia/Tokyo "
+            f"(here America/New_York): a replay runs with these") in out
     assert main(["inspect", str(recorded[0]), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["workers"] == {
-        "hash_seed": seed, "timezone": "Asia/Tokyo", "timezone_here": "America/New_York"}
+        "python": python, "python_here": python, "hash_seed": seed, "timezone": "Asia/Tokyo",
+        "timezone_here": "America/New_York"}
