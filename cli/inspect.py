@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..core import kept_inputs, values
+from ..core.libraries import described
 from ..core.errors import UsageError
 from ..store.sources import shown
 from .main import app
@@ -172,6 +173,13 @@ def _summary_text(s: dict) -> str:
             zone, here = workers["timezone"], workers["timezone_here"]
             said.append(f"time zone {zone}" + ("" if here == zone else f" (here {here or 'unknown'})"))
         lines.append(f"workers  {', '.join(said)}: a replay runs with these")
+    if workers.get("libraries"):
+        differ = [(d["name"], d["version"], d["here"]) for d in workers["libraries_differing"]]
+        same = len(workers["libraries"]) - len(differ)
+        if differ:
+            lines.append(f"libraries  {described(differ)}: a replay runs this machine's; {same} other{'s' if same != 1 else ''} as here")
+        else:
+            lines.append(f"libraries  the {same} packages the workers had loaded are as here")
     for f in s["failures"]:
         lines.append(f"failure  {f['op']}:{f['instance']} input #{f['position']}: {f['error']}")
     wal = s.get("wal") or {}

@@ -106,6 +106,7 @@ class Coordinator:
         self._batch_lock = threading.Lock()
         self.hash_seed: Any = _UNSEEN          # the PYTHONHASHSEED of the first Spark task's worker
         self.timezone: str | None = None       # ... and its local time zone (core/local_time.py)
+        self.libraries: dict[str, str] = {}    # the packages the workers had loaded: name -> version
         # online checkpointing (IcedTea 6.2): checkpoint I_k when replaying to it from the
         # latest checkpoint would take longer than τ, predicted from the executors' processing time
         self.online_tau = online_tau
@@ -309,7 +310,7 @@ class Coordinator:
     def _register(self, sock: socket.socket, hello: dict) -> Conn:
         stage, part = hello["stage"], hello["partition"]
         if hello.get("spark_attempt") is not None:   # (not a partition without rows, run on the driver)
-            self._note_workers(hello.get("hash_seed"), hello.get("timezone"))
+            self._note_workers(hello)
         if hello.get("slot") is not None:
             self._micro_batch_began(str(hello.get("query")), int(hello["slot"][0]))
         conn = Conn(sock, 0, stage, part, "record")
@@ -387,14 +388,26 @@ class Coordinator:
             self.next_later[stage] = n + 1
         return self.later_calls[(stage, part, call)]
 
-    def _note_workers(self, seed: str | None, zone: str | None) -> None:
+    def _note_workers(self, hello: dict) -> None:
         """Store what the job's Python workers ran with that a replay runs with too, the first
         task's: the hash seed (`cli/hash_seed.py`) and the local time zone (core/local_time.py);
-        warn where workers differ, or hash with random seeds."""
+        and every library a task's worker had loaded (core/libraries.py, which `tt verify`
+        compares with the replay's); warn where workers differ, or hash with random seeds."""
+        seed, zone, loaded = hello.get("hash_seed"), hello.get("timezone"), hello.get("libraries") or {}
         with self.lock:
             first = self.hash_seed is _UNSEEN
             if first:
                 self.hash_seed, self.timezone = seed, zone
+            known = self.libraries
+            other = next((f"{n} {known[n]} and {v}" for n, v in loaded.items() if known.get(n, v) != v), None)
+            added = {n: v for n, v in loaded.items() if n not in known}
+            known.update(added)
+            if added:   # (each task's worker may have loaded others: an RDD function's no pandas)
+                self.writer.submit([("INSERT OR REPLACE INTO meta VALUES ('libraries', ?)",
+                                     [(orjson.dumps(dict(sorted(known.items()))).decode(),)])])
+        if other is not None:
+            self._warn_once(f"the job's Python workers had different versions of a library ({other}): "
+                            f"tt inspect and tt verify compare the first with the replay's")
         if first:
             self.writer.submit([("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                  [("hash_seed", orjson.dumps(seed).decode()), ("timezone", orjson.dumps(zone).decode())])])

@@ -26,7 +26,7 @@ from time import monotonic, perf_counter   # (bound at import: through the modul
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from ..core import local_time, values
+from ..core import libraries, local_time, values
 from ..core.errors import first_line
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder, whole
@@ -206,10 +206,11 @@ def _hello(graph: Graph, stage_id: int, partition: int, recording: Recording, at
     """What a task tells the coordinator of itself; `hash_seed`: the PYTHONHASHSEED its worker runs
     with (PySpark gives its workers the driver's, else 0), which replay must run with too: the
     order of a set of strings, which a job's code may iterate over, follows it; `timezone`: the
-    local time zone it runs in, which replay runs in too (core/local_time.py)."""
+    local time zone it runs in, which replay runs in too (core/local_time.py); `libraries`: the
+    packages its worker has loaded, with their versions (core/libraries.py)."""
     return {"run": recording.run_id, "stage": graph.stages[stage_id].id, "partition": partition,
             "host": f"{socket.gethostname()}:{os.getpid()}", "hash_seed": os.environ.get("PYTHONHASHSEED"),
-            "timezone": _ZONE, **attempt}
+            "timezone": _ZONE, "libraries": libraries.loaded(), **attempt}
 
 
 _ZONE = local_time.zone()   # (once a worker: it reads a link and perhaps a file)

@@ -13,7 +13,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core import code_pickle, local_time
+from ..core import code_pickle, libraries, local_time
 from ..core.errors import RunFileError, TTError, UsageError
 from ..store.reader import RunReader
 
@@ -96,7 +96,10 @@ def summary(reader: RunReader) -> dict:
         "modules": modules(reader),
         # what the job's Python workers ran with that a replay runs with too (cli/hash_seed.py, core/local_time.py)
         "workers": {"python": reader.python, "python_here": code_pickle.python(), "hash_seed": reader.hash_seed,
-                    "timezone": reader.timezone, "timezone_here": local_time.zone()},
+                    "timezone": reader.timezone, "timezone_here": local_time.zone(),
+                    "libraries": reader.libraries,
+                    "libraries_differing": [{"name": n, "version": v, "here": h}
+                                            for n, v, h in libraries.differing(reader.libraries)]},
     }
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import cloudpickle
 import orjson
 
-from ..core import values
+from ..core import libraries, values
 from ..core.errors import ReplayDivergence, RunFileError, TTError, UsageError
 from ..core.group_state import NO_TIMESTAMP, GroupStateOperator
 from ..core.hooked import GROUP_STATE_KIND
@@ -220,11 +220,14 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                                 f"and two replays agree with each other"}
             pos, row = first_change
             ref = f"{label}:{pos}"
+            differ = libraries.differing(reader.libraries)
+            suspects = (f"libraries of other versions here than the workers had: {libraries.described(differ)}; "
+                        if differ else "")
             return {"tuple": ref, "input": pos, "row": values.render(row, 200), "found_by": "first change",
                     "text": f"; the first input that changed {path} in the replay from {start} is {ref} "
                             f"{values.render(row, 120)} (two replays agree with each other, so what differs "
-                            f"from the recording is the same in every replay: hash order, a clock, a module imported "
-                            f"from outside the job's folder that changed since, the environment?)"}
+                            f"from the recording is the same in every replay: {suspects}hash order, a clock, a module "
+                            f"imported from outside the job's folder that changed since, the environment?)"}
     except (TTError, OperatorFailure, *_DAMAGE) as e:
         return {"text": f" (the input could not be found: {e})"}
 

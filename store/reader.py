@@ -152,6 +152,13 @@ class RunReader:
         return orjson.loads(row[0]) if row else None
 
     @property
+    def libraries(self) -> dict[str, str]:
+        """The packages the job's Python workers had loaded, with their versions
+        (core/libraries.py); none for a run recorded before tt kept them."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key='libraries'").fetchone()
+        return orjson.loads(row[0]) if row else {}
+
+    @property
     def timezone(self) -> str | None:
         """The local time zone the job's Python workers ran in, as a `TZ` value, which a replay
         runs in (core/local_time.py); None for a run recorded before tt kept it, or where the

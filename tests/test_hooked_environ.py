@@ -141,6 +141,13 @@ def test_inspect_names_the_zone_a_replay_runs_in(recorded, elsewhere, capsys):
     assert (f"workers  {python['implementation']} {python['version']}, hash seed {seed}, time zone Asia/Tokyo "
             f"(here America/New_York): a replay runs with these") in out
     assert main(["inspect", str(recorded[0]), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["workers"] == {
-        "python": python, "python_here": python, "hash_seed": seed, "timezone": "Asia/Tokyo",
-        "timezone_here": "America/New_York"}
+    workers = json.loads(capsys.readouterr().out)["workers"]
+    loaded = workers.pop("libraries")
+    assert workers == {"python": python, "python_here": python, "hash_seed": seed, "timezone": "Asia/Tokyo",
+                       "timezone_here": "America/New_York", "libraries_differing": []}
+    import numpy
+    import pandas
+    import pyarrow   # (a mapInPandas worker has them loaded; the same here)
+    assert {n: loaded.get(n) for n in ("numpy", "pandas", "pyarrow")} == {
+        "numpy": numpy.__version__, "pandas": pandas.__version__, "pyarrow": pyarrow.__version__}
+    assert f"libraries  the {len(loaded)} packages the workers had loaded are as here" in out

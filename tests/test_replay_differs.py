@@ -10,6 +10,7 @@ when recorded, so its total at an interaction is the sum of the `v`s it had cons
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -163,3 +164,34 @@ def test_the_debugger_shows_where_a_jump_differs(rated_run, monkeypatch):
         assert shown.startswith(f"! jump {k}: the replay differs from the recording at R:0.total, recorded "), shown
         assert "what is shown is not what ran" in shown, shown
     drive(app, script)
+
+
+def test_verify_names_the_libraries_of_other_versions_here(rated_run, monkeypatch, capsys, tmp_path):
+    """Where two replays agree and differ from the recording, what the replay does not take from the
+    run is to blame; libraries of other versions here than the workers had come first in the list."""
+    import shutil
+    import sqlite3
+
+    import pandas
+
+    from tt.store.reader import RunReader
+
+    reader = RunReader(rated_run)
+    loaded = reader.libraries   # (what the tasks' workers had loaded, as here)
+    reader.close()
+    assert loaded and all(sys.modules[n].__version__ == v for n, v in loaded.items() if n in sys.modules)
+    others = len({**loaded, "pandas": ""}) - 1
+    run = tmp_path / "older_pandas.db"
+    shutil.copy(rated_run, run)
+    conn = sqlite3.connect(run)
+    conn.execute("UPDATE meta SET value=? WHERE key='libraries'", (json.dumps({**loaded, "pandas": "1.5.3"}),))
+    conn.commit()
+    conn.close()
+    monkeypatch.setenv(RATE, "2")
+    assert main(["verify", str(run)]) == 1
+    out = capsys.readouterr()
+    assert f"libraries of other versions here than the workers had: pandas 1.5.3 (here {pandas.__version__}); " \
+           "hash order" in out.out + out.err
+    assert main(["inspect", str(run)]) == 0
+    assert f"libraries  pandas 1.5.3 (here {pandas.__version__}): a replay runs this machine's; " \
+           f"{others} others as here" in capsys.readouterr().out

@@ -1,0 +1,70 @@
+"""The versions of the libraries the job's Python workers had loaded, against this machine's.
+
+A replay runs the job's code with the libraries installed where it runs. A pandas or numpy of
+another version there may compute otherwise (a changed default, a fixed bug), and `tt verify`
+then finds a state that differs from the recording with nothing in the job to blame. So each
+task's hello names the packages its worker has loaded and their versions (`loaded`), the run
+keeps each one a task named (`RunReader.libraries`; the recorder warns where two workers had
+two versions), and `tt inspect` and `tt verify`'s account of a difference name those of another
+version here (`differing`).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+
+MISSING = "missing"   # `here`: not installed here
+#: top-level module -> its distribution, where the two names differ
+_DISTRIBUTIONS = {"dateutil": "python-dateutil", "sklearn": "scikit-learn", "yaml": "PyYAML", "PIL": "Pillow",
+                  "cv2": "opencv-python", "bs4": "beautifulsoup4", "google": "protobuf"}
+
+
+def loaded() -> dict[str, str]:
+    """The top-level packages loaded in this process that say their version (`__version__`),
+    but the standard library's and tt: {name: version}."""
+    out = {}
+    for name, module in list(sys.modules.items()):
+        if "." in name or name.startswith("_") or name == "tt" or name in sys.stdlib_module_names:
+            continue
+        version = getattr(module, "__version__", None)
+        if isinstance(version, str):
+            out[name] = version
+    return dict(sorted(out.items()))
+
+
+def here(name: str) -> str | None:
+    """The version of package `name` here: loaded, or installed; `MISSING` where it is not
+    installed, None where it is but does not say its version."""
+    module = sys.modules.get(name)
+    if module is not None:
+        version = getattr(module, "__version__", None)
+        return version if isinstance(version, str) else None
+    try:
+        return importlib.metadata.version(_DISTRIBUTIONS.get(name, name))
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    try:
+        return None if importlib.util.find_spec(name) is not None else MISSING
+    except (ImportError, ValueError):
+        return MISSING
+
+
+def differing(recorded: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(name, the workers' version, this machine's) for each package of `recorded` that is of
+    another version here, or missing."""
+    out = []
+    for name, version in recorded.items():
+        now = here(name)
+        if now is not None and now != version:
+            out.append((name, version, now))
+    return out
+
+
+def described(differ: list[tuple[str, str, str]]) -> str:
+    """`pandas 2.1.4 (here 2.3.3), scipy 1.11.0 (here missing)`."""
+    return ", ".join(f"{name} {version} (here {now})" for name, version, now in differ)
+
+
+__all__ = ["loaded", "here", "differing", "described", "MISSING"]
