@@ -24,6 +24,7 @@ def debug(
     in an 80×24 terminal; needs neither Spark nor Java. A run that `tt record` is
     still writing is followed live.
     """
+    from ..core.code_pickle import require_python
     from ..store.reader import RunReader
     from ..store.trust import require_trust
 
@@ -40,6 +41,7 @@ def debug(
             require_dataflow(reader, "debug")  # before the trust check: a run that never started has no code
             ops = reader.operators
         if ops:
+            require_python(reader.python, reader.path)   # (the app would only find out at its first replay)
             try:
                 require_trust(reader.path, reader.run.get("signature"), reader.signed_code(), trust)
             except UntrustedRunError as e:

@@ -165,7 +165,7 @@ def test_a_run_recorded_by_another_python_is_refused_before_its_code_runs(record
                  (json.dumps({"implementation": "cpython", "version": "3.9.18"}),))
     conn.commit()
     conn.close()
-    for command in (["verify"], ["replay", "--jump", "1"], ["lineage", "A", "--where", "True", "--back"]):
+    for command in (["verify"], ["replay", "--jump", "1"], ["lineage", "A", "--where", "True", "--back"], ["debug"]):
         assert main([command[0], str(path), *command[1:]]) == 1, command
         _one_line(capsys, f"{path} was recorded with Python 3.9 (cpython 3.9.18); this tt runs on "
                           f"{sys.implementation.name} {platform.python_version()}", "replay it with tt installed in a Python 3.9")
