@@ -8,8 +8,9 @@ from typing import Optional
 import typer
 
 from ..core import kept_inputs, values
-from ..core.libraries import described
+from ..core.code_pickle import same_python
 from ..core.errors import UsageError
+from ..core.libraries import described
 from ..store.sources import shown
 from .main import app
 from .output import CSV, JSON, NL, cut_hint, emit, human_bytes, only_one, require_intact, table
@@ -164,10 +165,9 @@ def _summary_text(s: dict) -> str:
         said = []
         if workers.get("python"):
             py, py_here = workers["python"], workers["python_here"]
-            said.append(f"{py['implementation']} {py['version']}"
-                        + ("" if py["version"].split(".")[:2] == py_here["version"].split(".")[:2]
-                           and py["implementation"] == py_here["implementation"]
-                           else f" (here {py_here['implementation']} {py_here['version']}, which cannot replay it)"))
+            said.append(f"{py['implementation']} {py['version']}" + (
+                "" if same_python(py, py_here) else f" (here {py_here['implementation']} {py_here['version']}, "
+                                                    f"which cannot replay it)"))
         said.append(f"hash seed {workers['hash_seed']}")
         if workers.get("timezone"):
             zone, here = workers["timezone"], workers["timezone_here"]

@@ -31,16 +31,23 @@ def python() -> dict:
     return {"implementation": sys.implementation.name, "version": ".".join(map(str, sys.version_info[:3]))}
 
 
+def same_python(a: dict, b: dict) -> bool:
+    """Whether code pickled by Python `a` runs in Python `b` (`python()`): the same implementation
+    and minor version."""
+    return a["implementation"] == b["implementation"] and _minor(a) == _minor(b)
+
+
+def _minor(of: dict) -> str:
+    return ".".join(of["version"].split(".")[:2])
+
+
 def require_python(recorded: dict | None, run: Any) -> None:
     """Stop where this Python cannot run the code `run` pickled under `recorded` (`python()`):
     another implementation, or another minor version. A run recorded before tt kept it names
     none, and is replayed as before."""
-    if not recorded:
+    if not recorded or same_python(recorded, python()):
         return
-    here = python()
-    minor = ".".join(recorded["version"].split(".")[:2])
-    if recorded["implementation"] == here["implementation"] and minor == ".".join(here["version"].split(".")[:2]):
-        return
+    here, minor = python(), _minor(recorded)
     raise RunFileError(f"{run} was recorded with Python {minor} ({recorded['implementation']} {recorded['version']}); "
                        f"this tt runs on {here['implementation']} {here['version']}, which cannot run the job's code "
                        f"pickled there: replay it with tt installed in a Python {minor} (tt inspect reads it from any)")

@@ -150,13 +150,13 @@ def test_a_run_recorded_by_another_python_is_refused_before_its_code_runs(record
     """Code pickled by one Python version crashes another (3.11's replayed by 3.12: a segmentation
     fault at the first tuple, exit 139). The run names its Python; a replay elsewhere stops first."""
     import json
-    import platform
 
     import workloads
 
     path = record(workloads.build_chain, watch="A", when="row['amount'] > 400")
     reader = RunReader(path)
-    assert reader.python == {"implementation": sys.implementation.name, "version": platform.python_version()}
+    here = ".".join(map(str, sys.version_info[:3]))
+    assert reader.python == {"implementation": sys.implementation.name, "version": here}
     reader.close()
     assert main(["verify", str(path)]) == 0
     capsys.readouterr()
@@ -168,9 +168,9 @@ def test_a_run_recorded_by_another_python_is_refused_before_its_code_runs(record
     for command in (["verify"], ["replay", "--jump", "1"], ["lineage", "A", "--where", "True", "--back"], ["debug"]):
         assert main([command[0], str(path), *command[1:]]) == 1, command
         _one_line(capsys, f"{path} was recorded with Python 3.9 (cpython 3.9.18); this tt runs on "
-                          f"{sys.implementation.name} {platform.python_version()}", "replay it with tt installed in a Python 3.9")
+                          f"{sys.implementation.name} {here}", "replay it with tt installed in a Python 3.9")
     assert main(["inspect", str(path)]) == 0   # (what needs none of its code still reads, and says so)
-    assert (f"workers  cpython 3.9.18 (here {sys.implementation.name} {platform.python_version()}, which cannot "
+    assert (f"workers  cpython 3.9.18 (here {sys.implementation.name} {here}, which cannot "
             f"replay it), hash seed") in capsys.readouterr().out
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -135,7 +134,7 @@ def test_inspect_names_the_zone_a_replay_runs_in(recorded, elsewhere, capsys):
     reader = RunReader(recorded[0])
     seed = reader.hash_seed   # (the suite's PYTHONHASHSEED, else PySpark's 0)
     reader.close()
-    python = {"implementation": sys.implementation.name, "version": platform.python_version()}
+    python = {"implementation": sys.implementation.name, "version": ".".join(map(str, sys.version_info[:3]))}
     assert main(["inspect", str(recorded[0])]) == 0
     out = capsys.readouterr().out
     assert (f"workers  {python['implementation']} {python['version']}, hash seed {seed}, time zone Asia/Tokyo "
