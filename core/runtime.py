@@ -180,6 +180,8 @@ class Runner:
         """Log what a call named `name` gave, where the caller made the call itself (a hooked
         state handle: core/state_handle.py). An instance outside G(θ) logs nothing."""
 
+    environ_reads: tuple[int, dict] | None = None   # (position, {name: reads of it in that step}): `environ_reads`
+
     def read_environ(self, name: str, read: Callable[[str], str | None]) -> str | None:
         """The value of environment variable `name` (None: unset) that a hooked function's step
         reads (core/nondeterministic.py); `read` reads this process's. An instance outside G(θ)
@@ -393,14 +395,17 @@ class RecordingRunner(Runner):
         """Log a variable's value where this instance reads it first, or reads another value than
         it last did: once per name, not per read, and apart from the numbered calls
         (`ENVIRON_CALL`), so a library that reads a name once per process, at whatever step,
-        replays too (`ResultSource.environ`)."""
+        replays too (`ResultSource.environ`). With the value goes which read of the name in
+        this step it was (`environ_reads`): a step that sets a variable between two reads of it
+        gets the first value at its first read again."""
         value = read(name)
+        nth = environ_reads(self, name)
         seen = self.environ_read
         if seen is None:
             seen = self.environ_read = {}
         if name not in seen or seen[name] != value:
             seen[name] = value
-            self.log.results.append((self.count, ENVIRON_CALL, ENVIRON, [name, value]))
+            self.log.results.append((self.count, ENVIRON_CALL, ENVIRON, [name, value, nth]))
         return value
 
 
@@ -707,7 +712,7 @@ class ReplayRunner(Runner):
     def read_environ(self, name, read):
         """The value the recording read at this input, from its log; this process's where the
         recording logged none of the name (an older run, a name it keeps out: `nondeterministic`)."""
-        logged = self.results.environ(name, self.count)
+        logged = self.results.environ(name, self.count, environ_reads(self, name))
         return read(name) if logged is UNLOGGED else logged
 
     def log_value(self, name, value):
@@ -716,10 +721,21 @@ class ReplayRunner(Runner):
                                op=self.name, instance=self.instance, position=self.count)
 
 
-#: A logged result that is an environment variable's value, `[name, value]` (None: unset), logged
-#: at the input that read it (`RecordingRunner.read_environ`), numbered apart from the calls
+#: A logged result that is an environment variable's value, `[name, value, nth]` (None: unset), logged
+#: at the input that read it, its `nth` read of the name (`RecordingRunner.read_environ`), numbered
+#: apart from the calls
 ENVIRON, ENVIRON_CALL = "os.environ", -1
 UNLOGGED = object()   # `ResultSource.environ`: the recording logged no value of the name
+
+
+def environ_reads(runner: Runner, name: str) -> int:
+    """How many times `runner`'s current step read variable `name` before (0 for its first read)."""
+    reads = runner.environ_reads
+    if reads is None or reads[0] != runner.count:
+        reads = runner.environ_reads = (runner.count, {})
+    nth = reads[1].get(name, 0)
+    reads[1][name] = nth + 1
+    return nth
 
 
 class ResultSource:
@@ -728,26 +744,27 @@ class ResultSource:
 
     def __init__(self, results: list[LoggedResult]):
         self._by_key = {(r.position, r.call): r for r in results if r.call != ENVIRON_CALL}
-        self._environ: dict[str, tuple[list[int], list]] = {}   # name -> (positions, values), in log order
+        # name -> ([(position, nth read in its step)], [values]), in log order
+        self._environ: dict[str, tuple[list[tuple[int, int]], list]] = {}
         for r in results:
             if r.call == ENVIRON_CALL:
-                name, value = r.value
+                name, value, *nth = r.value
                 at, got = self._environ.setdefault(name, ([], []))
-                at.append(r.position)
+                at.append((r.position, nth[0] if nth else 0))
                 got.append(value)
         self._pos = -1
         self._call = 0
 
-    def environ(self, name: str, position: int) -> Any:
-        """What the recording read of variable `name` at input `position`: the value logged last
-        at or before it (a read logs only a first or changed value), or the first logged, for a
-        read that comes sooner in replay (a library that reads once a process, first at another
-        step); `UNLOGGED` for a name never logged."""
+    def environ(self, name: str, position: int, nth: int = 0) -> Any:
+        """What the recording read of variable `name` at its `nth` read of input `position`: the
+        value logged last at or before that read (a read logs only a first or changed value), or
+        the first logged, for a read that comes sooner in replay (a library that reads once a
+        process, first at another step); `UNLOGGED` for a name never logged."""
         logged = self._environ.get(name)
         if logged is None:
             return UNLOGGED
         at, got = logged
-        return got[max(0, bisect_right(at, position) - 1)]
+        return got[max(0, bisect_right(at, (position, nth)) - 1)]
 
     def next(self, runner: Runner, name: str):
         pos = runner.count

@@ -63,7 +63,8 @@ def test_recording_changes_nothing_the_functions_read(recorded):
     assert on == off
     rated = [json.loads(s) for s in on["rated"]]
     assert {(r["rate"], r["mode"], r["has"], r["token"]) for r in rated} == {(3.0, "default", True, 20)}
-    assert sum(r["stage"] == "late" for r in rated) == 2 * (20 - 5)   # each partition's rows after its fifth
+    assert sum(r["stage"] == "late" for r in rated) == 2 * (20 - 5)   # each partition's rows from its sixth on
+    assert sum(r["before"] == "late" for r in rated) == 2 * (20 - 6)   # (its sixth read the setting before it set it)
     # ids below 25, batches of 10; the first id's hour in Tokyo (UTC+9)
     assert sorted(on["limited"]) == [[5, 25, 5], [5, 25, 15], [10, 25, 9], [20, 25, 19]]
     assert {(r["row"] + 9) % 24 == r["hour"] for r in rated} == {True}
@@ -97,14 +98,18 @@ def test_the_run_file_holds_each_name_once_an_instance_and_no_secret(recorded):
     node = reader.operator("rated")
     for i in range(node.instances):
         logged = [(r.position, *r.value) for r in reader.results(node.id, i) if r.call == runtime.ENVIRON_CALL]
-        names = [name for _, name, _ in logged]
+        names = [name for _, name, _, _ in logged]
         assert TOKEN not in names
-        # the rate, the unset name and the stage once each, the stage again where the function set it
+        # the rate, the unset name and the stage once each, the stage again where the function set it:
+        # (input, value, which read of the name in that step)
         assert sorted(set(names)) == [RATE, STAGE, UNSET]
-        # (the worker may still hold the value an earlier task set: `pop` reads it first)
-        assert [(p, v) for p, n, v in logged if n == STAGE][-2:] == [(0, None), (5, "late")]
-        assert [(p, v) for p, n, v in logged if n == RATE] == [(0, "3")]
-        assert [(p, v) for p, n, v in logged if n == UNSET] == [(0, None)]
+        stage = [(p, v, nth) for p, n, v, nth in logged if n == STAGE]
+        if stage[0] == (0, "late", 0):   # the worker still held what an earlier task set: `pop` read it
+            stage = stage[1:]
+        assert [(p, v) for p, v, _ in stage] == [(0, None), (5, "late")]
+        assert stage[-1][2] == 1   # the step's second read of it, after the step set it
+        assert [(p, v, nth) for p, n, v, nth in logged if n == RATE] == [(0, "3", 0)]
+        assert [(p, v, nth) for p, n, v, nth in logged if n == UNSET] == [(0, None, 0)]
     reader.close()
 
 
@@ -113,10 +118,14 @@ def test_an_unlogged_name_is_read_where_the_replay_runs():
     assert source.environ(RATE, 3) is runtime.UNLOGGED
     from tt.core.logs import LoggedResult
 
-    source = runtime.ResultSource([LoggedResult(4, runtime.ENVIRON_CALL, runtime.ENVIRON, [STAGE, None]),
-                                   LoggedResult(9, runtime.ENVIRON_CALL, runtime.ENVIRON, [STAGE, "late"]),
+    source = runtime.ResultSource([LoggedResult(4, runtime.ENVIRON_CALL, runtime.ENVIRON, [STAGE, None, 0]),
+                                   LoggedResult(9, runtime.ENVIRON_CALL, runtime.ENVIRON, [STAGE, "late", 2]),
                                    LoggedResult(9, 0, "time.time", 1.5)])
-    assert [source.environ(STAGE, p) for p in (0, 4, 8, 9, 30)] == [None, None, None, "late", "late"]
+    # by input and read: the first logged for a read sooner than it; at input 9 the third read on
+    assert [source.environ(STAGE, p, nth) for p, nth in ((0, 0), (4, 0), (8, 3), (9, 0), (9, 1), (9, 2), (9, 3), (30, 0))] \
+        == [None, None, None, None, None, "late", "late", "late"]
+    older = runtime.ResultSource([LoggedResult(4, runtime.ENVIRON_CALL, runtime.ENVIRON, [STAGE, "x"])])   # (no nth)
+    assert older.environ(STAGE, 4, 0) == older.environ(STAGE, 4, 1) == "x"
 
 
 def test_a_zone_is_told_as_a_value_another_process_can_take(monkeypatch):

@@ -2,8 +2,8 @@
 
 - `rated` (`rdd.mapPartitions`, a generator; θ) reads a rate with `os.environ[...]`, a mode
   with `os.getenv` of a name that is unset, asks `in os.environ`, reads an API token's length
-  (a name tt keeps out of the run file), and sets a variable itself after its fifth row
-  (clearing it with `pop` first, as the worker process outlives the task);
+  (a name tt keeps out of the run file), and sets a variable itself in its sixth row, between
+  two reads of it (clearing it with `pop` first, as the worker process outlives the task);
 - `Limited` (`mapInPandas`, a callable class) reads a limit with `os.environ.get` per batch;
 - both tell the hour of a timestamp in local time, and the executors run in Tokyo's time zone
   (`TZ`), which tt notes and a replay runs in (core/local_time.py).
@@ -38,13 +38,15 @@ def make_rated():
     def rated(rows):
         os.environ.pop(STAGE, None)
         for row in rows:
-            if seen["n"] == 5:
+            before = os.environ.get(STAGE, "early")
+            if seen["n"] == 5:   # (between two reads of it in the same step)
                 os.environ[STAGE] = "late"
             rate = float(os.environ[RATE])
             seen["n"] += 1
             seen["total"] += row * rate
             seen["last"] = {"row": row, "rate": rate, "mode": os.getenv(UNSET, "default"), "has": RATE in os.environ,
-                            "stage": os.environ.get(STAGE, "early"), "token": len(os.environ.get(TOKEN, "")),
+                            "before": before, "stage": os.environ.get(STAGE, "early"),
+                            "token": len(os.environ.get(TOKEN, "")),
                             "total": seen["total"], "hour": time.localtime(row * 3600).tm_hour,
                             "local": datetime.fromtimestamp(row * 3600).isoformat()}
             yield json.dumps(seen["last"])
