@@ -89,7 +89,9 @@ def test_a_replay_hands_each_step_the_values_the_executor_read(recorded, elsewhe
 def test_verify_passes_on_a_machine_set_up_otherwise(recorded, elsewhere, monkeypatch, capsys):
     monkeypatch.setenv(TOKEN, "recorded-token-value")   # a name kept out of the run file: the replay reads its own
     assert main(["verify", str(recorded[0])]) == 0
-    n = len(RunReader(recorded[0]).interactions())
+    reader = RunReader(recorded[0])
+    n = len(reader.interactions())
+    reader.close()
     assert f"verified {n} of {n} interactions" in capsys.readouterr().out
 
 
