@@ -28,19 +28,25 @@ def loaded() -> dict[str, str]:
     for name, module in list(sys.modules.items()):
         if "." in name or name.startswith("_") or name == "tt" or name in sys.stdlib_module_names:
             continue
-        version = getattr(module, "__version__", None)
-        if isinstance(version, str):
+        version = _own_version(module)
+        if version is not None:
             out[name] = version
     return dict(sorted(out.items()))
+
+
+def _own_version(module) -> str | None:
+    """`module.__version__` where the module sets it, not where a module `__getattr__` answers
+    (Click's and MarkupSafe's warn that it is deprecated)."""
+    version = (getattr(module, "__dict__", None) or {}).get("__version__")
+    return version if isinstance(version, str) else None
 
 
 def here(name: str) -> str | None:
     """The version of package `name` here: loaded, or installed; `MISSING` where it is not
     installed, None where it is but does not say its version."""
     module = sys.modules.get(name)
-    if module is not None:
-        version = getattr(module, "__version__", None)
-        return version if isinstance(version, str) else None
+    if module is not None and _own_version(module) is not None:
+        return _own_version(module)
     try:
         return importlib.metadata.version(_DISTRIBUTIONS.get(name, name))
     except importlib.metadata.PackageNotFoundError:

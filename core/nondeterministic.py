@@ -131,8 +131,9 @@ def install() -> None:
             _patch(random, name, getattr(random, name), wrapper)
         _ORIGINAL[("random", "Random.seed")] = random.Random.seed
         random.Random.seed = _seed
-        _ORIGINAL[("os", "_Environ.__getitem__")] = os._Environ.__getitem__
-        os._Environ.__getitem__ = _environ_getitem
+        for name, patched in (("__getitem__", _environ_getitem), ("__delitem__", _environ_delitem)):
+            _ORIGINAL[("os", f"_Environ.{name}")] = getattr(os._Environ, name)
+            setattr(os._Environ, name, patched)
 
 
 #: numpy's legacy functions, methods of its hidden global RandomState, logged as they answer
@@ -381,6 +382,19 @@ def _environ_getitem(self, key):
     if value is None:
         raise KeyError(key)
     return value
+
+
+def _environ_delitem(self, key):
+    """`del os.environ[key]`, and so `os.environ.pop(key)`: in a replay, a variable the recording
+    had set (as a read in the step was served) and this process lacks is deleted all the same,
+    where the recording deleted it without an error (a `pop` of what a worker's earlier task set)."""
+    try:
+        _ORIGINAL[("os", "_Environ.__delitem__")](self, key)
+    except KeyError:
+        runner = CONTEXT.runner
+        if (runner is None or self is not os.environ or type(key) is not str
+                or not runner.set_in_recording(key) or not users_step(since=_ENVIRON)):
+            raise
 
 
 def _variable(name: str) -> str | None:

@@ -188,6 +188,12 @@ class Runner:
         logs nothing."""
         return read(name)
 
+    def set_in_recording(self, name: str) -> bool:
+        """Whether a replay served variable `name` as set at its last read in this step, so that
+        deleting it succeeds in this process, which may lack it (`nondeterministic`). Only a
+        replay serves."""
+        return False
+
 
 def _emitted_many(source: Runner, target: Callable[[Any], None], rows: list) -> bool:
     """Hand a source's batch to its one target at once where that is a shuffle's
@@ -714,6 +720,12 @@ class ReplayRunner(Runner):
         recording logged none of the name (an older run, a name it keeps out: `nondeterministic`)."""
         logged = self.results.environ(name, self.count, environ_reads(self, name))
         return read(name) if logged is UNLOGGED else logged
+
+    def set_in_recording(self, name):
+        reads = self.environ_reads
+        last = reads[1].get(name, 0) - 1 if reads is not None and reads[0] == self.count else -1
+        logged = self.results.environ(name, self.count, last)   # (as of the step's last read of it, or before it)
+        return logged is not UNLOGGED and logged is not None
 
     def log_value(self, name, value):
         """Only a handle with Spark behind it logs values: in replay there is none."""

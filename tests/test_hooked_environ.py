@@ -27,8 +27,8 @@ from tt.replay.session import DebugSession
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_environ.py"
-RATE, UNSET, TOKEN, LIMIT, STAGE = ("TT_TEST_ENV_RATE", "TT_TEST_ENV_UNSET", "TT_TEST_ENV_API_TOKEN",
-                                    "TT_TEST_ENV_LIMIT", "TT_TEST_ENV_STAGE")
+RATE, UNSET, TOKEN, LIMIT, STAGE, LENT = ("TT_TEST_ENV_RATE", "TT_TEST_ENV_UNSET", "TT_TEST_ENV_API_TOKEN",
+                                          "TT_TEST_ENV_LIMIT", "TT_TEST_ENV_STAGE", "TT_TEST_ENV_LENT")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,8 @@ def elsewhere(monkeypatch):
     for name, value in ((RATE, "7"), (LIMIT, "2"), (TOKEN, "another-token"), (UNSET, "here")):
         monkeypatch.setenv(name, value)
     os.environ.pop(STAGE, None)
+    monkeypatch.setenv(LENT, "")   # (the job's function takes it and puts it back: not here afterwards)
+    monkeypatch.delenv(LENT)
     zone = os.environ.get("TZ")
     os.environ["TZ"] = "America/New_York"
     time.tzset()
@@ -65,6 +67,7 @@ def test_recording_changes_nothing_the_functions_read(recorded):
     assert {(r["rate"], r["mode"], r["has"], r["token"]) for r in rated} == {(3.0, "default", True, 20)}
     assert sum(r["stage"] == "late" for r in rated) == 2 * (20 - 5)   # each partition's rows from its sixth on
     assert sum(r["before"] == "late" for r in rated) == 2 * (20 - 6)   # (its sixth read the setting before it set it)
+    assert {r["lent"] for r in rated} == {"lent"}   # (each task found it: the one before gave it back)
     # ids below 25, batches of 10; the first id's hour in Tokyo (UTC+9)
     assert sorted(on["limited"]) == [[5, 25, 5], [5, 25, 15], [10, 25, 9], [20, 25, 19]]
     assert {(r["row"] + 9) % 24 == r["hour"] for r in rated} == {True}
@@ -79,6 +82,8 @@ def test_a_replay_hands_each_step_the_values_the_executor_read(recorded, elsewhe
     assert len(steps) == 40
     for unit, state in steps:   # all it read, but the token, which this process has its own of
         assert state["closure"]["seen"]["last"] == {**emitted[unit], "token": len("another-token")}
+    # what it took out of an environment that had it, from this one, which did not (`pop`: no KeyError)
+    assert {state["closure"]["seen"]["last"]["lent"] for _, state in steps} == {"lent"}
     assert os.environ[RATE] == "7"   # (what this process has, which the steps were not handed)
     reader = RunReader(recorded[0])
     assert reader.timezone == "Asia/Tokyo" == os.environ["TZ"]   # (the engine set it)
@@ -102,9 +107,10 @@ def test_the_run_file_holds_each_name_once_an_instance_and_no_secret(recorded):
         logged = [(r.position, *r.value) for r in reader.results(node.id, i) if r.call == runtime.ENVIRON_CALL]
         names = [name for _, name, _, _ in logged]
         assert TOKEN not in names
-        # the rate, the unset name and the stage once each, the stage again where the function set it:
+        # the lent one, the rate, the unset name and the stage once each, the stage again where the function set it:
         # (input, value, which read of the name in that step)
-        assert sorted(set(names)) == [RATE, STAGE, UNSET]
+        assert sorted(set(names)) == [LENT, RATE, STAGE, UNSET]
+        assert [(p, v, nth) for p, n, v, nth in logged if n == LENT] == [(0, "lent", 0)]   # (`pop` read it)
         stage = [(p, v, nth) for p, n, v, nth in logged if n == STAGE]
         if stage[0] == (0, "late", 0):   # the worker still held what an earlier task set: `pop` read it
             stage = stage[1:]

@@ -3,7 +3,9 @@
 - `rated` (`rdd.mapPartitions`, a generator; θ) reads a rate with `os.environ[...]`, a mode
   with `os.getenv` of a name that is unset, asks `in os.environ`, reads an API token's length
   (a name tt keeps out of the run file), and sets a variable itself in its sixth row, between
-  two reads of it (clearing it with `pop` first, as the worker process outlives the task);
+  two reads of it (clearing it with `pop` first, as the worker process outlives the task), and
+  takes a variable out of the environment for its partition (`pop`), which the replaying process
+  lacks, and puts it back;
 - `Limited` (`mapInPandas`, a callable class) reads a limit with `os.environ.get` per batch;
 - both tell the hour of a timestamp in local time, and the executors run in Tokyo's time zone
   (`TZ`), which tt notes and a replay runs in (core/local_time.py).
@@ -27,9 +29,9 @@ from pyspark.sql import SparkSession
 from job_settings import spark_settings   # tests/jobs/job_settings.py
 
 ROWS = 40
-RATE, UNSET, TOKEN, LIMIT, STAGE = ("TT_TEST_ENV_RATE", "TT_TEST_ENV_UNSET", "TT_TEST_ENV_API_TOKEN",
-                                    "TT_TEST_ENV_LIMIT", "TT_TEST_ENV_STAGE")
-EXECUTORS = {RATE: "3", TOKEN: "recorded-token-value", LIMIT: "25", "TZ": "Asia/Tokyo"}
+RATE, UNSET, TOKEN, LIMIT, STAGE, LENT = ("TT_TEST_ENV_RATE", "TT_TEST_ENV_UNSET", "TT_TEST_ENV_API_TOKEN",
+                                          "TT_TEST_ENV_LIMIT", "TT_TEST_ENV_STAGE", "TT_TEST_ENV_LENT")
+EXECUTORS = {RATE: "3", TOKEN: "recorded-token-value", LIMIT: "25", LENT: "lent", "TZ": "Asia/Tokyo"}
 
 
 def make_rated():
@@ -37,6 +39,7 @@ def make_rated():
 
     def rated(rows):
         os.environ.pop(STAGE, None)
+        lent = os.environ.pop(LENT, "gone")   # taken for the partition (a replay's process need not have it)
         for row in rows:
             before = os.environ.get(STAGE, "early")
             if seen["n"] == 5:   # (between two reads of it in the same step)
@@ -45,11 +48,12 @@ def make_rated():
             seen["n"] += 1
             seen["total"] += row * rate
             seen["last"] = {"row": row, "rate": rate, "mode": os.getenv(UNSET, "default"), "has": RATE in os.environ,
-                            "before": before, "stage": os.environ.get(STAGE, "early"),
+                            "lent": lent, "before": before, "stage": os.environ.get(STAGE, "early"),
                             "token": len(os.environ.get(TOKEN, "")),
                             "total": seen["total"], "hour": time.localtime(row * 3600).tm_hour,
                             "local": datetime.fromtimestamp(row * 3600).isoformat()}
             yield json.dumps(seen["last"])
+        os.environ[LENT] = lent   # (given back)
     return rated
 
 
