@@ -44,9 +44,9 @@ def _own_version(module) -> str | None:
 def here(name: str) -> str | None:
     """The version of package `name` here: loaded, or installed; `MISSING` where it is not
     installed, None where it is but does not say its version."""
-    module = sys.modules.get(name)
-    if module is not None and _own_version(module) is not None:
-        return _own_version(module)
+    loaded_here = _own_version(sys.modules[name]) if name in sys.modules else None
+    if loaded_here is not None:
+        return loaded_here
     try:
         return importlib.metadata.version(_DISTRIBUTIONS.get(name, name))
     except importlib.metadata.PackageNotFoundError:

@@ -722,9 +722,8 @@ class ReplayRunner(Runner):
         return read(name) if logged is UNLOGGED else logged
 
     def set_in_recording(self, name):
-        reads = self.environ_reads
-        last = reads[1].get(name, 0) - 1 if reads is not None and reads[0] == self.count else -1
-        logged = self.results.environ(name, self.count, last)   # (as of the step's last read of it, or before it)
+        last = environ_reads(self, name, count=False) - 1   # (as of the step's last read of it, or before it: -1)
+        logged = self.results.environ(name, self.count, last)
         return logged is not UNLOGGED and logged is not None
 
     def log_value(self, name, value):
@@ -740,13 +739,15 @@ ENVIRON, ENVIRON_CALL = "os.environ", -1
 UNLOGGED = object()   # `ResultSource.environ`: the recording logged no value of the name
 
 
-def environ_reads(runner: Runner, name: str) -> int:
-    """How many times `runner`'s current step read variable `name` before (0 for its first read)."""
+def environ_reads(runner: Runner, name: str, count: bool = True) -> int:
+    """How many times `runner`'s current step read variable `name` before (0 for its first read);
+    with `count`, this is a read too."""
     reads = runner.environ_reads
     if reads is None or reads[0] != runner.count:
         reads = runner.environ_reads = (runner.count, {})
     nth = reads[1].get(name, 0)
-    reads[1][name] = nth + 1
+    if count:
+        reads[1][name] = nth + 1
     return nth
 
 
