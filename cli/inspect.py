@@ -173,6 +173,8 @@ def _summary_text(s: dict) -> str:
             zone, here = workers["timezone"], workers["timezone_here"]
             said.append(f"time zone {zone}" + ("" if here == zone else f" (here {here or 'unknown'})"))
         lines.append(f"workers  {', '.join(said)}: a replay runs with these")
+        if workers.get("timezone_note"):
+            lines.append(f"warning  {workers['timezone_note']}")
     if workers.get("libraries"):
         differ = [(d["name"], d["version"], d["here"]) for d in workers["libraries_differing"]]
         same = len(workers["libraries"]) - len(differ)

@@ -8,15 +8,31 @@ input. The recording notes the zone each task's worker runs in (`zone`, in the t
 the first goes into the run file's meta, recorder/coordinator.py) and the replay engine sets this
 process's to it (`use`), as `cli/hash_seed.py` does for the hash seed. The debugger's own clock
 times then read in that zone too.
+
+A zone's name is not enough where the replaying machine lacks its data: glibc takes an unknown
+`TZ` for UTC and says nothing (a slim container without tzdata, a zone file only the cluster
+has). So a task also sends `facts()`: its zone file's POSIX rule (the footer of a TZif file, e.g.
+`JST-9` or `EST5EDT,M3.2.0,M11.1.0`) and the offsets it tells at a few instants (`probe`). A
+replay takes the name where this machine has its file, else Python's `tzdata` package's file,
+else the rule, and compares the offsets it then tells with the workers'; where they differ the
+setting carries a note, which `tt inspect` prints and `tt verify` names among its suspects.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 _ZONEINFO = "/zoneinfo/"
+_SYSTEM_ZONES = "/usr/share/zoneinfo"   # glibc's, where `TZDIR` does not name another
+#: the instants `probe` tells offsets at, UTC: mid-January and mid-July of 2000 and of 2024
+#: (a zone's rule says its present; its file its history too)
+PROBES = (947894400, 963619200, 1705276800, 1721001600)
+_RULE = re.compile(r"(?:[A-Za-z]{3,}|<[^>]+>)[+-]?\d")   # a POSIX `TZ` rule, not a zone file's name
 
 
 def zone() -> str | None:
@@ -48,15 +64,132 @@ def _posix(name: str, seconds_west: int) -> str:
     return (name if name.isalpha() and len(name) >= 3 else f"<{name}>") + offset
 
 
-def use(recorded: str | None) -> bool:
-    """Run this process in the zone `recorded` (a run's `RunReader.timezone`); True where that
-    changed it. Nothing where the run names none (recorded before 2026-12-03, or its workers'
-    zone could not be told)."""
-    if not recorded or not hasattr(time, "tzset") or zone() == recorded:   # (Windows has no tzset)
-        return False
-    os.environ["TZ"] = recorded
+def facts() -> dict:
+    """What a replay checks its local time against: this process's zone file's POSIX rule (None
+    where the zone is a rule itself, or its file has none) and the offsets it tells (`probe`)."""
+    return {"rule": _rule_of(zone()), "probe": probe()}
+
+
+def probe() -> list[list]:
+    """This process's local offset from UTC (seconds) and zone abbreviation at each of `PROBES`."""
+    return [[t.tm_gmtoff, t.tm_zone] for t in map(time.localtime, PROBES)]
+
+
+def _zone_file(tz: str | None) -> Path | None:
+    """The TZif file glibc reads for `tz` here (None where it reads none: a rule, or a name this
+    machine has no file for)."""
+    if not tz:
+        tz = "/etc/localtime"
+    name = tz[1:] if tz.startswith(":") else tz
+    if _RULE.match(name) and "/" not in name:
+        return None
+    path = Path(name) if name.startswith("/") else Path(os.environ.get("TZDIR") or _SYSTEM_ZONES) / name
+    return path if path.is_file() else None
+
+
+def _rule_of(tz: str | None) -> str | None:
+    """The POSIX rule at the end of `tz`'s zone file (TZif version 2 and later), None without one."""
+    path = _zone_file(tz)
+    try:
+        data = path.read_bytes() if path is not None else b""
+    except OSError:
+        return None
+    if not data.startswith(b"TZif") or data[4:5] in (b"\0", b"") or not data.endswith(b"\n"):
+        return None
+    footer = data[:-1].rsplit(b"\n", 1)[-1]
+    return footer.decode("ascii", "replace") or None
+
+
+def _packaged(name: str) -> str | None:
+    """`name`'s file in Python's `tzdata` package as a `TZ` value (`:/path`), None without one."""
+    folder = _tzdata()
+    if folder is None or name.startswith((":", "/")) or ".." in name:
+        return None
+    path = folder / "zoneinfo" / name
+    return f":{path}" if path.is_file() else None
+
+
+def _tzdata() -> Path | None:
+    """The folder of Python's `tzdata` package, found as an import would find it (not imported)."""
+    try:
+        spec = importlib.util.find_spec("tzdata")
+    except (ImportError, ValueError):   # (ValueError: a module set to None, so that it cannot be imported)
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+class Setting(NamedTuple):
+    """How a replay here tells local time: `tz`, the `TZ` value it runs with (None: this process's
+    own); `note`, where local time here still differs from the workers' (None where it does not,
+    as far as `probe` tells)."""
+
+    tz: str | None
+    note: str | None
+
+
+def setting(recorded: str | None, recorded_facts: dict | None = None) -> Setting:
+    """How a replay here tells local time for a run whose workers ran in `recorded` (its
+    `RunReader.timezone`) and told `recorded_facts` (`facts()`; None for a run recorded before
+    tt kept them): tried in this process, which is left as it was."""
+    if not recorded or not hasattr(time, "tzset"):   # (a run that names none; Windows has no tzset)
+        return Setting(None, None)
+    rule = (recorded_facts or {}).get("rule")
+    tz, how = recorded, ""
+    if not _RULE.match(recorded) and _zone_file(recorded) is None:
+        tz = _packaged(recorded) or rule or recorded
+        how = ("Python's tzdata" if tz.startswith(":") else f"its rule {rule}" if tz == rule
+               else "nothing: this machine has no data for it, so glibc tells UTC")
+    told = _told(tz)
+    expected = (recorded_facts or {}).get("probe")
+    if expected:
+        for at, (there, here) in zip(PROBES, zip(expected, told)):
+            if list(there) != list(here):
+                when = time.strftime("%Y-%m-%d", time.gmtime(at))
+                return Setting(tz, f"local time in {recorded} differs here from the workers' "
+                                   f"(on {when}: {_offset(here)} here, {_offset(there)} there; read by {how or 'its file here'}): "
+                                   f"{_remedy()}")
+    if how and tz == recorded:   # (a run without facts: nothing to compare, but no file here either)
+        return Setting(tz, f"local time in {recorded} cannot be told here: this machine has no data for it, "
+                           f"so glibc tells UTC; {_remedy()}")
+    return Setting(tz, None)
+
+
+def _remedy() -> str:
+    if _tzdata() is None:
+        return "install tzdata (pip install tzdata) where tt replays"
+    return "put the workers' zone file where this machine's are (TZDIR names the folder)"
+
+
+def _told(tz: str) -> list[list]:
+    """`probe()` in the zone `tz`, this process's zone put back after."""
+    was = os.environ.get("TZ")
+    os.environ["TZ"] = tz
     time.tzset()
-    return True
+    try:
+        return probe()
+    finally:
+        if was is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = was
+        time.tzset()
 
 
-__all__ = ["zone", "use"]
+def _offset(told: list) -> str:
+    seconds, abbreviation = told
+    sign, seconds = ("-" if seconds < 0 else "+"), abs(seconds)
+    return f"{sign}{seconds // 3600:02d}:{seconds % 3600 // 60:02d} {abbreviation}"
+
+
+def use(recorded: str | None, recorded_facts: dict | None = None) -> Setting:
+    """Run this process in the zone `recorded` as `setting` says a replay here tells it best."""
+    chosen = setting(recorded, recorded_facts)
+    if chosen.tz is not None and os.environ.get("TZ") != chosen.tz:
+        os.environ["TZ"] = chosen.tz
+        time.tzset()
+    return chosen
+
+
+__all__ = ["zone", "facts", "probe", "setting", "use", "Setting"]

@@ -398,6 +398,7 @@ class Coordinator:
             first = self.hash_seed is _UNSEEN
             if first:
                 self.hash_seed, self.timezone = seed, zone
+                zone_facts = hello.get("timezone_facts")
             known = self.libraries
             other = next((f"{n} {known[n]} and {v}" for n, v in loaded.items() if known.get(n, v) != v), None)
             added = {n: v for n, v in loaded.items() if n not in known}
@@ -410,7 +411,8 @@ class Coordinator:
                             f"tt inspect and tt verify compare the first with the replay's")
         if first:
             self.writer.submit([("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                                 [("hash_seed", orjson.dumps(seed).decode()), ("timezone", orjson.dumps(zone).decode())])])
+                                 [("hash_seed", orjson.dumps(seed).decode()), ("timezone", orjson.dumps(zone).decode()),
+                                  ("timezone_facts", orjson.dumps(zone_facts).decode())])])
             if seed is None or not seed.isdigit():
                 self._warn_once("the job's Python workers hash strings with a random seed (PYTHONHASHSEED is "
                                 f"{'unset' if seed is None else repr(seed)}): a replay iterates over a set of strings "

@@ -206,14 +206,15 @@ def _hello(graph: Graph, stage_id: int, partition: int, recording: Recording, at
     """What a task tells the coordinator of itself; `hash_seed`: the PYTHONHASHSEED its worker runs
     with (PySpark gives its workers the driver's, else 0), which replay must run with too: the
     order of a set of strings, which a job's code may iterate over, follows it; `timezone`: the
-    local time zone it runs in, which replay runs in too (core/local_time.py); `libraries`: the
+    local time zone it runs in, which replay runs in too, and `timezone_facts`, what a replay
+    checks it tells local time in it as here by (core/local_time.py); `libraries`: the
     packages its worker has loaded, with their versions (core/libraries.py)."""
     return {"run": recording.run_id, "stage": graph.stages[stage_id].id, "partition": partition,
             "host": f"{socket.gethostname()}:{os.getpid()}", "hash_seed": os.environ.get("PYTHONHASHSEED"),
-            "timezone": _ZONE, "libraries": libraries.loaded(), **attempt}
+            "timezone": _ZONE, "timezone_facts": _ZONE_FACTS, "libraries": libraries.loaded(), **attempt}
 
 
-_ZONE = local_time.zone()   # (once a worker: it reads a link and perhaps a file)
+_ZONE, _ZONE_FACTS = local_time.zone(), local_time.facts()   # (once a worker: they read a link and a file)
 
 
 def _first_pulled(items: Iterable, connecting: Connecting | None) -> Iterator:

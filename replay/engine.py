@@ -428,7 +428,8 @@ class Engine:
         require_trust(reader.path, reader.run.get("signature"), reader.signed_code(), trust)
         reader.vouch(trust)  # recorded tuples, log_result values and checkpoints: see RunReader.open_blob
         recorded_modules.serve(reader.job_modules())   # the job's modules import as they ran
-        local_time.use(reader.timezone)   # and tell local time as the workers did
+        # and tell local time as the workers did (`zone_note`: where this machine cannot)
+        self.zone_note = local_time.use(reader.timezone, reader.timezone_facts).note
         self.job_folder = job_source.job_folder(reader)   # where the job's other modules were
         keys = {e: code_pickle.loads(c, f"the key function of edge {e}", self.job_folder)
                 for e, c in keys_code.items()}

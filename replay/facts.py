@@ -97,6 +97,7 @@ def summary(reader: RunReader) -> dict:
         # what the job's Python workers ran with that a replay runs with too (cli/hash_seed.py, core/local_time.py)
         "workers": {"python": reader.python, "python_here": code_pickle.python(), "hash_seed": reader.hash_seed,
                     "timezone": reader.timezone, "timezone_here": local_time.zone(),
+                    "timezone_note": local_time.setting(reader.timezone, reader.timezone_facts).note,
                     "libraries": reader.libraries,
                     "libraries_differing": [{"name": n, "version": v, "here": h}
                                             for n, v, h in libraries.differing(reader.libraries)]},

@@ -222,7 +222,7 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
             ref = f"{label}:{pos}"
             differ = libraries.differing(reader.libraries)
             suspects = (f"libraries of other versions here than the workers had: {libraries.described(differ)}; "
-                        if differ else "")
+                        if differ else "") + (f"{engine.zone_note}; " if engine.zone_note else "")
             return {"tuple": ref, "input": pos, "row": values.render(row, 200), "found_by": "first change",
                     "text": f"; the first input that changed {path} in the replay from {start} is {ref} "
                             f"{values.render(row, 120)} (two replays agree with each other, so what differs "

@@ -166,6 +166,14 @@ class RunReader:
         row = self.conn.execute("SELECT value FROM meta WHERE key='timezone'").fetchone()
         return orjson.loads(row[0]) if row else None
 
+    @property
+    def timezone_facts(self) -> dict | None:
+        """What the first task's worker told of its zone, its file's POSIX rule and the offsets it
+        told at a few instants (`core.local_time.facts`), which a replay checks its own by; None for
+        a run recorded before tt kept them."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key='timezone_facts'").fetchone()
+        return orjson.loads(row[0]) if row else None
+
     def warnings(self) -> list[str]:
         """What the recording warned of (`tt record` printed them too), e.g. input partitions of a
         hooked function that ran unrecorded."""

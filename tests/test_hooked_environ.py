@@ -144,7 +144,107 @@ def test_a_zone_is_told_as_a_value_another_process_can_take(monkeypatch):
     assert local_time._posix("UTC", 0) == "UTC0"
     monkeypatch.setenv("TZ", "Europe/Paris")
     assert local_time.zone() == "Europe/Paris"
-    assert not local_time.use(None) and not local_time.use("Europe/Paris")   # (a run without one; the same)
+    time.tzset()
+    try:
+        assert local_time.use(None) == (None, None)   # (a run without one: this process's own)
+        assert local_time.use("Europe/Paris", local_time.facts()) == ("Europe/Paris", None)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+@pytest.fixture
+def no_zone_data(tmp_path, monkeypatch):
+    """This process as on a machine without time zone data: glibc's zone folder empty (`TZDIR`)
+    and no `tzdata` package to import."""
+    monkeypatch.setenv("TZDIR", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "tzdata", None)
+
+
+def test_a_zone_without_data_here_is_told_by_its_rule_or_named_where_that_differs(monkeypatch, no_zone_data):
+    from tt.core import local_time
+
+    monkeypatch.delenv("TZDIR")   # (the workers', which have the data)
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    paris = local_time.facts()
+    monkeypatch.setenv("TZ", "America/Sao_Paulo")   # (summer time until 2019: its rule says none)
+    time.tzset()
+    sao_paulo = local_time.facts()
+    monkeypatch.setenv("TZ", "UTC")
+    monkeypatch.setenv("TZDIR", os.environ.get("TMPDIR", "/tmp") + "/tt-no-zones")
+    time.tzset()
+    try:
+        assert paris == {"rule": "CET-1CEST,M3.5.0,M10.5.0/3",
+                         "probe": [[3600, "CET"], [7200, "CEST"], [3600, "CET"], [7200, "CEST"]]}
+        assert local_time.setting("Europe/Paris", paris) == ("CET-1CEST,M3.5.0,M10.5.0/3", None)
+        told = local_time.setting("America/Sao_Paulo", sao_paulo)
+        assert told.tz == "<-03>3" and told.note == (
+            "local time in America/Sao_Paulo differs here from the workers' (on 2000-01-15: -03:00 -03 here, "
+            "-02:00 -02 there; read by its rule <-03>3): install tzdata (pip install tzdata) where tt replays")
+        # a run recorded before the facts were kept: glibc would tell UTC, and says nothing
+        assert local_time.setting("Europe/Paris") == ("Europe/Paris", (
+            "local time in Europe/Paris cannot be told here: this machine has no data for it, so glibc tells UTC; "
+            "install tzdata (pip install tzdata) where tt replays"))
+        assert os.environ["TZ"] == "UTC"   # (`setting` tries, and leaves this process as it was)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_a_replay_without_zone_data_here_tells_the_workers_local_time(recorded, elsewhere, no_zone_data,
+                                                                      monkeypatch, capsys):
+    monkeypatch.setenv(TOKEN, "recorded-token-value")
+    reader = RunReader(recorded[0])
+    n, facts = len(reader.interactions()), reader.timezone_facts
+    reader.close()
+    assert facts["rule"] == "JST-9" and facts["probe"][0] == [9 * 3600, "JST"]
+    assert main(["verify", str(recorded[0])]) == 0   # (the hours each step read: 9 hours ahead of UTC)
+    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+    assert os.environ["TZ"] == "JST-9"
+    assert main(["inspect", str(recorded[0])]) == 0
+    assert "warning  local time" not in capsys.readouterr().out
+
+
+def test_a_replay_that_cannot_tell_the_workers_local_time_says_so(recorded, elsewhere, no_zone_data,
+                                                                  monkeypatch, tmp_path, capsys):
+    import shutil
+    import sqlite3
+
+    monkeypatch.setenv(TOKEN, "recorded-token-value")
+    older = tmp_path / "older.db"
+    shutil.copy(recorded[0], older)
+    with sqlite3.connect(older) as conn:   # as recorded before the workers' zone facts were kept
+        conn.execute("DELETE FROM meta WHERE key='timezone_facts'")
+    conn.close()
+    note = ("local time in Asia/Tokyo cannot be told here: this machine has no data for it, so glibc tells UTC; "
+            "install tzdata (pip install tzdata) where tt replays")
+    assert main(["verify", str(older)]) == 1   # the hours read in UTC, where the workers read them in Tokyo
+    assert note in capsys.readouterr().out
+    assert main(["inspect", str(older)]) == 0
+    assert f"warning  {note}" in capsys.readouterr().out
+    assert "cannot be told here" in _debugger_opening_line(older)
+
+
+def _debugger_opening_line(run) -> str:
+    """What `tt debug RUN`'s message line says once its replay engine is ready."""
+    import asyncio
+
+    from tt.tui.app import DebuggerApp
+    from tt.tui.widgets.message_line import MessageLine
+
+    app = DebuggerApp(run, timings=False)
+
+    async def script() -> str:
+        async with app.run_test(size=(160, 30)) as pilot:
+            t0 = time.monotonic()
+            while app.model is None and app.session_error is None:
+                assert time.monotonic() - t0 < 120, "the session never opened"
+                await pilot.pause(0.02)
+            assert app.session_error is None
+            return app.query_one(MessageLine).plain
+
+    return asyncio.run(script())
 
 
 def test_inspect_names_the_zone_a_replay_runs_in(recorded, elsewhere, capsys):
@@ -160,7 +260,7 @@ def test_inspect_names_the_zone_a_replay_runs_in(recorded, elsewhere, capsys):
     workers = json.loads(capsys.readouterr().out)["workers"]
     loaded = workers.pop("libraries")
     assert workers == {"python": python, "python_here": python, "hash_seed": seed, "timezone": "Asia/Tokyo",
-                       "timezone_here": "America/New_York", "libraries_differing": []}
+                       "timezone_here": "America/New_York", "timezone_note": None, "libraries_differing": []}
     import numpy
     import pandas
     import pyarrow   # (a mapInPandas worker has them loaded; the same here)

@@ -351,6 +351,8 @@ class DebuggerApp(App):
         elif failed is not None:
             self.query_one(MessageLine).say(f"the run failed at {failed.label}: {failed.error} · {failed.reason}",
                                             "warning")
+        elif report.model.session.engine.zone_note:   # (local time here cannot be the workers')
+            self.query_one(MessageLine).say(f"replay engine ready · {report.model.session.engine.zone_note}", "warning")
         else:
             self.query_one(MessageLine).say("replay engine ready · n/s step · j jump · c run until · ? help")
 
