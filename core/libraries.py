@@ -3,7 +3,8 @@
 A replay runs the job's code with the libraries installed where it runs. A pandas or numpy of
 another version there may compute otherwise (a changed default, a fixed bug), and `tt verify`
 then finds a state that differs from the recording with nothing in the job to blame. So each
-task's hello names the packages its worker has loaded and their versions (`loaded`), the run
+task's hello names the packages its worker has loaded and their versions (`loaded`), and its end
+again (a function may import one in its body, where it first needs it), the run
 keeps each one a task named (`RunReader.libraries`; the recorder warns where two workers had
 two versions), and `tt inspect` and `tt verify`'s account of a difference name those of another
 version here (`differing`).

@@ -393,22 +393,13 @@ class Coordinator:
         task's: the hash seed (`cli/hash_seed.py`) and the local time zone (core/local_time.py);
         and every library a task's worker had loaded (core/libraries.py, which `tt verify`
         compares with the replay's); warn where workers differ, or hash with random seeds."""
-        seed, zone, loaded = hello.get("hash_seed"), hello.get("timezone"), hello.get("libraries") or {}
+        seed, zone = hello.get("hash_seed"), hello.get("timezone")
         with self.lock:
             first = self.hash_seed is _UNSEEN
             if first:
                 self.hash_seed, self.timezone = seed, zone
                 zone_facts = hello.get("timezone_facts")
-            known = self.libraries
-            other = next((f"{n} {known[n]} and {v}" for n, v in loaded.items() if known.get(n, v) != v), None)
-            added = {n: v for n, v in loaded.items() if n not in known}
-            known.update(added)
-            if added:   # (each task's worker may have loaded others: an RDD function's no pandas)
-                self.writer.submit([("INSERT OR REPLACE INTO meta VALUES ('libraries', ?)",
-                                     [(orjson.dumps(dict(sorted(known.items()))).decode(),)])])
-        if other is not None:
-            self._warn_once(f"the job's Python workers had different versions of a library ({other}): "
-                            f"tt inspect and tt verify compare the first with the replay's")
+        self._note_libraries(hello.get("libraries"))
         if first:
             self.writer.submit([("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                  [("hash_seed", orjson.dumps(seed).decode()), ("timezone", orjson.dumps(zone).decode()),
@@ -424,6 +415,23 @@ class Coordinator:
         if zone != self.timezone:
             self._warn_once(f"the job's Python workers ran in different time zones ({self.timezone!r}, {zone!r}): "
                             f"a replay runs in the first")
+
+    def _note_libraries(self, loaded: dict | None) -> None:
+        """Keep every library a task's worker had loaded, at its hello or its end (a function may
+        import one in its body), in meta `libraries`; warn where two had two versions."""
+        if type(loaded) is not dict:
+            return
+        with self.lock:
+            known = self.libraries
+            other = next((f"{n} {known[n]} and {v}" for n, v in loaded.items() if known.get(n, v) != v), None)
+            added = {n: v for n, v in loaded.items() if n not in known and type(v) is str}
+            known.update(added)
+            if added:   # (each task's worker may have loaded others: an RDD function's no pandas)
+                self.writer.submit([("INSERT OR REPLACE INTO meta VALUES ('libraries', ?)",
+                                     [(orjson.dumps(dict(sorted(known.items()))).decode(),)])])
+        if other is not None:
+            self._warn_once(f"the job's Python workers had different versions of a library ({other}): "
+                            f"tt inspect and tt verify compare the first with the replay's")
 
     def _warn_once(self, message: str) -> None:
         if message not in self.warnings:
@@ -458,6 +466,7 @@ class Coordinator:
                 book.committed = conn.attempt
             self.listeners.pop(conn.attempt, None)
         statements = self._statements(conn, header, blobs)
+        self._note_libraries(header.get("libraries"))
         now = time.time()
         if commit:
             statements.append(("INSERT OR REPLACE INTO finals VALUES (?,?,?,?,?,?)", [

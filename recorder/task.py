@@ -408,6 +408,7 @@ class StageTask:
         self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)
         self.warned = False
         self.downstream: list[StageTask] = []   # hooked tasks chained after this one (`_Pipeline`)
+        self.in_worker = attempt.get("spark_attempt") is not None   # (not a partition without rows, run on the driver)
         if connecting is not None:
             self._welcomed(connecting.client())
         elif recording is not None:   # (a hooked stage's task, opened at its first unit: nothing to overlap)
@@ -1087,6 +1088,10 @@ class StageTask:
             self._checkpoint(-1)  # the end state: kept if a checkpointed interaction needs it
         header, out_blobs = self._header("end")
         header["finals"] = finals
+        # and the packages its worker has loaded by now: a function may import one in its body,
+        # after the hello named those loaded before (core/libraries.py)
+        if self.in_worker:
+            header["libraries"] = libraries.loaded()
         self.client.end(header, out_blobs)
 
     def _fail(self, f: OperatorFailure) -> None:

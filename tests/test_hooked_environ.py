@@ -238,7 +238,7 @@ def _debugger_opening_line(run) -> str:
     async def script() -> str:
         async with app.run_test(size=(160, 30)) as pilot:
             t0 = time.monotonic()
-            while app.model is None and app.session_error is None:
+            while not app.is_idle:   # (the session open, and what it shows first on screen)
                 assert time.monotonic() - t0 < 120, "the session never opened"
                 await pilot.pause(0.02)
             assert app.session_error is None
@@ -267,3 +267,22 @@ def test_inspect_names_the_zone_a_replay_runs_in(recorded, elsewhere, capsys):
     assert {n: loaded.get(n) for n in ("numpy", "pandas", "pyarrow")} == {
         "numpy": numpy.__version__, "pandas": pandas.__version__, "pyarrow": pyarrow.__version__}
     assert f"libraries  the {len(loaded)} packages the workers had loaded are as here" in out
+
+
+@pytest.mark.slow
+def test_a_library_a_function_imports_after_its_task_began_is_named(tmp_path):
+    """`Limited` imports markdown-it in a later batch than its first. In a fresh `tt record`
+    process the job's Python workers serve a task each (the suite's session reuses workers that
+    ran the job already), so no task's hello lists it: the end of the task does."""
+    import subprocess
+
+    import markdown_it
+
+    run = tmp_path / "run.db"
+    proc = subprocess.run([sys.executable, "-m", "tt", "record", str(JOB), "-o", str(run), "--",
+                           str(tmp_path / "out.json")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reader = RunReader(run)
+    loaded = reader.libraries
+    reader.close()
+    assert loaded.get("markdown_it") == markdown_it.__version__

@@ -6,7 +6,9 @@
   two reads of it (clearing it with `pop` first, as the worker process outlives the task), and
   takes a variable out of the environment for its partition (`pop`), which the replaying process
   lacks, and puts it back;
-- `Limited` (`mapInPandas`, a callable class) reads a limit with `os.environ.get` per batch;
+- `Limited` (`mapInPandas`, a callable class) reads a limit with `os.environ.get` per batch,
+  and imports a library in its body where it first needs it, in a later batch (markdown-it, to
+  keep a note);
 - both tell the hour of a timestamp in local time, and the executors run in Tokyo's time zone
   (`TZ`), which tt notes and a replay runs in (core/local_time.py).
 
@@ -66,11 +68,16 @@ class Limited:
             limit = int(os.environ.get(LIMIT, "0"))
             self.kept += int((pdf.id < limit).sum())
             self.first_hour = time.localtime(int(pdf.id.iloc[0]) * 3600).tm_hour
+            if self.kept > limit // 2:   # (in a later batch than its first: not loaded when the task began)
+                from markdown_it import MarkdownIt
+                self.note = MarkdownIt().renderInline(f"kept **{self.kept}**")
             yield pd.DataFrame({"kept": [self.kept], "limit": [limit], "hour": [self.first_hour]})
 
 
 def main(out: str) -> None:
-    spark = SparkSession.builder.master("local[2]").appName("hooked-environ").getOrCreate()
+    # (a Python worker a task each: what one task imported is not loaded when the next begins)
+    spark = (SparkSession.builder.master("local[2]").appName("hooked-environ")
+             .config("spark.python.worker.reuse", "false").getOrCreate())
     environment = spark.sparkContext.environment   # what the executors' Python workers get
     before = {k: environment.get(k) for k in EXECUTORS}
     environment.update(EXECUTORS)
