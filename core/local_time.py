@@ -13,9 +13,10 @@ A zone's name is not enough where the replaying machine lacks its data: glibc ta
 `TZ` for UTC and says nothing (a slim container without tzdata, a zone file only the cluster
 has). So a task also sends `facts()`: its zone file's POSIX rule (the footer of a TZif file, e.g.
 `JST-9` or `EST5EDT,M3.2.0,M11.1.0`) and the offsets it tells at a few instants (`probe`). A
-replay takes the name where this machine has its file, else Python's `tzdata` package's file,
-else the rule, and compares the offsets it then tells with the workers'; where they differ the
-setting carries a note, which `tt inspect` prints and `tt verify` names among its suspects.
+replay takes the first of the name where this machine has its file, Python's `tzdata` package's
+file, the rule, and the workers' one offset, that tells the offsets the workers told; where none
+does, the setting carries a note, which `tt inspect` prints, `tt verify` names among its suspects
+and `tt debug` says when it opens.
 """
 
 from __future__ import annotations
@@ -132,28 +133,41 @@ class Setting(NamedTuple):
 def setting(recorded: str | None, recorded_facts: dict | None = None) -> Setting:
     """How a replay here tells local time for a run whose workers ran in `recorded` (its
     `RunReader.timezone`) and told `recorded_facts` (`facts()`; None for a run recorded before
-    tt kept them): tried in this process, which is left as it was."""
+    tt kept them): the first of the zone's file here, Python's tzdata's, the workers' file's
+    rule and their one fixed offset (where they told one all along: a worker without the zone's
+    data tells UTC) whose offsets are the workers'. Tried in this process, left as it was."""
     if not recorded or not hasattr(time, "tzset"):   # (a run that names none; Windows has no tzset)
         return Setting(None, None)
-    rule = (recorded_facts or {}).get("rule")
-    tz, how = recorded, ""
-    if not _RULE.match(recorded) and _zone_file(recorded) is None:
-        tz = _packaged(recorded) or rule or recorded
-        how = ("Python's tzdata" if tz.startswith(":") else f"its rule {rule}" if tz == rule
-               else "nothing: this machine has no data for it, so glibc tells UTC")
-    told = _told(tz)
-    expected = (recorded_facts or {}).get("probe")
-    if expected:
-        for at, (there, here) in zip(PROBES, zip(expected, told)):
-            if list(there) != list(here):
-                when = time.strftime("%Y-%m-%d", time.gmtime(at))
-                return Setting(tz, f"local time in {recorded} differs here from the workers' "
-                                   f"(on {when}: {_offset(here)} here, {_offset(there)} there; read by {how or 'its file here'}): "
-                                   f"{_remedy()}")
-    if how and tz == recorded:   # (a run without facts: nothing to compare, but no file here either)
-        return Setting(tz, f"local time in {recorded} cannot be told here: this machine has no data for it, "
-                           f"so glibc tells UTC; {_remedy()}")
+    recorded_facts = recorded_facts or {}
+    rule, expected = recorded_facts.get("rule"), recorded_facts.get("probe")
+    candidates = [(tz, how) for tz, how in (
+        (recorded if _RULE.match(recorded) or _zone_file(recorded) is not None else None, "its file here"),
+        (_packaged(recorded), "Python's tzdata"),
+        (rule, f"its rule {rule}"),
+        (_fixed(expected), "the one offset the workers told")) if tz]
+    if not expected:   # (a run recorded before the facts were kept: nothing to compare)
+        if candidates:
+            return Setting(candidates[0][0], None)
+        return Setting(recorded, f"local time in {recorded} cannot be told here: this machine has no data for it, "
+                                 f"so glibc tells UTC; {_remedy()}")
+    for tz, _ in candidates:
+        if _told(tz) == [list(p) for p in expected]:
+            return Setting(tz, None)
+    tz, how = candidates[0] if candidates else (recorded, "nothing: this machine has no data for it, so glibc tells UTC")
+    for at, there, here in zip(PROBES, expected, _told(tz)):
+        if list(there) != here:
+            when = time.strftime("%Y-%m-%d", time.gmtime(at))
+            return Setting(tz, f"local time in {recorded} differs here from the workers' (on {when}: "
+                               f"{_offset(here)} here, {_offset(there)} there; read by {how}): {_remedy()}")
     return Setting(tz, None)
+
+
+def _fixed(told: list | None) -> str | None:
+    """A POSIX rule for the one offset and abbreviation `told` (a `probe`) has, None where it has more."""
+    if not told or any(list(t) != list(told[0]) for t in told):
+        return None
+    seconds_east, abbreviation = told[0]
+    return _posix(str(abbreviation), -int(seconds_east))
 
 
 def _remedy() -> str:

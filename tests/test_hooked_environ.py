@@ -158,6 +158,7 @@ def no_zone_data(tmp_path, monkeypatch):
     """This process as on a machine without time zone data: glibc's zone folder empty (`TZDIR`)
     and no `tzdata` package to import."""
     monkeypatch.setenv("TZDIR", str(tmp_path))
+    monkeypatch.setenv("TZDIR_EMPTY", str(tmp_path))
     monkeypatch.setitem(sys.modules, "tzdata", None)
 
 
@@ -171,8 +172,11 @@ def test_a_zone_without_data_here_is_told_by_its_rule_or_named_where_that_differ
     monkeypatch.setenv("TZ", "America/Sao_Paulo")   # (summer time until 2019: its rule says none)
     time.tzset()
     sao_paulo = local_time.facts()
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    monkeypatch.setenv("TZDIR", os.environ["TZDIR_EMPTY"])   # (a worker without the zone's data: UTC, as glibc tells)
+    time.tzset()
+    tokyo_without_data = local_time.facts()
     monkeypatch.setenv("TZ", "UTC")
-    monkeypatch.setenv("TZDIR", os.environ.get("TMPDIR", "/tmp") + "/tt-no-zones")
     time.tzset()
     try:
         assert paris == {"rule": "CET-1CEST,M3.5.0,M10.5.0/3",
@@ -186,6 +190,10 @@ def test_a_zone_without_data_here_is_told_by_its_rule_or_named_where_that_differ
         assert local_time.setting("Europe/Paris") == ("Europe/Paris", (
             "local time in Europe/Paris cannot be told here: this machine has no data for it, so glibc tells UTC; "
             "install tzdata (pip install tzdata) where tt replays"))
+        # workers that had no data for their zone told UTC: so does a replay, where it has the data
+        monkeypatch.delenv("TZDIR")
+        assert tokyo_without_data == {"rule": None, "probe": [[0, "Asia"]] * 4}
+        assert local_time.setting("Asia/Tokyo", tokyo_without_data) == ("Asia0", None)
         assert os.environ["TZ"] == "UTC"   # (`setting` tries, and leaves this process as it was)
     finally:
         monkeypatch.undo()
