@@ -150,8 +150,14 @@ def setting(recorded: str | None, recorded_facts: dict | None = None) -> Setting
             return Setting(candidates[0][0], None)
         return Setting(recorded, f"local time in {recorded} cannot be told here: this machine has no data for it, "
                                  f"so glibc tells UTC; {_remedy()}")
+    expected = [list(p) for p in expected]
+    now = os.environ.get("TZ")
+    if now in {tz for tz, _ in candidates} and probe() == expected:
+        # this process tells the workers' local time already (a second engine's, say): trying
+        # another candidate would change its zone for a moment under a replay that may be running
+        return Setting(now, None)
     for tz, _ in candidates:
-        if _told(tz) == [list(p) for p in expected]:
+        if _told(tz) == expected:
             return Setting(tz, None)
     tz, how = candidates[0] if candidates else (recorded, "nothing: this machine has no data for it, so glibc tells UTC")
     for at, there, here in zip(PROBES, expected, _told(tz)):

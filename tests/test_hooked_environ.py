@@ -182,6 +182,12 @@ def test_a_zone_without_data_here_is_told_by_its_rule_or_named_where_that_differ
         assert paris == {"rule": "CET-1CEST,M3.5.0,M10.5.0/3",
                          "probe": [[3600, "CET"], [7200, "CEST"], [3600, "CET"], [7200, "CEST"]]}
         assert local_time.setting("Europe/Paris", paris) == ("CET-1CEST,M3.5.0,M10.5.0/3", None)
+        with monkeypatch.context() as m:   # once in it, a second engine's setting tries no other zone
+            assert local_time.use("Europe/Paris", paris).tz == os.environ["TZ"] == "CET-1CEST,M3.5.0,M10.5.0/3"
+            m.setattr(local_time, "_told", lambda tz: pytest.fail(f"tried {tz} under a running replay"))
+            assert local_time.setting("Europe/Paris", paris) == ("CET-1CEST,M3.5.0,M10.5.0/3", None)
+        os.environ["TZ"] = "UTC"   # (as the test had it: the fixture's monkeypatch puts back the suite's)
+        time.tzset()
         told = local_time.setting("America/Sao_Paulo", sao_paulo)
         assert told.tz == "<-03>3" and told.note == (
             "local time in America/Sao_Paulo differs here from the workers' (on 2000-01-15: -03:00 -03 here, "
