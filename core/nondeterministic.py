@@ -31,6 +31,11 @@ What is covered:
   another value, apart from the numbered calls, and served in replay by position
   (`ResultSource.environ`), so a library that reads a name once per process replays too. Names
   that look like secrets (`SECRET`) are not logged: a replay reads its own;
+- what a process is and runs on: `os.getpid()`, `os.getppid()`, `os.cpu_count()`,
+  `socket.gethostname()`, `platform.node()` (an id made of host and process, a batch sized by the
+  cores). Each is the same all the process's life, and libraries ask once and keep the answer, so
+  they are logged as environment variables are, under the call's name (`os.getpid()`), once per
+  instance, and served by name, not counted among the numbered calls (`_PROCESS`);
 - `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
   out of reach: in the globals of the job file's code as Spark ships it (pickled by value), the
   names bound to `datetime.datetime`, `datetime.date` or the `datetime` module are pointed at
@@ -54,9 +59,11 @@ import datetime as _dt
 import functools
 import inspect
 import os
+import platform
 import random
 import re
 import secrets
+import socket
 import sys
 import threading
 import time
@@ -78,11 +85,13 @@ _NOT_USERS = ("tt.", "pyspark", "py4j")
 
 #: What a new recording logs: 1, the module functions and `datetime` (2026-11-29); 2, also a
 #: generator seeded by the system (`random.Random()`, numpy's bit generators) and pandas'
-#: `Timestamp` clock reads (2026-12-01); 3, also the environment variables read (2026-12-03).
+#: `Timestamp` clock reads (2026-12-01); 3, also the environment variables read (2026-12-03);
+#: 4, also the process's id, host and cores (`_PROCESS`, 2026-12-04).
 #: A run replays the calls of its own version logged.
-VERSION = 3
+VERSION = 4
 _SEEDS = 2   # the version that began logging system-seeded generators and pandas' clock reads
 _ENVIRON = 3   # ... and environment variables
+_PROCESS_FACTS = 4   # ... and the process's own facts
 
 
 def users_step(depth: int = 2, since: int = 1) -> bool:
@@ -111,6 +120,9 @@ _RANDOM = ("random", "uniform", "randint", "randrange", "getrandbits", "randbyte
 _SECRETS = ("token_bytes", "token_hex", "token_urlsafe", "randbelow", "randbits", "choice")
 #: (module, names): each name's call answered through `log_result` as it is
 LOGGED = ((time, _TIME), (random, _RANDOM), (uuid, ("uuid1", "uuid4")), (os, ("urandom",)), (secrets, _SECRETS))
+#: (module, names): calls without arguments whose answer is the process's own, logged by name as
+#: an environment variable is (`_process_fact`)
+_PROCESS = ((os, ("getpid", "getppid", "cpu_count")), (socket, ("gethostname",)), (platform, ("node",)))
 
 _ORIGINAL: dict[tuple[str, str], Callable] = {}   # (module, name) -> the function before `install`
 _WRAPPERS: dict[int, Callable] = {}               # id(original) -> its stand-in (for `prepare`)
@@ -127,6 +139,11 @@ def install() -> None:
                 original = getattr(module, name, None)
                 if original is not None:
                     _patch(module, name, original, _logged(original, module.__name__, name))
+        for module, names in _PROCESS:
+            for name in names:
+                original = getattr(module, name, None)
+                if original is not None:
+                    _patch(module, name, original, _process_fact(original, module.__name__, name))
         for name, wrapper in (("choice", _choice), ("choices", _choices), ("sample", _sample), ("shuffle", _shuffle)):
             _patch(random, name, getattr(random, name), wrapper)
         _ORIGINAL[("random", "Random.seed")] = random.Random.seed
@@ -185,6 +202,22 @@ def _logged(original: Callable, module: str, name: str) -> Callable:
         if users_step():
             return log_result(original, *args, **kwargs)
         return original(*args, **kwargs)
+    call.__module__, call.__name__, call.__qualname__ = module, name, name
+    return call
+
+
+def _process_fact(original: Callable, module: str, name: str) -> Callable:
+    """`original`, a call whose answer is the process's own: where a hooked function's step makes
+    it, the runner logs its answer once per instance under `module.name()` (recording) or serves
+    the logged one (replay), as it does an environment variable's value (`Runner.read_environ`)."""
+    fact = f"{module}.{name}()"
+
+    @functools.wraps(original)
+    def call(*args, **kwargs):
+        runner = CONTEXT.runner
+        if args or kwargs or runner is None or not users_step(since=_PROCESS_FACTS):
+            return original(*args, **kwargs)
+        return runner.read_environ(fact, lambda _: original())
     call.__module__, call.__name__, call.__qualname__ = module, name, name
     return call
 

@@ -207,7 +207,8 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                     how += (", and they passed it different rows: what is not deterministic is upstream of "
                             f"{label}" if upstream else ", so processing it is not deterministic (wrap the "
                             "non-deterministic call in tt.log_result; of a plain PySpark job's functions, tt logs the "
-                            "clock, random, numpy.random, uuid, os.urandom, secrets and pandas.Timestamp.now calls itself: "
+                            "clock, random, numpy.random, uuid, os.urandom, secrets, pandas.Timestamp.now, process id "
+                            "and host name calls itself: "
                             "docs/HOOKS.md §5)")
                     ref = f"{label}:{pos}"
                     return {"tuple": ref, "input": pos, "row": values.render(ra, 200), "found_by": "replays",

@@ -2,7 +2,8 @@
 
 `tests/jobs/hooked_nondeterministic.py` has five hooked functions (a generator, a callable
 class, a grouped function, a StatefulProcessor, a UDTF) that call `time`, `datetime`,
-`random`, `uuid`, `os.urandom` and `secrets`, keep what they got and emit it. The oracle is
+`random`, `uuid`, `os.urandom`, `secrets` and the worker's process id and host, keep what they got
+and emit it. The oracle is
 the job's own output, which Spark collected and tt never reads: a replay must hand each
 function exactly what it got when recorded, so its replayed state holds the values it emitted.
 """
@@ -86,6 +87,20 @@ def test_the_other_functions_are_handed_what_they_got(recorded, replayed):
         last[k] = max(last.get(k, (at, made_id)), (at, made_id))
     seen = {k: tuple(v) for s in ends(replayed["Stamps"]).values() for k, v in s["seen"].items()}
     assert seen == last
+
+
+def test_the_process_facts_are_logged_once_an_instance_by_name(recorded):
+    """A worker's id, host and cores are logged as environment variables are (`_process_fact`):
+    once per instance, whatever its batches asked, and apart from the numbered calls."""
+    from tt.core import runtime
+
+    reader = RunReader(recorded[0])
+    node = reader.operator("StampBatches")
+    for i in range(node.instances):
+        logged = [r.value[0] for r in reader.results(node.id, i) if r.call == runtime.ENVIRON_CALL]
+        assert sorted(logged) == ["os.cpu_count()", "os.getpid()", "os.getppid()", "platform.node()",
+                                  "socket.gethostname()"]
+    reader.close()
 
 
 def test_calls_outside_a_step_are_answered_and_not_logged():

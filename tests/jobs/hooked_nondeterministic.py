@@ -7,7 +7,9 @@ make ids, keep what they got in their state and emit it.
   without a seed;
 - `StampBatches` (`mapInPandas`, a callable class) reads `time.time_ns()`,
   `datetime.datetime.utcnow()` (through `import datetime`), `os.urandom` and pandas'
-  `Timestamp.now()`, `Timestamp.today()`, `Timestamp("now")` and `to_datetime("today")`;
+  `Timestamp.now()`, `Timestamp.today()`, `Timestamp("now")` and `to_datetime("today")`, and
+  names each batch by its worker's host and process (`socket.gethostname()`, `platform.node()`,
+  `os.getpid()`, `os.getppid()`) and cores (`os.cpu_count()`);
 - `drawn` (`applyInPandas`) draws `random.gauss`, `secrets.token_hex`, `date.today()`, and
   with numpy `normal`, `shuffle`, and a `default_rng()`, a `RandomState()` and a
   `Generator(PCG64())` made without a seed;
@@ -24,8 +26,10 @@ Usage: python hooked_nondeterministic.py OUT.json
 import datetime as dtmod
 import json
 import os
+import platform
 import random
 import secrets
+import socket
 import sys
 import time
 import uuid
@@ -72,7 +76,9 @@ class StampBatches:
         for pdf in frames:
             self.batches.append([time.time_ns(), dtmod.datetime.utcnow().isoformat(), os.urandom(4).hex(), len(pdf),
                                  pd.Timestamp.now().isoformat(), str(pd.Timestamp.today()), str(pd.Timestamp("now")),
-                                 str(pd.to_datetime("today"))])
+                                 str(pd.to_datetime("today")),
+                                 f"{socket.gethostname()}/{platform.node()}:{os.getpid()}<{os.getppid()}",
+                                 os.cpu_count()])
             yield pd.DataFrame({"stamp": [json.dumps(self.batches[-1])]})
 
 
