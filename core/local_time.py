@@ -156,11 +156,16 @@ def setting(recorded: str | None, recorded_facts: dict | None = None) -> Setting
         # this process tells the workers' local time already (a second engine's, say): trying
         # another candidate would change its zone for a moment under a replay that may be running
         return Setting(now, None)
+    if not candidates:
+        candidates = [(recorded, "nothing: this machine has no data for it, so glibc tells UTC")]
+    first = None   # (what the first candidate tells: the note says where it differs)
     for tz, _ in candidates:
-        if _told(tz) == expected:
+        told = _told(tz)
+        if told == expected:
             return Setting(tz, None)
-    tz, how = candidates[0] if candidates else (recorded, "nothing: this machine has no data for it, so glibc tells UTC")
-    for at, there, here in zip(PROBES, expected, _told(tz)):
+        first = told if first is None else first
+    tz, how = candidates[0]
+    for at, there, here in zip(PROBES, expected, first):
         if list(there) != here:
             when = time.strftime("%Y-%m-%d", time.gmtime(at))
             return Setting(tz, f"local time in {recorded} differs here from the workers' (on {when}: "

@@ -134,16 +134,12 @@ def install() -> None:
     with _installed:
         if _ORIGINAL:
             return
-        for module, names in LOGGED:
-            for name in names:
-                original = getattr(module, name, None)
-                if original is not None:
-                    _patch(module, name, original, _logged(original, module.__name__, name))
-        for module, names in _PROCESS:
-            for name in names:
-                original = getattr(module, name, None)
-                if original is not None:
-                    _patch(module, name, original, _process_fact(original, module.__name__, name))
+        for calls, wrap in ((LOGGED, _logged), (_PROCESS, _process_fact)):
+            for module, names in calls:
+                for name in names:
+                    original = getattr(module, name, None)
+                    if original is not None:
+                        _patch(module, name, original, wrap(original, module.__name__, name))
         for name, wrapper in (("choice", _choice), ("choices", _choices), ("sample", _sample), ("shuffle", _shuffle)):
             _patch(random, name, getattr(random, name), wrapper)
         _ORIGINAL[("random", "Random.seed")] = random.Random.seed

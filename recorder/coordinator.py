@@ -398,12 +398,11 @@ class Coordinator:
             first = self.hash_seed is _UNSEEN
             if first:
                 self.hash_seed, self.timezone = seed, zone
-                zone_facts = hello.get("timezone_facts")
         self._note_libraries(hello.get("libraries"))
         if first:
             self.writer.submit([("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                  [("hash_seed", orjson.dumps(seed).decode()), ("timezone", orjson.dumps(zone).decode()),
-                                  ("timezone_facts", orjson.dumps(zone_facts).decode())])])
+                                  ("timezone_facts", orjson.dumps(hello.get("timezone_facts")).decode())])])
             if seed is None or not seed.isdigit():
                 self._warn_once("the job's Python workers hash strings with a random seed (PYTHONHASHSEED is "
                                 f"{'unset' if seed is None else repr(seed)}): a replay iterates over a set of strings "

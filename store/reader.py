@@ -137,48 +137,47 @@ class RunReader:
             out[key] = orjson.loads(out[key]) if out[key] else None
         return out
 
+    def _meta(self, key: str, default: Any = None) -> Any:
+        """The run's meta value `key` (JSON), `default` where the run has none (recorded before tt kept it)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return orjson.loads(row[0]) if row else default
+
     @property
     def hash_seed(self) -> str | None:
         """The PYTHONHASHSEED the job's Python workers ran with (None: random), which a replay
         runs with (cli/hash_seed.py); PySpark's own, "0", for a run recorded before tt kept it."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key='hash_seed'").fetchone()
-        return orjson.loads(row[0]) if row else "0"
+        return self._meta("hash_seed", "0")
 
     @property
     def python(self) -> dict | None:
         """The Python that pickled the run's code (`code_pickle.python`), which a replay must run
         in; None for a run recorded before tt kept it."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key='python'").fetchone()
-        return orjson.loads(row[0]) if row else None
+        return self._meta("python", None)
 
     @property
     def libraries(self) -> dict[str, str]:
         """The packages the job's Python workers had loaded, with their versions
         (core/libraries.py); none for a run recorded before tt kept them."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key='libraries'").fetchone()
-        return orjson.loads(row[0]) if row else {}
+        return self._meta("libraries", {})
 
     @property
     def timezone(self) -> str | None:
         """The local time zone the job's Python workers ran in, as a `TZ` value, which a replay
         runs in (core/local_time.py); None for a run recorded before tt kept it, or where the
         workers' could not be told."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key='timezone'").fetchone()
-        return orjson.loads(row[0]) if row else None
+        return self._meta("timezone", None)
 
     @property
     def timezone_facts(self) -> dict | None:
         """What the first task's worker told of its zone, its file's POSIX rule and the offsets it
         told at a few instants (`core.local_time.facts`), which a replay checks its own by; None for
         a run recorded before tt kept them."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key='timezone_facts'").fetchone()
-        return orjson.loads(row[0]) if row else None
+        return self._meta("timezone_facts", None)
 
     def warnings(self) -> list[str]:
         """What the recording warned of (`tt record` printed them too), e.g. input partitions of a
         hooked function that ran unrecorded."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key='warnings'").fetchone()
-        return orjson.loads(row[0]) if row else []
+        return self._meta("warnings", [])
 
     @property
     def status(self) -> str:
@@ -277,12 +276,12 @@ class RunReader:
     def job_modules(self) -> dict[str, tuple[str, bool, str]]:
         """{module name: (path, package, source)} of the job's own modules as they ran, which
         replay imports from here (recorder/job_modules.py); none in runs before 2026-12-03."""
-        row = self.conn.execute("SELECT value FROM meta WHERE key='job_modules'").fetchone()
-        if row is None:
+        modules = self._meta("job_modules", {})
+        if not modules:
             return {}
         files = self.job_files()
         return {name: (m["path"], bool(m["package"]), files[m["path"]])
-                for name, m in orjson.loads(row[0]).items() if m["path"] in files}
+                for name, m in modules.items() if m["path"] in files}
 
     # --- attempts -----------------------------------------------------------
 
