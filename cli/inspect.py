@@ -160,6 +160,12 @@ def _summary_text(s: dict) -> str:
         names = ", ".join(m["name"] + ("" if m["here"] == "unchanged" else f" ({m['here']} here since)")
                           for m in s["modules"])
         lines.append(f"modules  {names}: the job's own, stored with the run; a replay runs them as recorded")
+    for f in s.get("files_read", []):
+        lines.append(f"file     {f['path']} ({human_bytes(f['size'])}), read by the job's functions: "
+                     + {"packed": "copied into the run file by tt pack",
+                        "unchanged": "too large to keep in the run file, and as here"}.get(
+                         f["here"], f"too large to keep in the run file, and {f['here']} here: a replay stops "
+                                    f"where a function reads it (tt pack the run where it is)"))
     workers = s.get("workers") or {}
     if workers.get("python") or workers.get("timezone"):
         said = []

@@ -36,6 +36,8 @@ What is covered:
   cores). Each is the same all the process's life, and libraries ask once and keep the answer, so
   they are logged as environment variables are, under the call's name (`os.getpid()`), once per
   instance, and served by name, not counted among the numbered calls (`_PROCESS`);
+- the files a step reads through `open()` (core/files_read.py): their bytes, or a large one's
+  size and digest, logged once per file and instance as a variable's value is;
 - `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
   out of reach: in the globals of the job file's code as Spark ships it (pickled by value), the
   names bound to `datetime.datetime`, `datetime.date` or the `datetime` module are pointed at
@@ -46,7 +48,7 @@ What is covered:
 Not covered (`tt verify` still finds what they change, and names the input):
 `numpy.datetime64("now")`, which reads the clock in C, the calls of a module the job
 imports by name (its globals are a loaded module's), the names listed by iterating
-`os.environ`, and files the function reads.
+`os.environ`, and files read otherwise than through `open()` (core/files_read.py).
 Runs recorded before this module are replayed without it, and runs recorded before a call was
 covered replay that call unlogged, as it ran: a hooked operator carries the `VERSION` of this
 module it was recorded with (`HookedOperator.logs_nondeterministic`), and a call covered since a
@@ -71,6 +73,7 @@ import types
 import uuid
 from typing import Any, Callable, Iterator
 
+from . import files_read
 from .operator import CONTEXT, log_result
 
 #: The frames that call the user's code while a hooked operator takes a step, as
@@ -86,12 +89,14 @@ _NOT_USERS = ("tt.", "pyspark", "py4j")
 #: What a new recording logs: 1, the module functions and `datetime` (2026-11-29); 2, also a
 #: generator seeded by the system (`random.Random()`, numpy's bit generators) and pandas'
 #: `Timestamp` clock reads (2026-12-01); 3, also the environment variables read (2026-12-03);
-#: 4, also the process's id, host and cores (`_PROCESS`, 2026-12-04).
+#: 4, also the process's id, host and cores (`_PROCESS`, 2026-12-04); 5, also the files a step
+#: reads (core/files_read.py, 2026-12-04).
 #: A run replays the calls of its own version logged.
-VERSION = 4
+VERSION = 5
 _SEEDS = 2   # the version that began logging system-seeded generators and pandas' clock reads
 _ENVIRON = 3   # ... and environment variables
 _PROCESS_FACTS = 4   # ... and the process's own facts
+_FILES = 5   # ... and the files a step reads
 
 
 def users_step(depth: int = 2, since: int = 1) -> bool:
@@ -147,6 +152,8 @@ def install() -> None:
         for name, patched in (("__getitem__", _environ_getitem), ("__delitem__", _environ_delitem)):
             _ORIGINAL[("os", f"_Environ.{name}")] = getattr(os._Environ, name)
             setattr(os._Environ, name, patched)
+        original, stand_in = files_read.install(users_step, _FILES)
+        _WRAPPERS[id(original)] = stand_in   # (`from io import open` in the job's code: `prepare`)
 
 
 #: numpy's legacy functions, methods of its hidden global RandomState, logged as they answer
@@ -500,6 +507,7 @@ def prepare(user_code: Any) -> None:
     install()
     _install_numpy()
     _install_pandas()
+    files_read.install_spark_files(users_step, _FILES)
     swaps = {id(_dt.datetime): LoggedDatetime, id(_dt.date): LoggedDate, id(_dt): _DATETIME, **_WRAPPERS}
     done = _loaded_namespaces()   # (and the globals already seen)
     for fn in _functions(user_code, set()):

@@ -181,6 +181,8 @@ class Runner:
         state handle: core/state_handle.py). An instance outside G(θ) logs nothing."""
 
     environ_reads: tuple[int, dict] | None = None   # (position, {name: reads of it in that step}): `environ_reads`
+    reads_logged = False   # whether `read_environ` logs (an instance in G(θ)) or serves (a replay) what it reads
+    replays = False        # ... serves (core/files_read.py: a file read is then handed over, not opened)
 
     def read_environ(self, name: str, read: Callable[[str], str | None]) -> str | None:
         """The value of environment variable `name` (None: unset) that a hooked function's step
@@ -259,6 +261,7 @@ class RecordingRunner(Runner):
         # a runner with one narrow input logs no per-tuple channel: its runs are implied
         self.implicit_channel: tuple[int, int] | None = None
 
+    reads_logged = True
     barrier_at: float = INF   # only θ takes barriers (ThetaRunner); checked here, not in a second call per tuple
     slice_rows = 1            # `feed_many`'s slice, as its last call left it (a shuffle's payloads are 512 rows)
     when: Any = None   # θ's `--when` condition (ThetaRunner)
@@ -669,6 +672,8 @@ _SLICED_FEEDS = (RecordingRunner.feed, ThetaRunner._feed_when)   # the `feed`s `
 class ReplayRunner(Runner):
     """An instance in the local replay: serves logged results, checks output counts."""
 
+    reads_logged = replays = True
+
     def __init__(self, name, instance, op, node_id, results: "ResultSource"):
         super().__init__(name, instance, op, node_id)
         self.results = results
@@ -726,6 +731,12 @@ class ReplayRunner(Runner):
         logged = self.results.environ(name, self.count, last)
         return logged is not UNLOGGED and logged is not None
 
+    def packed_file(self, path: str, digest: str) -> bytes | None:
+        """The bytes of a large file a step read (xxh3-128 `digest`) that `tt pack` copied into the
+        run; None where it did not (core/files_read.py)."""
+        load = self.results.packed.get((path, digest))
+        return load() if load is not None else None
+
     def log_value(self, name, value):
         """Only a handle with Spark behind it logs values: in replay there is none."""
         raise ReplayDivergence(f"{self.label} input #{self.count}: {name} asked Spark in replay",
@@ -753,9 +764,11 @@ def environ_reads(runner: Runner, name: str, count: bool = True) -> int:
 
 class ResultSource:
     """Logged results of one instance, served back in order during replay; and the values of the
-    environment variables it read, served by position (`environ`)."""
+    environment variables it read, served by position (`environ`). `packed`: (path, xxh3) -> a
+    function that reads the bytes of a large file `tt pack` copied into the run."""
 
-    def __init__(self, results: list[LoggedResult]):
+    def __init__(self, results: list[LoggedResult], packed: dict[tuple[str, str], Callable[[], bytes]] | None = None):
+        self.packed = packed or {}
         self._by_key = {(r.position, r.call): r for r in results if r.call != ENVIRON_CALL}
         # name -> ([(position, nth read in its step)], [values]), in log order
         self._environ: dict[str, tuple[list[tuple[int, int]], list]] = {}

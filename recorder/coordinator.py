@@ -107,6 +107,7 @@ class Coordinator:
         self.hash_seed: Any = _UNSEEN          # the PYTHONHASHSEED of the first Spark task's worker
         self.timezone: str | None = None       # ... and its local time zone (core/local_time.py)
         self.libraries: dict[str, str] = {}    # the packages the workers had loaded: name -> version
+        self.files_read: dict[str, dict] = {}  # the large files the steps read: path -> {"size", "xxh3"}
         # online checkpointing (IcedTea 6.2): checkpoint I_k when replaying to it from the
         # latest checkpoint would take longer than τ, predicted from the executors' processing time
         self.online_tau = online_tau
@@ -432,6 +433,18 @@ class Coordinator:
             self._warn_once(f"the job's Python workers had different versions of a library ({other}): "
                             f"tt inspect and tt verify compare the first with the replay's")
 
+    def _note_files(self, read: dict | None) -> None:
+        """Keep the files too large to log that the tasks' steps read (core/files_read.py), in meta
+        `files_read`: a replay needs them where it runs, and `tt inspect` says whether they are."""
+        if type(read) is not dict:
+            return
+        with self.lock:
+            added = {p: v for p, v in read.items() if p not in self.files_read}
+            self.files_read.update(added)
+            if added:
+                self.writer.submit([("INSERT OR REPLACE INTO meta VALUES ('files_read', ?)",
+                                     [(orjson.dumps(dict(sorted(self.files_read.items()))).decode(),)])])
+
     def _warn_once(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.add(message)
@@ -466,6 +479,7 @@ class Coordinator:
             self.listeners.pop(conn.attempt, None)
         statements = self._statements(conn, header, blobs)
         self._note_libraries(header.get("libraries"))
+        self._note_files(header.get("files_read"))
         now = time.time()
         if commit:
             statements.append(("INSERT OR REPLACE INTO finals VALUES (?,?,?,?,?,?)", [

@@ -26,7 +26,7 @@ from time import monotonic, perf_counter   # (bound at import: through the modul
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from ..core import libraries, local_time, values
+from ..core import files_read, libraries, local_time, values
 from ..core.errors import first_line
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder, whole
@@ -1092,6 +1092,8 @@ class StageTask:
         # after the hello named those loaded before (core/libraries.py)
         if self.in_worker:
             header["libraries"] = libraries.loaded()
+        if files_read.large():   # and the files its steps read that are too large to keep (core/files_read.py)
+            header["files_read"] = files_read.large()
         self.client.end(header, out_blobs)
 
     def _fail(self, f: OperatorFailure) -> None:

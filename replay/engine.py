@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import functools
 import time
 from array import array
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ from ..core.hooked import HookedOperator
 from ..core.logs import END
 from ..core.runtime import OperatorFailure, ReplayRunner, ResultSource
 from ..store import blobs
-from ..store.reader import RunReader
+from ..store.reader import RunReader, packed_file
 from ..store.trust import require_trust
 from . import job_source, recorded_modules
 from .entries import DecodedChunk, ShuffledEntryReader, SourceShuffles
@@ -162,7 +163,8 @@ class Instance:
     def reset(self, op: Any = None) -> None:
         op = op if op is not None else code_pickle.loads(self.engine.code[self.node.id], self.node.name,
                                                          self.engine.job_folder)
-        self.runner = ReplayRunner(self.node.name, self.i, op, self.node.id, ResultSource(self.results))
+        self.runner = ReplayRunner(self.node.name, self.i, op, self.node.id,
+                                   ResultSource(self.results, self.engine.packed_files))
         counts = self.counts
         self.runner.expected_counts = lambda pos: counts[pos] if pos < len(counts) else None
         self.queues: dict[tuple[int, int], collections.deque] = collections.defaultdict(collections.deque)
@@ -430,6 +432,9 @@ class Engine:
         recorded_modules.serve(reader.job_modules())   # the job's modules import as they ran
         # and tell local time as the workers did (`zone_note`: where this machine cannot)
         self.zone_note = local_time.use(reader.timezone, reader.timezone_facts).note
+        # the large files its functions read, where `tt pack` copied them (`ReplayRunner.packed_file`)
+        self.packed_files = {(path, digest): functools.partial(packed_file, reader.path, path, digest)
+                             for path, digest in reader.packed_files()}
         self.job_folder = job_source.job_folder(reader)   # where the job's other modules were
         keys = {e: code_pickle.loads(c, f"the key function of edge {e}", self.job_folder)
                 for e, c in keys_code.items()}

@@ -13,7 +13,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core import code_pickle, libraries, local_time
+from ..core import code_pickle, files_read, libraries, local_time
 from ..core.errors import RunFileError, TTError, UsageError
 from ..store.reader import RunReader
 
@@ -94,6 +94,7 @@ def summary(reader: RunReader) -> dict:
                      for f in reader.failures()],
         "sources": sources(reader),
         "modules": modules(reader),
+        "files_read": files_needed(reader),
         # what the job's Python workers ran with that a replay runs with too (cli/hash_seed.py, core/local_time.py)
         "workers": {"python": reader.python, "python_here": code_pickle.python(), "hash_seed": reader.hash_seed,
                     "timezone": reader.timezone, "timezone_here": local_time.zone(),
@@ -102,6 +103,15 @@ def summary(reader: RunReader) -> dict:
                     "libraries_differing": [{"name": n, "version": v, "here": h}
                                             for n, v, h in libraries.differing(reader.libraries)]},
     }
+
+
+def files_needed(reader: RunReader) -> list[dict]:
+    """The files too large to keep that the job's functions read (core/files_read.py), each
+    `packed` into the run by `tt pack`, or checked here: `unchanged`, `changed` or `missing`."""
+    packed = reader.packed_files()
+    return [{"path": path, "size": read["size"],
+             "here": "packed" if (path, read["xxh3"]) in packed else files_read.here(path, read)}
+            for path, read in sorted(reader.files_read.items())]
 
 
 def modules(reader: RunReader) -> list[dict]:

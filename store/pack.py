@@ -1,4 +1,5 @@
-"""`tt pack`: copy the rows a run reads by reference into the run file.
+"""`tt pack`: copy the rows a run reads by reference into the run file, and the large files its
+functions read (core/files_read.py).
 
 A run that read Parquet sources by reference needs those files to replay. Packing
 reads every referenced chunk back (checked against the recorded file identity)
@@ -15,6 +16,7 @@ from typing import Callable
 
 import orjson
 
+from ..core import files_read
 from ..core.errors import RunFileError
 from . import blobs, schema
 from .positions import source_of
@@ -25,6 +27,7 @@ def pack(run: Path, out: Path | None = None,
          progress: Callable[[int, int], None] | None = None) -> dict:
     """Copy referenced rows into `run` (in place) or into a new file `out`; returns what was done.
     All or nothing: the chunks are replaced in one transaction after every file is checked."""
+    name = Path(run).name   # (what errors name: the run the user gave, not its copy)
     if out is not None:
         out = Path(out)
         if out.exists():
@@ -40,7 +43,13 @@ def pack(run: Path, out: Path | None = None,
         run = out
     conn = schema.open_existing(run, write=True)
     try:
-        return _pack(conn, Path(run).name, progress)
+        return _pack(conn, name, progress)
+    except BaseException:
+        if out is not None:   # (a copy that could not be packed is not left behind as if it were)
+            conn.close()
+            for leftover in (out, Path(f"{out}-wal"), Path(f"{out}-shm")):
+                leftover.unlink(missing_ok=True)
+        raise
     finally:
         schema.settle(conn)
         conn.close()
@@ -49,6 +58,8 @@ def pack(run: Path, out: Path | None = None,
 def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], None] | None) -> dict:
     reader = SourceReader(conn, name)
     reader.check_all()   # every file first: a changed one stops the pack before anything is written
+    schema.add_tables(conn)
+    read = _files_to_pack(conn, name)
     codecs = sorted(blobs.BY_REFERENCE)
     chunks = conn.execute(f"SELECT rowid, n, codec FROM entry_chunks WHERE codec IN ({', '.join('?' * len(codecs))})",
                           codecs).fetchall()
@@ -84,8 +95,39 @@ def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], No
                 continue
             conn.execute("UPDATE source_scans SET info=? WHERE source=?",
                          (orjson.dumps({**orjson.loads(info or "{}"), "packed": True}).decode(), source))
+        for path, digest in read:
+            conn.execute("INSERT INTO packed_files VALUES (?,?,?)", (path, digest, blobs.compress(_read(name, path, digest))))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    return {"chunks": len(chunks), "rows": rows, "files": len(reader.files)}
+    return {"chunks": len(chunks), "rows": rows, "files": len(reader.files), "files_read": len(read)}
+
+
+def _files_to_pack(conn: sqlite3.Connection, name: str) -> list[tuple[str, str]]:
+    """The large files the job's functions read (meta `files_read`, core/files_read.py) that the
+    run does not hold yet, as (path, xxh3), each checked here first: one that is missing or changed
+    stops the pack before anything is written."""
+    row = conn.execute("SELECT value FROM meta WHERE key='files_read'").fetchone()
+    packed = set(conn.execute("SELECT path, xxh3 FROM packed_files"))
+    out = []
+    for path, read in sorted(orjson.loads(row[0]).items() if row else ()):
+        if (path, read["xxh3"]) in packed:
+            continue
+        here = files_read.here(path, read)
+        if here != "unchanged":
+            raise RunFileError(f"{name}: {path}, which the job's functions read, is {here} here since the run; "
+                               f"run tt pack where it is as it was")
+        out.append((path, read["xxh3"]))
+    return out
+
+
+def _read(name: str, path: str, digest: str) -> bytes:
+    """A file's bytes, checked against the digest the run holds (it may have changed since it was checked)."""
+    import xxhash
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if xxhash.xxh3_128(data).hexdigest() != digest:
+        raise RunFileError(f"{name}: {path} changed while tt pack read it; run tt pack again")
+    return data

@@ -161,6 +161,20 @@ class RunReader:
         return self._meta("libraries", {})
 
     @property
+    def files_read(self) -> dict[str, dict]:
+        """The files too large to keep that the job's functions read, path -> `{"size", "xxh3"}`:
+        a replay reads them where it runs (core/files_read.py); none for a run before tt logged reads."""
+        return self._meta("files_read", {})
+
+    def packed_files(self) -> set[tuple[str, str]]:
+        """The large files read by the job's functions that `tt pack` copied into the run, as
+        (path, xxh3); none in a run file from before `packed_files`."""
+        try:
+            return set(self.conn.execute("SELECT path, xxh3 FROM packed_files"))
+        except sqlite3.OperationalError:
+            return set()
+
+    @property
     def timezone(self) -> str | None:
         """The local time zone the job's Python workers ran in, as a `TZ` value, which a replay
         runs in (core/local_time.py); None for a run recorded before tt kept it, or where the
@@ -777,3 +791,17 @@ def _q(a) -> memoryview:
     import numpy as np
 
     return memoryview(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def packed_file(run: Path, path: str, digest: str) -> bytes:
+    """The bytes of a file `tt pack` copied into `run` (`RunReader.packed_files`), read through a
+    connection of its own: a replay reads it when a step opens the file (core/files_read.py),
+    whichever reader is open then."""
+    conn = schema.open_existing(Path(run))
+    try:
+        row = conn.execute("SELECT data FROM packed_files WHERE path=? AND xxh3=?", (path, digest)).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        raise RunFileError(f"{run} holds no packed copy of {path}; the run file changed while it was replayed")
+    return blobs.decompress(row[0])

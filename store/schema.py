@@ -116,6 +116,11 @@ CREATE TABLE IF NOT EXISTS lineage_index (   -- derived, rebuilt at will: replay
     op INTEGER, instance INTEGER, part TEXT, seq INTEGER, data BLOB,
     PRIMARY KEY (op, instance, part, seq)
 );
+CREATE TABLE IF NOT EXISTS packed_files (   -- `tt pack`: large files the job's functions read (core/files_read.py)
+    path TEXT, xxh3 TEXT,          -- as meta `files_read` names them
+    data BLOB,                     -- the file's bytes, compressed (store/blobs.py)
+    PRIMARY KEY (path, xxh3)
+);
 """ + _SOURCES + """
 CREATE INDEX IF NOT EXISTS log_chunks_by_instance ON log_chunks (op, instance, kind, attempt, start);
 CREATE INDEX IF NOT EXISTS entry_chunks_by_channel ON entry_chunks (op, instance, port, src, attempt, start);
@@ -216,7 +221,7 @@ def writing(path: str | Path) -> Iterator[sqlite3.Connection]:
     it stays, or none of it; tables a file recorded by an older tt lacks are added first."""
     conn = open_existing(path, write=True)
     try:
-        conn.executescript(_TABLES)
+        add_tables(conn)
         conn.execute("BEGIN")
         yield conn
         conn.execute("COMMIT")
@@ -227,6 +232,11 @@ def writing(path: str | Path) -> Iterator[sqlite3.Connection]:
     finally:
         settle(conn)
         conn.close()
+
+
+def add_tables(conn: sqlite3.Connection) -> None:
+    """Add the tables a file recorded by an older tt lacks (they only ever add tables)."""
+    conn.executescript(_TABLES)
 
 
 def settle(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,206 @@
+"""Files a hooked function's step reads, logged when recorded and served back in replay.
+
+A job's functions often read a file in the executor: a rules file, a lookup table, a model.
+A replay runs elsewhere (a laptop, after `tt pack`), or later, after the file changed: it
+raised `FileNotFoundError` where the run had not, or read other rules and showed states the
+run never had. So `open()` (`builtins.open` and `io.open`, patched once per process by
+`nondeterministic.install`) goes through the runner where a hooked function's step opens a
+regular file for reading, and with it whatever reads through `open`: `pathlib.Path.read_text`,
+`pandas.read_csv` and `json.load` of such a file, `numpy.load`.
+
+The recording logs what the step read, as it logs an environment variable's value
+(`Runner.read_environ`, under the name `open(/absolute/path)`): once per file and instance, and
+again where the file has changed since. What is logged:
+
+* a file of up to `KEPT_BYTES`: its bytes. Replay hands the step a file object over them
+  (`_LoggedFile`), whatever this machine holds at that path;
+* a larger one: its size and digest (xxh3-128). Replay opens the file here if it is the same, and
+  otherwise stops with one line naming the file and what differs (`ReplayDivergence`): a model
+  of gigabytes in every run file would be the run's input copied again. `tt pack` copies such
+  files into the run, once each (`ReplayRunner.packed_file` serves them), so that it travels
+  without them;
+* a file that could not be opened: its `errno`, raised again in replay (`FileNotFoundError`).
+
+A relative path is the executor's: it is joined to the worker's folder, logged as a process
+fact (`os.getcwd()`), so a replay run from elsewhere finds the file read. A text-mode `open`
+without an encoding decodes as the worker's locale said
+(`locale.getpreferredencoding(False)`, logged as a process fact), in replay too. A file the job
+gave its executors (`SparkContext.addFile`) is found in replay too: `SparkFiles.get` answers with
+the executor's root directory, logged (`install_spark_files`).
+
+Not covered: files opened for writing or updating, by descriptor or with an `opener`, anything
+under /proc, /sys and /dev, files read by C code (pyarrow's readers), and a step's `os.stat` or
+`os.path.exists` of a file (a branch on it takes this machine's answer: `tt verify` finds it).
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import io
+import locale
+import os
+import stat
+import sys
+from typing import Any, Callable
+
+from .errors import ReplayDivergence
+from .operator import CONTEXT
+
+KEPT_BYTES = 1 << 20   # a file up to 1 MiB is logged by its bytes; a larger one by its size and digest
+_SYSTEM = ("/proc/", "/sys/", "/dev/")   # not files a job's data lives in (and some never end)
+_WRITES = frozenset("wax+")
+ENCODING = "locale.getpreferredencoding(False)"   # the process fact a text-mode `open` decodes by
+CWD = "os.getcwd()"   # the process fact a relative path is read from
+
+_original: dict[str, Callable] = {}   # "open" -> `builtins.open` before `install`
+_digests: dict[tuple[str, int, int], str] = {}   # (path, size, mtime_ns) -> xxh3-128 of the file, this process
+_large: dict[str, dict] = {}   # path -> {"size", "xxh3"}: the large files this process's recorded steps read
+
+
+def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Callable]:
+    """Patch `builtins.open` and `io.open` (`nondeterministic.install`, under its lock, once): a
+    read in a step of a hooked operator recorded with version `since` or later goes through the
+    runner. Returns (the original, its stand-in)."""
+    if "open" in _original:
+        return _original["open"], builtins.open
+    original = _original["open"] = builtins.open
+
+    @functools.wraps(original)   # (`io.open` by name, its doc; `__wrapped__`, as `logs.callable_name` reads)
+    def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
+        runner = CONTEXT.runner
+        if (runner is None or not runner.reads_logged or opener is not None or not closefd or type(mode) is not str
+                or not _WRITES.isdisjoint(mode) or not isinstance(file, (str, bytes, os.PathLike))
+                or not users_step(since=since)):
+            return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        path = os.fsdecode(file)
+        if not os.path.isabs(path):   # (relative to the executor's folder, a process fact)
+            path = os.path.join(runner.read_environ(CWD, lambda _: os.getcwd()), path)
+        path = os.path.normpath(path)
+        if path.startswith(_SYSTEM):
+            return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        if "b" not in mode and encoding is None:
+            encoding = runner.read_environ(ENCODING, lambda _: locale.getpreferredencoding(False))
+        read = runner.read_environ(f"open({path})", _contents)
+        if not runner.replays or read is None:
+            if type(read) is dict and "size" in read:
+                _large.setdefault(path, read)
+            return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        return _served(runner, path, read, mode, encoding, errors, newline, original)
+
+    builtins.open = io.open = open
+    return original, open
+
+
+SPARK_FILES_ROOT = "pyspark.SparkFiles.getRootDirectory()"   # the process fact `SparkFiles.get` joins to
+
+
+def install_spark_files(users_step: Callable[..., bool], since: int) -> None:
+    """Patch `SparkFiles.get` once PySpark is loaded (`nondeterministic.prepare`): a step's
+    `SparkFiles.get(name)` (a file the job gave its executors with `addFile`) joins `name` to the
+    executor's root directory, logged as a process fact. A replay has no Spark to ask, and
+    `SparkFiles.get` raised there; now it gets the executor's path, whose file was logged when
+    the step opened it."""
+    module = sys.modules.get("pyspark.core.files")
+    spark_files = getattr(module, "SparkFiles", None)
+    if spark_files is None or "SparkFiles.get" in _original:
+        return
+    original = _original["SparkFiles.get"] = spark_files.get   # (bound to the class)
+
+    def get(cls, filename):
+        runner = CONTEXT.runner
+        if runner is None or not runner.reads_logged or cls is not spark_files or not users_step(since=since):
+            return original.__func__(cls, filename)
+        root = runner.read_environ(SPARK_FILES_ROOT, lambda _: spark_files.getRootDirectory())
+        return os.path.abspath(os.path.join(root, filename))
+    spark_files.get = classmethod(functools.wraps(original.__func__)(get))
+
+
+def large() -> dict[str, dict]:
+    """The files too large to keep that this process's recorded steps read, path -> `{"size",
+    "xxh3"}`: a replay needs them where it runs (the task's end names them: `tt inspect`)."""
+    return dict(_large)
+
+
+def here(path: str, read: dict) -> str:
+    """Whether a large file a run read (`{"size", "xxh3"}`) is here as it was: `unchanged`,
+    `changed` or `missing`."""
+    found = _contents(f"open({path})")
+    if found == read:
+        return "unchanged"
+    return "missing" if found is None or (type(found) is dict and "errno" in found) else "changed"
+
+
+def _contents(name: str) -> Any:
+    """What a step reading file `open(PATH)` read (the value logged under that name): its bytes, or
+    `{"size", "xxh3"}` where it is larger than `KEPT_BYTES`, or `{"errno"}` where it could not be
+    opened; None where it is not a regular file (a FIFO: not read here, and opened as it is)."""
+    path = name[len("open("):-1]
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > KEPT_BYTES:
+            return {"size": info.st_size, "xxh3": _digest(path, info)}
+        with _plain_open(path) as f:
+            return f.read()
+    except OSError as e:
+        return {"errno": e.errno}
+
+
+def _digest(path: str, info: os.stat_result) -> str:
+    """xxh3-128 of a large file's bytes, remembered by its size and modification time."""
+    key = (path, info.st_size, info.st_mtime_ns)
+    digest = _digests.get(key)
+    if digest is None:
+        import xxhash
+
+        h = xxhash.xxh3_128()
+        with _plain_open(path) as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        digest = _digests[key] = h.hexdigest()
+    return digest
+
+
+def _plain_open(path: str) -> Any:
+    """`path` opened for reading bytes, by `open` as it was before `install` (if it ran)."""
+    return _original.get("open", builtins.open)(path, "rb")
+
+
+def _served(runner: Any, path: str, read: Any, mode: str, encoding: Any, errors: Any, newline: Any,
+            original: Callable) -> Any:
+    """In replay: what the step opens, from what the recording read (`_contents`)."""
+    if type(read) is bytes:
+        raw = _LoggedFile(read, path)
+        if "b" in mode:
+            return raw
+        text = io.TextIOWrapper(raw, encoding=encoding, errors=errors, newline=newline)
+        text.mode = mode
+        return text
+    if "errno" in read:
+        raise OSError(read["errno"], os.strerror(read["errno"]), path)
+    packed = runner.packed_file(path, read["xxh3"])
+    if packed is not None:
+        return _served(runner, path, packed, mode, encoding, errors, newline, original)
+    here = _contents(f"open({path})")
+    if here != read:
+        if here is None or (type(here) is dict and "errno" in here):
+            what = "not a regular file here" if here is None else os.strerror(here["errno"]).lower() + " here"
+        else:
+            size = here["size"] if type(here) is dict else len(here)
+            what = f"{size:,} bytes here" + (", other contents" if size == read["size"] else "")
+        raise ReplayDivergence(
+            f"{runner.label} input #{runner.count} reads {path}, {read['size']:,} bytes when recorded "
+            f"(too large to keep in the run file), {what}: put the recorded file there to replay this step, "
+            f"or `tt pack` the run where it is",
+            op=runner.name, instance=runner.instance, position=runner.count)
+    return original(path, mode, -1, encoding, errors, newline)
+
+
+class _LoggedFile(io.BytesIO):
+    """A file's bytes as the recording read them, opened for reading (`name` as `open` gives it)."""
+
+    def __init__(self, data: bytes, name: str):
+        super().__init__(data)
+        self.name, self.mode = name, "rb"

@@ -1,0 +1,192 @@
+"""Files a job's functions read in the executors, recorded unchanged (core/files_read.py).
+
+`tests/jobs/hooked_files.py` reads rules, a text file, a price list (pandas), a file that is
+not there, and a model too large to keep. A replay runs after the files changed or went: the
+oracle is the job's own output, collected by Spark, which holds every value the functions read.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import xxhash
+
+from plain_jobs import each_step, record_on_and_off
+
+from tt.cli.main import main
+from tt.core import files_read, runtime
+from tt.replay.session import DebugSession
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_files.py"
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    """(run file, the job's output recorded, its output with recording off, the files' folder);
+    an interaction after every unit of θ."""
+    where = tmp_path_factory.mktemp("hooked_files")
+    folder = where / "files"
+    return (*record_on_and_off(JOB, where, [str(folder)], when="True"), folder)
+
+
+@pytest.fixture
+def changed(recorded):
+    """The small files changed or gone since the run, as on the machine that replays: other
+    rules, no motto, no prices, and the file that was missing there now present. Put back
+    afterwards."""
+    folder = recorded[3]
+    kept = folder.parent / "kept"
+    shutil.copytree(folder, kept)
+    (folder / "rules.json").write_text(json.dumps({"factor": 5, "labels": ["other", "labels"]}))
+    (folder / "motto.txt").unlink()
+    (folder / "prices.csv").unlink()
+    (folder / "absent.json").write_text(json.dumps({"extra": 99}))
+    yield folder
+    shutil.rmtree(folder)
+    kept.rename(folder)
+
+
+def test_recording_changes_nothing_the_functions_read(recorded):
+    _, on, off, _ = recorded
+    assert on == off
+    scored = [json.loads(s) for s in on["scored"]]
+    assert {(r["factor"], r["motto"], r["extra"], r["head"], r["greeting"]) for r in scored} == {
+        (3, "recorded motto", -1, "0001020304050607", "hello from the driver")}
+    # batches of 10 ids, priced at 1.5 × id: each instance's running sum
+    assert sorted(on["priced"]) == [[0, 67.5], [10, 285.0], [20, 367.5], [30, 885.0]]
+
+
+def test_a_replay_hands_each_step_the_files_as_they_were_read(recorded, changed):
+    emitted = {json.loads(s)["row"]: json.loads(s) for s in recorded[1]["scored"]}
+    session = DebugSession(recorded[0])
+    steps = [(unit, state) for _, unit, state in each_step(session, "scored") if unit is not None]
+    spent = {i: state["spent"] for i, _, state in each_step(session, "Priced")}   # each instance's last
+    session.reader.close()
+    assert len(steps) == 40
+    for unit, state in steps:
+        assert state["closure"]["seen"]["last"] == emitted[unit]
+    assert spent == {0: 285.0, 1: 885.0}
+
+
+def test_verify_passes_where_the_small_files_changed(recorded, changed, capsys):
+    assert main(["verify", str(recorded[0])]) == 0
+    reader = RunReader(recorded[0])
+    n = len(reader.interactions())
+    reader.close()
+    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+
+
+def test_a_replay_without_spark_finds_the_files_the_job_gave_its_executors(recorded, changed):
+    """`SparkFiles.get` asks the SparkContext, which a replay's process has none of (this one has
+    the suite's): `tt verify` in a process of its own, run from another folder than the job (its
+    rules' path is relative to the job's)."""
+    elsewhere = recorded[0].parent / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    done = subprocess.run([sys.executable, "-m", "tt", "verify", str(recorded[0])], capture_output=True, text=True,
+                          timeout=600, cwd=elsewhere)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "every replayed state equals the recorded one" in done.stdout
+    reader = RunReader(recorded[0])
+    node = reader.operator("scored")
+    roots = {r.value[1] for r in reader.results(node.id, 0) if r.call == runtime.ENVIRON_CALL
+             and r.value[0] == files_read.SPARK_FILES_ROOT}
+    reader.close()
+    assert len(roots) == 1 and Path(roots.pop(), "greeting.txt").read_text() == "hello from the driver"
+
+
+def test_a_large_file_that_changed_stops_the_replay_naming_it(recorded, capsys):
+    model = recorded[3] / "model.bin"
+    kept = model.read_bytes()
+    model.write_bytes(kept[::-1])   # the same size, other contents
+    try:
+        assert main(["verify", str(recorded[0])]) == 1
+        said = capsys.readouterr()
+        assert (f"reads {model}, {len(kept):,} bytes when recorded (too large to keep in the run file), "
+                f"{len(kept):,} bytes here, other contents") in said.out + said.err
+        model.unlink()
+        assert main(["verify", str(recorded[0])]) == 1
+        said = capsys.readouterr()
+        assert f"reads {model}, {len(kept):,} bytes when recorded" in said.out + said.err
+        assert "no such file or directory here" in said.out + said.err
+    finally:
+        model.write_bytes(kept)
+    assert main(["verify", str(recorded[0])]) == 0
+
+
+def test_the_run_file_holds_each_file_once_an_instance(recorded):
+    reader = RunReader(recorded[0])
+    folder = recorded[3]
+    for op, files in (("scored", ("rules.json", "motto.txt", "absent.json", "model.bin")), ("Priced", ("prices.csv",))):
+        # (and the greeting, from the executors' own folder: `test_a_replay_without_spark_finds_…`)
+        node = reader.operator(op)
+        for i in range(node.instances):
+            logged = {name: value for r in reader.results(node.id, i) if r.call == runtime.ENVIRON_CALL
+                      for name, value, _ in [r.value] if name.startswith("open(")}
+            logged = {name: value for name, value in logged.items() if not name.endswith("/greeting.txt)")}
+            assert sorted(logged) == sorted(f"open({folder / f})" for f in files)   # once each, not per batch
+            for f in files:
+                value = logged[f"open({folder / f})"]
+                if f == "absent.json":
+                    assert value == {"errno": 2}
+                elif f == "model.bin":
+                    assert value["size"] == (folder / f).stat().st_size > files_read.KEPT_BYTES
+                else:
+                    assert value == (folder / f).read_bytes()
+    reader.close()
+
+
+def test_inspect_names_the_large_file_a_replay_needs(recorded, capsys):
+    model = recorded[3] / "model.bin"
+    reader = RunReader(recorded[0])
+    assert reader.files_read == {str(model): {"size": model.stat().st_size,
+                                              "xxh3": xxhash.xxh3_128(model.read_bytes()).hexdigest()}}
+    reader.close()
+    assert main(["inspect", str(recorded[0])]) == 0
+    line = f"file     {model} (1.0 MB), read by the job's functions: "
+    assert line + "too large to keep in the run file, and as here" in capsys.readouterr().out
+    kept = model.read_bytes()
+    model.unlink()
+    try:
+        assert main(["inspect", str(recorded[0]), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["files_read"] == [
+            {"path": str(model), "size": len(kept), "here": "missing"}]
+        assert main(["inspect", str(recorded[0])]) == 0
+        assert (line + "too large to keep in the run file, and missing here: a replay stops where a function "
+                "reads it (tt pack the run where it is)") in capsys.readouterr().out
+    finally:
+        model.write_bytes(kept)
+
+
+def test_a_packed_run_replays_without_the_large_file(recorded, tmp_path, capsys):
+    model = recorded[3] / "model.bin"
+    packed = tmp_path / "packed.db"
+    kept = model.read_bytes()
+    model.write_bytes(kept[::-1])
+    try:   # a file changed since stops the pack, naming it (in a process of its own: nothing of tt's installed)
+        done = subprocess.run([sys.executable, "-m", "tt", "pack", str(recorded[0]), "-o", str(packed)],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 1
+        assert done.stderr == (f"tt: error: {recorded[0].name}: {model}, which the job's functions read, is changed "
+                               f"here since the run; run tt pack where it is as it was\n")
+        assert not packed.exists()
+    finally:
+        model.write_bytes(kept)
+    assert main(["pack", str(recorded[0]), "-o", str(packed)]) == 0
+    assert "packed 1 file the job's functions read" in capsys.readouterr().out
+    model.unlink()   # (as on a laptop)
+    try:
+        assert main(["inspect", str(packed)]) == 0
+        assert (f"file     {model} (1.0 MB), read by the job's functions: copied into the run file by tt pack"
+                in capsys.readouterr().out)
+        assert main(["verify", str(packed)]) == 0
+        assert "every replayed state equals the recorded one" in capsys.readouterr().out
+        assert main(["pack", str(packed)]) == 0
+        assert "nothing to pack; every row and file is already in the run file" in capsys.readouterr().out
+    finally:
+        model.write_bytes(kept)
