@@ -153,7 +153,8 @@ def _summary_text(s: dict) -> str:
     lines.append(f"sizes    file {human_bytes(sz['file'])}; control log {human_bytes(s['control_log_bytes'])}"
                  + (f" = {100 * s['control_log_ratio']:.2f}% of {human_bytes(s['input_bytes'])} input"
                     if s["control_log_ratio"] else "")
-                 + f"; recorded tuples {human_bytes(sz['recorded_tuples'])}; states {human_bytes(sz['states'])}")
+                 + f"; recorded tuples {human_bytes(sz['recorded_tuples'])}; states {human_bytes(sz['states'])}"
+                 + (f"; files read {human_bytes(sz['files_read'])}" if sz.get("files_read") else ""))
     for src in s.get("sources", []):
         lines.append(f"source   {src['source']}: " + _source_text(src))
     if s.get("modules"):

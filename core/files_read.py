@@ -10,16 +10,17 @@ regular file for reading, and with it whatever reads through `open`: `pathlib.Pa
 
 The recording logs what the step read, as it logs an environment variable's value
 (`Runner.read_environ`, under the name `open(/absolute/path)`): once per file and instance, and
-again where the file has changed since. What is logged:
-
-* a file of up to `KEPT_BYTES`: its bytes. Replay hands the step a file object over them
-  (`_LoggedFile`), whatever this machine holds at that path;
-* a larger one: its size and digest (xxh3-128). Replay opens the file here if it is the same, and
-  otherwise stops with one line naming the file and what differs (`ReplayDivergence`): a model
-  of gigabytes in every run file would be the run's input copied again. `tt pack` copies such
-  files into the run, once each (`ReplayRunner.packed_file` serves them), so that it travels
-  without them;
-* a file that could not be opened: its `errno`, raised again in replay (`FileNotFoundError`).
+again where the file has changed since. What is logged is the file's size and digest (xxh3-128),
+or, for a file that could not be opened, its `errno`, raised again in replay
+(`FileNotFoundError`). The bytes of a file of up to `KEPT_BYTES` go into the run once, by their
+digest, whatever number of instances read them (`take_contents`: the task sends them with its
+logs, into the run's `file_contents`); replay hands the step a file object over them
+(`_LoggedFile`, `ReplayRunner.file_contents`), whatever this machine holds at that path. A larger
+file's bytes are not kept: a model of gigabytes in the run would be the run's input copied again.
+Replay opens the file here if it is the same, and otherwise stops with one line naming the file
+and what differs (`ReplayDivergence`); the task's end names such files (`large`: meta
+`files_read`, which `tt inspect` lists), and `tt pack` copies them into `file_contents` where they
+are, so that the run travels without them.
 
 A relative path is the executor's: it is joined to the worker's folder, logged as a process
 fact (`os.getcwd()`), so a replay run from elsewhere finds the file read. A text-mode `open`
@@ -54,8 +55,10 @@ ENCODING = "locale.getpreferredencoding(False)"   # the process fact a text-mode
 CWD = "os.getcwd()"   # the process fact a relative path is read from
 
 _original: dict[str, Callable] = {}   # "open" -> `builtins.open` before `install`
-_digests: dict[tuple[str, int, int], str] = {}   # (path, size, mtime_ns) -> xxh3-128 of the file, this process
+_digests: dict[tuple[str, int, int], str] = {}   # (path, size, mtime_ns) -> xxh3-128 of a large file, this process
 _large: dict[str, dict] = {}   # path -> {"size", "xxh3"}: the large files this process's recorded steps read
+_unsent: dict[str, bytes] = {}   # xxh3 -> the bytes of a small file a recorded step read, until a task sends them
+_sent: set[str] = set()          # ... and the digests sent (`take_contents`)
 
 
 def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Callable]:
@@ -81,10 +84,8 @@ def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Call
             return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
         if "b" not in mode and encoding is None:
             encoding = runner.read_environ(ENCODING, lambda _: locale.getpreferredencoding(False))
-        read = runner.read_environ(f"open({path})", _contents)
+        read = runner.read_environ(f"open({path})", _recorded if not runner.replays else _contents)
         if not runner.replays or read is None:
-            if type(read) is dict and "size" in read:
-                _large.setdefault(path, read)
             return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
         return _served(runner, path, read, mode, encoding, errors, newline, original)
 
@@ -116,6 +117,15 @@ def install_spark_files(users_step: Callable[..., bool], since: int) -> None:
     spark_files.get = classmethod(functools.wraps(original.__func__)(get))
 
 
+def take_contents() -> dict[str, bytes]:
+    """The bytes of the small files this process's recorded steps read that no task has sent yet,
+    by digest: a recording task sends them with its logs (recorder/task.py)."""
+    taken = dict(_unsent)
+    _unsent.clear()
+    _sent.update(taken)
+    return taken
+
+
 def large() -> dict[str, dict]:
     """The files too large to keep that this process's recorded steps read, path -> `{"size",
     "xxh3"}`: a replay needs them where it runs (the task's end names them: `tt inspect`)."""
@@ -131,10 +141,11 @@ def here(path: str, read: dict) -> str:
     return "missing" if found is None or (type(found) is dict and "errno" in found) else "changed"
 
 
-def _contents(name: str) -> Any:
-    """What a step reading file `open(PATH)` read (the value logged under that name): its bytes, or
-    `{"size", "xxh3"}` where it is larger than `KEPT_BYTES`, or `{"errno"}` where it could not be
-    opened; None where it is not a regular file (a FIFO: not read here, and opened as it is)."""
+def _contents(name: str, kept: dict | None = None) -> Any:
+    """What a step reading file `open(PATH)` read (the value logged under that name): its size and
+    xxh3-128, `{"size", "xxh3"}`, or `{"errno"}` where it could not be opened; None where it is not
+    a regular file (a FIFO: not read here, and opened as it is). `kept`: where a file of up to
+    `KEPT_BYTES` goes by its digest, its bytes."""
     path = name[len("open("):-1]
     try:
         info = os.stat(path)
@@ -142,10 +153,29 @@ def _contents(name: str) -> Any:
             return None
         if info.st_size > KEPT_BYTES:
             return {"size": info.st_size, "xxh3": _digest(path, info)}
-        with _plain_open(path) as f:
-            return f.read()
+        with _plain_open(path) as f:   # (read whole each time: a file rewritten within the clock's tick keeps its time)
+            data = f.read()
     except OSError as e:
         return {"errno": e.errno}
+    import xxhash
+
+    digest = xxhash.xxh3_128(data).hexdigest()
+    if kept is not None:
+        kept[digest] = data
+    return {"size": len(data), "xxh3": digest}
+
+
+def _recorded(name: str) -> Any:
+    """`_contents` as a recording step logs it: a small file's bytes kept to be sent (once a
+    process), a large one's identity kept for the task's end (`large`)."""
+    kept: dict[str, bytes] = {}
+    read = _contents(name, kept)
+    for digest, data in kept.items():
+        if digest not in _sent:
+            _unsent[digest] = data
+    if type(read) is dict and read.get("size", 0) > KEPT_BYTES:
+        _large.setdefault(name[len("open("):-1], read)
+    return read
 
 
 def _digest(path: str, info: os.stat_result) -> str:
@@ -168,32 +198,30 @@ def _plain_open(path: str) -> Any:
     return _original.get("open", builtins.open)(path, "rb")
 
 
-def _served(runner: Any, path: str, read: Any, mode: str, encoding: Any, errors: Any, newline: Any,
+def _served(runner: Any, path: str, read: dict, mode: str, encoding: Any, errors: Any, newline: Any,
             original: Callable) -> Any:
-    """In replay: what the step opens, from what the recording read (`_contents`)."""
-    if type(read) is bytes:
-        raw = _LoggedFile(read, path)
+    """In replay: what the step opens, from what the recording read (`_contents`): the bytes the
+    run holds of it, or the file here where it is the same."""
+    if "errno" in read:
+        raise OSError(read["errno"], os.strerror(read["errno"]), path)
+    data = runner.file_contents(read["xxh3"])
+    if data is not None:
+        raw = _LoggedFile(data, path)
         if "b" in mode:
             return raw
         text = io.TextIOWrapper(raw, encoding=encoding, errors=errors, newline=newline)
         text.mode = mode
         return text
-    if "errno" in read:
-        raise OSError(read["errno"], os.strerror(read["errno"]), path)
-    packed = runner.packed_file(path, read["xxh3"])
-    if packed is not None:
-        return _served(runner, path, packed, mode, encoding, errors, newline, original)
     here = _contents(f"open({path})")
     if here != read:
-        if here is None or (type(here) is dict and "errno" in here):
+        if here is None or "errno" in here:
             what = "not a regular file here" if here is None else os.strerror(here["errno"]).lower() + " here"
         else:
-            size = here["size"] if type(here) is dict else len(here)
-            what = f"{size:,} bytes here" + (", other contents" if size == read["size"] else "")
+            what = f"{here['size']:,} bytes here" + (", other contents" if here["size"] == read["size"] else "")
+        kept = "too large to keep in the run file" if read["size"] > KEPT_BYTES else "not in the run file"
         raise ReplayDivergence(
             f"{runner.label} input #{runner.count} reads {path}, {read['size']:,} bytes when recorded "
-            f"(too large to keep in the run file), {what}: put the recorded file there to replay this step, "
-            f"or `tt pack` the run where it is",
+            f"({kept}), {what}: put the recorded file there to replay this step, or `tt pack` the run where it is",
             op=runner.name, instance=runner.instance, position=runner.count)
     return original(path, mode, -1, encoding, errors, newline)
 

@@ -731,11 +731,10 @@ class ReplayRunner(Runner):
         logged = self.results.environ(name, self.count, last)
         return logged is not UNLOGGED and logged is not None
 
-    def packed_file(self, path: str, digest: str) -> bytes | None:
-        """The bytes of a large file a step read (xxh3-128 `digest`) that `tt pack` copied into the
-        run; None where it did not (core/files_read.py)."""
-        load = self.results.packed.get((path, digest))
-        return load() if load is not None else None
+    def file_contents(self, digest: str) -> bytes | None:
+        """The bytes of a file a step read (xxh3-128 `digest`), where the run holds them: a small
+        one's, or a large one `tt pack` copied in (core/files_read.py); None where it does not."""
+        return self.results.file_contents(digest)
 
     def log_value(self, name, value):
         """Only a handle with Spark behind it logs values: in replay there is none."""
@@ -764,11 +763,11 @@ def environ_reads(runner: Runner, name: str, count: bool = True) -> int:
 
 class ResultSource:
     """Logged results of one instance, served back in order during replay; and the values of the
-    environment variables it read, served by position (`environ`). `packed`: (path, xxh3) -> a
-    function that reads the bytes of a large file `tt pack` copied into the run."""
+    environment variables it read, served by position (`environ`). `file_contents`: a digest -> the
+    bytes of the file the run holds under it, or None (`ReplayRunner.file_contents`)."""
 
-    def __init__(self, results: list[LoggedResult], packed: dict[tuple[str, str], Callable[[], bytes]] | None = None):
-        self.packed = packed or {}
+    def __init__(self, results: list[LoggedResult], file_contents: Callable[[str], bytes | None] | None = None):
+        self.file_contents = file_contents or _no_contents
         self._by_key = {(r.position, r.call): r for r in results if r.call != ENVIRON_CALL}
         # name -> ([(position, nth read in its step)], [values]), in log order
         self._environ: dict[str, tuple[list[tuple[int, int]], list]] = {}
@@ -809,6 +808,11 @@ class ResultSource:
                 f"{runner.label} input #{pos} call {self._call} is log_result({name}) in replay but "
                 f"log_result({r.name}) was logged", op=runner.name, instance=runner.instance, position=pos)
         return kept_apart(r.value)   # a replay that goes back over the call gets it as logged
+
+
+def _no_contents(digest: str) -> None:
+    """`ResultSource.file_contents` of a run that holds no file's bytes."""
+    return None
 
 
 def narrow_target(runner: Runner, port: int) -> Callable[[Any], None]:

@@ -569,6 +569,9 @@ class Coordinator:
         statements = []
         if states:
             statements.append(("INSERT OR IGNORE INTO states VALUES (?,?,?)", states))
+        files = [(digest, size, blobs[bi]) for digest, (bi, size) in header.get("files", {}).items()]
+        if files:   # (the files a step read, by content: core/files_read.py)
+            statements.append(("INSERT OR IGNORE INTO file_contents VALUES (?,?,?)", files))
         if chunks:
             statements.append(("INSERT INTO log_chunks VALUES (?,?,?,?,?,?,?,?)", chunks))
         if entries:

@@ -1034,6 +1034,10 @@ class StageTask:
         for h, (data, raw) in self.new_states.items():
             states[h] = [len(out_blobs), raw]
             out_blobs.append(data)
+        files = {}   # the bytes of the small files its steps read, once a worker (core/files_read.py)
+        for digest, data in files_read.take_contents().items():
+            files[digest] = [len(out_blobs), len(data)]
+            out_blobs.append(blobs.compress(data))
         checkpoints = []
         for meta, data in self.new_checkpoints:
             checkpoints.append({**meta, "blob": len(out_blobs)})
@@ -1043,6 +1047,8 @@ class StageTask:
         self.new_states = {}
         header = {"t": kind, "records": records, "barriers": self.pending_barriers, "states": states,
                   "checkpoints": checkpoints, "busy": round(self.busy, 6)}
+        if files:
+            header["files"] = files
         when = getattr(self.theta, "when", None)
         if self.warning is not None:
             header["warning"], self.warning = self.warning, None

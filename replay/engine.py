@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import functools
 import time
 from array import array
 from contextlib import contextmanager
@@ -33,7 +32,7 @@ from ..core.hooked import HookedOperator
 from ..core.logs import END
 from ..core.runtime import OperatorFailure, ReplayRunner, ResultSource
 from ..store import blobs
-from ..store.reader import RunReader, packed_file
+from ..store.reader import RunReader, file_contents
 from ..store.trust import require_trust
 from . import job_source, recorded_modules
 from .entries import DecodedChunk, ShuffledEntryReader, SourceShuffles
@@ -164,7 +163,7 @@ class Instance:
         op = op if op is not None else code_pickle.loads(self.engine.code[self.node.id], self.node.name,
                                                          self.engine.job_folder)
         self.runner = ReplayRunner(self.node.name, self.i, op, self.node.id,
-                                   ResultSource(self.results, self.engine.packed_files))
+                                   ResultSource(self.results, self.engine.file_contents))
         counts = self.counts
         self.runner.expected_counts = lambda pos: counts[pos] if pos < len(counts) else None
         self.queues: dict[tuple[int, int], collections.deque] = collections.defaultdict(collections.deque)
@@ -432,9 +431,9 @@ class Engine:
         recorded_modules.serve(reader.job_modules())   # the job's modules import as they ran
         # and tell local time as the workers did (`zone_note`: where this machine cannot)
         self.zone_note = local_time.use(reader.timezone, reader.timezone_facts).note
-        # the large files its functions read, where `tt pack` copied them (`ReplayRunner.packed_file`)
-        self.packed_files = {(path, digest): functools.partial(packed_file, reader.path, path, digest)
-                             for path, digest in reader.packed_files()}
+        # the bytes of the files its functions read, where it holds them (`ReplayRunner.file_contents`)
+        digests = reader.file_digests()
+        self.file_contents = lambda digest: file_contents(reader.path, digest) if digest in digests else None
         self.job_folder = job_source.job_folder(reader)   # where the job's other modules were
         keys = {e: code_pickle.loads(c, f"the key function of edge {e}", self.job_folder)
                 for e, c in keys_code.items()}

@@ -108,9 +108,9 @@ def summary(reader: RunReader) -> dict:
 def files_needed(reader: RunReader) -> list[dict]:
     """The files too large to keep that the job's functions read (core/files_read.py), each
     `packed` into the run by `tt pack`, or checked here: `unchanged`, `changed` or `missing`."""
-    packed = reader.packed_files()
+    packed = reader.file_digests()
     return [{"path": path, "size": read["size"],
-             "here": "packed" if (path, read["xxh3"]) in packed else files_read.here(path, read)}
+             "here": "packed" if read["xxh3"] in packed else files_read.here(path, read)}
             for path, read in sorted(reader.files_read.items())]
 
 

@@ -96,7 +96,8 @@ def _pack(conn: sqlite3.Connection, name: str, progress: Callable[[int, int], No
             conn.execute("UPDATE source_scans SET info=? WHERE source=?",
                          (orjson.dumps({**orjson.loads(info or "{}"), "packed": True}).decode(), source))
         for path, digest in read:
-            conn.execute("INSERT INTO packed_files VALUES (?,?,?)", (path, digest, blobs.compress(_read(name, path, digest))))
+            data = _read(name, path, digest)
+            conn.execute("INSERT OR IGNORE INTO file_contents VALUES (?,?,?)", (digest, len(data), blobs.compress(data)))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -109,10 +110,10 @@ def _files_to_pack(conn: sqlite3.Connection, name: str) -> list[tuple[str, str]]
     run does not hold yet, as (path, xxh3), each checked here first: one that is missing or changed
     stops the pack before anything is written."""
     row = conn.execute("SELECT value FROM meta WHERE key='files_read'").fetchone()
-    packed = set(conn.execute("SELECT path, xxh3 FROM packed_files"))
+    packed = {d for (d,) in conn.execute("SELECT xxh3 FROM file_contents")}
     out = []
     for path, read in sorted(orjson.loads(row[0]).items() if row else ()):
-        if (path, read["xxh3"]) in packed:
+        if read["xxh3"] in packed:
             continue
         here = files_read.here(path, read)
         if here != "unchanged":

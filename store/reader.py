@@ -166,11 +166,12 @@ class RunReader:
         a replay reads them where it runs (core/files_read.py); none for a run before tt logged reads."""
         return self._meta("files_read", {})
 
-    def packed_files(self) -> set[tuple[str, str]]:
-        """The large files read by the job's functions that `tt pack` copied into the run, as
-        (path, xxh3); none in a run file from before `packed_files`."""
+    def file_digests(self) -> set[str]:
+        """The digests (xxh3-128) of the files read by the job's functions whose bytes the run
+        holds (`file_contents`): the small ones, and the large ones `tt pack` copied in; none in a
+        run file from before it kept them."""
         try:
-            return set(self.conn.execute("SELECT path, xxh3 FROM packed_files"))
+            return {d for (d,) in self.conn.execute("SELECT xxh3 FROM file_contents")}
         except sqlite3.OperationalError:
             return set()
 
@@ -669,6 +670,10 @@ class RunReader:
         for (data,) in q("SELECT data FROM entry_chunks WHERE codec IN (?, ?)", (blobs.REF_BATCH, blobs.REF_PANDAS)):
             out["referenced_rows"] += positions.rows_in(blobs.decompress(data)) - 1   # (a unit's n is 1)
         out["states"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM states").fetchone()[0]
+        try:   # (the files the job's functions read: core/files_read.py)
+            out["files_read"] = q("SELECT COALESCE(SUM(LENGTH(data)),0) FROM file_contents").fetchone()[0]
+        except sqlite3.OperationalError:   # a run file from before it kept them
+            out["files_read"] = 0
         out["code"] = q("SELECT COALESCE(SUM(LENGTH(code)),0) FROM operators").fetchone()[0]
         out["file"] = self.path.stat().st_size + sum(
             Path(str(self.path) + s).stat().st_size for s in ("-wal",) if Path(str(self.path) + s).exists())
@@ -793,15 +798,15 @@ def _q(a) -> memoryview:
     return memoryview(np.ascontiguousarray(a, dtype=np.int64))
 
 
-def packed_file(run: Path, path: str, digest: str) -> bytes:
-    """The bytes of a file `tt pack` copied into `run` (`RunReader.packed_files`), read through a
-    connection of its own: a replay reads it when a step opens the file (core/files_read.py),
-    whichever reader is open then."""
+def file_contents(run: Path, digest: str) -> bytes:
+    """The bytes of a file the job's functions read that `run` holds (`RunReader.file_digests`),
+    read through a connection of its own: a replay reads it when a step opens the file
+    (core/files_read.py), whichever reader is open then."""
     conn = schema.open_existing(Path(run))
     try:
-        row = conn.execute("SELECT data FROM packed_files WHERE path=? AND xxh3=?", (path, digest)).fetchone()
+        row = conn.execute("SELECT data FROM file_contents WHERE xxh3=?", (digest,)).fetchone()
     finally:
         conn.close()
     if row is None:
-        raise RunFileError(f"{run} holds no packed copy of {path}; the run file changed while it was replayed")
+        raise RunFileError(f"{run} no longer holds the file whose digest is {digest}; it changed while it was replayed")
     return blobs.decompress(row[0])

@@ -116,11 +116,11 @@ CREATE TABLE IF NOT EXISTS lineage_index (   -- derived, rebuilt at will: replay
     op INTEGER, instance INTEGER, part TEXT, seq INTEGER, data BLOB,
     PRIMARY KEY (op, instance, part, seq)
 );
-CREATE TABLE IF NOT EXISTS packed_files (   -- `tt pack`: large files the job's functions read (core/files_read.py)
-    path TEXT, xxh3 TEXT,          -- as meta `files_read` names them
-    data BLOB,                     -- the file's bytes, compressed (store/blobs.py)
-    PRIMARY KEY (path, xxh3)
-);
+CREATE TABLE IF NOT EXISTS file_contents (   -- content-addressed: files the job's functions read (core/files_read.py)
+    xxh3 TEXT PRIMARY KEY,         -- as the logged reads name them (xxh3-128, hex)
+    size INTEGER,
+    data BLOB                      -- the file's bytes, compressed (store/blobs.py): a small one's as
+) WITHOUT ROWID;                   -- recorded, a large one's where `tt pack` copied it
 """ + _SOURCES + """
 CREATE INDEX IF NOT EXISTS log_chunks_by_instance ON log_chunks (op, instance, kind, attempt, start);
 CREATE INDEX IF NOT EXISTS entry_chunks_by_channel ON entry_chunks (op, instance, port, src, attempt, start);

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from plain_jobs import each_step, record_on_and_off
 from tt.cli.main import main
 from tt.core import files_read, runtime
 from tt.replay.session import DebugSession
+from tt.store import blobs
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_files.py"
@@ -119,26 +121,38 @@ def test_a_large_file_that_changed_stops_the_replay_naming_it(recorded, capsys):
     assert main(["verify", str(recorded[0])]) == 0
 
 
-def test_the_run_file_holds_each_file_once_an_instance(recorded):
+def test_the_run_file_holds_each_file_once(recorded):
+    """Each instance logs each file it read once, by its size and digest; the run holds a small
+    file's bytes once, whatever number of instances read it, and a large file's not at all."""
     reader = RunReader(recorded[0])
     folder = recorded[3]
+    digests = {}
     for op, files in (("scored", ("rules.json", "motto.txt", "absent.json", "model.bin")), ("Priced", ("prices.csv",))):
         # (and the greeting, from the executors' own folder: `test_a_replay_without_spark_finds_…`)
         node = reader.operator(op)
         for i in range(node.instances):
             logged = {name: value for r in reader.results(node.id, i) if r.call == runtime.ENVIRON_CALL
                       for name, value, _ in [r.value] if name.startswith("open(")}
-            logged = {name: value for name, value in logged.items() if not name.endswith("/greeting.txt)")}
+            greeting = [name for name in logged if name.endswith("/greeting.txt)")]
+            assert len(greeting) == (op == "scored")
+            for name in greeting:
+                digests["greeting.txt"] = logged.pop(name)
             assert sorted(logged) == sorted(f"open({folder / f})" for f in files)   # once each, not per batch
             for f in files:
                 value = logged[f"open({folder / f})"]
                 if f == "absent.json":
                     assert value == {"errno": 2}
-                elif f == "model.bin":
-                    assert value["size"] == (folder / f).stat().st_size > files_read.KEPT_BYTES
                 else:
-                    assert value == (folder / f).read_bytes()
+                    data = (folder / f).read_bytes()
+                    assert value == {"size": len(data), "xxh3": xxhash.xxh3_128(data).hexdigest()}
+                    digests[f] = value
     reader.close()
+    with sqlite3.connect(recorded[0]) as conn:
+        kept = {d: (size, blobs.decompress(data)) for d, size, data in conn.execute("SELECT * FROM file_contents")}
+    assert digests["model.bin"]["size"] > files_read.KEPT_BYTES
+    small = {f: v for f, v in digests.items() if f != "model.bin"}
+    assert kept == {v["xxh3"]: (v["size"], (folder / f).read_bytes() if f != "greeting.txt" else b"hello from the driver")
+                    for f, v in small.items()}
 
 
 def test_inspect_names_the_large_file_a_replay_needs(recorded, capsys):
@@ -149,7 +163,9 @@ def test_inspect_names_the_large_file_a_replay_needs(recorded, capsys):
     reader.close()
     assert main(["inspect", str(recorded[0])]) == 0
     line = f"file     {model} (1.0 MB), read by the job's functions: "
-    assert line + "too large to keep in the run file, and as here" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert line + "too large to keep in the run file, and as here" in said
+    assert "; files read " in said   # (the small ones' bytes, once: sizes)
     kept = model.read_bytes()
     model.unlink()
     try:
