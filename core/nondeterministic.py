@@ -37,7 +37,8 @@ What is covered:
   they are logged as environment variables are, under the call's name (`os.getpid()`), once per
   instance, and served by name, not counted among the numbered calls (`_PROCESS`);
 - the files a step reads through `open()` (core/files_read.py): their bytes, or a large one's
-  size and digest, logged once per file and instance as a variable's value is;
+  size and digest, logged once per file and instance as a variable's value is, and what it asks
+  of a path (`os.stat`, `os.path.exists`, `isfile`, `getsize`: the stat result or its errno);
 - `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
   out of reach: in the globals of the job file's code as Spark ships it (pickled by value), the
   names bound to `datetime.datetime`, `datetime.date` or the `datetime` module are pointed at
@@ -48,7 +49,7 @@ What is covered:
 Not covered (`tt verify` still finds what they change, and names the input):
 `numpy.datetime64("now")`, which reads the clock in C, the calls of a module the job
 imports by name (its globals are a loaded module's), the names listed by iterating
-`os.environ`, and files read otherwise than through `open()` (core/files_read.py).
+`os.environ`, files read otherwise than through `open()` and folders' listings (core/files_read.py).
 Runs recorded before this module are replayed without it, and runs recorded before a call was
 covered replay that call unlogged, as it ran: a hooked operator carries the `VERSION` of this
 module it was recorded with (`HookedOperator.logs_nondeterministic`), and a call covered since a
@@ -90,13 +91,15 @@ _NOT_USERS = ("tt.", "pyspark", "py4j")
 #: generator seeded by the system (`random.Random()`, numpy's bit generators) and pandas'
 #: `Timestamp` clock reads (2026-12-01); 3, also the environment variables read (2026-12-03);
 #: 4, also the process's id, host and cores (`_PROCESS`, 2026-12-04); 5, also the files a step
-#: reads (core/files_read.py, 2026-12-04).
+#: reads (core/files_read.py, 2026-12-04); 6, also what a step asks of a path (`os.stat`,
+#: `os.path.exists`: `files_read.install_stat`, 2026-12-04).
 #: A run replays the calls of its own version logged.
-VERSION = 5
+VERSION = 6
 _SEEDS = 2   # the version that began logging system-seeded generators and pandas' clock reads
 _ENVIRON = 3   # ... and environment variables
 _PROCESS_FACTS = 4   # ... and the process's own facts
 _FILES = 5   # ... and the files a step reads
+_STATS = 6   # ... and what it asks of a path
 
 
 def users_step(depth: int = 2, since: int = 1) -> bool:
@@ -154,6 +157,8 @@ def install() -> None:
             setattr(os._Environ, name, patched)
         original, stand_in = files_read.install(users_step, _FILES)
         _WRAPPERS[id(original)] = stand_in   # (`from io import open` in the job's code: `prepare`)
+        for original, stand_in in files_read.install_stat(users_step, _STATS):
+            _WRAPPERS[id(original)] = stand_in   # (`from os import stat`)
 
 
 #: numpy's legacy functions, methods of its hidden global RandomState, logged as they answer

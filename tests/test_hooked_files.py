@@ -55,11 +55,14 @@ def changed(recorded):
 
 
 def test_recording_changes_nothing_the_functions_read(recorded):
-    _, on, off, _ = recorded
+    _, on, off, folder = recorded
     assert on == off
     scored = [json.loads(s) for s in on["scored"]]
     assert {(r["factor"], r["motto"], r["extra"], r["head"], r["greeting"]) for r in scored} == {
         (3, "recorded motto", -1, "0001020304050607", "hello from the driver")}
+    assert {json.dumps(r["asked"], sort_keys=True) for r in scored} == {json.dumps({
+        "motto_is_file": True, "prices_bytes": (folder / "prices.csv").stat().st_size, "absent_there": False,
+        "absent_bytes": -1, "rules_link": False}, sort_keys=True)}
     # batches of 10 ids, priced at 1.5 × id: each instance's running sum
     assert sorted(on["priced"]) == [[0, 67.5], [10, 285.0], [20, 367.5], [30, 885.0]]
 
@@ -153,6 +156,27 @@ def test_the_run_file_holds_each_file_once(recorded):
     small = {f: v for f, v in digests.items() if f != "model.bin"}
     assert kept == {v["xxh3"]: (v["size"], (folder / f).read_bytes() if f != "greeting.txt" else b"hello from the driver")
                     for f, v in small.items()}
+
+
+def test_what_a_step_asks_of_a_path_is_logged(recorded):
+    """`os.path.isfile`, `getsize`, `Path.exists` (`os.stat`) and `lexists`, `islink` (`os.lstat`):
+    each path's answer once per instance, the stat result's fields or the errno of a path that
+    was not there, which the replay of `test_a_replay_hands_each_step_…` hands back where the
+    files changed (with no motto and no prices there, the step raised or branched otherwise)."""
+    reader = RunReader(recorded[0])
+    folder = recorded[3]
+    node = reader.operator("scored")
+    for i in range(node.instances):
+        logged = {name: value for r in reader.results(node.id, i) if r.call == runtime.ENVIRON_CALL
+                  for name, value, _ in [r.value] if name.startswith(("stat(", "lstat("))}
+        assert sorted(logged) == sorted([f"stat({folder / 'motto.txt'})", f"stat({folder / 'prices.csv'})",
+                                         f"stat({folder / 'absent.json'})", f"lstat({folder / 'absent.json'})",
+                                         f"lstat({folder / 'rules.json'})"])
+        assert logged[f"stat({folder / 'absent.json'})"] == logged[f"lstat({folder / 'absent.json'})"] == {"errno": 2}
+        prices = (folder / "prices.csv").stat()
+        assert logged[f"stat({folder / 'prices.csv'})"]["fields"][6] == prices.st_size
+        assert logged[f"stat({folder / 'prices.csv'})"]["more"]["st_mtime_ns"] == prices.st_mtime_ns
+    reader.close()
 
 
 def test_inspect_names_the_large_file_a_replay_needs(recorded, capsys):

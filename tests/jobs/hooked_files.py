@@ -4,7 +4,8 @@
   `json.load(open(...))` of a path relative to the folder the job ran in, a text file's first line with `pathlib.Path.read_text`, a file that
   is not there (falling back to a default, as jobs do), the head of a model too large to keep
   in the run file (`open(..., "rb")`), and a greeting the job gave its executors
-  (`SparkContext.addFile`, found with `SparkFiles.get`: a replay has no Spark to ask);
+  (`SparkContext.addFile`, found with `SparkFiles.get`: a replay has no Spark to ask); and it
+  asks of paths without opening them (`os.path.isfile`, `getsize`, `Path.exists`, `islink`);
 - `Priced` (`mapInPandas`, a callable class) reads a price list per batch with
   `pandas.read_csv`.
 
@@ -56,12 +57,18 @@ def make_scored(folder: str):
             head = f.read(8).hex()
         with open(SparkFiles.get("greeting.txt")) as f:
             greeting = f.read()
+        absent = os.path.join(folder, "absent.json")
+        asked = {"motto_is_file": os.path.isfile(os.path.join(folder, "motto.txt")),
+                 "prices_bytes": os.path.getsize(os.path.join(folder, "prices.csv")),
+                 "absent_there": Path(absent).exists(),
+                 "absent_bytes": os.path.getsize(absent) if os.path.lexists(absent) else -1,
+                 "rules_link": os.path.islink(rules_path)}
         for row in rows:
             seen["n"] += 1
             seen["total"] += row * rules["factor"]
             seen["last"] = {"row": row, "factor": rules["factor"], "label": rules["labels"][row % 2],
                             "motto": motto, "extra": extra, "head": head, "greeting": greeting,
-                            "total": seen["total"]}
+                            "asked": asked, "total": seen["total"]}
             yield json.dumps(seen["last"])
     return scored
 
