@@ -10,8 +10,9 @@ verify` digests the replayed field the same way and compares (`like_recorded`), 
 whose rows differ in replay is still found, down to the input (replay/verify.py).
 
 The digest is a sum, modulo 2**64, of one hash per key over its encoded key and value (xxh3-64
-of its JSON; a summary says so, `"hash": "xxh3"`, and one from a run file before it, which says
-nothing, was hashed by blake2b, which replay still uses for it: `HASHES`), so the
+of its JSON, a Decimal written as its text: a summary says so, `"hash": "xxh3 text"`; run files
+before it hold `"xxh3"`, a Decimal written as values' tagged `{"$decimal": ...}`, or nothing,
+that JSON hashed by blake2b, and replay hashes each as its summary says: `HASHES`), so the
 recorder updates it from the keys the operator lists as changed (`changed_keys`), remembering
 each key's hash, instead of hashing the whole field at every interaction (`KeptDigests`). A
 long list the operator lists as only `APPENDED` to keeps its hash open (`_Stream`): its new rows
@@ -65,7 +66,8 @@ _SAMPLED_TOP = bytes(int(b >> (_UNSAMPLED - 56) == 0) for b in range(256))   # t
 COUNTS = "counts"   # a field digested by its keys' row counts and one key in 64's values (the run file proves the rest)
 KEY_ROWS = "key rows"   # the same facts, summed over its rows' keys: kept up by the appends the operator counts
 APPENDED = "appended"   # a `changed_keys()` value: the key's list only gained rows at its end since
-XXH3 = "xxh3"           # a summary's hash of bytes (`hash`): xxh3-64; run files before it have none, blake2b-64
+XXH3_TEXT = "xxh3 text"  # a summary's `hash`: xxh3-64 of the JSON with a Decimal written as its text (`_entry`)
+XXH3 = "xxh3"           # ... in run files before it: xxh3-64 of the JSON with values' tagged Decimals; before that none, blake2b-64
 _STREAMED = 64          # rows from which a list appended to is hashed as a stream (`_Stream`)
 
 
@@ -73,13 +75,12 @@ class Kept:
     """What an interaction stores of a kept-inputs field; encodes as `{"$kept": {...}}`. `bytes`
     is the JSON the field stands for (the planner's figure). `of`: None for a digest of all its
     values; `COUNTS` or `KEY_ROWS` for one by its keys' rows, which stores no such figure, its
-    `bytes` an estimate from a sample of rows. `hash`: what hashed its bytes (`XXH3`; None in
-    run files before it: blake2b)."""
+    `bytes` an estimate from a sample of rows. `hash`: what hashed its bytes (`HASHES`)."""
 
     __slots__ = ("keys", "rows", "bytes", "digest", "of", "hash")
 
     def __init__(self, keys: int, rows: int, nbytes: int, digest: int, of: str | None = None,
-                 hashed: str | None = XXH3):
+                 hashed: str | None = XXH3_TEXT):
         self.keys, self.rows, self.bytes, self.digest, self.of, self.hash = keys, rows, nbytes, digest, of, hashed
 
     def __tt_json__(self) -> dict:
@@ -97,13 +98,17 @@ def _blake2b(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
-#: a summary's `hash` -> its hash of bytes, unsigned 64 bits. xxh3 hashes a W2 task's end
+#: a summary's `hash` -> (its hash of bytes, unsigned 64 bits; whether a Decimal is written as
+#: values' tagged `{"$decimal": "1.5"}`, not as its text `"1.5"`). xxh3 hashes a W2 task's end
 #: snapshot, the JSON of every row J2 and J3 hold, at a fraction of blake2b's reference C:
 #: blake2b took 36 M of the 0.64 G instructions recording W2 at scale 0.1 added
-HASHES = {XXH3: xxhash.xxh3_64_intdigest, None: _blake2b}
+HASHES = {XXH3_TEXT: (xxhash.xxh3_64_intdigest, False), XXH3: (xxhash.xxh3_64_intdigest, True), None: (_blake2b, True)}
+_NEWEST = HASHES[XXH3_TEXT]
+_SORTED = orjson.OPT_SORT_KEYS
+_DECIMAL_TEXT = Decimal.__str__   # orjson's `default` for a new summary: C, no Python call per Decimal
 
 
-def _entry(key: Any, value: Any, h: Any = xxhash.xxh3_64_intdigest) -> int:
+def _entry(key: Any, value: Any, hashing: tuple = _NEWEST) -> int:
     """One key's entry, packed in one int (what `KeptDigests` remembers per key): its hash in
     the high bits, then its rows (a list's items; 1 for any other value) in 48 bits, its JSON
     bytes in the low 48. A field's summary is read from the sum of its entries, so an
@@ -111,15 +116,46 @@ def _entry(key: Any, value: Any, h: Any = xxhash.xxh3_64_intdigest) -> int:
     snapshot was the first cost of 10 interactions a second on TPC-H W2: 14 ms a snapshot in a
     profile of its tasks; summing 400,000 four-row lists takes 7.6 ms timed alone).
 
-    The JSON is orjson's own where it can write the value (values' tags only for what it cannot,
-    a Decimal say): a join's final snapshot hashes every row it holds, and this is 1.6 times
-    faster than `values.encode` first (370,000 lineitem-like rows: 0.71 s, not 1.15 s). It does
-    not tell a tuple from a list, or NaN from None. `h`: the summary's hash (`HASHES`)."""
+    The JSON is orjson's own where it can write the value, and a Decimal its text, written by
+    `Decimal.__str__` as orjson's `default`: a join's final snapshot hashes every row it holds,
+    two Decimals in each of TPC-H's, and a Python call for each made it twice as slow (120,000
+    lineitem-like rows: 86 ms with values' `{"$decimal": ...}`, 43 ms so). Values' encoding for
+    any other value orjson cannot write (`_text_json`). It does not tell a tuple from a list, NaN
+    from None, or a Decimal from its text. `hashing`: the summary's (`HASHES`)."""
+    h, tagged = hashing
     try:
-        data = orjson.dumps((key, value), default=_json_default, option=orjson.OPT_SORT_KEYS)
-    except TypeError:   # a dict with keys that are not str, an int beyond 64 bits: values' encoding
-        data = orjson.dumps([values.encode(key), values.encode(value)], option=orjson.OPT_SORT_KEYS)
+        data = orjson.dumps((key, value), default=_json_default if tagged else _DECIMAL_TEXT, option=_SORTED)
+    except TypeError:   # (a set, a dict with keys that are not str, an int beyond 64 bits)
+        data = None if tagged else _text_json_again((key, value))
+        if data is None:   # values' encoding of it all
+            data = orjson.dumps([values.encode(key), values.encode(value)], option=_SORTED)
     return h(data) << 96 | (len(value) if type(value) is list else 1) << 48 | len(data)   # (`_packed`, inline)
+
+
+def _text_json(value: Any) -> bytes | None:
+    """The JSON a new summary hashes of `value` (`_entry`): orjson's, a Decimal its text, and
+    values' encoding of what else orjson cannot write; None where orjson refuses even that (a
+    dict with keys that are not str, an int beyond 64 bits)."""
+    try:
+        return orjson.dumps(value, default=_DECIMAL_TEXT, option=_SORTED)
+    except TypeError:
+        return _text_json_again(value)
+
+
+def _text_json_again(value: Any) -> bytes | None:
+    """`_text_json` where `Decimal.__str__`, orjson's `default` first, refused a value that is no
+    Decimal (a set, a numpy number): the same bytes, that value written by values' encoding."""
+    try:
+        return orjson.dumps(value, default=_text_default, option=_SORTED)
+    except TypeError:
+        return None
+
+
+def _text_default(value: Any) -> Any:
+    """`_text_json`'s `default` where a value is neither orjson's nor a Decimal."""
+    if isinstance(value, Decimal):
+        return _DECIMAL_TEXT(value)
+    return values.encode(value)
 
 
 def _packed(digest: int, rows: int, size: int) -> int:
@@ -186,21 +222,21 @@ def _chosen(keys: list, hashes: list[int]) -> Any:
 
 
 def _json_default(value: Any) -> Any:
-    """What orjson cannot write, as `values.encode` writes it, a Decimal first: a TPC-H join
-    holds two in every lineitem row, and `values.encode` tries a dozen types before it (the same
-    bytes; the digest of a join of 370,000 such rows ×0.82–0.90)."""
+    """What orjson cannot write, as `values.encode` writes it, a Decimal first (summaries hashed
+    `XXH3` or by blake2b, and `_json_hash`): a TPC-H join holds two in every lineitem row, and
+    `values.encode` tries a dozen types before it (the same bytes; ×0.82–0.90)."""
     if type(value) is Decimal:
         return {"$decimal": str(value)}
     return values.encode(value)
 
 
-def _kept(field: dict, packed_sum: int, hashed: str | None = XXH3) -> Kept:
+def _kept(field: dict, packed_sum: int, hashed: str | None = XXH3_TEXT) -> Kept:
     """The summary of `field` from the sum of its entries' packed ints."""
     return Kept(len(field), (packed_sum >> 48) & _LOW, packed_sum & _LOW, (packed_sum >> 96) & _MASK,
                 hashed=hashed)
 
 
-def summary(field: Any, of: str | None = None, hashed: str | None = XXH3) -> Any:
+def summary(field: Any, of: str | None = None, hashed: str | None = XXH3_TEXT) -> Any:
     """The `Kept` summary of a whole field, hashed from scratch (replay; a first snapshot): of its
     values (`of` None), or by its keys' rows as `COUNTS` or `KEY_ROWS` digests them; its values'
     JSON hashed as `hashed` says (`HASHES`: a run file's summary says which)."""
@@ -230,8 +266,8 @@ def like_recorded(recorded: Any, state: Any) -> Any:
 
 
 def _hash_of(recorded: dict) -> str | None:
-    """A stored summary's `hash` (None: blake2b, a run file from before `XXH3`); one this tt does
-    not know is an error, not a digest compared with another hash's."""
+    """A stored summary's `hash` (`HASHES`; None: blake2b, a run file from before `XXH3`); one
+    this tt does not know is an error, not a digest compared with another hash's."""
     hashed = recorded.get("hash")
     if hashed not in HASHES:
         raise ValueError(f"a kept-inputs summary hashed by {hashed!r}, which this tt does not know: "
@@ -252,9 +288,8 @@ class _Stream:
     @classmethod
     def start(cls, key: Any, value: list) -> "tuple[_Stream | None, int]":
         """A stream of `value` and its entry (no stream where orjson cannot write it)."""
-        try:
-            data = orjson.dumps((key, value), default=_json_default, option=orjson.OPT_SORT_KEYS)
-        except TypeError:
+        data = _text_json((key, value))
+        if data is None:
             return None, _entry(key, value)
         stream = cls()
         stream.rows, stream.count, stream.last = value, len(value), value[-1]
@@ -273,9 +308,8 @@ class _Stream:
         if value is not self.rows or len(value) < n or value[n - 1] is not self.last:
             return None
         if len(value) > n:
-            try:
-                piece = orjson.dumps(value[n:], default=_json_default, option=orjson.OPT_SORT_KEYS)
-            except TypeError:
+            piece = _text_json(value[n:])
+            if piece is None:
                 return None
             self.hasher.update(b",")
             self.hasher.update(memoryview(piece)[1:-1])   # `[a,b]` as `,a,b`
@@ -366,7 +400,7 @@ class _CountDigest:
 
     __slots__ = ("size", "_known", "_pending", "hashes", "rows", "sampled", "per_row", "hashed")
 
-    def __init__(self, field: dict, hashed: str | None = XXH3):
+    def __init__(self, field: dict, hashed: str | None = XXH3_TEXT):
         self.size = self.hashes = self.rows = 0
         self._known, self._pending, self.sampled = {}, [], {}
         self.hashed = hashed   # the sampled values' hash (`HASHES`)
@@ -474,7 +508,7 @@ class _KeyRowsDigest:
 
     __slots__ = ("size", "hashes", "rows", "sampled", "sampled_sum", "per_row", "sums", "hashed")
 
-    def __init__(self, field: dict, sums: Any = key_sums, lists: bool = False, hashed: str | None = XXH3):
+    def __init__(self, field: dict, sums: Any = key_sums, lists: bool = False, hashed: str | None = XXH3_TEXT):
         """`lists`: the operator vouches that every value is a list (`HashJoin.kept_lists`), so
         their lengths are read without a type check: 161,000 J1 keys, 17 ms where `_rows_of` takes 35.
         `hashed`: the sampled values' hash (`HASHES`)."""

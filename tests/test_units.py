@@ -579,10 +579,11 @@ def test_a_joins_running_digest_equals_one_made_from_scratch(of):
 
 @pytest.mark.parametrize("of", [None, "counts", "key rows"], ids=["values", "counts", "key-rows"])
 def test_a_kept_summary_names_its_hash_and_older_run_files_verify_by_theirs(of):
-    """A summary says what hashed its values' JSON (`"hash": "xxh3"`); one from a run file before
-    it says nothing and was hashed by blake2b. Replay digests a field as its stored summary says,
-    so both verify, and both find a stored value that differs; a hash this tt does not know is
-    an error, not a digest compared with another's."""
+    """A summary says what hashed its values' JSON (`"hash": "xxh3 text"`, a Decimal written as its
+    text); one from a run file before it says `"xxh3"` (values' tagged Decimals) or nothing
+    (that JSON hashed by blake2b). Replay digests a field as its stored summary says, so all
+    verify, and all find a stored value that differs; a hash this tt does not know is an error,
+    not a digest compared with another's."""
     import hashlib
 
     import orjson
@@ -590,14 +591,17 @@ def test_a_kept_summary_names_its_hash_and_older_run_files_verify_by_theirs(of):
     from tt.core import kept_inputs
 
     field = {k: [{"k": k, "v": decimal.Decimal(k) / 10, "n": i} for i in range(1 + k % 3)] for k in range(400)}
-    new, old = (kept_inputs.summary(field, of, h).__tt_json__()["$kept"] for h in (kept_inputs.XXH3, None))
-    assert new["hash"] == "xxh3" and "hash" not in old and new["digest"] != old["digest"]
+    new, tagged, old = (kept_inputs.summary(field, of, h).__tt_json__()["$kept"]
+                        for h in (kept_inputs.XXH3_TEXT, kept_inputs.XXH3, None))
+    assert kept_inputs.summary(field, of).__tt_json__()["$kept"] == new   # (a new summary's)
+    assert new["hash"] == "xxh3 text" and tagged["hash"] == "xxh3" and "hash" not in old
+    assert len({new["digest"], tagged["digest"], old["digest"]}) == 3
     if of is None:   # the older digest: blake2b of each key's JSON, summed (what run files hold)
         total = sum(int.from_bytes(hashlib.blake2b(orjson.dumps([k, v], default=values.encode,
                                                                 option=orjson.OPT_SORT_KEYS),
                                                     digest_size=8).digest(), "little") for k, v in field.items())
         assert old["digest"] == f"{total % 2 ** 64:016x}"
-    for stored in (new, old):
+    for stored in (new, tagged, old):
         replayed = kept_inputs.like_recorded({"f": {"$kept": stored}}, {"f": field})["f"]
         assert replayed.__tt_json__()["$kept"] == stored
     picks = {None: lambda k: True,   # a key whose values the digest hashes
@@ -605,7 +609,7 @@ def test_a_kept_summary_names_its_hash_and_older_run_files_verify_by_theirs(of):
              "key rows": lambda k: kept_inputs._key_hash(k) >> kept_inputs._UNSAMPLED == 0}
     sampled = next(filter(picks[of], field))
     changed = {**field, sampled: [{**field[sampled][0], "v": decimal.Decimal("-1")}, *field[sampled][1:]]}
-    for stored in (new, old):
+    for stored in (new, tagged, old):
         assert kept_inputs.like_recorded({"f": {"$kept": stored}}, {"f": changed})["f"].__tt_json__()["$kept"] != stored
     with pytest.raises(ValueError, match="hashed by 'sha3', which this tt does not know"):
         kept_inputs.like_recorded({"f": {"$kept": {**new, "hash": "sha3"}}}, {"f": field})
@@ -846,8 +850,9 @@ def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
     """A kept-inputs digest (core/kept_inputs.py) hashes the bytes it hashed before its fast path
     for Decimals (orjson with `values.encode` for what orjson cannot write; `values.encode` for all
     of it where orjson refuses the value), and counts a list's rows as before: run files recorded
-    before it still verify. Their summaries name no hash and are hashed by blake2b; a summary now
-    hashes the same bytes with xxh3 (`kept_inputs.XXH3`)."""
+    before it still verify. Their summaries name no hash and are hashed by blake2b; later ones
+    hash the same bytes with xxh3 (`kept_inputs.XXH3`); a new one (`XXH3_TEXT`) hashes them with a
+    Decimal written as its text, whichever of its paths wrote them."""
     import datetime
     import hashlib
 
@@ -873,13 +878,25 @@ def test_a_kept_entry_hashes_what_it_hashed_before_its_fast_path():
              {"when": datetime.date(1994, 1, 1), "set": {3, 1}, "raw": b"\x00"}]
     refused = [{"big": 2 ** 70}, {2: "a key that is not a str"}]
     cases = [(7, plain[:1]), ("k", plain), ((1, "a"), plain[1:]), (3, refused[:1]), (4, [*plain, *refused])]
+    def text(key, value) -> int:   # a Decimal as its text; values' encoding for what else orjson cannot write
+        try:
+            data = orjson.dumps([key, value], default=lambda v: str(v) if isinstance(v, decimal.Decimal)
+                                else values.encode(v), option=orjson.OPT_SORT_KEYS)
+        except TypeError:
+            data = orjson.dumps([values.encode(key), values.encode(value)], option=orjson.OPT_SORT_KEYS)
+        return xxhash.xxh3_64_intdigest(data) << 48 | len(data)
+
     low = (1 << 48) - 1
     for key, value in cases:
         entry, was = kept_inputs._entry(key, value, kept_inputs.HASHES[None]), before(key, value)
         assert (entry >> 96, entry & low) == (was >> 48, was & low), (key, value)   # hash, bytes
         assert (entry >> 48) & low == len(value), (key, value)   # rows: the list's items
-        entry, now = kept_inputs._entry(key, value), before(key, value, xxh3=True)
+        entry, now = kept_inputs._entry(key, value, kept_inputs.HASHES[kept_inputs.XXH3]), before(key, value, xxh3=True)
         assert (entry >> 96, entry & low) == (now >> 48, now & low) and now >> 48 != was >> 48, (key, value)
+        entry, new = kept_inputs._entry(key, value), text(key, value)
+        assert (entry >> 96, entry & low) == (new >> 48, new & low), (key, value)
+        assert (entry >> 48) & low == len(value), (key, value)
+    assert kept_inputs._entry(7, plain[:1]) & low == len(b'[7,[{"d":"0.04","l_orderkey":7,"price":"901.50"}]]')
     assert (kept_inputs._entry(1, {"a": 1}) >> 48) & low == 1   # a value that is no list: one row
 
 
