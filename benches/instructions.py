@@ -94,6 +94,21 @@ def worker_instructions(logs: Path) -> tuple[int, int]:
     return sum(_refs(p) - base for p in workers), len(workers)
 
 
+def _counted(logs: Path, patience: float = 120.0) -> tuple[int, int]:
+    """`worker_instructions`, once every worker's valgrind has written its count: Spark stops its
+    workers with SIGHUP as the session ends, and a worker's valgrind writes its count after that,
+    so the child's exit may come first (seen on W2 at scale 1: "left no count", each log complete
+    a moment later)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return worker_instructions(logs)
+        except SystemExit:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def _refs(proc: dict) -> int:
     return int(proc["I"].replace(",", ""))
 
@@ -194,7 +209,7 @@ def measure(workload: str, variant: str, scale: float, partitions: int) -> dict:
     if proc.returncode != 0 or not found:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise SystemExit(f"instructions: {workload} {variant} failed: {tail}")
-    own, workers = worker_instructions(logs)
+    own, workers = _counted(logs)
     shutil.rmtree(logs, ignore_errors=True)
     return {"own": own, "workers": workers, "wall": float(found[1]),
             "interactions": int(found[2])}

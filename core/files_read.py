@@ -29,18 +29,11 @@ without an encoding decodes as the worker's locale said
 gave its executors (`SparkContext.addFile`) is found in replay too: `SparkFiles.get` answers with
 the executor's root directory, logged (`install_spark_files`).
 
-What a step asks of a file without opening it goes through the runner too (`install_stat`, for
-runs of `nondeterministic` version 6 on): `os.stat` and `os.lstat`, and so `os.path.exists`,
-`isfile`, `isdir`, `islink`, `getsize`, `getmtime` and pathlib's `exists`, `is_file` and `stat`.
-The answer is logged under `stat(/abs/path)` (or `lstat(...)`), once per path and instance and
-again where it changed: the `os.stat_result`'s fields, or the `errno` of a path that was not there,
-raised again. A job that checked `os.path.exists(rules)` before opening them took the other branch
-in a replay where the file had gone, and never asked for the logged bytes.
+What a step asks of a path without opening it, a stat result or a folder's listing, is logged
+too (core/file_info.py).
 
 Not covered: files opened for writing or updating, by descriptor or with an `opener`, anything
-under /proc, /sys and /dev, files read by C code (pyarrow's readers), and a folder's listing
-(`os.listdir`, `os.scandir`, `glob`: a replay lists this machine's folder; `tt verify` finds what
-that changes).
+under /proc, /sys and /dev, and files read by C code (pyarrow's readers).
 """
 
 from __future__ import annotations
@@ -55,15 +48,14 @@ import sys
 from typing import Any, Callable
 
 from .errors import ReplayDivergence
+from .file_info import SYSTEM, absolute, real_stat
 from .operator import CONTEXT
 
 KEPT_BYTES = 1 << 20   # a file up to 1 MiB is logged by its bytes; a larger one by its size and digest
-_SYSTEM = ("/proc/", "/sys/", "/dev/")   # not files a job's data lives in (and some never end)
 _WRITES = frozenset("wax+")
 ENCODING = "locale.getpreferredencoding(False)"   # the process fact a text-mode `open` decodes by
-CWD = "os.getcwd()"   # the process fact a relative path is read from
 
-_original: dict[str, Callable] = {}   # "open", "stat", "lstat" -> the function before `install`
+_original: dict[str, Callable] = {}   # "open" -> `builtins.open` before `install`
 _digests: dict[tuple[str, int, int], str] = {}   # (path, size, mtime_ns) -> xxh3-128 of a large file, this process
 _large: dict[str, dict] = {}   # path -> {"size", "xxh3"}: the large files this process's recorded steps read
 _unsent: dict[str, bytes] = {}   # xxh3 -> the bytes of a small file a recorded step read, until a task sends them
@@ -85,8 +77,8 @@ def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Call
                 or not _WRITES.isdisjoint(mode) or not isinstance(file, (str, bytes, os.PathLike))
                 or not users_step(since=since)):
             return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        path = _absolute(runner, file)
-        if path.startswith(_SYSTEM):
+        path = absolute(runner, file)
+        if path.startswith(SYSTEM):
             return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
         if "b" not in mode and encoding is None:
             encoding = runner.read_environ(ENCODING, lambda _: locale.getpreferredencoding(False))
@@ -97,61 +89,6 @@ def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Call
 
     builtins.open = io.open = open
     return original, open
-
-
-def install_stat(users_step: Callable[..., bool], since: int) -> list[tuple[Callable, Callable]]:
-    """Patch `os.stat` and `os.lstat` (`nondeterministic.install`, under its lock, once): what a
-    step of a hooked operator recorded with version `since` or later asks of a path goes through
-    the runner, logged as `stat(PATH)` or `lstat(PATH)` and answered from the log in replay, in
-    both as an `os.stat_result` made of the logged value (`_stat_value`). A descriptor, a
-    `dir_fd` and the system's folders go to the real call. Returns each (original, stand-in)."""
-    if "stat" in _original:
-        return []
-    patched = []
-    for name in ("stat", "lstat"):
-        original = _original[name] = getattr(os, name)
-
-        def call(path, *, dir_fd=None, follow_symlinks=True, _name=name, _real=original):
-            runner = CONTEXT.runner
-            if (runner is None or not runner.reads_logged or dir_fd is not None
-                    or not isinstance(path, (str, bytes, os.PathLike)) or not users_step(since=since)):
-                if _name == "lstat":
-                    return _real(path, dir_fd=dir_fd)
-                return _real(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
-            absolute = _absolute(runner, path)
-            kind = "stat" if _name == "stat" and follow_symlinks else "lstat"
-            if absolute.startswith(_SYSTEM):
-                return _original[kind](path)
-            value = runner.read_environ(f"{kind}({absolute})", _stat_value)
-            if "errno" in value:
-                raise OSError(value["errno"], os.strerror(value["errno"]), os.fspath(path))
-            return os.stat_result(value["fields"], value["more"])
-
-        stand_in = functools.wraps(original)(call)
-        setattr(os, name, stand_in)
-        patched.append((original, stand_in))
-    return patched
-
-
-def _stat_value(name: str) -> dict:
-    """What `os.stat` or `os.lstat` (`name`: `stat(PATH)` or `lstat(PATH)`) answers here, as it
-    is logged: `{"fields": [...], "more": {...}}` (the `os.stat_result`'s ten items and its named
-    fields beyond them: the times in nanoseconds, the blocks), or `{"errno"}`."""
-    kind, path = name.split("(", 1)
-    try:
-        fields, more = _original[kind](path[:-1]).__reduce__()[1]
-    except OSError as e:
-        return {"errno": e.errno}
-    return {"fields": list(fields), "more": more}
-
-
-def _absolute(runner: Any, file: Any) -> str:
-    """The absolute, normalized path a step names (`str`, `bytes` or a path object): a relative
-    one is the executor's folder's, a process fact (`CWD`)."""
-    path = os.fsdecode(file)
-    if not os.path.isabs(path):
-        path = os.path.join(runner.read_environ(CWD, lambda _: os.getcwd()), path)
-    return os.path.normpath(path)
 
 
 SPARK_FILES_ROOT = "pyspark.SparkFiles.getRootDirectory()"   # the process fact `SparkFiles.get` joins to
@@ -209,7 +146,7 @@ def _contents(name: str, kept: dict | None = None) -> Any:
     `KEPT_BYTES` goes by its digest, its bytes."""
     path = name[len("open("):-1]
     try:
-        info = _original.get("stat", os.stat)(path)
+        info = real_stat(path)
         if not stat.S_ISREG(info.st_mode):
             return None
         if info.st_size > KEPT_BYTES:

@@ -38,7 +38,8 @@ What is covered:
   instance, and served by name, not counted among the numbered calls (`_PROCESS`);
 - the files a step reads through `open()` (core/files_read.py): their bytes, or a large one's
   size and digest, logged once per file and instance as a variable's value is, and what it asks
-  of a path (`os.stat`, `os.path.exists`, `isfile`, `getsize`: the stat result or its errno);
+  of a path without reading it (core/file_info.py: `os.stat`, `os.path.exists`, `getsize`, a
+  folder's `os.listdir`, `os.scandir`, `glob.glob`, `os.walk`);
 - `datetime.datetime.now`/`utcnow`/`today` and `datetime.date.today`, which a C type keeps
   out of reach: in the globals of the job file's code as Spark ships it (pickled by value), the
   names bound to `datetime.datetime`, `datetime.date` or the `datetime` module are pointed at
@@ -49,7 +50,7 @@ What is covered:
 Not covered (`tt verify` still finds what they change, and names the input):
 `numpy.datetime64("now")`, which reads the clock in C, the calls of a module the job
 imports by name (its globals are a loaded module's), the names listed by iterating
-`os.environ`, files read otherwise than through `open()` and folders' listings (core/files_read.py).
+`os.environ`, and files read otherwise than through `open()` (core/files_read.py).
 Runs recorded before this module are replayed without it, and runs recorded before a call was
 covered replay that call unlogged, as it ran: a hooked operator carries the `VERSION` of this
 module it was recorded with (`HookedOperator.logs_nondeterministic`), and a call covered since a
@@ -74,7 +75,7 @@ import types
 import uuid
 from typing import Any, Callable, Iterator
 
-from . import files_read
+from . import file_info, files_read
 from .operator import CONTEXT, log_result
 
 #: The frames that call the user's code while a hooked operator takes a step, as
@@ -92,14 +93,14 @@ _NOT_USERS = ("tt.", "pyspark", "py4j")
 #: `Timestamp` clock reads (2026-12-01); 3, also the environment variables read (2026-12-03);
 #: 4, also the process's id, host and cores (`_PROCESS`, 2026-12-04); 5, also the files a step
 #: reads (core/files_read.py, 2026-12-04); 6, also what a step asks of a path (`os.stat`,
-#: `os.path.exists`: `files_read.install_stat`, 2026-12-04).
+#: `os.path.exists`, `os.listdir`: core/file_info.py, 2026-12-04).
 #: A run replays the calls of its own version logged.
 VERSION = 6
 _SEEDS = 2   # the version that began logging system-seeded generators and pandas' clock reads
 _ENVIRON = 3   # ... and environment variables
 _PROCESS_FACTS = 4   # ... and the process's own facts
 _FILES = 5   # ... and the files a step reads
-_STATS = 6   # ... and what it asks of a path
+_STATS = 6   # ... and what it asks of a path (stat results, listings)
 
 
 def users_step(depth: int = 2, since: int = 1) -> bool:
@@ -157,7 +158,7 @@ def install() -> None:
             setattr(os._Environ, name, patched)
         original, stand_in = files_read.install(users_step, _FILES)
         _WRAPPERS[id(original)] = stand_in   # (`from io import open` in the job's code: `prepare`)
-        for original, stand_in in files_read.install_stat(users_step, _STATS):
+        for original, stand_in in file_info.install(users_step, _STATS):
             _WRAPPERS[id(original)] = stand_in   # (`from os import stat`)
 
 

@@ -60,9 +60,11 @@ def test_recording_changes_nothing_the_functions_read(recorded):
     scored = [json.loads(s) for s in on["scored"]]
     assert {(r["factor"], r["motto"], r["extra"], r["head"], r["greeting"]) for r in scored} == {
         (3, "recorded motto", -1, "0001020304050607", "hello from the driver")}
+    names = ["greeting.txt", "model.bin", "motto.txt", "prices.csv", "rules.json"]
     assert {json.dumps(r["asked"], sort_keys=True) for r in scored} == {json.dumps({
         "motto_is_file": True, "prices_bytes": (folder / "prices.csv").stat().st_size, "absent_there": False,
-        "absent_bytes": -1, "rules_link": False}, sort_keys=True)}
+        "absent_bytes": -1, "rules_link": False, "listed": names, "texts": ["greeting.txt", "motto.txt"],
+        "sizes": [[n, (folder / n).stat().st_size] for n in names], "walked": names}, sort_keys=True)}
     # batches of 10 ids, priced at 1.5 × id: each instance's running sum
     assert sorted(on["priced"]) == [[0, 67.5], [10, 285.0], [20, 367.5], [30, 885.0]]
 
@@ -161,21 +163,30 @@ def test_the_run_file_holds_each_file_once(recorded):
 def test_what_a_step_asks_of_a_path_is_logged(recorded):
     """`os.path.isfile`, `getsize`, `Path.exists` (`os.stat`) and `lexists`, `islink` (`os.lstat`):
     each path's answer once per instance, the stat result's fields or the errno of a path that
-    was not there, which the replay of `test_a_replay_hands_each_step_…` hands back where the
-    files changed (with no motto and no prices there, the step raised or branched otherwise)."""
+    was not there; the folder's names (`os.listdir`) and entries (`os.scandir`, which `glob` and
+    `os.walk` call), once: what the replay of `test_a_replay_hands_each_step_…` hands back where
+    the files changed (with no motto and no prices there, the step raised, branched otherwise or
+    listed other names)."""
     reader = RunReader(recorded[0])
     folder = recorded[3]
     node = reader.operator("scored")
     for i in range(node.instances):
         logged = {name: value for r in reader.results(node.id, i) if r.call == runtime.ENVIRON_CALL
                   for name, value, _ in [r.value] if name.startswith(("stat(", "lstat("))}
-        assert sorted(logged) == sorted([f"stat({folder / 'motto.txt'})", f"stat({folder / 'prices.csv'})",
-                                         f"stat({folder / 'absent.json'})", f"lstat({folder / 'absent.json'})",
-                                         f"lstat({folder / 'rules.json'})"])
+        names = ("greeting.txt", "model.bin", "motto.txt", "prices.csv", "rules.json")
+        assert sorted(logged) == sorted({   # (and `scandir`'s entries' own `stat()`)
+            f"stat({folder / 'motto.txt'})", f"stat({folder / 'prices.csv'})", f"stat({folder / 'absent.json'})",
+            f"lstat({folder / 'absent.json'})", f"lstat({folder / 'rules.json'})",
+            *(f"stat({folder / n})" for n in names)})
         assert logged[f"stat({folder / 'absent.json'})"] == logged[f"lstat({folder / 'absent.json'})"] == {"errno": 2}
         prices = (folder / "prices.csv").stat()
         assert logged[f"stat({folder / 'prices.csv'})"]["fields"][6] == prices.st_size
         assert logged[f"stat({folder / 'prices.csv'})"]["more"]["st_mtime_ns"] == prices.st_mtime_ns
+        listings = {name: value for r in reader.results(node.id, i) if r.call == runtime.ENVIRON_CALL
+                    for name, value, _ in [r.value] if name.startswith(("listdir(", "scandir("))}
+        assert sorted(listings) == [f"listdir({folder})", f"scandir({folder})"]   # (glob and walk scan it too: once)
+        assert sorted(listings[f"listdir({folder})"]) == list(names)
+        assert sorted(listings[f"scandir({folder})"]) == [[n, False, True, False] for n in names]
     reader.close()
 
 
@@ -230,3 +241,58 @@ def test_a_packed_run_replays_without_the_large_file(recorded, tmp_path, capsys)
         assert "nothing to pack; every row and file is already in the run file" in capsys.readouterr().out
     finally:
         model.write_bytes(kept)
+
+
+def test_a_step_lists_and_stats_in_replay_what_it_did_when_recorded(tmp_path):
+    """Spark-free, through the runners and the log's own packing: a hooked `rdd.map` function
+    that lists a folder (str and bytes, `os.scandir` in a `with`, its entries' kinds, `stat()`
+    and `inode()`, `os.walk`, `glob`), asks whether a file exists and lists a folder that is not
+    there. Replayed after the folder changed, it returns what it returned when recorded; outside
+    a step, the same calls answer for the folder as it is."""
+    import glob
+    import os
+
+    from tt.core import logs, nondeterministic
+    from tt.core.hooked import operator_for
+
+    folder = tmp_path / "in"
+
+    def fill(files: dict) -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        (folder / "sub").mkdir(parents=True)
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+
+    def asked(name):
+        with os.scandir(folder) as entries:
+            kinds = sorted((e.name, e.is_dir(), e.is_file(), e.is_symlink(), e.stat().st_size if e.is_file() else -1,
+                            e.inode() > 0, os.fspath(e) == str(folder / e.name)) for e in entries)
+        try:
+            os.listdir(folder / "nope")
+            missing = None
+        except FileNotFoundError as e:
+            missing = (e.errno, e.filename)
+        return {"names": sorted(os.listdir(folder)), "raw": sorted(os.listdir(os.fsencode(folder))), "kinds": kinds,
+                "walked": sorted((os.path.basename(d), sorted(fs)) for d, _, fs in os.walk(folder)),
+                "texts": sorted(glob.glob(str(folder / "*.txt"))), "exists": os.path.exists(folder / name),
+                "missing": missing}
+
+    nondeterministic.install()
+    fill({"a.txt": b"x", "b.bin": b"yy"})
+    op = operator_for(asked, "rdd.map", "")
+    recording = runtime.RecordingRunner("asked", 0, op, 1, runtime.InstanceLog([]), False)
+    emitted: list = []
+    recording.targets.append(emitted.append)
+    recording.feed("a.txt", 0)
+    results = logs.unpack_results(logs.pack_results(recording.log.results))
+    assert emitted[0]["names"] == ["a.txt", "b.bin", "sub"] and emitted[0]["exists"]
+    assert emitted[0]["kinds"][2] == ("sub", True, False, False, -1, True, True)
+    assert emitted[0]["missing"] == (2, str(folder / "nope"))
+
+    fill({"c.txt": b"zzz"})   # as on the machine that replays
+    replay = runtime.ReplayRunner("asked", 0, op, 1, runtime.ResultSource(results))
+    replayed: list = []
+    replay.targets.append(replayed.append)
+    replay.feed("a.txt", 0)
+    assert replayed == emitted
+    assert sorted(os.listdir(folder)) == ["c.txt", "sub"] and not os.path.exists(folder / "a.txt")   # (no step)

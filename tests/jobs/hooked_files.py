@@ -5,7 +5,8 @@
   is not there (falling back to a default, as jobs do), the head of a model too large to keep
   in the run file (`open(..., "rb")`), and a greeting the job gave its executors
   (`SparkContext.addFile`, found with `SparkFiles.get`: a replay has no Spark to ask); and it
-  asks of paths without opening them (`os.path.isfile`, `getsize`, `Path.exists`, `islink`);
+  asks of paths without opening them (`os.path.isfile`, `getsize`, `Path.exists`, `islink`) and
+  lists its folder (`os.listdir`, `glob.glob`, `os.scandir` with each entry's size, `os.walk`);
 - `Priced` (`mapInPandas`, a callable class) reads a price list per batch with
   `pandas.read_csv`.
 
@@ -15,6 +16,7 @@ what a replay must hand the functions again.
 Usage: python hooked_files.py OUT.json FOLDER
 """
 
+import glob
 import json
 import os
 import sys
@@ -62,7 +64,11 @@ def make_scored(folder: str):
                  "prices_bytes": os.path.getsize(os.path.join(folder, "prices.csv")),
                  "absent_there": Path(absent).exists(),
                  "absent_bytes": os.path.getsize(absent) if os.path.lexists(absent) else -1,
-                 "rules_link": os.path.islink(rules_path)}
+                 "rules_link": os.path.islink(rules_path),
+                 "listed": sorted(os.listdir(folder)),
+                 "texts": sorted(os.path.basename(p) for p in glob.glob(os.path.join(folder, "*.txt"))),
+                 "sizes": sorted([e.name, e.stat().st_size] for e in os.scandir(folder) if e.is_file()),
+                 "walked": sorted(name for _, _, names in os.walk(folder) for name in names)}
         for row in rows:
             seen["n"] += 1
             seen["total"] += row * rules["factor"]
