@@ -102,23 +102,24 @@ def install(users_step: Callable[..., bool], since: int) -> list[tuple[Callable,
 
 def _stat(runner: Any, path: Any, kind: str) -> os.stat_result:
     """A step's `os.stat` (`kind` "stat") or `os.lstat` ("lstat") of `path`, from the log."""
-    where = absolute(runner, path)
-    if where.startswith(SYSTEM):
-        return _original[kind](path)
-    value = runner.read_environ(f"{kind}({where})", _answer)
-    if "errno" in value:
-        raise OSError(value["errno"], os.strerror(value["errno"]), os.fspath(path))
-    return os.stat_result(value["fields"], value["more"])
+    value = _logged(runner, path, kind)
+    return value if type(value) is os.stat_result else os.stat_result(value["fields"], value["more"])
 
 
 def _listing(runner: Any, path: Any, kind: str) -> list:
     """A step's `os.listdir` (`kind` "listdir": names) or `os.scandir` ("scandir": [name, is
     directory, is file, is link] each) of folder `path`, from the log."""
+    return _logged(runner, path, kind)
+
+
+def _logged(runner: Any, path: Any, kind: str) -> Any:
+    """What call `kind` answered of `path` as the runner logs it (`_answer`), its errno raised
+    again; the real answer for the system's folders."""
     where = absolute(runner, path)
     if where.startswith(SYSTEM):
-        return _here(kind, os.fspath(path))
+        return _here(kind, os.fspath(path)) if kind in ("listdir", "scandir") else _original[kind](path)
     value = runner.read_environ(f"{kind}({where})", _answer)
-    if type(value) is dict:
+    if type(value) is dict and "errno" in value:
         raise OSError(value["errno"], os.strerror(value["errno"]), os.fspath(path))
     return value
 

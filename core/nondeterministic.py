@@ -409,7 +409,7 @@ SECRET = re.compile(r"SECRET|TOKEN|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|
                     re.IGNORECASE)
 #: name -> whether `SECRET` finds it, decided once a name: the search takes microseconds, and
 #: libraries read the same few variables per batch while a step runs (pyarrow's IPC writer,
-#: PySpark's Arrow conversion: TPC-H-sized StatefulProcessor keys read several each)
+#: PySpark's Arrow conversion, seen in a py-spy profile of a StatefulProcessor's recording)
 _SECRET_NAMES: dict[str, bool] = {}
 
 
