@@ -408,6 +408,7 @@ class StageTask:
         self.busy = 0.0            # seconds spent processing since the last flush (replay cost model)
         self.warned = False
         self.downstream: list[StageTask] = []   # hooked tasks chained after this one (`_Pipeline`)
+        self.chained = False   # chained after another: it takes barriers only with that one
         self.in_worker = attempt.get("spark_attempt") is not None   # (not a partition without rows, run on the driver)
         if connecting is not None:
             self._welcomed(connecting.client())
@@ -525,7 +526,12 @@ class StageTask:
         _PIPELINE.tasks = [t for t in _PIPELINE.tasks if not t._released]
         if _PIPELINE.tasks:
             _PIPELINE.tasks[-1].downstream.append(self)
+            # An interaction heard since it connected woke it (`_wake_theta`): it would take that
+            # one, and any heard after, before its next input, where the task before it may have
+            # handed it rows already (a cut with rows in flight inside one thread).
+            self.chained = True
             self.client.on_interaction = _no_interaction
+            self.theta.barrier_at = self.sticky[0][1] if self.sticky else INF
         _PIPELINE.tasks.append(self)
 
     def _source_captures(self) -> list[tuple[int, int]]:
@@ -852,6 +858,8 @@ class StageTask:
         self.theta.barrier_at = self.sticky[0][1] if self.sticky else INF
         if self.mode == "record":
             pending = self.client.pending
+            if self.chained:   # it takes them with the task before it, at that one's cut (`join_pipeline`)
+                pending.clear()
             while pending:
                 ks.append(pending.popleft())
         self._take_through(ks)
