@@ -35,12 +35,13 @@ class Threshold:
         return pair[1] % 3 != 0
 
 
-def _heard(task: StageTask, k: int) -> None:
+def _heard(task: StageTask, k: int, woken: bool = True) -> None:
     """Wait until the task's control channel has received interaction k (its reader thread
-    appends it to `pending`)."""
+    appends it to `pending`) and, for a task its channel still wakes (`woken`), until that
+    thread has woken it (`barrier_at` 0: it takes k before its next input)."""
     pause = threading.Event()   # (never set: a pause between two looks)
     for _ in range(60_000):
-        if k in task.client.pending:
+        if k in task.client.pending and (not woken or task.theta.barrier_at == 0):
             return
         pause.wait(0.001)
     raise AssertionError(f"interaction {k} never reached the task")
@@ -57,13 +58,14 @@ def test_a_chained_task_takes_interactions_only_with_the_task_before_it(spark, t
         upstream.join_pipeline(7)
         downstream = StageTask(second.graph, second.stage_id, 0, second.recording, attempt)
         assert session.coordinator.interaction("user", {}) == 1   # before `downstream` joins the chain
+        _heard(upstream, 1)
         _heard(downstream, 1)
         downstream.join_pipeline(7)
         upstream.open_units()
         downstream.open_units()
         handed = upstream.feed_unit(1)    # it takes interaction 1 before its input #0, `downstream` with it
         assert session.coordinator.interaction("user", {}) == 2   # after: `upstream` takes it before its input #1
-        _heard(downstream, 2)
+        _heard(downstream, 2, woken=False)   # (it joined: its channel no longer wakes it)
         _heard(upstream, 2)
         for row in handed:                # ... but `downstream` is handed (1, 1) first
             downstream.feed_unit(row)
