@@ -17,8 +17,9 @@ miss costs over an instruction (an end snapshot reads every list of a join). So 
 a floor of what recording costs in time, and the share of it that tt's Python code can win back.
 How low a floor, measured on TWS at scale 1 (2026-12-04-instructions-tws-sf1.md): recording's
 instructions ×1.041 of off, its workers' CPU ×1.092 in `tws_overhead.py` on a quiet machine: tt's
-interpreted Python retires about half as many instructions a second as the workload's Arrow and
-pandas loops. Judge a time goal on the timed bench; use this one to find and compare tt's costs.
+added instructions took about twice the time each of the workload's own (most likely interpreted
+Python against Arrow's and pandas' C loops). Judge a time goal on the timed bench; use this one
+to find and compare tt's costs.
 
 Workloads: W1 and W2 as `benches/tpch.py` runs them (tt.Dataflow jobs over TPC-H at --scale);
 TWS, `benches/tws_overhead.py`'s keyed aggregation (a transformWithStateInPandas processor over
