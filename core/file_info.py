@@ -81,7 +81,7 @@ def install(users_step: Callable[..., bool], since: int) -> list[tuple[Callable,
         runner = asked("." if path is None else path, None)
         if runner is None:
             return _original["listdir"](path)
-        names = _listing(runner, "." if path is None else path, "listdir")
+        names = _logged(runner, "." if path is None else path, "listdir")
         return [os.fsencode(n) for n in names] if isinstance(path, bytes) else list(names)
 
     def scandir(path=None):
@@ -89,7 +89,7 @@ def install(users_step: Callable[..., bool], since: int) -> list[tuple[Callable,
         if runner is None:
             return _original["scandir"](path)
         given = "." if path is None else os.fspath(path)
-        return LoggedListing([LoggedEntry(given, *entry) for entry in _listing(runner, given, "scandir")])
+        return LoggedListing([LoggedEntry(given, *entry) for entry in _logged(runner, given, "scandir")])
 
     patched = []
     for name, stand_in in (("stat", stat), ("lstat", lstat), ("listdir", listdir), ("scandir", scandir)):
@@ -106,18 +106,13 @@ def _stat(runner: Any, path: Any, kind: str) -> os.stat_result:
     return value if type(value) is os.stat_result else os.stat_result(value["fields"], value["more"])
 
 
-def _listing(runner: Any, path: Any, kind: str) -> list:
-    """A step's `os.listdir` (`kind` "listdir": names) or `os.scandir` ("scandir": [name, is
-    directory, is file, is link] each) of folder `path`, from the log."""
-    return _logged(runner, path, kind)
-
-
 def _logged(runner: Any, path: Any, kind: str) -> Any:
-    """What call `kind` answered of `path` as the runner logs it (`_answer`), its errno raised
+    """What call `kind` answered of `path` as the runner logs it (`_answer`; for `os.listdir`,
+    names; for `os.scandir`, [name, is directory, is file, is link] each), its errno raised
     again; the real answer for the system's folders."""
     where = absolute(runner, path)
     if where.startswith(SYSTEM):
-        return _here(kind, os.fspath(path)) if kind in ("listdir", "scandir") else _original[kind](path)
+        return _here(kind, os.fspath(path))
     value = runner.read_environ(f"{kind}({where})", _answer)
     if type(value) is dict and "errno" in value:
         raise OSError(value["errno"], os.strerror(value["errno"]), os.fspath(path))
@@ -131,19 +126,21 @@ def _answer(name: str) -> Any:
     `_here` gives it, or `{"errno"}`."""
     kind, path = name[:-1].split("(", 1)
     try:
-        if kind in ("listdir", "scandir"):
-            return _here(kind, path)
-        fields, more = _original[kind](path).__reduce__()[1]
+        value = _here(kind, path)
     except OSError as e:
         return {"errno": e.errno}
+    if type(value) is not os.stat_result:
+        return value
+    fields, more = value.__reduce__()[1]
     return {"fields": list(fields), "more": more}
 
 
-def _here(kind: str, path: str) -> list:
-    """Folder `path`'s names in the system's order (`listdir`), or with each entry's kind
-    (`scandir`): [name, is a directory, is a file (both through a link), is a link]."""
-    if kind == "listdir":
-        return _original["listdir"](path)
+def _here(kind: str, path: Any) -> Any:
+    """What call `kind` answers of `path` here: its stat result (`stat`, `lstat`), folder
+    `path`'s names in the system's order (`listdir`), or with each entry's kind (`scandir`):
+    [name, is a directory, is a file (both through a link), is a link]."""
+    if kind != "scandir":
+        return _original[kind](path)
     out = []
     with _original["scandir"](path) as entries:
         for e in entries:

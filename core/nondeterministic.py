@@ -407,10 +407,14 @@ del _f, _module
 #: reads them from its own environment, and `tt verify` finds a state they change
 SECRET = re.compile(r"SECRET|TOKEN|PASSW|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH|SESSION_?KEY",
                     re.IGNORECASE)
-#: name -> whether `SECRET` finds it, decided once a name: the search takes microseconds, and
-#: libraries read the same few variables per batch while a step runs (pyarrow's IPC writer,
-#: PySpark's Arrow conversion, seen in a py-spy profile of a StatefulProcessor's recording)
-_SECRET_NAMES: dict[str, bool] = {}
+
+
+@functools.cache
+def _secret(name: str) -> bool:
+    """Whether `SECRET` finds `name`, decided once a name: the search takes microseconds, and
+    libraries read the same few variables per batch while a step runs (pyarrow's IPC writer,
+    PySpark's Arrow conversion, seen in a py-spy profile of a StatefulProcessor's recording)."""
+    return SECRET.search(name) is not None
 
 
 def _environ_getitem(self, key):
@@ -423,10 +427,7 @@ def _environ_getitem(self, key):
     runner = CONTEXT.runner
     if runner is None or self is not os.environ or type(key) is not str:
         return read(self, key)
-    secret = _SECRET_NAMES.get(key)
-    if secret is None:
-        secret = _SECRET_NAMES[key] = SECRET.search(key) is not None
-    if secret or not users_step(since=_ENVIRON):
+    if _secret(key) or not users_step(since=_ENVIRON):
         return read(self, key)
     value = runner.read_environ(key, _variable)
     if value is None:

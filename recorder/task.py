@@ -526,12 +526,8 @@ class StageTask:
         _PIPELINE.tasks = [t for t in _PIPELINE.tasks if not t._released]
         if _PIPELINE.tasks:
             _PIPELINE.tasks[-1].downstream.append(self)
-            # An interaction heard since it connected woke it (`_wake_theta`): it would take that
-            # one, and any heard after, before its next input, where the task before it may have
-            # handed it rows already (a cut with rows in flight inside one thread).
             self.chained = True
             self.client.on_interaction = _no_interaction
-            self.theta.barrier_at = self.sticky[0][1] if self.sticky else INF
         _PIPELINE.tasks.append(self)
 
     def _source_captures(self) -> list[tuple[int, int]]:
@@ -856,10 +852,11 @@ class StageTask:
         while self.sticky and self.sticky[0][1] <= position:
             ks.append(self.sticky.pop(0)[0])
         self.theta.barrier_at = self.sticky[0][1] if self.sticky else INF
-        if self.mode == "record":
+        if self.mode == "record" and not self.chained:
+            # (a chained task takes them with the task before it, at that one's cut, even one that
+            # woke it before it joined the chain: taken here, before its next input, it would leave
+            # rows that task had already handed it in flight inside one thread)
             pending = self.client.pending
-            if self.chained:   # it takes them with the task before it, at that one's cut (`join_pipeline`)
-                pending.clear()
             while pending:
                 ks.append(pending.popleft())
         self._take_through(ks)
