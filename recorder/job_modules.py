@@ -12,6 +12,7 @@ modules from the run file (replay/recorded_modules.py), on a machine without the
 
 from __future__ import annotations
 
+import os
 import sys
 import sysconfig
 from pathlib import Path
@@ -34,6 +35,8 @@ def job_modules(folder: Path | None) -> tuple[dict[str, tuple[str, bool, str]], 
     root = folder.resolve()
     if _is_installed(root, installed):
         root = Path.cwd().resolve()   # a notebook's kernel (ipykernel_launcher.py): its modules are the working folder's
+    inside = str(root).rstrip(os.sep) + os.sep
+    real_dirs: dict[str, str] = {}   # a folder as imported -> as resolved: modules share few folders
     found: dict[str, tuple[str, bool, str]] = {}
     for name, module in sorted(sys.modules.items()):
         if name == "__main__" or name == "tt" or name.startswith("tt.") or module is None:
@@ -41,13 +44,14 @@ def job_modules(folder: Path | None) -> tuple[dict[str, tuple[str, bool, str]], 
         f = getattr(module, "__file__", None)
         if not isinstance(f, str) or not f.endswith(".py"):
             continue
-        path = Path(f)
         try:
-            real = path.resolve()
+            real = _resolved(f, real_dirs)
         except OSError:
             continue
-        if not _imported_through(real, root, name) or _is_installed(real, installed):
+        if not real.startswith(inside) or not _imported_through(Path(real), root, name) or \
+                _is_installed(Path(real), installed):
             continue
+        path = Path(f)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
@@ -55,6 +59,19 @@ def job_modules(folder: Path | None) -> tuple[dict[str, tuple[str, bool, str]], 
         found[name] = (f, path.name == "__init__.py" and hasattr(module, "__path__"), text)
     names = list(found)
     return {n: found[n] for n in names[:MAX_MODULES]}, names[MAX_MODULES:]
+
+
+def _resolved(file: str, real_dirs: dict[str, str]) -> str:
+    """`os.path.realpath(file)`, its folder resolved once for all the modules in it: a process
+    with pandas and PySpark imported holds about a thousand modules, and resolving each path
+    whole (a system call per part of it) took 22 ms of every recording's start."""
+    if os.path.islink(file):
+        return os.path.realpath(file)
+    folder, base = os.path.split(file)
+    real = real_dirs.get(folder)
+    if real is None:
+        real = real_dirs[folder] = os.path.realpath(folder)
+    return os.path.join(real, base)
 
 
 def _imported_through(file: Path, root: Path, name: str) -> bool:

@@ -10,6 +10,7 @@ the recording and, whatever the file says since, in every replay.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sqlite3
 import subprocess
@@ -142,9 +143,19 @@ def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves
     (folder / "ttm_pkg" / "ttm_sub.py").write_text("def f():\n    return 'recorded sub'\n")
     (site / "ttm_installed.py").write_text("X = 1\n")
     (folder / "ttm_pkg" / "ttm_other.py").write_text("Y = 1\n")   # importable as ttm_other only with ttm_pkg/ on the path
-    names = ("ttm_plain", "ttm_pkg", "ttm_pkg.ttm_sub", "ttm_installed", "ttm_other")
+    # a file of the folder that is a link to one outside it: not the job's (its real file is elsewhere),
+    # and a module imported through a link to the folder: the job's (paths are compared resolved)
+    (tmp_path / "elsewhere.py").write_text("Z = 1\n")
+    (folder / "ttm_linked.py").symlink_to(tmp_path / "elsewhere.py")
+    (tmp_path / "via").mkdir()
+    (tmp_path / "via" / "job").symlink_to(folder, target_is_directory=True)
+    (folder / "ttm_through_link.py").write_text("W = 1\n")
+    names = ("ttm_plain", "ttm_pkg", "ttm_pkg.ttm_sub", "ttm_installed", "ttm_other", "ttm_linked", "ttm_through_link")
     sys.path[:0] = [str(folder), str(site), str(folder / "ttm_pkg")]
     try:
+        spec = importlib.util.spec_from_file_location("ttm_through_link", tmp_path / "via" / "job" / "ttm_through_link.py")
+        sys.modules["ttm_through_link"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["ttm_through_link"])
         for name in names:
             importlib.import_module(name)
         found, left = job_modules(folder)
@@ -158,7 +169,8 @@ def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves
     assert {n: (path, package) for n, (path, package, _) in found.items() if n.startswith("ttm_")} == {
         "ttm_plain": (str((folder / "ttm_plain.py").resolve()), False),
         "ttm_pkg": (str((folder / "ttm_pkg" / "__init__.py").resolve()), True),
-        "ttm_pkg.ttm_sub": (str((folder / "ttm_pkg" / "ttm_sub.py").resolve()), False)}
+        "ttm_pkg.ttm_sub": (str((folder / "ttm_pkg" / "ttm_sub.py").resolve()), False),
+        "ttm_through_link": (str(tmp_path / "via" / "job" / "ttm_through_link.py"), False)}
     assert found["ttm_plain"][2] == "VALUE = 'recorded'\n"
 
     # edited and gone since: replay imports the recorded source, under its recorded path
@@ -166,7 +178,7 @@ def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves
     (folder / "ttm_pkg" / "ttm_sub.py").unlink()
     stored = {n: m for n, m in found.items() if n.startswith("ttm_")}
     try:
-        assert sorted(recorded_modules.serve(stored)) == ["ttm_pkg", "ttm_pkg.ttm_sub", "ttm_plain"]
+        assert sorted(recorded_modules.serve(stored)) == ["ttm_pkg", "ttm_pkg.ttm_sub", "ttm_plain", "ttm_through_link"]
         plain = importlib.import_module("ttm_plain")
         assert plain.VALUE == "recorded" and plain.__file__ == stored["ttm_plain"][0]
         assert importlib.import_module("ttm_pkg").ttm_sub.f() == "recorded sub"
