@@ -47,6 +47,9 @@ What is covered:
   which `isinstance` answers as for the real classes. Code in a module the job imports by name
   keeps the real ones.
 
+A network connection a step makes (`socket.socket.connect`: an HTTP lookup, a database) is not
+logged, but the recording says which operator made one (core/network_calls.py).
+
 Not covered (`tt verify` still finds what they change, and names the input):
 `numpy.datetime64("now")`, which reads the clock in C, the calls of a module the job
 imports by name (its globals are a loaded module's), the names listed by iterating
@@ -75,7 +78,7 @@ import types
 import uuid
 from typing import Any, Callable, Iterator
 
-from . import file_info, files_read
+from . import file_info, files_read, network_calls
 from .operator import CONTEXT, log_result
 
 #: The frames that call the user's code while a hooked operator takes a step, as
@@ -160,6 +163,7 @@ def install() -> None:
         _WRAPPERS[id(original)] = stand_in   # (`from io import open` in the job's code: `prepare`)
         for original, stand_in in file_info.install(users_step, _STATS):
             _WRAPPERS[id(original)] = stand_in   # (`from os import stat`)
+        network_calls.install(users_step)   # (said, not logged: core/network_calls.py)
 
 
 #: numpy's legacy functions, methods of its hidden global RandomState, logged as they answer

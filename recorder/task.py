@@ -26,7 +26,7 @@ from time import monotonic, perf_counter   # (bound at import: through the modul
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from ..core import files_read, libraries, local_time, values
+from ..core import files_read, libraries, local_time, network_calls, values
 from ..core.errors import first_line
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder, whole
@@ -1055,6 +1055,8 @@ class StageTask:
         if files:
             header["files"] = files
         when = getattr(self.theta, "when", None)
+        if self.warning is None:
+            self.warning = network_calls.take()   # (a step's connection: core/network_calls.py)
         if self.warning is not None:
             header["warning"], self.warning = self.warning, None
         elif when is not None and when.first_error and not self.warned:

@@ -1,0 +1,76 @@
+"""Network connections a hooked function's step makes: said, never logged.
+
+A function that asks a service (an HTTP lookup, a database, a cache) gets answers that tt does
+not log: a replay connects again, fails where it runs offline, and may get other answers from
+a peer that has changed since, so the states after that step can differ from the recording's.
+Nothing said so: the run looked as trustworthy as one whose every answer was logged. So
+`socket.socket.connect` and `connect_ex`, patched once per process by `nondeterministic.install`,
+note the first connection each operator's steps make in a worker while recording (`take` hands
+the note to the task, which sends it with its next logs; the coordinator says a note once, whatever
+the number of workers that made it); the run keeps it among its warnings, which
+`tt record` prints and `tt inspect` and `tt verify` say again. A connection made by PySpark, by
+tt itself, or by a library outside a step is not the function's (`nondeterministic.users_step`)
+and passes unnoted; a replay's pass unnoted too.
+
+Not covered: datagrams sent without `connect` (`sendto`) and connections made by C code.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any, Callable
+
+from .operator import CONTEXT
+
+_noted: set[str] = set()   # the operators whose connection this process has noted
+_unsent: list[str] = []    # ... and the notes no task has sent yet (`take`)
+_lock = threading.Lock()
+_original: dict[str, Callable] = {}
+
+
+def install(users_step: Callable[..., bool]) -> None:
+    """Patch `socket.socket.connect` and `connect_ex` (`nondeterministic.install`, under its
+    lock, once per process)."""
+    if _original:
+        return
+    for name in ("connect", "connect_ex"):
+        _original[name] = getattr(socket.socket, name)
+        setattr(socket.socket, name, _noting(_original[name], users_step))
+
+
+def _noting(original: Callable, users_step: Callable[..., bool]) -> Callable:
+    def call(self, address):
+        runner = CONTEXT.runner
+        if runner is not None and runner.reads_logged and not runner.replays and users_step(depth=2):
+            _note(runner, address)
+        return original(self, address)
+    call.__name__ = call.__qualname__ = original.__name__
+    call.__doc__ = original.__doc__
+    return call
+
+
+def _note(runner: Any, address: Any) -> None:
+    name = runner.name
+    with _lock:
+        if name in _noted:
+            return
+        _noted.add(name)
+        _unsent.append(
+            f"{name}: a step connected to {_peer(address)}; tt does not log what a network peer answers, so a replay connects again: offline it fails, "
+            f"and a peer that answers otherwise gives other states than the recording's (tt verify compares them)")
+
+
+def _peer(address: Any) -> str:
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)   # a Unix socket's path
+
+
+def take() -> str | None:
+    """The next note no task has sent (one a flush: the coordinator says each once)."""
+    with _lock:
+        return _unsent.pop(0) if _unsent else None
+
+
+__all__ = ["install", "take"]
