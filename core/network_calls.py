@@ -5,10 +5,11 @@ not log: a replay connects again, fails where it runs offline, and may get other
 a peer that has changed since, so the states after that step can differ from the recording's.
 Nothing said so: the run looked as trustworthy as one whose every answer was logged. So
 `socket.socket.connect` and `connect_ex`, patched once per process by `nondeterministic.install`,
-note the first connection each operator's steps make in a worker while recording (`take` hands
-the note to the task, which sends it with its next logs; the coordinator says a note once, whatever
-the number of workers that made it); the run keeps it among its warnings, which
-`tt record` prints and `tt inspect` and `tt verify` say again. A connection made by PySpark, by
+note the first connection an instance's steps make while recording, on its runner (`take` hands
+the note to its task, which sends it with its next logs; the coordinator says a note once a run,
+whatever the number of tasks that made it); the run keeps it among its warnings, which
+`tt record` prints, `tt inspect` and `tt verify` say again, and `tt debug` says when its replay
+engine is ready (as it does any warning of the recording's). A connection made by PySpark, by
 tt itself, or by a library outside a step is not the function's (`nondeterministic.users_step`)
 and passes unnoted; a replay's pass unnoted too.
 
@@ -18,14 +19,10 @@ Not covered: datagrams sent without `connect` (`sendto`) and connections made by
 from __future__ import annotations
 
 import socket
-import threading
 from typing import Any, Callable
 
 from .operator import CONTEXT
 
-_noted: set[str] = set()   # the operators whose connection this process has noted
-_unsent: list[str] = []    # ... and the notes no task has sent yet (`take`)
-_lock = threading.Lock()
 _original: dict[str, Callable] = {}
 
 
@@ -42,23 +39,16 @@ def install(users_step: Callable[..., bool]) -> None:
 def _noting(original: Callable, users_step: Callable[..., bool]) -> Callable:
     def call(self, address):
         runner = CONTEXT.runner
-        if runner is not None and runner.reads_logged and not runner.replays and users_step(depth=2):
-            _note(runner, address)
+        if (runner is not None and runner.reads_logged and not runner.replays and runner.network_note is None
+                and users_step(depth=2)):
+            runner.network_note = (
+                f"{runner.name}: a step connected to {_peer(address)}; tt does not log what a network peer "
+                f"answers, so a replay connects again: offline it fails, and a peer that answers otherwise "
+                f"gives other states than the recording's (tt verify compares them)")
         return original(self, address)
     call.__name__ = call.__qualname__ = original.__name__
     call.__doc__ = original.__doc__
     return call
-
-
-def _note(runner: Any, address: Any) -> None:
-    name = runner.name
-    with _lock:
-        if name in _noted:
-            return
-        _noted.add(name)
-        _unsent.append(
-            f"{name}: a step connected to {_peer(address)}; tt does not log what a network peer answers, so a replay connects again: offline it fails, "
-            f"and a peer that answers otherwise gives other states than the recording's (tt verify compares them)")
 
 
 def _peer(address: Any) -> str:
@@ -67,10 +57,14 @@ def _peer(address: Any) -> str:
     return str(address)   # a Unix socket's path
 
 
-def take() -> str | None:
-    """The next note no task has sent (one a flush: the coordinator says each once)."""
-    with _lock:
-        return _unsent.pop(0) if _unsent else None
+def take(runners: list) -> str | None:
+    """A note of `runners` (a task's recording instances) not sent yet; one a flush, and each
+    once a task: the coordinator says each once a run."""
+    for r in runners:
+        if r.network_note:
+            note, r.network_note = r.network_note, ""
+            return note
+    return None
 
 
 __all__ = ["install", "take"]

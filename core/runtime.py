@@ -399,6 +399,7 @@ class RecordingRunner(Runner):
         self.log.results.append((self.count, call, name, kept_apart(value)))   # as `pack_results` packs it
 
     environ_read: dict | None = None   # name -> the value this instance's steps last read (`read_environ`)
+    network_note: str | None = None   # a step's first connection, until sent; then "" (core/network_calls.py)
 
     def read_environ(self, name, read):
         """Log a variable's value where this instance reads it first, or reads another value than

@@ -48,8 +48,8 @@ def job_modules(folder: Path | None) -> tuple[dict[str, tuple[str, bool, str]], 
             real = _resolved(f, real_dirs)
         except OSError:
             continue
-        if not real.startswith(inside) or not _imported_through(Path(real), root, name) or \
-                _is_installed(Path(real), installed):
+        if not real.startswith(inside) or not _imported_through(real_path := Path(real), root, name) or \
+                _is_installed(real_path, installed):
             continue
         path = Path(f)
         try:

@@ -1056,7 +1056,7 @@ class StageTask:
             header["files"] = files
         when = getattr(self.theta, "when", None)
         if self.warning is None:
-            self.warning = network_calls.take()   # (a step's connection: core/network_calls.py)
+            self.warning = network_calls.take(self.loggers)   # (a step's connection: core/network_calls.py)
         if self.warning is not None:
             header["warning"], self.warning = self.warning, None
         elif when is not None and when.first_error and not self.warned:

@@ -18,6 +18,7 @@ from plain_jobs import record_on_and_off
 
 from tt.cli.main import main
 from tt.store.reader import RunReader
+from tt.tui.app import DebuggerApp
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_network.py"
 
@@ -28,16 +29,25 @@ class _Prices(socketserver.StreamRequestHandler):
             self.wfile.write(f"{int(line) * 7}\n".encode())
 
 
+class _Service:
+    """A price service on this machine's loopback, at `address` (`HOST:PORT`) until `stop`."""
+
+    def __init__(self):
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Prices)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @pytest.fixture(scope="module")
 def service():
-    """A price service on this machine's loopback: `HOST:PORT`."""
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Prices)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    running = _Service()
+    yield running.address
+    running.stop()
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +79,34 @@ def test_tt_inspect_says_it_again(recorded, capsys):
     out = capsys.readouterr().out
     assert "priced: a step connected to 127.0.0.1:" in out
     assert "Tagged: a step connected" not in out
+
+
+def test_the_debugger_says_it_when_its_replay_engine_is_ready(recorded):
+    from test_tui import drive, message
+
+    run, *_ = recorded
+    app = DebuggerApp(run)
+
+    async def script(pilot):
+        return message(app), app.query_one("#message").has_class("-warning")
+    said, warning = drive(app, script)
+    assert said.startswith("replay engine ready · the recording warned: priced: a step connected to 127.0.0.1:"), said
+    assert warning   # (in the warning colour)
+
+
+def test_a_replay_without_the_service_diverges_and_verify_says_why(spark, tmp_path, capsys):
+    """The service gone, as on a laptop a run was copied to: the replayed step's connection is
+    refused where the recorded one was answered, and `tt verify` says so, then the warning."""
+    running = _Service()
+    try:
+        run, on, off = record_on_and_off(JOB, tmp_path, [running.address])
+    finally:
+        running.stop()
+    assert on == off
+    assert main(["verify", str(run)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "replay diverges" in lines[0] and "priced:" in lines[0] and "ConnectionRefusedError" in lines[0], lines
+    assert lines[1] == f"{run}: the recording warned: priced: a step connected to {running.address}; " \
+                       f"tt does not log what a network peer answers, so a replay connects again: offline it " \
+                       f"fails, and a peer that answers otherwise gives other states than the recording's " \
+                       f"(tt verify compares them)"

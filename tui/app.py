@@ -353,6 +353,9 @@ class DebuggerApp(App):
                                             "warning")
         elif report.model.session.engine.zone_note:   # (local time here cannot be the workers')
             self.query_one(MessageLine).say(f"replay engine ready · {report.model.session.engine.zone_note}", "warning")
+        elif warned := self.reader.warnings():   # what the replay may not give back as it ran, said where it is used
+            more = f" (and {len(warned) - 1} more: tt inspect lists them)" if len(warned) > 1 else ""
+            self.query_one(MessageLine).say(f"replay engine ready · the recording warned: {warned[0]}{more}", "warning")
         else:
             self.query_one(MessageLine).say("replay engine ready · n/s step · j jump · c run until · ? help")
 
