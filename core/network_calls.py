@@ -23,17 +23,18 @@ from typing import Any, Callable
 
 from .operator import CONTEXT
 
-_original: dict[str, Callable] = {}
+_installed = False
 
 
 def install(users_step: Callable[..., bool]) -> None:
     """Patch `socket.socket.connect` and `connect_ex` (`nondeterministic.install`, under its
     lock, once per process)."""
-    if _original:
+    global _installed
+    if _installed:
         return
+    _installed = True
     for name in ("connect", "connect_ex"):
-        _original[name] = getattr(socket.socket, name)
-        setattr(socket.socket, name, _noting(_original[name], users_step))
+        setattr(socket.socket, name, _noting(getattr(socket.socket, name), users_step))
 
 
 def _noting(original: Callable, users_step: Callable[..., bool]) -> Callable:
@@ -57,14 +58,15 @@ def _peer(address: Any) -> str:
     return str(address)   # a Unix socket's path
 
 
-def take(runners: list) -> str | None:
-    """A note of `runners` (a task's recording instances) not sent yet; one a flush, and each
-    once a task: the coordinator says each once a run."""
+def take(runners: list) -> list[str]:
+    """The notes of `runners` (a task's recording instances) not sent yet; each once a task (the
+    coordinator says each once a run)."""
+    notes = []
     for r in runners:
         if r.network_note:
-            note, r.network_note = r.network_note, ""
-            return note
-    return None
+            notes.append(r.network_note)
+            r.network_note = ""
+    return notes
 
 
 __all__ = ["install", "take"]

@@ -587,8 +587,8 @@ class Coordinator:
         if tuples:
             statements.append(("UPDATE attempts SET tuples = tuples + ? WHERE id=?", [(tuples, a)]))
             self.tuples += tuples
-        if header.get("warning"):
-            self._warn_once(header["warning"])
+        for message in header.get("warnings", ()):
+            self._warn_once(message)
         failure = header.get("failure")
         if failure:
             f = {**failure, "attempt": a, "time": time.time()}

@@ -1054,14 +1054,16 @@ class StageTask:
                   "checkpoints": checkpoints, "busy": round(self.busy, 6)}
         if files:
             header["files"] = files
-        when = getattr(self.theta, "when", None)
-        if self.warning is None:
-            self.warning = network_calls.take(self.loggers)   # (a step's connection: core/network_calls.py)
+        warnings = network_calls.take(self.loggers)   # (a step's connection: core/network_calls.py)
         if self.warning is not None:
-            header["warning"], self.warning = self.warning, None
-        elif when is not None and when.first_error and not self.warned:
-            header["warning"] = when.first_error
+            warnings.append(self.warning)
+            self.warning = None
+        when = getattr(self.theta, "when", None)
+        if when is not None and when.first_error and not self.warned:
+            warnings.append(when.first_error)
             self.warned = True
+        if warnings:
+            header["warnings"] = warnings
         self.pending_barriers = []
         self.busy = 0.0
         self.since_flush = 0

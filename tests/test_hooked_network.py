@@ -110,3 +110,17 @@ def test_a_replay_without_the_service_diverges_and_verify_says_why(spark, tmp_pa
                        f"tt does not log what a network peer answers, so a replay connects again: offline it " \
                        f"fails, and a peer that answers otherwise gives other states than the recording's " \
                        f"(tt verify compares them)"
+
+
+def test_a_task_says_every_warning_it_has_in_one_flush(spark, service, tmp_path):
+    """`priced`'s tasks are over in one flush, with two things to say: its connection, and that
+    `--when` raised on its rows. Both reach the run (a flush's warnings are a list, not one slot)."""
+    run, on, off = record_on_and_off(JOB, tmp_path, [service], when="row['nope'] > 0")
+    assert on == off
+    reader = RunReader(run)
+    try:
+        warned = reader.warnings()
+    finally:
+        reader.close()
+    assert [w for w in warned if w.startswith(f"priced: a step connected to {service}; ")], warned
+    assert [w for w in warned if w.startswith("--when \"row['nope'] > 0\" raised TypeError")], warned
