@@ -112,15 +112,50 @@ def test_a_replay_without_the_service_diverges_and_verify_says_why(spark, tmp_pa
                        f"(tt verify compares them)"
 
 
-def test_a_task_says_every_warning_it_has_in_one_flush(spark, service, tmp_path):
-    """`priced`'s tasks are over in one flush, with two things to say: its connection, and that
-    `--when` raised on its rows. Both reach the run (a flush's warnings are a list, not one slot)."""
-    run, on, off = record_on_and_off(JOB, tmp_path, [service], when="row['nope'] > 0")
+@pytest.fixture(scope="module")
+def warned_twice(spark, service, tmp_path_factory):
+    """A recording with a `--when` that raises on `priced`'s rows: two warnings, one flush."""
+    run, on, off = record_on_and_off(JOB, tmp_path_factory.mktemp("hooked_network_when"), [service],
+                                     when="row['nope'] > 0")
     assert on == off
     reader = RunReader(run)
     try:
-        warned = reader.warnings()
+        return run, reader.warnings()
     finally:
         reader.close()
+
+
+def test_a_task_says_every_warning_it_has_in_one_flush(warned_twice, service):
+    """`priced`'s tasks are over in one flush, with two things to say: its connection, and that
+    `--when` raised on its rows. Both reach the run (a flush's warnings are a list, not one slot)."""
+    _, warned = warned_twice
     assert [w for w in warned if w.startswith(f"priced: a step connected to {service}; ")], warned
     assert [w for w in warned if w.startswith("--when \"row['nope'] > 0\" raised TypeError")], warned
+
+
+def test_the_debugger_lists_every_warning_on_a_key(warned_twice):
+    """The message line says the first warning and how many more; `!` lists them all, as the run
+    file keeps them, and Esc returns; the palette offers it too."""
+    from test_tui import drive, keys, message, until
+
+    from tt.tui.warnings_screen import WarningsScreen
+
+    run, warned = warned_twice
+    assert len(warned) == 2, warned
+    app = DebuggerApp(run)
+
+    async def script(pilot):
+        said = message(app)
+        palette = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        await keys(pilot, "exclamation_mark")
+        await until(pilot, lambda: isinstance(app.screen, WarningsScreen), what="the warnings")
+        listed = app.screen.warnings
+        shown = str(app.screen.query_one("#warnings-title").render())
+        await keys(pilot, "escape")
+        return said, palette, listed, shown, isinstance(app.screen, WarningsScreen)
+    said, palette, listed, shown, still_open = drive(app, script)
+    assert said == f"replay engine ready · the recording warned: {warned[0]} (and 1 more: ! lists them)", said
+    assert palette["Recording warnings"].startswith("! · every warning the recording made")
+    assert listed == warned
+    assert shown.startswith("The recording warned of 2 things"), shown
+    assert not still_open

@@ -923,6 +923,9 @@ def test_small_things(fraud_run):
     async def script(pilot):
         await keys(pilot, "i")
         assert message(app) == "the run is finished; interactions can only be taken while recording"
+        await keys(pilot, "exclamation_mark")   # a run without warnings: said, no screen to close
+        assert app.reader.warnings() == [] and message(app) == "the recording made no warnings"
+        assert app.screen is app.screen_stack[0]
         assert "▶" in app.query_one("#pending").border_title and "•" in app.query_one("#pending").border_title
         assert any("▶" in what and "•" in what for _, rows in SECTIONS for _, what in rows)
 

@@ -126,6 +126,10 @@ ACTIONS = (
            help="why: the lineage of the selected tuple, of the state field under the cursor, or of the log row "
                 "under the cursor (a sink's rows are its Input log), beside the state (Enter on a leaf goes to "
                 "just before it is consumed; w again closes it)"),
+    Action("exclamation_mark", "warnings", "warnings", "warnings", "Every warning the recording made",
+           footer=False, key_display="!", palette="Recording warnings",
+           palette_help="! · every warning the recording made (what a replay may not give back as it ran)",
+           help="the recording's warnings, all of them (the message line says the first when the engine is ready)"),
     Action("i", "interact", "interact", "interact", "Take an interaction now (live recording)",
            when=When.LIVE, palette="Take an interaction", palette_help="i · snapshot the running job now",
            help="take an interaction now (only while recording, with `tt record --tui`)"),

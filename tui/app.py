@@ -47,6 +47,7 @@ from .engine_thread import EngineThread
 from .model import PENDING_PER_INSTANCE, Model, Shown
 from .prompt_screen import PromptScreen
 from .tuple_screen import TupleScreen
+from .warnings_screen import WarningsScreen
 from .widgets.availability_line import AvailabilityLine
 from .widgets.dag_view import DagEdge, DagNode, DagView
 from .widgets.lineage_tree import LineageTree, outline
@@ -354,7 +355,7 @@ class DebuggerApp(App):
         elif report.model.session.engine.zone_note:   # (local time here cannot be the workers')
             self.query_one(MessageLine).say(f"replay engine ready · {report.model.session.engine.zone_note}", "warning")
         elif warned := self.reader.warnings():   # what the replay may not give back as it ran, said where it is used
-            more = f" (and {len(warned) - 1} more: tt inspect lists them)" if len(warned) > 1 else ""
+            more = f" (and {len(warned) - 1} more: ! lists them)" if len(warned) > 1 else ""
             self.query_one(MessageLine).say(f"replay engine ready · the recording warned: {warned[0]}{more}", "warning")
         else:
             self.query_one(MessageLine).say("replay engine ready · n/s step · j jump · c run until · ? help")
@@ -1100,6 +1101,15 @@ class DebuggerApp(App):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_warnings(self) -> None:
+        """Every warning the recording made (a live run's as far as it got)."""
+        if self.reader is None:
+            self._say("the run file is still being read", "warning")
+        elif warned := self.reader.warnings():
+            self.push_screen(WarningsScreen(warned, str(self.path)))
+        else:
+            self._say("the recording made no warnings")
 
     def live_event(self) -> None:
         """The recorder took an interaction: look now rather than at the next poll."""

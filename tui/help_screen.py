@@ -51,6 +51,7 @@ SECTIONS = [
         _row("evaluate"),
         _row("watch", "unwatch"),
         _row("why"),
+        _row("warnings"),
         ("Ctrl+P", "command palette: every action, with why it is unavailable"),
     ]),
     ("Application", [
