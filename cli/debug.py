@@ -20,9 +20,9 @@ def debug(
     """Open the terminal debugger: browse interactions and states, jump, step, search the logs.
 
     Keys: n s f step over/into/out, N S F step back, c run until, C last change,
-    j jump, [ ] previous/next interaction, / search, ? help, q quit. Works over SSH
-    in an 80×24 terminal; needs neither Spark nor Java. A run that `tt record` is
-    still writing is followed live.
+    j jump, [ ] previous/next interaction, / search, ! the recording's warnings,
+    ? help, q quit. Works over SSH in an 80×24 terminal; needs neither Spark nor
+    Java. A run that `tt record` is still writing is followed live.
     """
     from ..core.code_pickle import require_python
     from ..store.reader import RunReader
