@@ -136,7 +136,7 @@ def test_a_task_says_every_warning_it_has_in_one_flush(warned_twice, service):
 def test_the_debugger_lists_every_warning_on_a_key(warned_twice):
     """The message line says the first warning and how many more; `!` lists them all, as the run
     file keeps them, and Esc returns; the palette offers it too."""
-    from test_tui import drive, keys, message, until
+    from test_tui import drive, keys, message, position, until
 
     from tt.tui.warnings_screen import WarningsScreen
 
@@ -151,6 +151,9 @@ def test_the_debugger_lists_every_warning_on_a_key(warned_twice):
         await until(pilot, lambda: isinstance(app.screen, WarningsScreen), what="the warnings")
         listed = app.screen.warnings
         shown = str(app.screen.query_one("#warnings-title").render())
+        at, before = position(app), message(app)
+        await keys(pilot, "n")   # a page to read: the keys behind it do nothing meanwhile
+        assert isinstance(app.screen, WarningsScreen) and position(app) == at and message(app) == before
         await keys(pilot, "escape")
         return said, palette, listed, shown, isinstance(app.screen, WarningsScreen)
     said, palette, listed, shown, still_open = drive(app, script)

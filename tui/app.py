@@ -706,7 +706,7 @@ class DebuggerApp(App):
         action = actions.BY_KEY.get(event.key)
         if action is None or self.check_action(action.name, ()):
             return
-        if isinstance(self.screen, (PromptScreen, HelpScreen)) or isinstance(self.focused, Input):
+        if isinstance(self.screen, (PromptScreen, HelpScreen, WarningsScreen)) or isinstance(self.focused, Input):
             return
         if action.when.step is not None:
             self._explain(action.name)

@@ -46,7 +46,6 @@ class WarningsScreen(ModalScreen[None]):
         super().__init__()
         self.warnings = list(warnings)
         self.run = run
-        self.text = "\n".join(self.warnings)   # (tests read it)
 
     def compose(self) -> ComposeResult:
         count = len(self.warnings)
