@@ -149,16 +149,27 @@ def test_the_debugger_lists_every_warning_on_a_key(warned_twice):
         palette = {c.title: c.help for c in app.get_system_commands(app.screen)}
         await keys(pilot, "exclamation_mark")
         await until(pilot, lambda: isinstance(app.screen, WarningsScreen), what="the warnings")
-        listed = app.screen.warnings
+        listed = _plain(app.screen.query_one("#warnings-list").content)
         shown = str(app.screen.query_one("#warnings-title").render())
         at, before = position(app), message(app)
-        await keys(pilot, "n")   # a page to read: the keys behind it do nothing meanwhile
+        await keys(pilot, "n", "f")   # a page to read: keys do nothing behind it (f, greyed, says nothing)
         assert isinstance(app.screen, WarningsScreen) and position(app) == at and message(app) == before
         await keys(pilot, "escape")
         return said, palette, listed, shown, isinstance(app.screen, WarningsScreen)
     said, palette, listed, shown, still_open = drive(app, script)
     assert said == f"replay engine ready · the recording warned: {warned[0]} (and 1 more: ! lists them)", said
     assert palette["Recording warnings"].startswith("! · every warning the recording made")
-    assert listed == warned
+    assert listed == [f"{n}. {w}" for n, w in enumerate(warned, 1)], listed   # as drawn, each whole
     assert shown.startswith("The recording warned of 2 things"), shown
     assert not still_open
+
+
+def _plain(renderable) -> list[str]:
+    """A rich renderable's lines as text, wide enough that nothing wraps."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=2000, record=True, file=io.StringIO())
+    console.print(renderable)
+    return [line.rstrip() for line in console.export_text().splitlines() if line.strip()]
