@@ -164,17 +164,20 @@ class Graph:
 
     # --- compiling --------------------------------------------------------
 
-    def choose_theta(self, name: str | None) -> Node:
-        """θ is the operator the user watches; default: the first stateful one."""
+    def theta_for(self, name: str | None) -> Node:
+        """The operator the user watches; default: the first stateful one."""
         if name is not None:
-            theta = self.node(name)
-        else:
-            candidates = [n for n in self.nodes if n.kind not in (SOURCE, SINK) and n.op.is_stateful()]
-            if not candidates:
-                candidates = [n for n in self.nodes if n.kind != SOURCE]
-            if not candidates:
-                raise UsageError("the dataflow has no operator to watch")
-            theta = candidates[0]
+            return self.node(name)
+        candidates = [n for n in self.nodes if n.kind not in (SOURCE, SINK) and n.op.is_stateful()]
+        if not candidates:
+            candidates = [n for n in self.nodes if n.kind != SOURCE]
+        if not candidates:
+            raise UsageError("the dataflow has no operator to watch")
+        return candidates[0]
+
+    def choose_theta(self, name: str | None) -> Node:
+        """θ is the operator the user watches (`theta_for`): G(θ) is it and all below it."""
+        theta = self.theta_for(name)
         self.theta = theta.id
         self.in_g = self.descendants(theta.id)
         return theta

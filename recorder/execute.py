@@ -34,18 +34,19 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
         spark = getattr(first, "sparkSession", None) or SparkSession.getActiveSession()
         if spark is None:
             spark = SparkSession.builder.getOrCreate()
+    session = sessions.active()
+    examined = _examine_early(flow, session)
     source_parts = {}
     for nid, data in flow.sources.items():
         source_parts[nid] = (data.rdd if isinstance(data, DataFrame) else data).getNumPartitions()
     graph.cut_stages(source_parts, flow.partitions)
     _prepare_spark(spark, graph)
-    session = sessions.active()
     recording = None
     refs: dict = {}
     if session is not None:
         recording = session.begin(graph, spark, _main_dir())
         if recording is not None:
-            refs = _reference_sources(flow, graph, session)
+            refs = _reference_sources(flow, graph, session, examined)
     try:
         outputs = _run_stages(flow, graph, spark, recording, refs)
     except KeyboardInterrupt:
@@ -63,9 +64,30 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
     return Result(outputs, str(session.out) if session is not None and recording is not None else None)
 
 
-def _reference_sources(flow: Dataflow, graph: Graph, session: Any) -> dict[int, Any]:
+def _examine_early(flow: Dataflow, session: Any) -> Any:
+    """Begin examining the source DataFrames `_reference_sources` will ask about, in a thread,
+    while Spark plans them here (recorder/sources.py `Examination`): with `--lineage` all of
+    them; without, those that feed G(θ) (recorded there, or shuffled into it)."""
+    from pyspark.sql import DataFrame
+
+    from .sources import Examination
+
+    if session is None or session.copy_sources or session.graph is not None:   # (a second dataflow: not recorded)
+        return None
+    graph = flow.graph
+    try:
+        below = graph.descendants(graph.theta_for(session.watch).id)
+    except TTError:
+        return None   # (begin says why)
+    frames = {nid: data for nid, data in flow.sources.items() if isinstance(data, DataFrame) and (
+        session.lineage or nid in below or any(graph.edges[e].dst in below for e in graph.nodes[nid].outputs))}
+    return Examination(frames) if frames else None
+
+
+def _reference_sources(flow: Dataflow, graph: Graph, session: Any, examined: Any = None) -> dict[int, Any]:
     """The recorded source DataFrames whose rows can be stored as file positions
-    (recorder/sources.py); stored in the run file with why the others are copied."""
+    (recorder/sources.py); stored in the run file with why the others are copied.
+    `examined`: an `Examination` begun before the job was planned."""
     from pyspark.sql import DataFrame
 
     from . import sources
@@ -77,7 +99,10 @@ def _reference_sources(flow: Dataflow, graph: Graph, session: Any) -> dict[int, 
         shuffled = [e for e in graph.nodes[nid].outputs if graph.edges[e].shuffle and graph.is_entry(graph.edges[e])]
         if not isinstance(data, DataFrame) or not (recorded or feeds_lineage or shuffled):
             continue
-        ref, why = (None, "tt record --copy-sources") if session.copy_sources else sources.reference(data)
+        if session.copy_sources:
+            ref, why = None, "tt record --copy-sources"
+        else:
+            ref, why = examined.reference(nid, data) if examined is not None else sources.reference(data)
         if ref is None:
             if recorded:   # (a source only --lineage reads is not copied: its rows stay unnamed)
                 copied[nid] = why

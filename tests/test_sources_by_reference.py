@@ -698,3 +698,48 @@ def test_the_scan_is_read_in_few_round_trips_and_as_item_by_item(spark, tmp_path
     assert ref is not None, why
     assert ref.columns == ["id", "g"] and len(ref.info["paths"]) == 1 and "a dir" in ref.info["paths"][0]
     assert any("id" in f for f in ref.info["data_filters"]) and ref.info["pushed_filters"]
+
+
+@pytest.mark.parametrize("lineage", [False, True], ids=["plain", "lineage"])
+def test_sources_are_examined_while_spark_plans_them_and_only_those_asked_for(spark, tmp_path, lineage, monkeypatch):
+    """The driver examines the sources `_reference_sources` will ask about in a thread begun before
+    Spark plans the job (recorder/sources.py `Examination`): the sources that feed G(θ), and with
+    `--lineage` every one. Each early answer is the one examining it then gives, and none is waste."""
+    import tt
+    from tt.recorder import sources
+    from tt.recorder.session import RecordingSession
+
+    data = write_files(tmp_path / "data", 2)
+    early, asked = [], []
+    examine = sources.Examination.__init__
+
+    def started(self, frames):
+        early.extend(frames)
+        examine(self, frames)
+    monkeypatch.setattr(sources.Examination, "__init__", started)
+    take = sources.Examination.reference
+
+    def answered(self, nid, df):
+        ref, why = take(self, nid, df)
+        asked.append(nid)
+        assert ref is not None, why
+        again, _ = sources.reference(df)
+        assert (ref.columns, ref.files, ref.splits, ref.info, ref.counted) == (
+            again.columns, again.files, again.splits, again.info, again.counted)
+        return ref, why
+    monkeypatch.setattr(sources.Examination, "reference", answered)
+
+    flow = tt.Dataflow("two_scans", partitions=2)
+    near = flow.source("NEAR", spark.read.parquet(str(data)).where("id > 3"))
+    far = flow.source("FAR", spark.read.parquet(str(data)).select("id"))
+    counted = near.process(first_column_counter(), name="R")
+    far.map(lambda r: r, name="M").union(counted, name="U").collect("out")
+    session = RecordingSession(tmp_path / "run.db", Path(__file__), [], watch="R", lineage=lineage)
+    with session:
+        flow.run()
+    session.close()
+    ids = {n.name: n.id for n in flow.graph.nodes}
+    assert sorted(early) == sorted(asked) == sorted([ids["NEAR"], ids["FAR"]] if lineage else [ids["NEAR"]])
+    reader = RunReader(tmp_path / "run.db")
+    assert {s for s, f in reader.conn.execute("SELECT source, format FROM source_scans")} == set(asked)
+    reader.close()
