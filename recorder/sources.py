@@ -119,16 +119,16 @@ class Examination:
     """The sources' `reference` taken in a thread while the driver goes on planning the job.
 
     Examining a source is mostly py4j round trips (150 for TPC-H's lineitem: the plan's nodes,
-    the filter's terms, each split's file), 50–70 ms for W2's four sources at scale 1: on the
-    recording's critical path, about 1 % of the job, where the driver would otherwise wait for
-    Spark to plan the same DataFrames (`execute`: their partition counts). The plans are the
-    DataFrames' own, so both threads share Spark's planning (a lazy value, computed once)."""
+    the filter's terms, each split's file), 50–70 ms for W2's four sources at scale 1, about 1 %
+    of the job when the driver waited for them. Begun before the driver has Spark plan the same
+    DataFrames (`execute`: their partition counts), they run while it waits for that. The plans
+    are the DataFrames' own, so both threads share Spark's planning (a lazy value, made once)."""
 
     def __init__(self, frames: dict[int, Any]):
-        self._frames = frames
-        self._out: dict[int, tuple[ScanRef | None, str]] = {}
         from pyspark import InheritableThread   # (the job's local properties, for `_hashes`'s Spark job)
 
+        self._frames = frames
+        self._out: dict[int, tuple[ScanRef | None, str]] = {}
         self._thread = InheritableThread(self._run, name="tt-sources", daemon=True)
         self._thread.start()
 
