@@ -116,6 +116,10 @@ class Graph:
     def out_edges(self, node: Node) -> list[Edge]:
         return [self.edges[e] for e in node.outputs]
 
+    def feeds(self, source: int, nodes: set[int]) -> bool:
+        """Whether a source is one of `nodes` or an edge of it leads into them."""
+        return source in nodes or any(self.edges[e].dst in nodes for e in self.nodes[source].outputs)
+
     def descendants(self, node_id: int) -> set[int]:
         seen = {node_id}
         stack = [node_id]

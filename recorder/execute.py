@@ -79,8 +79,8 @@ def _examine_early(flow: Dataflow, session: Any) -> Any:
         below = graph.descendants(graph.theta_for(session.watch).id)
     except TTError:
         return None   # (begin says why)
-    frames = {nid: data for nid, data in flow.sources.items() if isinstance(data, DataFrame) and (
-        session.lineage or nid in below or any(graph.edges[e].dst in below for e in graph.nodes[nid].outputs))}
+    frames = {nid: data for nid, data in flow.sources.items()
+              if isinstance(data, DataFrame) and (session.lineage or graph.feeds(nid, below))}
     return Examination(frames) if frames else None
 
 
@@ -95,7 +95,7 @@ def _reference_sources(flow: Dataflow, graph: Graph, session: Any, examined: Any
     refs, copied, first_id = {}, {}, 1
     for nid, data in flow.sources.items():
         recorded = graph.records_source(nid)
-        feeds_lineage = nid in graph.lineage or any(graph.edges[e].dst in graph.lineage for e in graph.nodes[nid].outputs)
+        feeds_lineage = graph.feeds(nid, graph.lineage)
         shuffled = [e for e in graph.nodes[nid].outputs if graph.edges[e].shuffle and graph.is_entry(graph.edges[e])]
         if not isinstance(data, DataFrame) or not (recorded or feeds_lineage or shuffled):
             continue
