@@ -75,7 +75,8 @@ def inspect(
             if any(kept_inputs.is_kept(v) for e in states.values() if isinstance(e["state"], dict)
                    for v in e["state"].values()):
                 text += (f"\n‹kept as inputs›: a join's stored rows are its inputs, which the run file holds "
-                         f"already; it keeps their digest. A replay shows them: tt replay {run} --to {at} --states all")
+                         f"already; it keeps their keys and rows, and their digest at its task's end. "
+                         f"A replay shows them: tt replay {run} --to {at} --states all")
             emit(states, json=json, nl=nl, csv_=False, text=text + ("\n" + cut_hint(again) if cut else ""))
         elif what == "failures":
             rows = reader.failures()  # one per failure, however many attempts Spark made

@@ -87,6 +87,10 @@ def verify(
                                               else "every interaction was complete)"))
             via = f"; again from the checkpoints for {via_checkpoints}" if via_checkpoints else ""
             text = f"{run}: {done}{via} — every replayed state equals the recorded one{note}"
+            by_rows = sorted({op for r in results for op in r.get("rows_only", ())})
+            if by_rows:   # what "equals" meant for their stored rows (core/kept_inputs.py `ROWS`)
+                text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "
+                         f"keys and rows at interactions and by their digest at each task's end")
         warnings = reader.warnings()
         if warnings:   # "verified" covers what was recorded: say what the recording could not
             data["warnings"] = warnings

@@ -38,6 +38,18 @@ built-in HashJoin) has such a field digested from those counts instead (`of: key
 over its keys of their rows and hashes, `_KeyRowsDigest`): a snapshot then reads no list but a
 sampled key's, so 10 interactions a second cost the keys that changed, not their lists again.
 Replay digests a field as its recorded summary says (`like_recorded`), older run files too.
+
+An operator whose every input on port i is appended, as it came, to its key's list in the i-th
+kept field (`Operator.appends_each_input`: the built-in HashJoin) has those fields stored at an
+interaction by their keys and rows alone (`of: rows`), and digested at its task's end only, as
+above. Such a field only grows, one row an input, in the order the run file fixes; so its
+content at an interaction is a prefix of its content at the end, and a row stored differently
+in replay stays in the field and is found by the end's digest (a merge that changed a stored
+row and changed it back is the one case this misses). `tt verify` then names the task's end,
+and looks for the input from the last interaction whose digest matched (replay/verify.py).
+Digesting at every interaction made the join count the rows it stored under each key for every
+input, and cost TPC-H W2 at 10 interactions a second 3 points of recording's wall time (×1.083
+against ×1.053 so, 10 repetitions, `benches/results/2026-12-05-rows-at-interactions.md`).
 """
 
 from __future__ import annotations
@@ -65,6 +77,7 @@ _SAMPLED_TOP = bytes(int(b >> (_UNSAMPLED - 56) == 0) for b in range(256))   # t
 
 COUNTS = "counts"   # a field digested by its keys' row counts and one key in 64's values (the run file proves the rest)
 KEY_ROWS = "key rows"   # the same facts, summed over its rows' keys: kept up by the appends the operator counts
+ROWS = "rows"           # a field stored at an interaction by its keys and rows alone (digested at its task's end)
 APPENDED = "appended"   # a `changed_keys()` value: the key's list only gained rows at its end since
 XXH3_TEXT = "xxh3 text"  # a summary's `hash`: xxh3-64 of the JSON with a Decimal written as its text (`_entry`)
 XXH3 = "xxh3"           # ... in run files before it: xxh3-64 of the JSON with values' tagged Decimals; before that none, blake2b-64
@@ -75,7 +88,8 @@ class Kept:
     """What an interaction stores of a kept-inputs field; encodes as `{"$kept": {...}}`. `bytes`
     is the JSON the field stands for (the planner's figure). `of`: None for a digest of all its
     values; `COUNTS` or `KEY_ROWS` for one by its keys' rows, which stores no such figure, its
-    `bytes` an estimate from a sample of rows. `hash`: what hashed its bytes (`HASHES`)."""
+    `bytes` an estimate from a sample of rows; `ROWS` for keys and rows alone, no digest.
+    `hash`: what hashed its bytes (`HASHES`)."""
 
     __slots__ = ("keys", "rows", "bytes", "digest", "of", "hash")
 
@@ -84,6 +98,8 @@ class Kept:
         self.keys, self.rows, self.bytes, self.digest, self.of, self.hash = keys, rows, nbytes, digest, of, hashed
 
     def __tt_json__(self) -> dict:
+        if self.of == ROWS:
+            return {TAG: {"keys": self.keys, "rows": self.rows, "of": ROWS}}
         if self.of is not None:
             summary = {"keys": self.keys, "rows": self.rows, "of": self.of, "digest": f"{self.digest:016x}"}
         else:
@@ -242,6 +258,10 @@ def summary(field: Any, of: str | None = None, hashed: str | None = XXH3_TEXT) -
     JSON hashed as `hashed` says (`HASHES`: a run file's summary says which)."""
     if type(field) is not dict:
         return field   # not what a kept-inputs field is: stored as it is
+    if of == ROWS:
+        return Kept(len(field), sum(_rows_of(field.values())), 0, 0, ROWS, None)
+    if of not in (None, COUNTS, KEY_ROWS):
+        raise ValueError(f"a kept-inputs summary of {of!r}, which this tt does not know: a newer tt recorded it")
     with values.gc_paused():
         if of is None:
             return _kept(field, sum(map(_entry, field, field.values(), itertools.repeat(HASHES[hashed]))), hashed)
@@ -263,6 +283,11 @@ def like_recorded(recorded: Any, state: Any) -> Any:
     kept = [f for f, v in recorded.items() if is_kept(v) and f in state]
     return {**state, **{f: summary(state[f], recorded[f][TAG].get("of"), _hash_of(recorded[f][TAG]))
                         for f in kept}} if kept else state
+
+
+def rows_only(recorded: Any) -> bool:
+    """Whether a stored (JSON) state holds a field stored by its keys and rows alone (`ROWS`)."""
+    return type(recorded) is dict and any(is_kept(v) and v[TAG].get("of") == ROWS for v in recorded.values())
 
 
 def _hash_of(recorded: dict) -> str | None:
@@ -557,6 +582,23 @@ class KeptDigests:
     def __init__(self, sums: Any = key_sums):
         self.fields: dict[tuple[Any, str], _FieldDigest | _CountDigest | _KeyRowsDigest] = {}
         self.sums = sums   # a `KEY_ROWS` digest's `key_sums` (the recorder's: in numpy)
+        self.per_row: dict[tuple[Any, str], float] = {}   # a `ROWS` field's JSON bytes a row, once estimated
+
+    def rows(self, instance: Any, op: Any, state: dict, inputs: dict[int, int]) -> tuple[dict, int]:
+        """`state` with the kept-inputs fields of `op`, an operator that `appends_each_input`,
+        replaced by `ROWS` summaries, and the JSON bytes they stand for (estimated: the planner's
+        figure). `inputs`: the inputs each port took so far, which are the rows of its field."""
+        state, extra = dict(state), 0
+        for port, name in enumerate(op.kept_inputs):
+            field = state.get(name)
+            if type(field) is not dict:
+                continue
+            rows = inputs.get(port, 0)
+            per_row = self.per_row.get((instance, name)) or _per_row(field)
+            self.per_row[(instance, name)] = per_row
+            state[name] = kept = Kept(len(field), rows, round(rows * per_row), 0, ROWS, None)
+            extra += kept.bytes
+        return state, extra
 
     def summarize(self, instance: Any, op: Any, state: dict, changed: dict | None,
                   counted: frozenset = frozenset(), appended: dict | None = None) -> tuple[dict, dict | None, int]:

@@ -36,6 +36,7 @@ class InputRuns:
     """Run-length encoded channel sequence: [(port, src, n), ...]."""
 
     runs: list[list[int]] = field(default_factory=list)
+    taken: dict[int, int] = field(default_factory=dict)   # per port, the inputs of the runs taken so far
 
     def add(self, port: int, src: int, n: int = 1) -> None:
         if n <= 0:
@@ -46,8 +47,27 @@ class InputRuns:
         else:
             runs.append([port, src, n])
 
+    def per_port(self, consumed: int) -> dict[int, int]:
+        """The inputs each port took among the first `consumed` of the instance (a shuffled stage
+        logs a batch's channel before its rows are consumed, so runs may run ahead of them)."""
+        counts = dict(self.taken)
+        left = consumed - sum(counts.values())
+        for port, _, n in self.runs:
+            if left <= 0:
+                break
+            counts[port] = counts.get(port, 0) + min(n, left)
+            left -= n
+        return counts
+
     def take(self, total: int | None = None) -> list[list[int]]:
         """Remove and return the runs covering the first `total` inputs (all by default)."""
+        out = self._take(total)
+        taken = self.taken
+        for port, _, n in out:
+            taken[port] = taken.get(port, 0) + n
+        return out
+
+    def _take(self, total: int | None) -> list[list[int]]:
         if total is None:
             out, self.runs = self.runs, []
             return out

@@ -63,6 +63,13 @@ class Operator:
     #: under each key): a `KEY_ROWS` digest then reads their lengths without checking their type.
     kept_lists: bool = False
 
+    #: True when each input on port i is appended, as it came, to its key's list in the i-th
+    #: kept-inputs field, and nothing else adds rows to those fields or takes any away (the
+    #: built-in HashJoin): a field's rows at an interaction are then the inputs its port took,
+    #: in the order the run file fixes, so interactions store its keys and rows, and only its
+    #: task's end the digest of its values (core/kept_inputs.py `ROWS`).
+    appends_each_input: bool = False
+
     #: Optional, for row lineage (replay/lineage.py, docs/LINEAGE.md), never called while
     #: recording: `emitted_from(row, port, n)` says, for each of the n tuples just emitted for
     #: `row` (None, port -1: by `finish()`), which state it was made from, as a list of paths
@@ -277,6 +284,12 @@ class HashJoin(Operator):
     def kept_lists(self) -> bool:
         """Whether every value of `left` and `right` is a list, as `process` stores rows: a
         digest then reads their lengths unchecked (core/kept_inputs.py `_KeyRowsDigest`)."""
+        return type(self).process is HashJoin.process
+
+    @property
+    def appends_each_input(self) -> bool:
+        """Whether `process` is this one, which appends each input to its key's list: its
+        interactions store its sides' keys and rows (core/kept_inputs.py `ROWS`)."""
         return type(self).process is HashJoin.process
 
     def __setstate__(self, state: dict) -> None:

@@ -447,8 +447,9 @@ def _render(v: Any) -> str:
             if tag == "$bytes":
                 return f"b64'{inner}'"
             if tag == "$kept" and isinstance(inner, dict):
-                return (f"‹{inner.get('rows', 0):,} rows under {inner.get('keys', 0):,} keys, kept as inputs "
-                        f"(digest {str(inner.get('digest', ''))[:8]})›")
+                digest = ("digest at its task's end" if inner.get("of") == "rows"
+                          else f"digest {str(inner.get('digest', ''))[:8]}")
+                return f"‹{inner.get('rows', 0):,} rows under {inner.get('keys', 0):,} keys, kept as inputs ({digest})›"
         if "$object" in v and len(v) == 2:
             return v["$object"].rsplit(".", 1)[-1] + _render(v["attrs"])
         return "{" + ", ".join(f"{k}: {_render(x)}" for k, x in v.items()) + "}"

@@ -422,7 +422,7 @@ class StageTask:
         self.pending_barriers: list[dict] = []
         self.new_states: dict[str, tuple[bytes, int]] = {}  # hash -> (compressed JSON, full size)
         self.sent_states: set[str] = set()
-        self.last_state: dict[int, tuple[int, str]] = {}  # node -> (position, hash) of its last snapshot
+        self.last_state: dict[int, tuple[int, str, bool]] = {}  # node -> (position, hash, by rows) of its last snapshot
         self.entry_seq: dict[tuple[int, int, int], int] = {}
         self.arrow_entries: list[tuple[int, int, int, Any]] = []  # (node, port, src, batch)
         self.unit_entries: list[tuple[int, int, int, str, bytes]] = []  # (node, port, src, codec, packed unit): hooked
@@ -912,12 +912,22 @@ class StageTask:
             self.new_checkpoints.append(({"op": r.node_id, "i": self.partition, "k": k, "seq": seq,
                                           "pos": r.count, "kind": kind}, packed))
 
-    def _state_hash(self, r: Runner) -> str:
+    def _state_hash(self, r: Runner, end: bool = False) -> str:
+        """The hash of `r`'s state as stored (the stored bytes queued to send): at an interaction,
+        or at its task's `end`, where a join's stored rows are digested (core/kept_inputs.py `ROWS`)."""
+        rows_until_end = getattr(r.op, "appends_each_input", False)
+        by_rows = rows_until_end and not end
         last = self.last_state.get(r.node_id)
-        if last is not None and last[0] == r.count:
+        if last is not None and last[0] == r.count and (by_rows or not last[2]):
             return last[1]  # state changes only by consuming an input: nothing to encode
         changed_keys, appended_rows = getattr(r.op, "changed_keys", None), getattr(r.op, "appended_rows", None)
-        if r.count == 0:
+        if by_rows:   # its stored rows by their keys and rows (the join counts nothing per input)
+            inputs = ({r.implicit_channel[0]: r.count} if r.implicit_channel is not None   # (one port: no runs logged)
+                      else r.log.inputs.per_port(r.count))
+            state, kept_bytes = self.kept_digests.rows(r.node_id, r.op, r.op.state(), inputs)
+            h, data, size = whole(state)
+        elif r.count == 0 or rows_until_end:
+            # from scratch: the end of an operator stored by rows until then, or
             # the state before any input (a task that starts after an interaction takes it first),
             # whole: asking `changed_keys()` here would have the operator count its changes from
             # its first input on (HashJoin: a dict update per row stored; in py-spy profiles of
@@ -935,7 +945,7 @@ class StageTask:
         size += kept_bytes   # the planner's figure: what a checkpoint of the state would weigh
         if data and h not in self.sent_states and h not in self.new_states:
             self.new_states[h] = (blobs.compress(data), size)
-        self.last_state[r.node_id] = (r.count, h)
+        self.last_state[r.node_id] = (r.count, h, by_rows)
         return h
 
     def _counted(self, r: Runner) -> frozenset:
@@ -1098,7 +1108,7 @@ class StageTask:
         if self.mode != "record":
             return
         finals = [{"op": r.node_id, "i": self.partition, "pos": r.count, "last_k": self.epoch,
-                   "state": self._state_hash(r)} for r in self.recorders]
+                   "state": self._state_hash(r, end=True)} for r in self.recorders]
         if self.checkpointer is not None:
             self._checkpoint(-1)  # the end state: kept if a checkpointed interaction needs it
         header, out_blobs = self._header("end")

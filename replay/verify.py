@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import cloudpickle
 import orjson
 
-from ..core import libraries, values
+from ..core import kept_inputs, libraries, values
 from ..core.errors import ReplayDivergence, RunFileError, TTError, UsageError
 from ..core.group_state import NO_TIMESTAMP, GroupStateOperator
 from ..core.hooked import GROUP_STATE_KIND
@@ -38,6 +38,11 @@ def verify(reader: RunReader, *, trust: bool = False,
     Stops at the first divergence, since everything after it would differ too. An
     interaction that is incomplete although the run was not cut off there (the run
     completed, or a later interaction is complete) is a failure too (`"incomplete"`).
+
+    A join's stored rows are stored at interactions by their keys and rows, and digested at
+    its task's end (core/kept_inputs.py `ROWS`): an interaction that compared such a field so
+    says (`"rows_only"`: the operators), and an instance whose digest differs is searched for
+    its input from the last interaction its digest matched, not from the last one at all.
     """
 
     reader.sources().check_all()  # a changed source file: one line now, not a divergence later
@@ -45,6 +50,8 @@ def verify(reader: RunReader, *, trust: bool = False,
     results = []
     interactions = reader.interactions()
     prev_k: int | None = None
+    digested: dict[Key, int] = {}   # per instance, the last k its whole state (digests too) matched
+    by_rows_since: set[Key] = set()   # the instances compared by rows since
     for n, interaction in enumerate(interactions):
         snap = reader.instances_at(interaction.k)
         try:
@@ -65,15 +72,25 @@ def verify(reader: RunReader, *, trust: bool = False,
             detail = " ".join(str(e).split())[:120]
             raise RunFileError(f"the run file is damaged: replaying to interaction {interaction.k} failed to "
                                f"decode its recorded data ({type(e).__name__}: {detail})") from e
-        bad = differing_state(reader, engine, interaction.k, snap)
+        by_rows: set[Key] = set()
+        bad = differing_state(reader, engine, interaction.k, snap, by_rows)
         if bad:
             key = (reader.operator(bad["op"]).id, bad["instance"])
-            found = _bisect(reader, engine, key, prev_k, interaction.k, bad["position"], bad["field"], trust)
+            since = digested.get(key) if key in by_rows_since else prev_k
+            found = _bisect(reader, engine, key, since, interaction.k, bad["position"], bad["field"], trust)
             bad["error"] += found.pop("text")
             bad.update(found)
             results.append(bad)
             break
-        results.append({"k": interaction.k, "ok": True, "instances": len(snap)})
+        result = {"k": interaction.k, "ok": True, "instances": len(snap)}
+        if by_rows:
+            result["rows_only"] = sorted({reader.operators[op].name for op, _ in by_rows})
+        results.append(result)
+        by_rows_since |= by_rows
+        for key, at in snap.items():
+            if at.state is not None and key not in by_rows:
+                digested[key] = interaction.k
+                by_rows_since.discard(key)
         prev_k = interaction.k
         if progress is not None:
             progress(n + 1, len(interactions))
@@ -83,15 +100,19 @@ def verify(reader: RunReader, *, trust: bool = False,
     return results
 
 
-def differing_state(reader: RunReader, engine: Engine, k: int, snap: dict | None = None) -> dict | None:
+def differing_state(reader: RunReader, engine: Engine, k: int, snap: dict | None = None,
+                    by_rows: set | None = None) -> dict | None:
     """Where the replayed states at interaction k (the engine stands there) first differ from
     the recorded ones: the instance, its field, both values and a line that says it; None where
     every instance's state equals its recorded one. `tt verify` checks every interaction so, and
-    the debug session the one it jumps to."""
+    the debug session the one it jumps to. `by_rows` gets the instances whose recorded state
+    holds stored rows by their keys and rows alone (core/kept_inputs.py `ROWS`)."""
     for key, at in (snap if snap is not None else reader.instances_at(k)).items():
         if at.state is None:
             continue
         recorded = stored_state(reader, key, at.state, k)
+        if by_rows is not None and kept_inputs.rows_only(recorded):
+            by_rows.add(key)
         replayed = engine.instances[key].state(like=recorded)
         diff = values.first_difference(recorded, replayed)
         if diff is not None:

@@ -6,6 +6,8 @@ snapshot holds those keys and the new ones instead of a comparison of the whole 
 those keys (core/kept_inputs.py). The run must replay to exactly the stored states (`tt verify`),
 and the stored end states, and the replayed rows behind the join's digests, must be what the
 input data says, computed in plain Python. A join whose stored rows differ in replay is found.
+Before its task's end, an interaction stores the join's rows by their keys and rows alone
+(`of: rows`): the rows only grow, so the end's digest finds any row that differs.
 """
 
 from __future__ import annotations
@@ -58,16 +60,27 @@ def test_join_and_aggregate_snapshots_from_listed_keys_replay_exactly(record, ca
                 listed.update(stored["$delta"].get("keys", {}))
         assert "groups" in listed
 
-        # the join's stored rows are its inputs: every snapshot keeps a digest of them, never a copy
-        kept = [values.decode(reader.state(at.state)) for i in ints
-                for (op, _), at in reader.instances_at(i.k).items() if op == reader.operator("J").id and i.k]
-        assert kept and all(set(s["left"]) == {"$kept"} and set(s["right"]) == {"$kept"} for s in kept)
-        # both sides come through a shuffle from outside G(θ): their rows' values are in the run file
-        # (by the rows it counts as it appends them: `key rows`)
-        assert all(s[side]["$kept"]["of"] == "key rows" for s in kept for side in ("left", "right"))
+        # the join's stored rows are its inputs: every snapshot keeps a summary of them, never a copy:
+        # their keys and rows at interactions, and at the task's end their digest; both sides come
+        # through a shuffle from outside G(θ), so their rows' values are in the run file (`key rows`)
+        j = reader.operator("J").id
+        finals = {state for (state,) in reader.conn.execute("SELECT state FROM finals WHERE op=?", (j,))}
+        stored = [(i.k, key, at.state in finals, values.decode(reader.state(at.state))) for i in ints if i.k
+                  for key, at in reader.instances_at(i.k).items() if key[0] == j]
+        assert stored and all(set(s["left"]) == {"$kept"} and set(s["right"]) == {"$kept"} for *_, s in stored)
+        assert {(end, s[side]["$kept"]["of"]) for _, _, end, s in stored for side in ("left", "right")} == {
+            (False, "rows"), (True, "key rows")}
+        # an instance's rows only grow, up to its end's
+        grew = False
+        for key in {key for _, key, _, _ in stored}:
+            rows = [(s["left"]["$kept"]["rows"], s["right"]["$kept"]["rows"]) for _, at, _, s in stored if at == key]
+            assert all(a <= b for was, now in zip(rows, rows[1:]) for a, b in zip(was, now)), (key, rows)
+            grew = grew or rows[0] < rows[-1]
+        assert grew, "interactions came while the join was taking its inputs"
 
         results = verify(reader)
         assert len(results) == len(ints) and all(r["ok"] for r in results), [r for r in results if not r["ok"]][:1]
+        assert {op for r in results for op in r.get("rows_only", ())} == {"J"}, "verify says what it compared so"
 
         # the oracle: the input data, joined and summed in plain Python; the join's rows as replayed
         want_left = {}
@@ -89,6 +102,12 @@ def test_join_and_aggregate_snapshots_from_listed_keys_replay_exactly(record, ca
                     into.setdefault(k, []).extend(rows)
         assert {k: sorted(v, key=lambda r: r["seq"]) for k, v in left.items()} == want_left
         assert right == {r["o"]: [r] for r in ORDERS}
+
+        assert main(["verify", str(path)]) == 0
+        said = capsys.readouterr().out
+        assert "every replayed state equals the recorded one" in said
+        assert (": J: stored rows, which are the inputs, compared by their keys and rows at interactions and by "
+                "their digest at each task's end") in said
 
         # what `tt inspect` shows of them, and the replay it points at, which shows the rows
         k = str(ints[-1].k)

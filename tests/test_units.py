@@ -577,6 +577,53 @@ def test_a_joins_running_digest_equals_one_made_from_scratch(of):
     assert values.first_difference(stored, changed) == ("<root>", stored, changed)
 
 
+def test_a_join_stored_by_rows_at_interactions_counts_what_replay_counts():
+    """Before its task's end an interaction stores the built-in join's sides by their keys and
+    rows (core/kept_inputs.py `ROWS`), the rows counted from the inputs each port took, as the
+    input log has them (a shuffled stage logs a batch's channel before its rows are consumed):
+    what replay counts of the field it rebuilt. The join counts nothing per input for it, and a
+    summary of a kind this tt does not know is an error, not a digest compared with another."""
+    from tt.core import kept_inputs
+    from tt.core.logs import InputRuns
+    from tt.core.operator import HashJoin
+
+    class OwnJoin(HashJoin):
+        def process(self, row, port=0):
+            return super().process(row, port)
+
+    assert HashJoin(len, len).appends_each_input and not OwnJoin(len, len).appends_each_input
+
+    rng = random.Random(5)
+    join, runs, digests = HashJoin(lambda r: r["k"], lambda r: r["k"]), InputRuns(), kept_inputs.KeptDigests()
+    ahead, consumed = [], 0   # the ports of inputs logged but not consumed yet
+    for step in range(60):
+        if rng.random() < 0.5:   # a batch's channel logged ahead of its rows
+            batch = [(rng.randrange(2), rng.randrange(3)) for _ in range(rng.randrange(1, 60))]
+            for port, src in batch:
+                runs.add(port, src)
+            ahead += [port for port, _ in batch]
+        take = rng.randrange(len(ahead) + 1)
+        for port in ahead[:take]:
+            join.process({"k": rng.randrange(40), "v": decimal.Decimal(rng.randrange(99)) / 7}, port)
+        del ahead[:take]
+        consumed += take
+        state, size = digests.rows("J:0", join, join.state(), runs.per_port(consumed))   # an interaction
+        for side in ("left", "right"):
+            stored = values.encode(state[side])
+            assert stored == {"$kept": {"keys": len(getattr(join, side)), "of": "rows",
+                                        "rows": sum(map(len, getattr(join, side).values()))}}, (step, side)
+            replayed = values.encode(kept_inputs.like_recorded({side: stored}, join.state())[side])
+            assert values.first_difference(stored, replayed) is None
+            assert "rows under" in values.render(stored) and "digest at its task's end" in values.render(stored)
+        assert kept_inputs.rows_only(values.encode(state)) and not kept_inputs.rows_only({"n": 1})
+        assert size > 0 or not consumed
+        if rng.random() < 0.3:   # a flush takes the consumed inputs' runs (recorder/task.py `_collect`)
+            runs.take(consumed - sum(runs.taken.values()))
+    assert join._added is None, "the join counted nothing per input"
+    with pytest.raises(ValueError, match="newer tt"):
+        kept_inputs.like_recorded({"left": {"$kept": {"keys": 1, "rows": 1, "of": "pages"}}}, join.state())
+
+
 @pytest.mark.parametrize("of", [None, "counts", "key rows"], ids=["values", "counts", "key-rows"])
 def test_a_kept_summary_names_its_hash_and_older_run_files_verify_by_theirs(of):
     """A summary says what hashed its values' JSON (`"hash": "xxh3 text"`, a Decimal written as its
