@@ -1689,3 +1689,24 @@ def test_a_pandas_unit_that_arrow_would_change_is_pickled():
     assert packed[0] == blobs.PICKLE
     (key, back), = blobs.unpack_tuples(*packed)
     assert key[0] is pd.NaT and key[1] is None and back.equals(plain)
+
+
+def test_the_libraries_loaded_are_asked_once_and_listed_while_loaded(monkeypatch):
+    """`libraries.loaded` asks a module its version when it first sees it loaded (a worker's
+    tasks ask twice each), lists a package loaded since its last call, and not one unloaded."""
+    import sys
+    import types
+
+    from tt.core import libraries
+
+    before = libraries.loaded()
+    assert "ttfakepkg" not in before and "pandas" in before
+    fake = types.ModuleType("ttfakepkg")
+    fake.__version__ = "1.2"
+    monkeypatch.setitem(sys.modules, "ttfakepkg", fake)
+    monkeypatch.setitem(sys.modules, "ttfakepkg.sub", types.ModuleType("ttfakepkg.sub"))
+    assert libraries.loaded() == dict(sorted({**before, "ttfakepkg": "1.2"}.items()))
+    fake.__version__ = "9"   # (asked once: what it said when first seen)
+    assert libraries.loaded()["ttfakepkg"] == "1.2"
+    monkeypatch.delitem(sys.modules, "ttfakepkg")
+    assert libraries.loaded() == before
