@@ -33,7 +33,7 @@ def loaded() -> dict[str, str]:
         module = sys.modules.get(name)
         skip = "." in name or name.startswith("_") or name == "tt" or name in sys.stdlib_module_names
         _seen[name] = None if skip or module is None else _own_version(module)
-    return dict(sorted((name, v) for name, v in _seen.items() if v is not None and name in sys.modules))
+    return dict(sorted((name, v) for name, v in list(_seen.items()) if v is not None and name in sys.modules))
 
 
 def _own_version(module) -> str | None:
