@@ -28,7 +28,8 @@ def loaded() -> dict[str, str]:
     """The top-level packages loaded in this process that say their version (`__version__`),
     but the standard library's and tt: {name: version}. A module is asked once per process,
     when it is first seen loaded: a worker runs many tasks, each asking twice, and the modules
-    it has loaded (about 1,500 in a PySpark worker with pandas) change little between them."""
+    it has loaded (738, 176 of them top-level, in a PySpark 4.3 worker running a `mapInPandas`
+    function) change little between them."""
     for name in sys.modules.keys() - _seen.keys():   # (the set difference in C)
         module = sys.modules.get(name)
         skip = "." in name or name.startswith("_") or name == "tt" or name in sys.stdlib_module_names

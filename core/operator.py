@@ -284,7 +284,7 @@ class HashJoin(Operator):
     def kept_lists(self) -> bool:
         """Whether every value of `left` and `right` is a list, as `process` stores rows: a
         digest then reads their lengths unchecked (core/kept_inputs.py `_KeyRowsDigest`)."""
-        return type(self).process is HashJoin.process
+        return self.appends_each_input
 
     @property
     def appends_each_input(self) -> bool:

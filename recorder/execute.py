@@ -94,7 +94,7 @@ def _reference_sources(flow: Dataflow, graph: Graph, session: Any, examined: Any
 
     refs, copied, first_id = {}, {}, 1
     for nid, data in flow.sources.items():
-        if not isinstance(data, DataFrame) or not (graph.feeds(nid, graph.in_g) or graph.feeds(nid, graph.lineage)):
+        if not isinstance(data, DataFrame) or not graph.feeds(nid, graph.logged):
             continue   # (the rule `_examine_early` chose the sources by, G(θ) known now)
         recorded = graph.records_source(nid)
         shuffled = [e for e in graph.nodes[nid].outputs if graph.edges[e].shuffle and graph.is_entry(graph.edges[e])]
