@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import selectors
 import socket
 import socketserver
 import threading
@@ -127,20 +128,16 @@ class Coordinator:
             def handle(self):
                 coordinator._serve(self.request)
 
-        class Server(socketserver.ThreadingTCPServer):
-            daemon_threads = True
-            allow_reuse_address = True
+        class Server(_WakeableServer):
             address_family = socket.getaddrinfo(bind, 0, 0, socket.SOCK_STREAM)[0][0]  # IPv4 or IPv6
 
             def process_request(self, request, client_address):
-                coordinator._accepted(request)   # on the serving loop: known before shutdown() returns
+                coordinator._accepted(request)   # on the serving loop: known before `stop` returns
                 super().process_request(request, client_address)
 
         self.server = Server((bind, 0), Handler)
         self.address = (host, self.server.server_address[1])
-        # shutdown() waits for the serving loop's next poll: a short one ends the run sooner
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL},
-                                        name="tt-coordinator", daemon=True)
+        self._thread = threading.Thread(target=self.server.serve, name="tt-coordinator", daemon=True)
         self._thread.start()
         self._timer: threading.Thread | None = None
         self._stop = threading.Event()
@@ -612,7 +609,8 @@ class Coordinator:
         stored how its attempt ended: a task whose channel closed just before the run's end
         (its Spark task failed) is marked lost or failed, never left running."""
         self.close()
-        self.server.shutdown()   # the serving loop has returned: no connection is accepted after this
+        self.server.stop()   # the serving loop has returned: no connection is accepted after this
+        self._thread.join()
         with self.lock:
             still_open = list(self._open.items())
         for sock, _ in still_open:
@@ -623,6 +621,46 @@ class Coordinator:
         for _, ended in still_open:
             ended.wait()
         self.server.server_close()
+
+
+class _WakeableServer(socketserver.ThreadingTCPServer):
+    """A threading TCP server whose serving loop sleeps until a task connects or `stop` wakes
+    it. `serve_forever` looks for `shutdown()` every `poll_interval`: at 10 ms, as the run's
+    end needed, that loop took 45 ms of the driver's CPU in a 7.8 s recording of TPC-H W2, on
+    the same two cores as the job; the driver's CPU a W2 recording went from 0.31 to 0.28 s
+    without it (6 runs each way, recording off: 0.16)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._wake_r, self._wake_w = socket.socketpair()
+
+    def serve(self) -> None:
+        """Accept connections until `stop`; one still waiting in the backlog then is not taken."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self, selectors.EVENT_READ)
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            while True:
+                ready = {key.fileobj for key, _ in selector.select()}
+                if self._wake_r in ready:
+                    return
+                if self in ready:
+                    self._handle_request_noblock()
+                self.service_actions()   # (as `serve_forever` does after each look)
+
+    def stop(self) -> None:
+        """Wake the serving loop to return (its caller joins its thread)."""
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass   # (stopped already)
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._wake_r.close()
+        self._wake_w.close()
 
 
 def _peer(sock: socket.socket) -> str:
@@ -637,8 +675,6 @@ def state_hash(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-SHUTDOWN_POLL = 0.01  # seconds between the serving loop's looks at shutdown() (Python's default: 0.5);
-#                        every recording waits half of it on average at its end
 LOAD_BYTES_PER_SECOND = 100e6  # unpickling a checkpoint's states (a conservative figure)
 DEFAULT_SECONDS_PER_INPUT = 5e-6  # an executor's time per input, until tasks report theirs
 REPLAY_FACTOR = 3.0  # local replay time / executor time per input (measured: tt checkpoint prints it)

@@ -10,11 +10,12 @@ computes an operator's work twice by re-reading it.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import secrets
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..core.errors import JobError, TTError, UsageError, first_line
 from ..core.graph import Graph
@@ -48,7 +49,8 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
         if recording is not None:
             refs = _reference_sources(flow, graph, session, examined)
     try:
-        outputs = _run_stages(flow, graph, spark, recording, refs)
+        with _unions_concatenated(spark):
+            outputs = _run_stages(flow, graph, spark, recording, refs)
     except KeyboardInterrupt:
         if session is not None and recording is not None:
             session.end(ok=False, status="interrupted", error="interrupted by the user")
@@ -62,6 +64,32 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
     if session is not None and recording is not None:
         session.end(ok=True, input_bytes=_input_bytes(flow))
     return Result(outputs, str(session.out) if session is not None and recording is not None else None)
+
+
+#: Spark's setting for a union of parts that share one partitioning (two of one partition each,
+#: say): on, each task of the union reads that partition of every part, where tt numbers a
+#: stage's instances by the partitions of the parts before it (`task_numbering`)
+UNION_OUTPUT_PARTITIONING = "spark.sql.unionOutputPartitioning"
+
+
+@contextlib.contextmanager
+def _unions_concatenated(spark: Any) -> Iterator[None]:
+    """Spark plans the job's unions as parts one after the other, as `task_numbering` expects:
+    a stage of one instance and a source of one partition (`repartition(1)`) that fed one join
+    made Spark run both in the task on partition 0, and the job failed ("ran in task
+    partition 0, outside its planned partitions 1 and up"). Every DataFrame of the job is
+    planned inside (its sinks are collected, written or persisted here); the user's setting
+    comes back after."""
+    conf = spark.conf
+    before = conf.get(UNION_OUTPUT_PARTITIONING, None)
+    conf.set(UNION_OUTPUT_PARTITIONING, "false")
+    try:
+        yield
+    finally:
+        if before is None:
+            conf.unset(UNION_OUTPUT_PARTITIONING)
+        else:
+            conf.set(UNION_OUTPUT_PARTITIONING, before)
 
 
 def _examine_early(flow: Dataflow, session: Any) -> Any:

@@ -150,6 +150,9 @@ class Planner:
         if mine is not None and prov.is_theta_root(mine) and prov.rank(root) > prov.rank(mine):
             return Availability(False, f"its scope overlaps that of the later tuple {self._label(root)}: {where} "
                                 f"consumed {self._label(ref)} (from {self._label(root)}) first", self._label(root))
+        if root == ref:   # one of θ's inputs before this step's own, not begun
+            return Availability(False, f"{where} must first consume {self._label(ref)}, which comes before; "
+                                f"step over it first", self._label(root))
         return Availability(False, f"{where} must first consume {self._label(ref)}, from the scope of "
                             f"{self._label(root)}, which is still in progress; step over or out of it first",
                             self._label(root))

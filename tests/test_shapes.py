@@ -72,6 +72,24 @@ def test_join_of_two_sources(record):
     assert any(port == 1 for p in range(j.instances) for port, _ in reader.entry_channels(j.id, p))
 
 
+def test_join_of_sides_in_one_partition_each(record, spark):
+    """Both sides of the join come in one partition, which Spark's union of them would share:
+    the job runs as planned, recorded or not, and the user's setting of it comes back."""
+    setting = "spark.sql.unionOutputPartitioning"
+    spark.conf.set(setting, "true")
+    try:
+        flow = workloads.build_join_one_partition(spark)
+        assert sorted((r["id"], r["region"]) for r in flow.run()["S"]) == workloads.expect_join()
+        assert spark.conf.get(setting) == "true"
+        path = record(workloads.build_join_one_partition, watch="E", when="row['amount'] > 300")
+        assert spark.conf.get(setting) == "true"
+    finally:
+        spark.conf.unset(setting)
+    assert sorted((r["id"], r["region"]) for r in record.result["S"]) == workloads.expect_join()
+    reader = _check(path)
+    assert reader.operator("J").instances == 1 and reader.operator("E").instances == 1
+
+
 def test_union_across_stages_and_aggregate(record):
     path = record(workloads.build_union, watch="BA", every=0.2)
     assert sorted((r["bucket"], r["n"]) for r in record.result["S"]) == workloads.expect_union()

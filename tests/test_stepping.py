@@ -61,6 +61,7 @@ def test_into_and_over_plan_the_tuple_and_its_scope():
     planner = Planner(g, prov, lambda: at)
     into = planner.plan(INTO, TupleRef(1, 0, 1))
     assert not into.ok and "A:0:0" in into.availability.reason, "A:0:0 must be processed first: not free"
+    assert into.availability.reason == "A:0 must first consume A:0:0, which comes before; step over it first"
     into = planner.plan(INTO, TupleRef(1, 0, 0))
     assert into.ok and into.targets == {(1, 0): 1} and into.allowed == {TupleRef(1, 0, 0)}
     over = planner.plan(OVER, TupleRef(1, 0, 0))

@@ -168,6 +168,19 @@ def build_join(spark):
     return flow
 
 
+def build_join_one_partition(spark):
+    """`build_join` with each side of the join in one partition: a stage of one instance and a
+    source of one. Spark 4 unions parts that share a partitioning (here: one partition each)
+    task by task, not one after the other, unless told otherwise (recorder/execute.py)."""
+    flow = tt.Dataflow("join-one-partition")
+    pays = flow.source("P", payments_df(spark)).key_by(lambda r: r["customer"], partitions=1).process(
+        Enrich(), name="E")
+    custs = flow.source("C", spark.createDataFrame(customers(), "cid string, region string").repartition(1))
+    joined = pays.key_by(lambda r: r["customer"], partitions=1).join(custs.key_by(lambda r: r["cid"]), name="J")
+    joined.process(Tally(), name="T").collect("S")
+    return flow
+
+
 def expect_join():
     region = {c["cid"]: c["region"] for c in customers()}
     return sorted((r["id"], region[r["customer"]]) for r in payments())
