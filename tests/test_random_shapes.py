@@ -26,12 +26,12 @@ import random
 from pathlib import Path
 
 import pytest
+import replay_checks
 import workloads as W
 
 import tt
 from tt.core import values
 from tt.recorder.session import RecordingSession
-from tt.replay.session import DebugSession
 from tt.replay.verify import verify
 from tt.store.reader import RunReader
 
@@ -123,10 +123,6 @@ def _rows(rows) -> list[str]:
     return sorted(json.dumps(values.encode(r), sort_keys=True) for r in rows)
 
 
-def _states(session: DebugSession) -> str:
-    return json.dumps(values.encode(session.states()), sort_keys=True, default=str)
-
-
 @pytest.mark.parametrize("seed", [0, 3, 11, 14, 23, 27, 29, 31, 50])
 def test_a_random_shape_records_and_replays(spark, tmp_path, seed):
     flow, stateful, drawn = build(seed, spark, tmp_path)
@@ -158,31 +154,4 @@ def test_a_random_shape_records_and_replays(spark, tmp_path, seed):
     bad = [r for r in verify(reader) if not r["ok"]]
     assert not bad, (what, bad[0])
 
-    debug = DebugSession(out)
-    ks = [i.k for i in reader.interactions()]
-    k = rng.choice(ks[:-1]) if len(ks) > 1 else ks[0]
-    debug.jump(k)
-    trail = [(dict(debug.position), _states(debug))]
-    for _ in range(rng.randint(1, 12)):
-        over = rng.random() < 0.7
-        can = debug.can_step_over if over else debug.can_step_into
-        ready = [p for p in debug.pending() if not p.end and can(p.ref).ok]
-        if not ready:
-            break
-        p = rng.choice(ready)
-        assert (debug.step_over(p.ref) if over else debug.step_into(p.ref)).ok, (what, p.label)
-        trail.append((dict(debug.position), _states(debug)))
-    while len(trail) > 1:
-        position, states = trail.pop()
-        assert (dict(debug.position), _states(debug)) == (position, states), (what, k, len(trail))
-        debug.step_back()
-    assert (dict(debug.position), _states(debug)) == trail[0], (what, k)
-
-    before = debug._previous_theta_input()
-    if before is not None:   # a reverse step, from restore points the steps saved and from none
-        debug.step_back()
-        assert debug.position[debug.label((before.op, before.instance))] == before.position, (what, k)
-        fresh = DebugSession(out)
-        fresh.jump(k)
-        fresh.step_back()
-        assert (dict(debug.position), _states(debug)) == (dict(fresh.position), _states(fresh)), (what, k)
+    replay_checks.steps_undo_and_reverse(out, reader, rng, what)
