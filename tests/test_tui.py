@@ -633,6 +633,39 @@ def test_live_follow_and_user_interaction(spark, tmp_path):
     assert not errors, errors
 
 
+def test_a_run_whose_dataflow_never_started_says_so_and_waits_for_nothing(spark, tmp_path):
+    """A job that failed before its dataflow started: opened afterwards, or followed live until
+    its end is announced, the app says why, stops looking for the dataflow, and is idle."""
+    job = tmp_path / "job.py"
+    job.write_text("import tt\nraise ValueError('no input configured')\n")
+    out = tmp_path / "never.db"
+    assert main(["record", str(job), "-o", str(out)]) != 0
+
+    app = DebuggerApp(out, timings=False)
+
+    async def opened(pilot):
+        assert "the dataflow never started" in app.session_error
+        assert "the dataflow never started" in message(app)
+        await keys(pilot, "n", "4", "5", "1")   # greyed, and views with nothing to show
+        assert app.is_running and "the dataflow never started" in message(app)
+        assert "nothing to replay" in position(app)
+    drive(app, opened)
+
+    live = LiveJob()
+    app = DebuggerApp(out, live=live, poll_seconds=0.25)
+
+    async def followed():
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: "waiting for the job" in position(app),
+                        what="the wait for the dataflow")
+            assert not app.is_idle and app._poll_timer is not None
+            app.job_finished("failed", "ValueError: no input configured")
+            await idle(pilot)
+            assert "the job finished (failed: ValueError: no input configured)" in message(app)
+            assert "nothing to replay" in position(app) and app._poll_timer is None
+    asyncio.run(followed())
+
+
 def _copy(src: Path, dst: Path) -> Path:
     shutil.copy(src, dst)
     for s in ("-wal", "-shm"):

@@ -16,7 +16,7 @@ import pytest
 
 from tt.tui import actions, layout
 from tt.tui.actions import ACTIONS, When
-from tt.tui.app import DebuggerApp
+from tt.tui.app import DebuggerApp, LiveJob
 from tt.tui.help_screen import SECTIONS
 from tt.tui.messages import ActionDone, Say, SessionFailed
 from tt.tui.engine_thread import EngineClosed, EngineThread
@@ -127,7 +127,7 @@ def _run(app: DebuggerApp, script) -> None:
 
 
 def test_a_report_keeps_the_app_busy_until_it_is_handled(tmp_path):
-    app = DebuggerApp(tmp_path / "missing.db")
+    app = DebuggerApp(tmp_path / "missing.db", live=LiveJob())   # (a run file to come: loading until then)
 
     async def script(pilot):
         await pilot.pause()

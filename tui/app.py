@@ -230,10 +230,17 @@ class DebuggerApp(App):
             plan = reader.plan
             ops = reader.operators
         except RunFileError as e:
-            if self.live is not None or self.status == "recording":
+            if (self.live is not None and not self.live.finished) or self.status == "recording":
                 self.query_one(ProgressLine).show_text(Text("waiting for the job to start its dataflow…", style="italic"))
                 return False
-            self.query_one(MessageLine).say(str(e), "error")
+            # the run ended before its dataflow started: nothing will come, so nothing waits (is_idle)
+            self.session_error = str(e)
+            if not self._job_announced:   # (a live job's end, said already, names why)
+                self.query_one(MessageLine).say(str(e), "error")
+            self.query_one(ProgressLine).show_text(Text("no dataflow ran: nothing to replay", style="italic"))
+            if self._poll_timer is not None:
+                self._poll_timer.stop()
+                self._poll_timer = None
             return False
         theta = next((o for o in ops if o.is_theta), None)
         self.theta = theta.name if theta else None
