@@ -38,8 +38,9 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
     session = sessions.active()
     examined = _examine_early(flow, session)
     source_parts = {}
-    for nid, data in flow.sources.items():
-        source_parts[nid] = (data.rdd if isinstance(data, DataFrame) else data).getNumPartitions()
+    with _unions_concatenated(spark):   # (a source that is a union counted as its stage will run it)
+        for nid, data in flow.sources.items():
+            source_parts[nid] = (data.rdd if isinstance(data, DataFrame) else data).getNumPartitions()
     graph.cut_stages(source_parts, flow.partitions)
     _prepare_spark(spark, graph)
     recording = None
@@ -78,8 +79,11 @@ def _unions_concatenated(spark: Any) -> Iterator[None]:
     a stage of one instance and a source of one partition (`repartition(1)`) that fed one join
     made Spark run both in the task on partition 0, and the job failed ("ran in task
     partition 0, outside its planned partitions 1 and up"). Every DataFrame of the job is
-    planned inside (its sinks are collected, written or persisted here); the user's setting
-    comes back after."""
+    planned inside (its sinks are collected, written or persisted here), and the sources'
+    partitions are counted so too (a source that is a union of two such parts); the user's
+    setting comes back after. A source DataFrame the job planned before (`explain()`, `cache()`)
+    keeps the plan it got then: its count may differ from its stage's, as adaptive execution's
+    may, which `task_numbering` allows only for a union's last source."""
     conf = spark.conf
     before = conf.get(UNION_OUTPUT_PARTITIONING, None)
     conf.set(UNION_OUTPUT_PARTITIONING, "false")

@@ -7,6 +7,8 @@ Spark) finds every replayed state equal to the recorded one.
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import workloads
 
@@ -72,22 +74,25 @@ def test_join_of_two_sources(record):
     assert any(port == 1 for p in range(j.instances) for port, _ in reader.entry_channels(j.id, p))
 
 
-def test_join_of_sides_in_one_partition_each(record, spark):
-    """Both sides of the join come in one partition, which Spark's union of them would share:
-    the job runs as planned, recorded or not, and the user's setting of it comes back."""
+@pytest.mark.parametrize("unions", [False, True])
+def test_join_of_sides_in_one_partition_each(record, spark, unions):
+    """Both sides of the join come in one partition, which Spark's union of them would share;
+    or each source is a union of two such parts: the job runs as planned, recorded or not,
+    and the user's setting of it comes back."""
     setting = "spark.sql.unionOutputPartitioning"
+    build = functools.partial(workloads.build_join_one_partition, unions=unions)
     spark.conf.set(setting, "true")
     try:
-        flow = workloads.build_join_one_partition(spark)
+        flow = build(spark)
         assert sorted((r["id"], r["region"]) for r in flow.run()["S"]) == workloads.expect_join()
         assert spark.conf.get(setting) == "true"
-        path = record(workloads.build_join_one_partition, watch="E", when="row['amount'] > 300")
+        path = record(build, watch="E", when="row['amount'] > 300")
         assert spark.conf.get(setting) == "true"
     finally:
         spark.conf.unset(setting)
     assert sorted((r["id"], r["region"]) for r in record.result["S"]) == workloads.expect_join()
-    reader = _check(path)
-    assert reader.operator("J").instances == 1 and reader.operator("E").instances == 1
+    reader = _check(path, min_interactions=2 if unions else 3)
+    assert reader.operator("J").instances == 1 and reader.operator("E").instances == (2 if unions else 1)
 
 
 def test_union_across_stages_and_aggregate(record):

@@ -168,15 +168,25 @@ def build_join(spark):
     return flow
 
 
-def build_join_one_partition(spark):
+def build_join_one_partition(spark, unions: bool = False):
     """`build_join` with each side of the join in one partition: a stage of one instance and a
     source of one. Spark 4 unions parts that share a partitioning (here: one partition each)
-    task by task, not one after the other, unless told otherwise (recorder/execute.py)."""
+    task by task, not one after the other, unless told otherwise (recorder/execute.py).
+    `unions`: each source is itself the union of two such parts (two partitions), joined
+    without a stage between."""
     flow = tt.Dataflow("join-one-partition")
-    pays = flow.source("P", payments_df(spark)).key_by(lambda r: r["customer"], partitions=1).process(
-        Enrich(), name="E")
-    custs = flow.source("C", spark.createDataFrame(customers(), "cid string, region string").repartition(1))
-    joined = pays.key_by(lambda r: r["customer"], partitions=1).join(custs.key_by(lambda r: r["cid"]), name="J")
+    custs = spark.createDataFrame(customers(), "cid string, region string").repartition(1)
+    if unions:
+        rows = payments()
+        halves = [spark.createDataFrame(part, PAYMENT_SCHEMA).repartition(1) for part in (rows[:3000], rows[3000:])]
+        pays = flow.source("P", halves[0].union(halves[1])).process(Enrich(), name="E")
+        custs = custs.limit(20).union(spark.createDataFrame(customers()[20:], "cid string, region string")
+                                      .repartition(1))
+    else:
+        pays = flow.source("P", payments_df(spark)).key_by(lambda r: r["customer"], partitions=1).process(
+            Enrich(), name="E")
+    joined = pays.key_by(lambda r: r["customer"], partitions=1).join(
+        flow.source("C", custs).key_by(lambda r: r["cid"]), name="J")
     joined.process(Tally(), name="T").collect("S")
     return flow
 
