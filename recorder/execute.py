@@ -25,9 +25,8 @@ from .task import ENVELOPE_DDL, StageFunction
 
 
 def execute(flow: Dataflow, spark: Any = None) -> Result:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-    graph = flow.graph
     if not flow.sinks:
         raise UsageError(f"dataflow {flow.name!r} has no sink; end it with to_dataframe, collect or write")
     if spark is None:
@@ -35,12 +34,19 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
         spark = getattr(first, "sparkSession", None) or SparkSession.getActiveSession()
         if spark is None:
             spark = SparkSession.builder.getOrCreate()
+    with _unions_concatenated(spark):
+        return _execute(flow, spark)
+
+
+def _execute(flow: Dataflow, spark: Any) -> Result:
+    from pyspark.sql import DataFrame
+
+    graph = flow.graph
     session = sessions.active()
     examined = _examine_early(flow, session)
     source_parts = {}
-    with _unions_concatenated(spark):   # (a source that is a union counted as its stage will run it)
-        for nid, data in flow.sources.items():
-            source_parts[nid] = (data.rdd if isinstance(data, DataFrame) else data).getNumPartitions()
+    for nid, data in flow.sources.items():
+        source_parts[nid] = (data.rdd if isinstance(data, DataFrame) else data).getNumPartitions()
     graph.cut_stages(source_parts, flow.partitions)
     _prepare_spark(spark, graph)
     recording = None
@@ -50,8 +56,7 @@ def execute(flow: Dataflow, spark: Any = None) -> Result:
         if recording is not None:
             refs = _reference_sources(flow, graph, session, examined)
     try:
-        with _unions_concatenated(spark):
-            outputs = _run_stages(flow, graph, spark, recording, refs)
+        outputs = _run_stages(flow, graph, spark, recording, refs)
     except KeyboardInterrupt:
         if session is not None and recording is not None:
             session.end(ok=False, status="interrupted", error="interrupted by the user")
