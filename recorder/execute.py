@@ -44,9 +44,8 @@ def _execute(flow: Dataflow, spark: Any) -> Result:
     graph = flow.graph
     session = sessions.active()
     examined = _examine_early(flow, session)
-    source_parts = {}
-    for nid, data in flow.sources.items():
-        source_parts[nid] = (data.rdd if isinstance(data, DataFrame) else data).getNumPartitions()
+    source_parts = {nid: _partitions(data) if isinstance(data, DataFrame) else data.getNumPartitions()
+                    for nid, data in flow.sources.items()}
     graph.cut_stages(source_parts, flow.partitions)
     _prepare_spark(spark, graph)
     recording = None
@@ -85,10 +84,8 @@ def _unions_concatenated(spark: Any) -> Iterator[None]:
     made Spark run both in the task on partition 0, and the job failed ("ran in task
     partition 0, outside its planned partitions 1 and up"). Every DataFrame of the job is
     planned inside (its sinks are collected, written or persisted here), and the sources'
-    partitions are counted so too (a source that is a union of two such parts); the user's
-    setting comes back after. A source DataFrame the job planned before (`explain()`, `cache()`)
-    keeps the plan it got then: its count may differ from its stage's, as adaptive execution's
-    may, which `task_numbering` allows only for a union's last source."""
+    partitions are counted so too (a source that is a union of two such parts: `_partitions`);
+    the user's setting comes back after."""
     conf = spark.conf
     before = conf.get(UNION_OUTPUT_PARTITIONING, None)
     conf.set(UNION_OUTPUT_PARTITIONING, "false")
@@ -99,6 +96,16 @@ def _unions_concatenated(spark: Any) -> Iterator[None]:
             conf.unset(UNION_OUTPUT_PARTITIONING)
         else:
             conf.set(UNION_OUTPUT_PARTITIONING, before)
+
+
+def _partitions(df: Any) -> int:
+    """How many partitions a source DataFrame's stage reads: counted on a plan of its own, as
+    the stage's `mapInArrow` gets one. The DataFrame's own plan is made once, at its first use:
+    a job that asked `df.rdd.getNumPartitions()` or `df.explain()` before `run()` had it
+    planned under the user's union setting (one partition for a union of two one-partition
+    parts), its stage under tt's (two), and the job failed "stage 0 ran in task partition 1,
+    outside its planned partitions 0..0". A cached DataFrame's cache serves both alike."""
+    return df.select("*").rdd.getNumPartitions()
 
 
 def _examine_early(flow: Dataflow, session: Any) -> Any:

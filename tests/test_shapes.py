@@ -74,13 +74,14 @@ def test_join_of_two_sources(record):
     assert any(port == 1 for p in range(j.instances) for port, _ in reader.entry_channels(j.id, p))
 
 
-@pytest.mark.parametrize("unions", [False, True])
+@pytest.mark.parametrize("unions", [False, True, "asked"])
 def test_join_of_sides_in_one_partition_each(record, spark, unions):
     """Both sides of the join come in one partition, which Spark's union of them would share;
-    or each source is a union of two such parts: the job runs as planned, recorded or not,
-    and the user's setting of it comes back."""
+    or each source is a union of two such parts, which the job may have asked for its
+    partitions before the run: the job runs as planned, recorded or not, and the user's
+    setting of it comes back."""
     setting = "spark.sql.unionOutputPartitioning"
-    build = functools.partial(workloads.build_join_one_partition, unions=unions)
+    build = functools.partial(workloads.build_join_one_partition, unions=bool(unions), asked=unions == "asked")
     spark.conf.set(setting, "true")
     try:
         flow = build(spark)

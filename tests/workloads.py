@@ -168,20 +168,25 @@ def build_join(spark):
     return flow
 
 
-def build_join_one_partition(spark, unions: bool = False):
+def build_join_one_partition(spark, unions: bool = False, asked: bool = False):
     """`build_join` with each side of the join in one partition: a stage of one instance and a
     source of one. Spark 4 unions parts that share a partitioning (here: one partition each)
     task by task, not one after the other, unless told otherwise (recorder/execute.py).
     `unions`: each source is itself the union of two such parts (two partitions), joined
-    without a stage between."""
+    without a stage between; `asked`: the job asks those sources their partitions before
+    the run, which plans them under its own setting (one partition each)."""
     flow = tt.Dataflow("join-one-partition")
     custs = spark.createDataFrame(customers(), "cid string, region string").repartition(1)
     if unions:
         rows = payments()
         halves = [spark.createDataFrame(part, PAYMENT_SCHEMA).repartition(1) for part in (rows[:3000], rows[3000:])]
-        pays = flow.source("P", halves[0].union(halves[1])).process(Enrich(), name="E")
+        both = halves[0].union(halves[1])
         custs = custs.limit(20).union(spark.createDataFrame(customers()[20:], "cid string, region string")
                                       .repartition(1))
+        if asked:
+            zipped = spark.conf.get("spark.sql.unionOutputPartitioning") == "true"
+            assert [both.rdd.getNumPartitions(), custs.rdd.getNumPartitions()] == ([1, 1] if zipped else [2, 2])
+        pays = flow.source("P", both).process(Enrich(), name="E")
     else:
         pays = flow.source("P", payments_df(spark)).key_by(lambda r: r["customer"], partitions=1).process(
             Enrich(), name="E")
