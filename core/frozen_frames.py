@@ -39,6 +39,7 @@ class FrozenFrame:
 
 _NAIVE_TIMES = ("DatetimeArray", "TimedeltaArray")   # pandas' own arrays over numpy's datetime64, timedelta64
 _SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
+_STR = frozenset({str})
 
 
 def is_frame(value: Any) -> bool:
@@ -52,11 +53,15 @@ def freeze(frame: Any) -> FrozenFrame | None:
     if not is_frame(frame) or frame.attrs or not frame.flags.allows_duplicate_labels:
         return None
     index, columns = frame.index, frame.columns
-    if (type(index).__name__ != "RangeIndex" or index.start != 0 or index.step != 1 or index.name is not None
-            or type(columns).__name__ != "Index" or columns.name is not None):
+    if type(index).__name__ != "RangeIndex" or type(columns).__name__ != "Index":
+        return None
+    rows = getattr(index, "_range", None)   # (a RangeIndex's own range: one attribute, not three properties)
+    if type(rows) is not range:
+        rows = range(index.start, index.stop, index.step)
+    if rows.start != 0 or rows.step != 1 or index.name is not None or columns.name is not None:
         return None
     names = columns.tolist()
-    if not all(type(n) is str for n in names) or len(set(names)) != len(names):
+    if not set(map(type, names)) <= _STR or len(set(names)) != len(names):
         return None
     arrays = _column_arrays(frame, len(names))
     if arrays is None:
@@ -67,10 +72,11 @@ def freeze(frame: Any) -> FrozenFrame | None:
             a = a.to_numpy()   # datetime64 or timedelta64, no time zone
         if not (type(a).__name__ == "ndarray" and type(a).__module__ == "numpy"):
             return None   # an extension array (nullable ints, categories, strings, zoned times)
-        frozen.append(_column(a))
+        dtype = a.dtype
+        frozen.append(("bytes", dtype.str, a.tobytes()) if not dtype.hasobject else _column(a))   # (`_column`'s first case)
         array_class = type(a)
     # (the classes by reference, as in any pickle of a frame: core itself imports neither pandas nor numpy)
-    return FrozenFrame((type(frame), type(index), array_class, len(frame), names, frozen))
+    return FrozenFrame((type(frame), type(index), array_class, len(rows), names, frozen))
 
 
 def _column_arrays(frame: Any, n: int) -> list | None:
@@ -78,15 +84,17 @@ def _column_arrays(frame: Any, n: int) -> list | None:
     try:
         mgr = frame._mgr
         out: list = [None] * n
+        filled = 0
         for block in mgr.blocks:
             values = block.values
             if getattr(values, "ndim", 1) != 2:   # a one-column extension block: ask the frame
                 return [frame._get_column_array(i) for i in range(n)]
             for row, at in enumerate(block.mgr_locs.as_array.tolist()):
+                filled += out[at] is None
                 out[at] = values[row]
     except (AttributeError, IndexError, TypeError):   # another pandas: pickle the frame whole
         return None
-    return None if any(a is None for a in out) else out
+    return out if filled == n else None
 
 
 def _column(a: Any) -> tuple:

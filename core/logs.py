@@ -25,8 +25,8 @@ from typing import Any
 
 import orjson
 
-from .frozen_frames import freeze
-from .values import immutable, immutable_items, json_exact
+from .frozen_frames import freeze, is_frame
+from .values import IMMUTABLE_TYPES, immutable, immutable_items, json_exact
 
 END = (-1, -1)  # the channel of the end-of-input step, which calls `finish()`
 
@@ -181,13 +181,14 @@ def kept_apart(value: Any, *, packed_by_pickle: bool = False, frames: bool = Fal
         if immutable_items(value.values()):
             return dict(value)   # a row of scalars, the common case: a shallow copy is a whole one
     elif frames and packed_by_pickle and type(value) is tuple:
-        return tuple([v if immutable(v) else kept_apart(v, packed_by_pickle=True, frames=True) for v in value])
-    elif immutable(value):
-        return value
-    elif frames and packed_by_pickle:
+        return tuple([v if type(v) in IMMUTABLE_TYPES or immutable(v) else kept_apart(v, packed_by_pickle=True, frames=True)
+                      for v in value])
+    elif frames and packed_by_pickle and is_frame(value):
         frame = freeze(value)
         if frame is not None:
             return frame
+    elif immutable(value):
+        return value
     try:
         data = pickle.dumps(value, protocol=5)
         return Frozen(data) if packed_by_pickle else pickle.loads(data)   # a deep copy at C speed

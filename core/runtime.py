@@ -240,15 +240,8 @@ class InstanceLog:
         self.entry: dict[tuple[int, int], list] = {}  # (port, src) -> rows, recorded tuples
         self.made = array("I")                # LineageRunner: per output, n, then n input positions
         self.keys = array("q")                # JoinLineageRunner: per input, its key (an int, or its hash)
-        self._call_pos = -1
-        self._call_n = 0
-
-    def next_call(self, position: int) -> int:
-        if position != self._call_pos:
-            self._call_pos, self._call_n = position, 0
-        else:
-            self._call_n += 1
-        return self._call_n
+        self._call_pos = -1   # the input of the last logged result, and that result's number within
+        self._call_n = 0      # the input (`RecordingRunner.log_value` counts them)
 
 
 class RecordingRunner(Runner):
@@ -395,8 +388,12 @@ class RecordingRunner(Runner):
         return value
 
     def log_value(self, name, value):
-        call = self.log.next_call(self.count)
-        self.log.results.append((self.count, call, name, kept_apart(value)))   # as `pack_results` packs it
+        log, position = self.log, self.count
+        if position != log._call_pos:   # the input's first (counted here, not in a call: two a key of a processor)
+            log._call_pos, log._call_n = position, 0
+        else:
+            log._call_n += 1
+        log.results.append((position, log._call_n, name, kept_apart(value)))   # as `pack_results` packs it
 
     environ_read: dict | None = None   # name -> the value this instance's steps last read (`read_environ`)
     network_note: str | None = None   # a step's first connection, until sent; then "" (core/network_calls.py)

@@ -61,6 +61,8 @@ def plain(x: Any) -> Any:
     t = type(x)
     if t in _SCALARS:
         return x
+    if t is tuple and set(map(type, x)) <= _SCALARS:   # (no call per item: a key, most answers)
+        return x
     if isinstance(x, tuple):   # a Row is a tuple
         return tuple([v if type(v) in _SCALARS else plain(v) for v in x])
     if isinstance(x, list):
@@ -125,7 +127,9 @@ class StoreView:
         if name == "timers":
             self._timer(method, k, args, answer)
             return
-        kind, per_key = self.kinds.get(name), self.vars.setdefault(name, {})
+        kind, per_key = self.kinds.get(name), self.vars.get(name)
+        if per_key is None:
+            per_key = self.vars[name] = {}
         if method in self.WHOLE.get(kind, ()) or (method == "exists" and answer is False):
             self.whole.add((name, k))
             if kind == "map":

@@ -24,6 +24,7 @@ import orjson
 
 INT64 = 2**63   # ints in [-INT64, INT64) are int64s
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
+IMMUTABLE_TYPES = _IMMUTABLE   # (for a caller that passes over such a value without calling `immutable`)
 
 
 # numpy's scalars (PySpark hands a grouping key's values as these), by name: core does not
