@@ -708,7 +708,7 @@ class StageTask:
             self.client.on_interaction = _no_interaction   # (it woke θ when an interaction came)
         cycle_collector.task_ended()
         self.runners, self.recorders, self.loggers, self.theta, self.downstream = {}, [], [], None, []
-        self._unit_head = None
+        self._unit_head = self._unit_source = None
 
     def _run_source(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
         src = self.runners[self.stage.source]
