@@ -72,8 +72,7 @@ def freeze(frame: Any) -> FrozenFrame | None:
             a = a.to_numpy()   # datetime64 or timedelta64, no time zone
         if not (type(a).__name__ == "ndarray" and type(a).__module__ == "numpy"):
             return None   # an extension array (nullable ints, categories, strings, zoned times)
-        dtype = a.dtype
-        frozen.append(("bytes", dtype.str, a.tobytes()) if not dtype.hasobject else _column(a))   # (`_column`'s first case)
+        frozen.append(_column(a))
         array_class = type(a)
     # (the classes by reference, as in any pickle of a frame: core itself imports neither pandas nor numpy)
     return FrozenFrame((type(frame), type(index), array_class, len(rows), names, frozen))

@@ -100,15 +100,19 @@ class Runner:
         the runner has one (`feed_many`). A built-in Source with one target (it passes rows on
         unchanged, keeps no state and logs nothing) hands them straight to it: a source
         row then costs one Python call less, two when the target is a runner of this task
-        (its `feed_many`: no `narrow_target` hop, no call of `feed` per row); a shuffle takes
-        the whole batch (`_emitted_many`)."""
+        (its `feed_many`: no `narrow_target` hop, no call of `feed` per row; one row, a hooked
+        operator's unit, straight to its `feed`); a shuffle takes the whole batch (`_emitted_many`)."""
         if type(self) is Runner and type(self.op) is Source and len(self.targets) == 1:
             CONTEXT.runner = self
             target = self.targets[0]
             narrow = getattr(target, "narrow", None)
             if narrow is not None:
                 runner, to_port = narrow
-                runner.feed_many(rows, to_port, self)
+                if len(rows) == 1:   # (a transformWithState key: `feed_many`'s loops are for batches)
+                    self.count += 1
+                    runner.feed(rows[0], to_port)
+                else:
+                    runner.feed_many(rows, to_port, self)
             elif not _emitted_many(self, target, rows):
                 for self.count, row in enumerate(rows, self.count + 1):
                     target(row)

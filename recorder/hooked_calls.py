@@ -279,8 +279,7 @@ class HookedProcessor:
         start, one per element and one to end (`_only` reads Spark's iterator ahead to know)."""
         only, rows = _only(rows)
         if rows is None:
-            unit = ("one_row", key, _times(timerValues), only)
-            yield from self.feed.feed(unit) if self._prepared is None else self._unit(unit)
+            yield from self._unit(("one_row", key, _times(timerValues), only))
             return
         yield from self._unit(("rows", key, _times(timerValues)))
         for row in rows:

@@ -35,7 +35,7 @@ from ..core.logs import kept_apart, pack_results, pack_runs
 from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
                             JoinLineageRunner, SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
                             narrow_target)
-from ..core.operator import CONTEXT, Source
+from ..core.operator import CONTEXT
 from ..store import blobs, positions, row_digest
 from ..store.dests import pack_dests
 from . import cycle_collector
@@ -603,14 +603,6 @@ class StageTask:
             self._rows = _FrameRows
         logged = isinstance(head, RecordingRunner) and self.mode == "record"
         self._unit_log = head.log.entry.setdefault((0, self.partition), []) if logged else None
-        # the source passes each unit on unchanged to the head alone: `feed_unit` counts it there and
-        # feeds the head itself (a transformWithState key: three calls fewer of ~20, `Runner.feed_rows`'
-        # loops over a batch being for batches)
-        source = self.runners[self.stage.source]
-        narrow = (getattr(source.targets[0], "narrow", None)
-                  if type(source) is Runner and type(source.op) is Source and len(source.targets) == 1 else None)
-        self._unit_source = source
-        self._unit_port = narrow[1] if narrow is not None and narrow[0] is head else None
 
     def feed_unit(self, unit: Any) -> list:
         """One step of the hooked operator; what it produced meanwhile."""
@@ -631,11 +623,7 @@ class StageTask:
                 self.unit_entries.append((head.node_id, 0, self.partition, *blobs.pack_unit(codec, unit)))
         try:
             t0 = perf_counter()
-            if self._unit_port is not None:
-                self._unit_source.count += 1
-                head.feed(unit, self._unit_port)
-            else:
-                self._unit_source.feed_rows((unit,), 0)   # a Source hands it straight on
+            self.runners[self.stage.source].feed_rows((unit,), 0)   # a Source hands it straight on
             self.busy += perf_counter() - t0
             self.since_flush += 1 if codec is None else _unit_rows(unit)
             self._after_input()
@@ -708,7 +696,7 @@ class StageTask:
             self.client.on_interaction = _no_interaction   # (it woke θ when an interaction came)
         cycle_collector.task_ended()
         self.runners, self.recorders, self.loggers, self.theta, self.downstream = {}, [], [], None, []
-        self._unit_head = self._unit_source = None
+        self._unit_head = None
 
     def _run_source(self, batches: Iterator, arrow: bool) -> Iterator[list[list]]:
         src = self.runners[self.stage.source]
