@@ -15,8 +15,11 @@ import contextlib
 import datetime as _dt
 import decimal
 import gc
+import logging
 import math
 import operator
+import re
+import types
 from itertools import chain, compress, repeat
 from typing import Any, Iterator
 
@@ -134,7 +137,20 @@ def _int_keyed_plain(value: dict) -> bool:
 
 
 def encode(value: Any) -> Any:
-    """Return a JSON-native structure that round-trips through `decode`."""
+    """Return a JSON-native structure that round-trips through `decode`.
+
+    A value that leads back to itself (an object whose attributes do: a tree with parent
+    links) is encoded with each return shown as `<cycle: T>` where it closes the loop, and
+    one nested deeper than JSON is written (`_DEEPEST` levels) as `<too deep: T>` there
+    (`_acyclic`): recorded and replayed alike, since only the value's shape decides. The
+    walk that finds them costs only such values: the first try is the plain one."""
+    try:
+        return _encode(value)
+    except RecursionError:
+        return _encode(_acyclic(value, set(), 0))
+
+
+def _encode(value: Any) -> Any:
     t = type(value)
     if (t is dict or t is list) and len(value) > 8:
         if _plain_container(value):
@@ -149,17 +165,17 @@ def encode(value: Any) -> Any:
         return value if math.isfinite(value) else {"$float": repr(value)}
     if t is dict:
         if all(type(k) is str for k in value):
-            out = {k: encode(v) for k, v in value.items()}
+            out = {k: _encode(v) for k, v in value.items()}
             if len(out) == 1 and next(iter(out)).startswith("$"):
                 return {"$dict": [[k, v] for k, v in out.items()]}
             return out
-        return {"$dict": [[encode(k), encode(v)] for k, v in value.items()]}
+        return {"$dict": [[_encode(k), _encode(v)] for k, v in value.items()]}
     if t is list:
-        return [encode(v) for v in value]
+        return [_encode(v) for v in value]
     if t is tuple:
-        return {"$tuple": [encode(v) for v in value]}
+        return {"$tuple": [_encode(v) for v in value]}
     if t is set or t is frozenset:
-        items = sorted((encode(v) for v in value), key=_sort_key)
+        items = sorted((_encode(v) for v in value), key=_sort_key)
         return {"$set" if t is set else "$frozenset": items}
     if t is bytes or t is bytearray:
         return {"$bytes": base64.b64encode(bytes(value)).decode()}
@@ -176,25 +192,113 @@ def encode(value: Any) -> Any:
     if isinstance(value, bool):  # bool subclasses such as numpy.bool_ land here
         return bool(value)
     if isinstance(value, int):
-        return encode(int(value))
+        return _encode(int(value))
     if isinstance(value, float):
-        return encode(float(value))
+        return _encode(float(value))
     if isinstance(value, dict):
-        return encode(dict(value))
+        return _encode(dict(value))
     if isinstance(value, (list, tuple)):
-        return encode(list(value)) if isinstance(value, list) else encode(tuple(value))
+        return _encode(list(value)) if isinstance(value, list) else _encode(tuple(value))
     if t.__module__ == "numpy" and getattr(value, "shape", None) == ():  # numpy.int64, numpy.bool_
-        return encode(value.item())
+        return _encode(value.item())
     as_json = getattr(t, "__tt_json__", None)
     if as_json is not None:   # a summary the recorder stores in place of a value (core/kept_inputs.py)
         return as_json(value)
     table = _table_summary(value)
     if table is not None:
         return {"$repr": table}
+    shown = _machinery(value)
+    if shown is not None:
+        return {"$repr": shown}
     attrs = getattr(value, "__dict__", None)
     if isinstance(attrs, dict):
-        return {"$object": f"{t.__module__}.{t.__qualname__}", "attrs": encode(public_attrs(attrs))}
-    return {"$repr": repr(value)}
+        return {"$object": f"{t.__module__}.{t.__qualname__}", "attrs": _encode(public_attrs(attrs))}
+    return {"$repr": _ADDRESS.sub("", repr(value))}
+
+
+#: ` at 0x7f3a…` in a default repr (`<unlocked _thread.lock object at 0x…>`): where the object
+#: lies in this process's memory, which a replay's copy never shares, so it is left out.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_LOGGING = (logging.Logger, logging.Handler, logging.Manager, logging.PlaceHolder)
+
+
+def _machinery(value: Any) -> str | None:
+    """A module or a logging object, shown by its name: what it holds (a module's globals, a
+    logger's manager of every logger in the process) is the process's, not the operator's
+    state, and differs between the recording's worker and a replay."""
+    if isinstance(value, types.ModuleType):
+        return f"<module {value.__name__!r}>"
+    if isinstance(value, _LOGGING):
+        name = getattr(value, "name", None)
+        return f"<{type(value).__name__}{' ' + name if isinstance(name, str) else ''}>"
+    return None
+
+
+#: Levels of nesting `_acyclic` keeps: each may be three in JSON (`{"$dict": [[k, v]]}`), and
+#: orjson writes at most 255.
+_DEEPEST = 64
+
+
+class _Cut:
+    """Where `_acyclic` cut a value: shown as `<cycle: T>` or `<too deep: T>`."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __tt_json__(self) -> dict:
+        return {"$repr": self.text}
+
+
+class _Walked:
+    """An object `_acyclic` walked: encoded as `_encode` encodes an object, from its cut attributes."""
+
+    __slots__ = ("name", "attrs")
+
+    def __init__(self, name: str, attrs: dict):
+        self.name, self.attrs = name, attrs
+
+    def __tt_json__(self) -> dict:
+        return {"$object": self.name, "attrs": _encode(self.attrs)}
+
+
+_ATOMS = frozenset({str, bool, type(None), int, float, bytes, bytearray, complex})
+_LEAVES = (decimal.Decimal, _dt.date, _dt.time, _dt.timedelta, int, float)   # (bool is an int, datetime a date)
+
+
+def _acyclic(value: Any, path: set[int], depth: int) -> Any:
+    """`value` as `_encode` walks it, with the walk cut where it would come back to a value it
+    is inside (`path`: their ids) or go deeper than `_DEEPEST`: the containers and objects it
+    walks are copied (a dict, list or tuple subclass as `_encode` takes it, as the plain one);
+    whatever `_encode` does not walk is kept as it is."""
+    t = type(value)
+    if t in _ATOMS or isinstance(value, _LEAVES):
+        return value
+    walks = (t is set or t is frozenset or isinstance(value, (dict, list, tuple))
+             or (not (t.__module__ == "numpy" and getattr(value, "shape", None) == ())
+                 and getattr(t, "__tt_json__", None) is None and not is_table(t) and _machinery(value) is None
+                 and isinstance(getattr(value, "__dict__", None), dict)))
+    if not walks:
+        return value
+    if id(value) in path:
+        return _Cut(f"<cycle: {t.__qualname__}>")
+    if depth >= _DEEPEST:
+        return _Cut(f"<too deep: {t.__qualname__}>")
+    path.add(id(value))
+    try:
+        inner = depth + 1
+        if t is set or t is frozenset:
+            return t(_acyclic(v, path, inner) for v in value)
+        if isinstance(value, dict):
+            return {_acyclic(k, path, inner): _acyclic(v, path, inner) for k, v in value.items()}
+        if isinstance(value, list):
+            return [_acyclic(v, path, inner) for v in value]
+        if isinstance(value, tuple):
+            return tuple(_acyclic(v, path, inner) for v in value)
+        return _Walked(f"{t.__module__}.{t.__qualname__}", _acyclic(public_attrs(vars(value)), path, inner))
+    finally:
+        path.discard(id(value))
 
 
 def is_table(t: type) -> bool:
@@ -347,11 +451,18 @@ def _hashable(v: Any) -> Any:
 def dumps(value: Any) -> bytes:
     """Encode and serialize; keys sorted so equal states give equal bytes.
 
+    A value nested deeper than orjson writes is cut as one that holds itself (`encode`).
     The cyclic garbage collector is paused meanwhile: encoding a big state makes
     millions of containers, none of them in a cycle, and the collector's passes over
     them took more time than the encoding itself (a join's 500k rows: 2-3 s, 1 s without)."""
     with gc_paused():
-        return orjson.dumps(encode(value), option=orjson.OPT_SORT_KEYS)
+        encoded = encode(value)
+        try:
+            return orjson.dumps(encoded, option=orjson.OPT_SORT_KEYS)
+        except TypeError as e:   # nested deeper than orjson writes, though not deeper than Python's stack
+            if "Recursion" not in str(e):
+                raise
+            return orjson.dumps(_encode(_acyclic(value, set(), 0)), option=orjson.OPT_SORT_KEYS)
 
 
 @contextlib.contextmanager

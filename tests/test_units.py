@@ -69,6 +69,67 @@ def test_objects_and_first_difference():
     assert values.same_encoded({"a": 1, "b": [0.5]}, {"b": [0.5], "a": 1}) and values.same_encoded(a, a)
 
 
+class Linked:
+    def __init__(self, parent=None):
+        self.parent, self.children = parent, []
+        if parent is not None:
+            parent.children.append(self)
+
+
+def _ring() -> dict:
+    a = Linked()
+    Linked(a)
+    loop: list = [1]
+    loop.append(loop)
+    mapping: dict = {"n": 1}
+    mapping["me"] = mapping
+    return {"tree": a, "loop": loop, "mapping": mapping}
+
+
+def test_a_value_that_leads_back_to_itself_is_cut_where_the_loop_closes():
+    """A tree with parent links, a list or a dict holding itself: encoded (it raised RecursionError),
+    each return shown as `<cycle: T>` where it closes, the same bytes for the same shape."""
+    encoded = values.encode(_ring())
+    assert encoded["tree"]["attrs"]["children"][0]["attrs"] == {"parent": {"$repr": "<cycle: Linked>"}, "children": []}
+    assert encoded["loop"] == [1, {"$repr": "<cycle: list>"}]
+    assert encoded["mapping"] == {"n": 1, "me": {"$repr": "<cycle: dict>"}}
+    assert values.dumps(_ring()) == values.dumps(_ring())
+    shared = [1, 2]   # met twice, but never inside itself: whole both times
+    assert values.encode({"a": shared, "b": (shared, shared)}) == {"a": [1, 2], "b": {"$tuple": [[1, 2], [1, 2]]}}
+
+
+def test_a_value_nested_deeper_than_json_is_written_is_cut_at_a_fixed_depth():
+    """A chain of 2,000 objects (deeper than Python's stack) and 300 nested lists (deeper than orjson
+    writes): cut at `_DEEPEST` levels, where `<too deep: T>` says so."""
+    node = None
+    for _ in range(2000):
+        node = Linked(node)
+    deep = values.dumps(node)
+    assert deep.count(b'"$object"') == values._DEEPEST // 2 and b"<too deep: Linked>" in deep   # (an object, then its attributes)
+    nested: list = []
+    inner = nested
+    for _ in range(300):
+        inner.append([])
+        inner = inner[0]
+    assert values.dumps(nested).count(b"[") == values._DEEPEST and b"<too deep: list>" in values.dumps(nested)
+
+
+def test_the_process_machinery_is_shown_by_name_and_without_its_address():
+    """A module and a logger are not walked (a logger's manager holds every logger of the process,
+    which a replay's does not), and a repr drops the memory address a replay's object never shares."""
+    import json
+    import logging
+
+    log = logging.getLogger("tt.test.units")
+    assert values.encode({"log": log, "root": logging.getLogger(), "handler": logging.StreamHandler(),
+                          "codec": json}) == {
+        "log": {"$repr": "<Logger tt.test.units>"}, "root": {"$repr": "<RootLogger root>"},
+        "handler": {"$repr": "<StreamHandler>"}, "codec": {"$repr": "<module 'json'>"}}
+    lock = threading.Lock()
+    assert values.encode(lock) == {"$repr": "<unlocked _thread.lock object>"}
+    assert values.dumps(threading.Lock()) == values.dumps(lock)
+
+
 def test_render_is_short():
     assert values.render(values.encode({"k": (1, 2)})) == "{k: (1, 2)}"
     assert len(values.render(values.encode(list(range(1000))), 40)) == 40
