@@ -5,7 +5,11 @@ read them without unpickling anything. `tt verify` compares these encodings, so
 the encoding must keep apart values that behave differently: a tuple is not a
 list, `1` is not `"1"` as a dict key, a Decimal is not a float. JSON-native
 values pass through unchanged; everything else becomes a one-key object whose
-key starts with `$` (`{"$tuple": [...]}`, `{"$set": [...]}`, ...).
+key starts with `$` (`{"$tuple": [...]}`, `{"$set": [...]}`, ...). An object is its class
+and public attributes (`{"$object": ..., "attrs": ...}`); what holds its values elsewhere
+(an array, a Series, an enum member) is encoded by them (`_whole`), so that two that differ
+never encode alike; what belongs to the process (a module, a logger) by its name; anything
+else by its repr, without a memory address.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import base64
 import contextlib
 import datetime as _dt
 import decimal
+import enum
 import gc
 import logging
 import math
@@ -181,8 +186,8 @@ def _encode(value: Any) -> Any:
         return {"$bytes": base64.b64encode(bytes(value)).decode()}
     if isinstance(value, decimal.Decimal):
         return {"$decimal": str(value)}
-    if isinstance(value, _dt.datetime):
-        return {"$datetime": value.isoformat()}
+    if isinstance(value, _dt.datetime):   # (pandas' NaT is one, unequal to itself, and no isoformat reads it back)
+        return {"$datetime": value.isoformat()} if value == value else {"$repr": "NaT"}
     if isinstance(value, _dt.date):
         return {"$date": value.isoformat()}
     if isinstance(value, _dt.time):
@@ -207,12 +212,12 @@ def _encode(value: Any) -> Any:
     table = _table_summary(value)
     if table is not None:
         return {"$repr": table}
-    shown = _machinery(value)
-    if shown is not None:
-        return {"$repr": shown}
-    attrs = getattr(value, "__dict__", None)
-    if isinstance(attrs, dict):
-        return {"$object": f"{t.__module__}.{t.__qualname__}", "attrs": _encode(public_attrs(attrs))}
+    whole = _whole(value, t)
+    if whole is not None:
+        return whole
+    attrs = _attributes(value)
+    if attrs is not None:
+        return {"$object": f"{t.__module__}.{t.__qualname__}", "attrs": _encode(attrs)}
     return {"$repr": _ADDRESS.sub("", repr(value))}
 
 
@@ -220,18 +225,122 @@ def _encode(value: Any) -> Any:
 #: lies in this process's memory, which a replay's copy never shares, so it is left out.
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _LOGGING = (logging.Logger, logging.Handler, logging.Manager, logging.PlaceHolder)
+_PANDAS_ARRAYS = ("pandas.core.indexes.", "pandas.core.arrays.")
+
+#: An array of up to this many items is encoded item by item; a bigger one by its first
+#: `_FIRST` items and a digest of all its bytes (xxh3-128), which `tt verify` compares.
+SHOWN_ITEMS = 1000
+_FIRST = 10
 
 
-def _machinery(value: Any) -> str | None:
-    """A module or a logging object, shown by its name: what it holds (a module's globals, a
-    logger's manager of every logger in the process) is the process's, not the operator's
-    state, and differs between the recording's worker and a replay."""
-    if isinstance(value, types.ModuleType):
-        return f"<module {value.__name__!r}>"
-    if isinstance(value, _LOGGING):
+def _whole(value: Any, t: type) -> dict | None:
+    """The encoding of what is not walked attribute by attribute (`_kind`), or None."""
+    kind = (_CLASSES.get(t) or _class(t))[0]
+    if not kind:
+        return None
+    if kind == "module":
+        return {"$repr": f"<module {value.__name__!r}>"}
+    if kind == "logging":
         name = getattr(value, "name", None)
-        return f"<{type(value).__name__}{' ' + name if isinstance(name, str) else ''}>"
-    return None
+        return {"$repr": f"<{t.__name__}{' ' + name if isinstance(name, str) else ''}>"}
+    if kind == "enum":
+        return {"$repr": _ADDRESS.sub("", repr(value))}
+    if kind == "repr":
+        return {"$repr": repr(value)}
+    name = f"{t.__module__}.{t.__qualname__}"
+    if kind == "ndarray":
+        return _array(value, name, {})
+    if kind == "arrow":
+        return _array(value.to_numpy(zero_copy_only=False), name, {"type": str(value.type)})
+    # (an extension dtype's values as Python objects: `to_numpy()` makes [1, <NA>] of Int64 floats)
+    items = value.to_numpy() if type(value.dtype).__module__ == "numpy" else value.to_numpy(dtype=object)
+    if kind == "series":
+        return _array(items, name, {"name": _encode(value.name), "dtype": str(value.dtype), "index": _encode(value.index)})
+    return _array(items, name, {"dtype": str(value.dtype), **(   # a pandas Index or array
+        {"name": _encode(value.name)} if getattr(value, "name", None) is not None else {})})
+
+
+def _kind(t: type) -> str:
+    """What `_whole` does with an object of class `t`; "" for nothing (its attributes are walked):
+
+    - a module or a logging object, shown by its name: what it holds (a module's globals, a
+      logger's manager of every logger in the process) is the process's, not the operator's
+      state, and differs between the recording's worker and a replay;
+    - an enum member, by its repr (`<Color.RED: 1>`): its name and value are not attributes;
+      pandas' RangeIndex and NA by theirs (`RangeIndex(start=0, stop=3, step=1)`, `<NA>`);
+    - a numpy array, a pandas Series, Index or array, an Arrow array, by dtype, shape and items
+      (`_array`): their values are not attributes either (a Series showed as `{}`), and their
+      reprs leave out items and digits."""
+    if issubclass(t, types.ModuleType):
+        return "module"
+    if issubclass(t, _LOGGING):
+        return "logging"
+    if issubclass(t, enum.Enum):
+        return "enum"
+    for cls in t.__mro__:   # (by name, a subclass too: the core imports neither numpy, pandas nor pyarrow)
+        module, name = cls.__module__, cls.__name__
+        if module == "numpy" and name == "ndarray":
+            return "ndarray"
+        if module == "pyarrow.lib" and name.endswith("Array") and callable(getattr(t, "to_numpy", None)):
+            return "arrow"
+        if module.startswith("pandas") and name in ("Series", "RangeIndex", "NAType"):
+            return "series" if name == "Series" else "repr"   # (a RangeIndex's repr is all of it; NA's is `<NA>`)
+        if module.startswith(_PANDAS_ARRAYS) and callable(getattr(t, "to_numpy", None)):
+            return "pandas"
+    return ""
+
+
+def _array(a: Any, name: str, attrs: dict) -> dict:
+    """A numpy array (or what a pandas or Arrow one gives as one) as an object of its dtype,
+    shape and items: all of them up to `SHOWN_ITEMS`, else the first `_FIRST` and the
+    xxh3-128 of its bytes in C order (of its items' encoding, where they are Python objects)."""
+    attrs = {"dtype": str(a.dtype), **attrs, "shape": list(a.shape)}
+    if a.size <= SHOWN_ITEMS:
+        attrs["items"] = _encode(a.tolist())
+        return {"$object": name, "attrs": attrs}
+    import xxhash
+
+    attrs["first"] = _encode(a.ravel()[:_FIRST].tolist())
+    data = orjson.dumps(_encode(a.tolist()), option=orjson.OPT_SORT_KEYS) if a.dtype.hasobject else a.tobytes()
+    attrs["xxh3"] = xxhash.xxh3_128_hexdigest(data)
+    return {"$object": name, "attrs": attrs}
+
+
+def _attributes(value: Any) -> dict | None:
+    """An object's public attributes, from its `__dict__`, and from its classes' `__slots__`
+    where it has no repr of its own (such an object showed as `<Point object>`, every one
+    alike; one with its own repr, a UUID, shows its values there); None for an object with
+    neither."""
+    attrs = getattr(value, "__dict__", None)
+    out = public_attrs(attrs) if isinstance(attrs, dict) else None
+    t = type(value)
+    for slot in (_CLASSES.get(t) or _class(t))[1]:
+        try:
+            item = getattr(value, slot)
+        except AttributeError:   # a slot not set
+            continue
+        out = {} if out is None else out
+        out.setdefault(slot, item)
+    return out
+
+
+_CLASSES: dict[type, tuple[str, tuple[str, ...]]] = {}   # class -> (`_kind`, the slots `_attributes` reads)
+
+
+def _class(t: type) -> tuple[str, tuple[str, ...]]:
+    """`_kind(t)`, and the public slots of class `t` and its bases where it has no repr of its
+    own: worked out once per class."""
+    names: list[str] = []
+    if t.__repr__ is object.__repr__:
+        for cls in t.__mro__:
+            slots = cls.__dict__.get("__slots__") if cls.__module__ != "builtins" else None
+            for slot in (slots,) if isinstance(slots, str) else slots or ():
+                if not slot.startswith(_HIDDEN_PREFIX) and slot not in ("__dict__", "__weakref__") and slot not in names:
+                    names.append(slot)
+    if len(_CLASSES) > 4096:   # (classes a long-lived worker unpickled task after task)
+        _CLASSES.clear()
+    _CLASSES[t] = out = (_kind(t), tuple(names))
+    return out
 
 
 #: Levels of nesting `_acyclic` keeps: each may be three in JSON (`{"$dict": [[k, v]]}`), and
@@ -239,28 +348,17 @@ def _machinery(value: Any) -> str | None:
 _DEEPEST = 64
 
 
-class _Cut:
-    """Where `_acyclic` cut a value: shown as `<cycle: T>` or `<too deep: T>`."""
+class _Encoded:
+    """A part of a value `_acyclic` encoded already: a cut (`<cycle: T>`, `<too deep: T>`), an
+    object from its cut attributes, or what `_whole` encodes."""
 
-    __slots__ = ("text",)
+    __slots__ = ("encoded",)
 
-    def __init__(self, text: str):
-        self.text = text
+    def __init__(self, encoded: Any):
+        self.encoded = encoded
 
-    def __tt_json__(self) -> dict:
-        return {"$repr": self.text}
-
-
-class _Walked:
-    """An object `_acyclic` walked: encoded as `_encode` encodes an object, from its cut attributes."""
-
-    __slots__ = ("name", "attrs")
-
-    def __init__(self, name: str, attrs: dict):
-        self.name, self.attrs = name, attrs
-
-    def __tt_json__(self) -> dict:
-        return {"$object": self.name, "attrs": _encode(self.attrs)}
+    def __tt_json__(self) -> Any:
+        return self.encoded
 
 
 _ATOMS = frozenset({str, bool, type(None), int, float, bytes, bytearray, complex})
@@ -269,34 +367,40 @@ _LEAVES = (decimal.Decimal, _dt.date, _dt.time, _dt.timedelta, int, float)   # (
 
 def _acyclic(value: Any, path: set[int], depth: int) -> Any:
     """`value` as `_encode` walks it, with the walk cut where it would come back to a value it
-    is inside (`path`: their ids) or go deeper than `_DEEPEST`: the containers and objects it
-    walks are copied (a dict, list or tuple subclass as `_encode` takes it, as the plain one);
-    whatever `_encode` does not walk is kept as it is."""
+    is inside (`path`: their ids) or go deeper than `_DEEPEST`: the containers it walks are
+    copied (a dict, list or tuple subclass as `_encode` takes it, as the plain one), the objects
+    encoded from their cut attributes; whatever `_encode` does not walk is kept as it is."""
     t = type(value)
     if t in _ATOMS or isinstance(value, _LEAVES):
         return value
-    walks = (t is set or t is frozenset or isinstance(value, (dict, list, tuple))
-             or (not (t.__module__ == "numpy" and getattr(value, "shape", None) == ())
-                 and getattr(t, "__tt_json__", None) is None and not is_table(t) and _machinery(value) is None
-                 and isinstance(getattr(value, "__dict__", None), dict)))
-    if not walks:
-        return value
+    container = t is set or t is frozenset or isinstance(value, (dict, list, tuple))
+    attrs = None
+    if not container:
+        if ((t.__module__ == "numpy" and getattr(value, "shape", None) == ())
+                or getattr(t, "__tt_json__", None) is not None or is_table(t)):
+            return value
+        whole = _whole(value, t)
+        if whole is not None:
+            return _Encoded(whole)
+        attrs = _attributes(value)
+        if attrs is None:
+            return value
     if id(value) in path:
-        return _Cut(f"<cycle: {t.__qualname__}>")
+        return _Encoded({"$repr": f"<cycle: {t.__qualname__}>"})
     if depth >= _DEEPEST:
-        return _Cut(f"<too deep: {t.__qualname__}>")
+        return _Encoded({"$repr": f"<too deep: {t.__qualname__}>"})
     path.add(id(value))
     try:
         inner = depth + 1
+        if attrs is not None:
+            return _Encoded({"$object": f"{t.__module__}.{t.__qualname__}", "attrs": _encode(_acyclic(attrs, path, inner))})
         if t is set or t is frozenset:
             return t(_acyclic(v, path, inner) for v in value)
         if isinstance(value, dict):
             return {_acyclic(k, path, inner): _acyclic(v, path, inner) for k, v in value.items()}
         if isinstance(value, list):
             return [_acyclic(v, path, inner) for v in value]
-        if isinstance(value, tuple):
-            return tuple(_acyclic(v, path, inner) for v in value)
-        return _Walked(f"{t.__module__}.{t.__qualname__}", _acyclic(public_attrs(vars(value)), path, inner))
+        return tuple(_acyclic(v, path, inner) for v in value)
     finally:
         path.discard(id(value))
 

@@ -130,6 +130,48 @@ def test_the_process_machinery_is_shown_by_name_and_without_its_address():
     assert values.dumps(threading.Lock()) == values.dumps(lock)
 
 
+class Slotted:
+    __slots__ = ("x", "y", "_hidden", "unset")
+
+    def __init__(self, x):
+        self.x, self.y, self._hidden = x, [x], "no"
+
+
+class Color(__import__("enum").Enum):
+    RED = 1
+    BLUE = 2
+
+
+def test_values_without_public_attributes_are_encoded_by_what_they_hold():
+    """An enum member, a slotted object, numpy and Arrow arrays, pandas Series, Index and arrays:
+    encoded as `{}` or by a repr that leaves items out before, so two different ones were equal."""
+    import numpy as np
+    import pyarrow as pa
+
+    assert values.encode(Color.RED) == {"$repr": "<Color.RED: 1>"} != values.encode(Color.BLUE)
+    assert values.encode(Slotted(1)) == {"$object": "test_units.Slotted", "attrs": {"x": 1, "y": [1]}}
+    assert values.encode(np.array([[1.5, float("nan")], [float("inf"), -0.0]])) == {"$object": "numpy.ndarray", "attrs": {
+        "dtype": "float64", "shape": [2, 2], "items": [[1.5, {"$float": "nan"}], [{"$float": "inf"}, -0.0]]}}
+    big = np.arange(values.SHOWN_ITEMS + 1, dtype=float)
+    changed = big.copy()
+    changed[500] = np.nextafter(changed[500], 1e9)   # one item, one unit in the last place
+    assert values.encode(big)["attrs"]["first"] == list(range(10)) and values.dumps(big) != values.dumps(changed)
+    assert values.dumps(big) == values.dumps(big.copy()) == values.dumps(np.asfortranarray(big))
+    words = np.array([f"w{i}" for i in range(values.SHOWN_ITEMS + 1)], dtype=object)
+    other = words.copy()
+    other[700] = "x"
+    assert values.dumps(words) != values.dumps(other)
+    s = pd.Series([1.0, 2.0], index=["a", "b"], name="amount")
+    assert values.encode(s)["attrs"] == {"dtype": "float64", "name": "amount", "shape": [2], "items": [1.0, 2.0],
+                                         "index": {"$object": "pandas.core.indexes.base.Index", "attrs": {
+                                             "dtype": "object", "shape": [2], "items": ["a", "b"]}}}
+    assert values.encode(pd.Series([1, None], dtype="Int64"))["attrs"]["items"] == [1, {"$repr": "<NA>"}]
+    assert values.encode(pd.Categorical(["a", "b"]))["attrs"] == {"dtype": "category", "shape": [2], "items": ["a", "b"]}
+    assert values.encode(pa.array(["x", None]))["attrs"] == {"dtype": "object", "type": "string", "shape": [2],
+                                                              "items": ["x", None]}
+    assert values.decode(values.encode({"seen": pd.NaT, "na": pd.NA})) == {"seen": "NaT", "na": "<NA>"}   # (NaT's isoformat read back raised)
+
+
 def test_render_is_short():
     assert values.render(values.encode({"k": (1, 2)})) == "{k: (1, 2)}"
     assert len(values.render(values.encode(list(range(1000))), 40)) == 40

@@ -1,0 +1,128 @@
+"""`tt verify` compares what an operator's state holds, whatever Python holds it in.
+
+States are compared by their encoding (core/values.py). A numpy array was encoded by its repr,
+which leaves out the middle of a long array and the digits past the eighth; an enum member and
+a pandas Series had no public attributes and were encoded as `{}`. A replay that changed any of
+them was "verified". The operator below keeps one of each; the job reads an environment variable
+that tt does not log (a `tt.Dataflow` operator's reads are not: tests/test_replay_differs.py), so
+a replay where it is set differs in one field, and verify must name that field. The oracle of
+the states is the job's input.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+
+import cloudpickle
+import numpy as np
+import pandas as pd
+import pytest
+
+import tt
+from tt.cli.main import main
+from tt.core import values
+from tt.store.reader import RunReader
+
+ROWS, BINS = 3000, 2000   # more bins than an array shows item by item (values.SHOWN_ITEMS)
+CHANGED = {"counts": "TT_TEST_CHANGE_COUNTS", "phase": "TT_TEST_CHANGE_PHASE", "recent": "TT_TEST_CHANGE_RECENT"}
+
+
+class Phase(enum.Enum):
+    OPEN = 1
+    LATE = 2
+
+
+class Binned(tt.Operator):
+    """Adds each row's `v` into bin `id % BINS` (a numpy array), keeps the last five `v`s (a
+    pandas Series), and is LATE once row 2,500 has passed. An environment variable per field
+    changes that field alone, a little, before row 1,500, where the replay finds it set."""
+
+    def __init__(self):
+        self.counts = np.zeros(BINS)
+        self.recent = pd.Series([], dtype=float)
+        self.phase = Phase.OPEN
+
+    def process(self, row, port=0):
+        middle = row["id"] == 1000   # (a bin in the middle of the array)
+        self.counts[row["id"] % BINS] += row["v"] + (1e-9 if middle and os.environ.get(CHANGED["counts"]) else 0.0)
+        late = row["id"] == 1499 and os.environ.get(CHANGED["recent"])   # (among the last five at row 1,500)
+        self.recent = pd.concat([self.recent, pd.Series([row["v"] + (0.5 if late else 0.0)])],
+                                ignore_index=True).iloc[-5:]
+        if row["id"] >= 2500 or (middle and os.environ.get(CHANGED["phase"])):
+            self.phase = Phase.LATE
+        yield row
+
+
+def _input() -> pd.DataFrame:
+    return pd.DataFrame({"id": range(ROWS), "v": [float(i % 7) + 0.25 for i in range(ROWS)]})
+
+
+@pytest.fixture(scope="module")
+def binned_run(spark, tmp_path_factory):
+    from pathlib import Path
+
+    from tt.recorder.session import RecordingSession
+
+    assert not any(v in os.environ for v in CHANGED.values())
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    out = tmp_path_factory.mktemp("binned") / "binned.db"
+    flow = tt.Dataflow("binned")
+    flow.source("U", spark.createDataFrame(_input()).coalesce(1)).process(Binned(), name="B").collect("out")
+    session = RecordingSession(out, Path(__file__), [], watch="B", when="row['id'] == 1500")
+    with session:
+        flow.run()
+    session.close()
+    return out
+
+
+def _interaction(run, trigger: str) -> int:
+    reader = RunReader(run)
+    try:
+        return next(i.k for i in reader.interactions() if i.trigger == trigger)
+    finally:
+        reader.close()
+
+
+def _state_at(run, trigger: str) -> dict:
+    k = _interaction(run, trigger)
+    reader = RunReader(run)
+    try:
+        b = reader.operator("B").id
+        (at,) = [a for (op, _), a in reader.instances_at(k).items() if op == b]
+        return values.decode(reader.state(at.state))
+    finally:
+        reader.close()
+
+
+def test_the_recorded_states_hold_every_value(binned_run):
+    """At the condition (rows 0..1500 in) and at the end, against numpy and pandas on the input."""
+    pdf = _input()
+    for trigger, n in (("condition", 1501), ("end", ROWS)):
+        state = _state_at(binned_run, trigger)
+        seen = pdf.iloc[:n]
+        counts = np.bincount(seen["id"] % BINS, weights=seen["v"], minlength=BINS)
+        assert state["counts"]["shape"] == [BINS] and state["counts"]["dtype"] == "float64"
+        assert state["counts"]["first"] == counts[:10].tolist()
+        assert state["counts"] == values.decode(values.encode(counts))   # all bins, by their digest
+        assert state["recent"]["items"] == seen["v"].iloc[-5:].tolist()
+        assert state["recent"]["index"] == "RangeIndex(start=1, stop=6, step=1)"   # (six values, the first dropped)
+        assert state["phase"] == ("<Phase.LATE: 2>" if n > 2500 else "<Phase.OPEN: 1>")
+
+
+def test_verify_passes_where_the_replay_reads_what_the_recording_did(binned_run, capsys):
+    assert main(["verify", str(binned_run)]) == 0
+    assert "every replayed state equals the recorded one" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("field", sorted(CHANGED))
+def test_verify_finds_a_replay_that_changed_one_field(binned_run, field, monkeypatch, capsys):
+    """One bin of 2,000 off by 1e-9, the phase one member early, one of the last five values off
+    by 0.5: each passed as verified when the state was encoded by repr or public attributes.
+    The first interaction after the change (the condition's) is the one named."""
+    monkeypatch.setenv(CHANGED[field], "1")
+    assert main(["verify", str(binned_run)]) != 0
+    out = capsys.readouterr().out
+    k = _interaction(binned_run, "condition")
+    assert f"replay diverges at interaction {k}: B:0 differs at interaction {k} in {field}" in out, out
