@@ -667,7 +667,8 @@ def _render(v: Any) -> str:
                           else f"digest {str(inner.get('digest', ''))[:8]}")
                 return f"‹{inner.get('rows', 0):,} rows under {inner.get('keys', 0):,} keys, kept as inputs ({digest})›"
         if "$object" in v and len(v) == 2:
-            return v["$object"].rsplit(".", 1)[-1] + _render(v["attrs"])
+            array = render_array(v)
+            return array if array is not None else v["$object"].rsplit(".", 1)[-1] + _render(v["attrs"])
         return "{" + ", ".join(f"{k}: {_render(x)}" for k, x in v.items()) + "}"
     if isinstance(v, list):
         return "[" + ", ".join(_render(x) for x in v) + "]"
@@ -676,6 +677,21 @@ def _render(v: Any) -> str:
     if v is None:
         return "None"
     return str(v)
+
+
+def render_array(v: dict) -> str | None:
+    """An encoded array (`_array`) as numpy shows one: `ndarray([1.5, 2.0], float64)`, a Series
+    with its name (`Series 'amount'([...], float64)`), a long one by its first items, its shape
+    and its digest's start; None for any other encoded object."""
+    attrs = v.get("attrs")
+    if not isinstance(attrs, dict) or not {"dtype", "shape"} <= attrs.keys() or not ({"items"} & attrs.keys()
+                                                                                      or {"first", "xxh3"} <= attrs.keys()):
+        return None
+    label = str(v.get("$object")).rsplit(".", 1)[-1] + (f" {_render(attrs['name'])}" if attrs.get("name") is not None else "")
+    if "items" in attrs:
+        return f"{label}({_render(attrs['items'])}, {attrs['dtype']})"
+    shape = "×".join(map(str, attrs["shape"]))
+    return f"{label}([{', '.join(_render(x) for x in attrs['first'])}, …] {shape} {attrs['dtype']}, xxh3 {str(attrs['xxh3'])[:8]})"
 
 
 def same_encoded(a: Any, b: Any) -> bool:

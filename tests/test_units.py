@@ -172,6 +172,20 @@ def test_values_without_public_attributes_are_encoded_by_what_they_hold():
     assert values.decode(values.encode({"seen": pd.NaT, "na": pd.NA})) == {"seen": "NaT", "na": "<NA>"}   # (NaT's isoformat read back raised)
 
 
+def test_an_array_renders_as_numpy_shows_one():
+    """In `tt inspect state`, `tt replay` and the debugger's state tree (its one-line `short`)."""
+    import numpy as np
+
+    from tt.tui.widgets.state_inspector import short
+
+    assert values.render(values.encode({"h": np.array([16.0, 12.0])})) == "{h: ndarray([16.0, 12.0], float64)}"
+    assert values.render(values.encode(pd.Series([1.5], name="amt"))) == "Series 'amt'([1.5], float64)"
+    long = values.encode(np.zeros((50, 100)))
+    assert values.render(long, None) == (f"ndarray([{', '.join(['0.0'] * 10)}, …] 50×100 float64, "
+                                         f"xxh3 {long['attrs']['xxh3'][:8]})")
+    assert short(long, 30) == "ndarray([0.0, 0.0, 0.0, 0.0, …" and short(values.encode(np.arange(3))) == "ndarray([0, 1, 2], int64)"
+
+
 def test_render_is_short():
     assert values.render(values.encode({"k": (1, 2)})) == "{k: (1, 2)}"
     assert len(values.render(values.encode(list(range(1000))), 40)) == 40

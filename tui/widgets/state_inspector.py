@@ -43,7 +43,14 @@ class Slot:
 
 
 def short(value: Any, limit: int = 60) -> str:
-    """A one-line rendering that never walks a large container."""
+    """A one-line rendering that never walks a large container (an array shows its items: it
+    holds at most `values.SHOWN_ITEMS` of them, or its first ten)."""
+    from ...core.values import render, render_array
+
+    if isinstance(value, dict) and "$object" in value and len(value) == 2:
+        text = render_array(value)
+        if text is not None:
+            return text if len(text) <= limit else text[: limit - 1] + "…"
     if isinstance(value, dict) and not (len(value) == 1 and next(iter(value)).startswith("$")):
         return f"{{{len(value):,} {'entry' if len(value) == 1 else 'entries'}}}"
     if isinstance(value, list):
@@ -52,8 +59,6 @@ def short(value: Any, limit: int = 60) -> str:
         (tag, inner), = value.items()
         if isinstance(inner, list) and len(inner) > 50:
             return f"{tag[1:]} of {len(inner):,}"
-    from ...core.values import render
-
     return render(value, limit)
 
 
