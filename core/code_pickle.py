@@ -3,8 +3,9 @@
 cloudpickle (since 3.1.3) writes every code object it pickles by value with the file name
 `<dynamic-code>`, to make its output deterministic. A replayed operator's traceback then
 shows no file and no source line: the one thing a user wants from a post-mortem. `dumps`
-pickles as cloudpickle does but keeps each code object's `co_filename`; the pickle loads
-with plain `cloudpickle.loads` (or `pickle.loads`) wherever tt is importable.
+pickles as cloudpickle does but keeps each code object's `co_filename`, and a PySpark
+broadcast variable's value (core/broadcasts.py); the pickle loads with plain
+`cloudpickle.loads` (or `pickle.loads`) wherever tt is importable.
 
 A code object pickled by value is the bytecode of the Python that made it: another version
 unpickles it and crashes running it (a run recorded with 3.11, replayed by 3.12: a segmentation
@@ -22,6 +23,7 @@ from typing import Any
 
 import cloudpickle
 
+from .broadcasts import is_spark_broadcast, reduce_spark_broadcast
 from .errors import CodeImportError, RunFileError
 
 
@@ -66,6 +68,10 @@ class _Pickler(cloudpickle.Pickler):
             if reduce is not None:
                 make, args = reduce(obj)
                 return _code_in_file, (make, args, obj.co_filename)
+        if is_spark_broadcast(obj):   # its value with it, for a replay (core/broadcasts.py)
+            reduced = reduce_spark_broadcast(obj)
+            if reduced is not None:
+                return reduced
         return super().reducer_override(obj)
 
 

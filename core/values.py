@@ -30,6 +30,8 @@ from typing import Any, Iterator
 
 import orjson
 
+from .broadcasts import RecordedBroadcast, is_spark_broadcast_class
+
 INT64 = 2**63   # ints in [-INT64, INT64) are int64s
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
 IMMUTABLE_TYPES = _IMMUTABLE   # (for a caller that passes over such a value without calling `immutable`)
@@ -247,6 +249,8 @@ def _whole(value: Any, t: type) -> dict | None:
         return {"$repr": _ADDRESS.sub("", repr(value))}
     if kind == "repr":
         return {"$repr": repr(value)}
+    if kind == "broadcast":
+        return {"$repr": "<Broadcast>"}
     name = f"{t.__module__}.{t.__qualname__}"
     if kind == "ndarray":
         return _array(value, name, {})
@@ -266,6 +270,8 @@ def _kind(t: type) -> str:
     - a module or a logging object, shown by its name: what it holds (a module's globals, a
       logger's manager of every logger in the process) is the process's, not the operator's
       state, and differs between the recording's worker and a replay;
+    - a PySpark broadcast variable, as `<Broadcast>`, recorded or replayed (core/broadcasts.py):
+      the job's input, whose value replay holds as the driver did;
     - an enum member, by its repr (`<Color.RED: 1>`): its name and value are not attributes;
       pandas' RangeIndex and NA by theirs (`RangeIndex(start=0, stop=3, step=1)`, `<NA>`);
     - a numpy array, a pandas Series, Index or array, an Arrow array, by dtype, shape and items
@@ -277,6 +283,8 @@ def _kind(t: type) -> str:
         return "logging"
     if issubclass(t, enum.Enum):
         return "enum"
+    if issubclass(t, RecordedBroadcast) or any(map(is_spark_broadcast_class, t.__mro__)):
+        return "broadcast"
     for cls in t.__mro__:   # (by name, a subclass too: the core imports neither numpy, pandas nor pyarrow)
         module, name = cls.__module__, cls.__name__
         if module == "numpy" and name == "ndarray":
