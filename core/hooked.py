@@ -13,14 +13,15 @@ bridges the two, so a step is one unit (a batch for `mapInPandas`, an element fo
 are that unit's.
 
 Its state is what a user would look at: the attributes of a callable instance (or
-of a bound method's instance), its closure cells, and the locals of its
-generator's frame. A suspended generator cannot be saved, so an instance is put
+of a bound method's instance), its closure cells, the module globals its code
+assigns, and the locals of its generator's frame. A suspended generator cannot be saved, so an instance is put
 back at a position by replaying its inputs from the start of its partition
 (`restore_by_replay`); the replay engine and the checkpoint planner honour that.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import types
@@ -70,6 +71,9 @@ class HookedOperator(Operator):
     #: version of what is logged, set by `operator_for` for a new recording (`VERSION`); a run
     #: recorded before replays without it (0), or with what its version logged (True is 1).
     logs_nondeterministic = 0
+    #: Its state shows the module globals its code assigns (`globals`): set by `operator_for`
+    #: for a new recording; a run recorded before shows none, as it recorded none.
+    shows_globals = False
 
     def __init__(self, fn: Callable, kind: str, site: str = ""):
         self._fn = fn
@@ -90,6 +94,9 @@ class HookedOperator(Operator):
         cells = _closure(fn)
         if cells:
             out["closure"] = cells
+        assigned = _assigned_globals(fn) if self.shows_globals else None
+        if assigned:
+            out["globals"] = assigned
         return out
 
     def __repr__(self) -> str:
@@ -282,6 +289,31 @@ def _closure(fn: Any) -> dict:
     return out
 
 
+def _assigned_globals(fn: Any) -> dict:
+    """The module globals that `fn`'s code assigns (`global model` then `model = load()`: a model
+    loaded once per task, a counter), but code. Globals it only reads are the job's input (a
+    lookup table, a setting), shown nowhere, as before; a global container it changes in place
+    (`CACHE[k] = v`) is not told apart from one it reads."""
+    code_owner = fn.__func__ if inspect.ismethod(fn) else fn
+    if not isinstance(code_owner, types.FunctionType):   # a callable object: its class's __call__
+        code_owner = getattr(type(fn), "__call__", None)
+    code, found = getattr(code_owner, "__code__", None), getattr(code_owner, "__globals__", None)
+    if code is None or not isinstance(found, dict):
+        return {}
+    return {name: found[name] for name in _stored_globals(code)
+            if name in found and not name.startswith("_") and not _skipped(found[name])}
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored_globals(code: types.CodeType) -> tuple[str, ...]:
+    """The global names `code` and the code nested in it (a comprehension, an inner function) assign."""
+    names = [i.argval for i in dis.get_instructions(code) if i.opname == "STORE_GLOBAL"]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(_stored_globals(const))
+    return tuple(dict.fromkeys(names))
+
+
 def _skipped(value: Any) -> bool:
     """Code, not state: modules, functions, classes."""
     return isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
@@ -292,6 +324,7 @@ def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     """The operator that runs `fn` as PySpark's `kind` would call it, in a new recording."""
     op = _operator_for(fn, kind, site)
     op.logs_nondeterministic = VERSION
+    op.shows_globals = True
     return op
 
 
