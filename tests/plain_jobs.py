@@ -88,3 +88,16 @@ def each_step(session: DebugSession, op: str):
             yield i, unit, values.decode(session.engine.states()[(node.id, i)])
             if unit is None:
                 break
+
+
+def verified(run: Path, capsys) -> None:
+    """`tt verify RUN` exits 0 and says it verified every interaction of the run."""
+    from tt.cli.main import main
+    from tt.store.reader import RunReader
+
+    reader = RunReader(run)
+    n = len(reader.interactions())
+    reader.close()
+    capsys.readouterr()
+    assert main(["verify", str(run)]) == 0
+    assert f"verified {n} of {n} interactions" in capsys.readouterr().out

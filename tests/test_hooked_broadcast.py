@@ -14,10 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import each_step, record_on_and_off
+from plain_jobs import each_step, record_on_and_off, verified
 
 from tt.replay.session import DebugSession
-from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_broadcast.py"
 ROWS = 90
@@ -48,11 +47,7 @@ def test_recording_does_not_change_the_output(recorded):
 
 
 def test_verify_passes(recorded, capsys):
-    from tt.cli.main import main
-
-    assert main(["verify", str(recorded[0])]) == 0
-    n = len(RunReader(recorded[0]).interactions())
-    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+    verified(recorded[0], capsys)
 
 
 def test_a_replay_reads_the_broadcast_as_the_executors_did(recorded):

@@ -14,11 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import each_step, record_on_and_off
+from plain_jobs import each_step, record_on_and_off, verified
 
 from tt.core import hooked
 from tt.replay.session import DebugSession
-from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_globals.py"
 ROWS, BATCH = 80, 9
@@ -40,11 +39,7 @@ def test_recording_does_not_change_the_output(recorded):
 
 
 def test_verify_passes(recorded, capsys):
-    from tt.cli.main import main
-
-    assert main(["verify", str(recorded[0])]) == 0
-    n = len(RunReader(recorded[0]).interactions())
-    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+    verified(recorded[0], capsys)
 
 
 def test_the_globals_it_assigns_are_its_state_after_each_batch(recorded):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import each_step, record_on_and_off
+from plain_jobs import each_step, record_on_and_off, verified
 
 from tt.core import values
 from tt.replay.session import DebugSession
@@ -53,12 +53,7 @@ def test_recording_does_not_change_the_output(ledger, tally):
 
 @pytest.mark.parametrize("which", ["ledger", "tally"])
 def test_verify_passes(which, request, capsys):
-    from tt.cli.main import main
-
-    run = request.getfixturevalue(which)[0]
-    assert main(["verify", str(run)]) == 0
-    n = len(RunReader(run).interactions())
-    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+    verified(request.getfixturevalue(which)[0], capsys)
 
 
 def test_the_processors_end_state_shows_its_machinery_by_name_and_cuts_the_books_loop(ledger):
