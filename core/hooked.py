@@ -71,9 +71,11 @@ class HookedOperator(Operator):
     #: version of what is logged, set by `operator_for` for a new recording (`VERSION`); a run
     #: recorded before replays without it (0), or with what its version logged (True is 1).
     logs_nondeterministic = 0
-    #: Its state shows the module globals its code assigns (`globals`): set by `operator_for`
-    #: for a new recording; a run recorded before shows none, as it recorded none.
-    shows_globals = False
+    #: What its state shows, set by `operator_for` for a new recording (`STATE_VERSION`); an
+    #: operator pickled by an earlier tt shows what it showed then, so a run's states stay what
+    #: it recorded. 1: the module globals its code assigns (`globals`), and a function wrapped
+    #: in `functools.partial` seen through (its closure, its instance's attributes).
+    state_version = 0
 
     def __init__(self, fn: Callable, kind: str, site: str = ""):
         self._fn = fn
@@ -87,6 +89,9 @@ class HookedOperator(Operator):
 
     def state(self) -> dict:
         fn = self._fn
+        if self.state_version >= 1:
+            while isinstance(fn, functools.partial):   # `mapInPandas(partial(score, threshold=3))`
+                fn = fn.func
         owner = getattr(fn, "__self__", None) if inspect.ismethod(fn) else fn
         out: dict = {}
         if owner is not None and not inspect.isroutine(owner) and isinstance(getattr(owner, "__dict__", None), dict):
@@ -94,7 +99,7 @@ class HookedOperator(Operator):
         cells = _closure(fn)
         if cells:
             out["closure"] = cells
-        assigned = _assigned_globals(fn) if self.shows_globals else None
+        assigned = _assigned_globals(fn) if self.state_version >= 1 else None
         if assigned:
             out["globals"] = assigned
         return out
@@ -266,7 +271,10 @@ def outputs(returned: Any) -> list:
 
 
 def name_of(fn: Any) -> str:
-    """The name a hooked function goes by: its own, or its class's for a callable instance."""
+    """The name a hooked function goes by: its own (through `functools.partial`), or its class's
+    for a callable instance."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
     name = getattr(fn, "__name__", None)
     if not isinstance(name, str) or name == "<lambda>":
         name = type(fn).__name__ if not inspect.isroutine(fn) else "lambda"
@@ -287,6 +295,10 @@ def _closure(fn: Any) -> dict:
         if not name.startswith("_") and not _skipped(value):
             out[name] = value
     return out
+
+
+#: What a new recording's hooked operators show as their state (`HookedOperator.state_version`).
+STATE_VERSION = 1
 
 
 def _assigned_globals(fn: Any) -> dict:
@@ -324,7 +336,7 @@ def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     """The operator that runs `fn` as PySpark's `kind` would call it, in a new recording."""
     op = _operator_for(fn, kind, site)
     op.logs_nondeterministic = VERSION
-    op.shows_globals = True
+    op.state_version = STATE_VERSION
     return op
 
 

@@ -1,4 +1,5 @@
-"""Module globals a hooked function assigns are its state (`tests/jobs/hooked_globals.py`).
+"""Module globals a hooked function assigns, and the instance of a method bound through
+`functools.partial`, are its state (`tests/jobs/hooked_globals.py`).
 
 A function that loads a model once (`global MODEL`) and counts its batches (`global BATCHES`)
 showed no state at all: the debugger had nothing to show and `tt verify` nothing to compare.
@@ -35,7 +36,9 @@ def test_recording_does_not_change_the_output(recorded):
     pdf = pd.DataFrame({"id": range(ROWS)})
     pdf["score"] = ((pdf["id"] * 7) % 11) * (pdf["id"] % 2).map({0: RATES["c0"], 1: RATES["c1"]})
     pdf["batch"] = (pdf["id"] % (ROWS // 2)) // BATCH + 1   # two partitions of 40 rows, in batches of 9
-    assert on == [[i, s, b] for i, s, b in zip(pdf["id"], pdf["score"], pdf["batch"])]
+    assert on["scores"] == [[i, s, b] for i, s, b in zip(pdf["id"], pdf["score"], pdf["batch"])]
+    per_partition = [min(BATCH * n, ROWS // 2) * 10 for n in range(1, -(-(ROWS // 2) // BATCH) + 1)]
+    assert on["tallies"] == sorted(per_partition * 2)
 
 
 def test_verify_passes(recorded, capsys):
@@ -54,6 +57,19 @@ def test_the_globals_it_assigns_are_its_state_after_each_batch(recorded):
     assert sorted(batches.values()) == [-(-(ROWS // 2) // BATCH)] * 2
 
 
+def test_a_method_bound_through_partial_is_named_and_shows_its_instance(recorded):
+    """`mapInPandas(partial(Tally().run, scale=10))`: the operator is `run` (it was `partial`), and
+    its state the instance's `rows` (it was `{}`), the rows it has seen, batch after batch."""
+    session = DebugSession(recorded[0])
+    rows: dict[int, int] = {}
+    for i, unit, state in each_step(session, "run"):
+        if unit is not None:
+            rows[i] = rows.get(i, 0) + len(unit)
+            assert state["rows"] == rows[i]
+    session.reader.close()
+    assert sorted(rows.values()) == [ROWS // 2] * 2
+
+
 def test_a_function_recorded_before_shows_no_globals():
     def counting(rows):
         global COUNTED
@@ -64,5 +80,5 @@ def test_a_function_recorded_before_shows_no_globals():
     op = hooked.operator_for(counting, "mapInPandas", "x.py:1")
     globals()["COUNTED"] = 3
     assert op.state() == {"globals": {"COUNTED": 3}}
-    op.shows_globals = False   # as an operator pickled by a tt before this one unpickles
+    op.state_version = 0   # as an operator pickled by a tt before this one unpickles
     assert op.state() == {}
