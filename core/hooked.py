@@ -14,9 +14,10 @@ are that unit's.
 
 Its state is what a user would look at: the attributes of a callable instance (or
 of a bound method's instance), its closure cells, the module globals its code
-assigns, and the locals of its generator's frame. A suspended generator cannot be saved, so an instance is put
-back at a position by replaying its inputs from the start of its partition
-(`restore_by_replay`); the replay engine and the checkpoint planner honour that.
+assigns, and the locals of its generator's frame. A suspended generator cannot be
+saved, so an instance is put back at a position by replaying its inputs from the
+start of its partition (`restore_by_replay`); the replay engine and the checkpoint
+planner honour that.
 """
 
 from __future__ import annotations

@@ -259,7 +259,8 @@ def _whole(value: Any, t: type) -> dict | None:
     # (an extension dtype's values as Python objects: `to_numpy()` makes [1, <NA>] of Int64 floats)
     items = value.to_numpy() if type(value.dtype).__module__ == "numpy" else value.to_numpy(dtype=object)
     if kind == "series":
-        return _array(items, name, {"name": _encode(value.name), "dtype": str(value.dtype), "index": _encode(value.index)})
+        return _array(items, name, {"name": _encode(value.name), "dtype": str(value.dtype),
+                                    "index": _encode(value.index)})
     return _array(items, name, {"dtype": str(value.dtype), **(   # a pandas Index or array
         {"name": _encode(value.name)} if getattr(value, "name", None) is not None else {})})
 
@@ -343,7 +344,7 @@ def _class(t: type) -> tuple[str, tuple[str, ...]]:
         for cls in t.__mro__:
             slots = cls.__dict__.get("__slots__") if cls.__module__ != "builtins" else None
             for slot in (slots,) if isinstance(slots, str) else slots or ():
-                if not slot.startswith(_HIDDEN_PREFIX) and slot not in ("__dict__", "__weakref__") and slot not in names:
+                if not slot.startswith(_HIDDEN_PREFIX) and slot not in ("__dict__", "__weakref__", *names):
                     names.append(slot)
     if len(_CLASSES) > 4096:   # (classes a long-lived worker unpickled task after task)
         _CLASSES.clear()
@@ -401,7 +402,8 @@ def _acyclic(value: Any, path: set[int], depth: int) -> Any:
     try:
         inner = depth + 1
         if attrs is not None:
-            return _Encoded({"$object": f"{t.__module__}.{t.__qualname__}", "attrs": _encode(_acyclic(attrs, path, inner))})
+            walked = _encode(_acyclic(attrs, path, inner))
+            return _Encoded({"$object": f"{t.__module__}.{t.__qualname__}", "attrs": walked})
         if t is set or t is frozenset:
             return t(_acyclic(v, path, inner) for v in value)
         if isinstance(value, dict):
@@ -692,14 +694,16 @@ def render_array(v: dict) -> str | None:
     with its name (`Series 'amount'([...], float64)`), a long one by its first items, its shape
     and its digest's start; None for any other encoded object."""
     attrs = v.get("attrs")
-    if not isinstance(attrs, dict) or not {"dtype", "shape"} <= attrs.keys() or not ({"items"} & attrs.keys()
-                                                                                      or {"first", "xxh3"} <= attrs.keys()):
+    if not (isinstance(attrs, dict) and {"dtype", "shape"} <= attrs.keys()
+            and ("items" in attrs or {"first", "xxh3"} <= attrs.keys())):
         return None
-    label = str(v.get("$object")).rsplit(".", 1)[-1] + (f" {_render(attrs['name'])}" if attrs.get("name") is not None else "")
+    label = str(v.get("$object")).rsplit(".", 1)[-1]
+    if attrs.get("name") is not None:
+        label += f" {_render(attrs['name'])}"
     if "items" in attrs:
         return f"{label}({_render(attrs['items'])}, {attrs['dtype']})"
-    shape = "×".join(map(str, attrs["shape"]))
-    return f"{label}([{', '.join(_render(x) for x in attrs['first'])}, …] {shape} {attrs['dtype']}, xxh3 {str(attrs['xxh3'])[:8]})"
+    first, shape = ", ".join(_render(x) for x in attrs["first"]), "×".join(map(str, attrs["shape"]))
+    return f"{label}([{first}, …] {shape} {attrs['dtype']}, xxh3 {str(attrs['xxh3'])[:8]})"
 
 
 def same_encoded(a: Any, b: Any) -> bool:
