@@ -189,7 +189,7 @@ def _encode(value: Any) -> Any:
     if isinstance(value, decimal.Decimal):
         return {"$decimal": str(value)}
     if isinstance(value, _dt.datetime):   # (pandas' NaT is one, unequal to itself, and no isoformat reads it back)
-        return {"$datetime": value.isoformat()} if value == value else {"$repr": "NaT"}
+        return {"$datetime": value.isoformat()} if value == value or _encoding < 2 else {"$repr": "NaT"}
     if isinstance(value, _dt.date):
         return {"$date": value.isoformat()}
     if isinstance(value, _dt.time):
@@ -235,11 +235,34 @@ SHOWN_ITEMS = 1000
 _FIRST = 10
 
 
+#: This tt's encoding of states, stored in a run's meta (`state_encoding`): 2 encodes what
+#: `_kind` names by its values. A run recorded with 1 (no meta) is replayed with 1 (`use_encoding`),
+#: so that what it stored compares with what its replay encodes: an enum member, a pandas
+#: Series, Index or array by its public attributes (none), a numpy array by its repr, NaT as a
+#: `$datetime`.
+ENCODING = 2
+_encoding = ENCODING
+_SINCE_2 = frozenset({"enum", "ndarray", "arrow", "repr", "broadcast", "series", "pandas"})
+
+
+def use_encoding(version: int) -> None:
+    """Encode as encoding `version` did, from now on in this process (the replay engine, for the
+    run it replays; the recorder, `ENCODING`)."""
+    global _encoding
+    _encoding = version
+
+
 def _whole(value: Any, t: type) -> dict | None:
     """The encoding of what is not walked attribute by attribute (`_kind`), or None."""
     kind = (_CLASSES.get(t) or _class(t))[0]
     if not kind:
         return None
+    if _encoding < 2 and kind in _SINCE_2:   # (a run recorded by an earlier tt, replayed)
+        if kind in ("ndarray", "arrow"):
+            return {"$repr": _ADDRESS.sub("", repr(value))}
+        attrs = getattr(value, "__dict__", None)
+        return {"$object": f"{t.__module__}.{t.__qualname__}",
+                "attrs": _encode(public_attrs(attrs) if isinstance(attrs, dict) else {})}
     if kind == "module":
         return {"$repr": f"<module {value.__name__!r}>"}
     if kind == "logging":

@@ -77,6 +77,7 @@ class RecordingSession:
         self.queries: dict[str, dict] = {}       # streaming query id -> {"checkpoint", "name"}
         self.recording: Recording | None = None
         self.finished = False
+        values.use_encoding(values.ENCODING)   # (this process may have replayed an older run: states as this tt encodes them)
         self.writer.submit([(
             "INSERT INTO run (id, status, job, argv, started, options, recorder_pid, recorder_host) "
             "VALUES (1,?,?,?,?,?,?,?)",
@@ -86,7 +87,8 @@ class RecordingSession:
                             "copy_sources": copy_sources, "lineage": lineage}).decode(),
               os.getpid(),
               socket.gethostname())]),
-            ("INSERT OR REPLACE INTO meta VALUES ('python', ?)", [(orjson.dumps(code_pickle.python()).decode(),)])])
+            ("INSERT OR REPLACE INTO meta VALUES ('python', ?)", [(orjson.dumps(code_pickle.python()).decode(),)]),
+            ("INSERT OR REPLACE INTO meta VALUES ('state_encoding', ?)", [(str(values.ENCODING),)])])
 
     # --- activation ---------------------------------------------------------
 

@@ -431,6 +431,7 @@ class Engine:
         recorded_modules.serve(reader.job_modules())   # the job's modules import as they ran
         # and tell local time as the workers did (`zone_note`: where this machine cannot)
         self.zone_note = local_time.use(reader.timezone, reader.timezone_facts).note
+        values.use_encoding(reader.state_encoding)   # its states encode as it stored them
         # the bytes of the files its functions read, where it holds them (`ReplayRunner.file_contents`)
         digests = reader.file_digests()
         self.file_contents = lambda digest: file_contents(reader.path, digest) if digest in digests else None

@@ -143,6 +143,12 @@ class RunReader:
         return orjson.loads(row[0]) if row else default
 
     @property
+    def state_encoding(self) -> int:
+        """How the run's states are encoded (`values.ENCODING` when it was recorded); 1 for a run
+        recorded before tt kept it."""
+        return int(self._meta("state_encoding", 1))
+
+    @property
     def hash_seed(self) -> str | None:
         """The PYTHONHASHSEED the job's Python workers ran with (None: random), which a replay
         runs with (cli/hash_seed.py); PySpark's own, "0", for a run recorded before tt kept it."""

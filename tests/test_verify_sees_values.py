@@ -126,3 +126,31 @@ def test_verify_finds_a_replay_that_changed_one_field(binned_run, field, monkeyp
     out = capsys.readouterr().out
     k = _interaction(binned_run, "condition")
     assert f"replay diverges at interaction {k}: B:0 differs at interaction {k} in {field}" in out, out
+
+
+def test_a_run_recorded_before_is_replayed_with_the_encoding_it_stored(binned_run, monkeypatch):
+    """A run says how its states are encoded (meta `state_encoding`); one that says nothing was
+    recorded by a tt that encoded an array by its repr, and an enum member, a Series or NA by
+    their public attributes (none), NaT as a datetime: its replay encodes them so again, so that
+    its recorded states still compare (the encodings below are what that tt wrote)."""
+    import sqlite3
+
+    from tt.replay.engine import Engine
+
+    assert RunReader(binned_run).state_encoding == values.ENCODING == 2
+    monkeypatch.setattr(values, "_encoding", values.ENCODING)   # (put back after the test)
+    old = binned_run.parent / "old.db"
+    old.write_bytes(binned_run.read_bytes())
+    with sqlite3.connect(old) as conn:
+        conn.execute("DELETE FROM meta WHERE key = 'state_encoding'")
+    reader = RunReader(old)
+    Engine(reader)
+    reader.close()
+    assert values._encoding == 1
+    assert values.encode({"counts": np.arange(3.0), "phase": Phase.OPEN, "recent": pd.Series([1.5]),
+                          "na": pd.NA, "seen": pd.NaT}) == {
+        "counts": {"$repr": "array([0., 1., 2.])"},
+        "phase": {"$object": f"{__name__}.Phase", "attrs": {}},
+        "recent": {"$object": "pandas.core.series.Series", "attrs": {}},
+        "na": {"$object": "pandas._libs.missing.NAType", "attrs": {}},
+        "seen": {"$datetime": "NaT"}}
