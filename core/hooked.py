@@ -100,7 +100,7 @@ class HookedOperator(Operator):
         cells = _closure(fn)
         if cells:
             out["closure"] = cells
-        assigned = _assigned_globals(fn) if self.state_version >= 1 else None
+        assigned = assigned_globals(fn) if self.state_version >= 1 else None
         if assigned:
             out["globals"] = assigned
         return out
@@ -164,7 +164,11 @@ class UdtfOperator(HookedOperator):
     def state(self) -> dict:
         h = self._handler
         attrs = getattr(h, "__dict__", None)
-        return values.public_attrs(attrs) if isinstance(attrs, dict) else {}
+        out = values.public_attrs(attrs) if isinstance(attrs, dict) else {}
+        assigned = assigned_globals(self._fn) if self.state_version >= 1 else None
+        if assigned:
+            out["globals"] = assigned
+        return out
 
 
 class IteratorOperator(HookedOperator):
@@ -302,19 +306,30 @@ def _closure(fn: Any) -> dict:
 STATE_VERSION = 1
 
 
-def _assigned_globals(fn: Any) -> dict:
+def assigned_globals(fn: Any) -> dict:
     """The module globals that `fn`'s code assigns (`global model` then `model = load()`: a model
-    loaded once per task, a counter), but code. Globals it only reads are the job's input (a
-    lookup table, a setting), shown nowhere, as before; a global container it changes in place
-    (`CACHE[k] = v`) is not told apart from one it reads."""
-    code_owner = fn.__func__ if inspect.ismethod(fn) else fn
-    if not isinstance(code_owner, types.FunctionType):   # a callable object: its class's __call__
-        code_owner = getattr(type(fn), "__call__", None)
-    code, found = getattr(code_owner, "__code__", None), getattr(code_owner, "__globals__", None)
-    if code is None or not isinstance(found, dict):
-        return {}
-    return {name: found[name] for name in _stored_globals(code)
-            if name in found and not name.startswith("_") and not _skipped(found[name])}
+    loaded once per task, a counter), but code; for an object (a callable instance, a
+    StatefulProcessor) or a class (a UDTF), what the methods of its classes assign, PySpark's
+    own aside. Globals it only reads are the job's input (a lookup table, a setting), shown
+    nowhere, as before; a global container it changes in place (`CACHE[k] = v`) is not told
+    apart from one it reads."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.ismethod(fn):
+        functions = [fn.__func__]
+    elif isinstance(fn, types.FunctionType):
+        functions = [fn]
+    else:
+        functions = [f for cls in (fn if isinstance(fn, type) else type(fn)).__mro__
+                     if cls.__module__ != "builtins" and not cls.__module__.startswith("pyspark")
+                     for f in vars(cls).values() if isinstance(f, types.FunctionType)]
+    out: dict = {}
+    for f in functions:
+        found = f.__globals__
+        for name in _stored_globals(f.__code__):
+            if name in found and name not in out and not name.startswith("_") and not _skipped(found[name]):
+                out[name] = found[name]
+    return out
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,5 +1,5 @@
-"""Module globals a hooked function assigns, and the instance of a method bound through
-`functools.partial`, are its state (`tests/jobs/hooked_globals.py`).
+"""Module globals a hooked function (or a StatefulProcessor's methods) assigns, and the instance
+of a method bound through `functools.partial`, are its state (`tests/jobs/hooked_globals.py`).
 
 A function that loads a model once (`global MODEL`) and counts its batches (`global BATCHES`)
 showed no state at all: the debugger had nothing to show and `tt verify` nothing to compare.
@@ -70,6 +70,26 @@ def test_a_method_bound_through_partial_is_named_and_shows_its_instance(recorded
     assert sorted(rows.values()) == [ROWS // 2] * 2
 
 
+def test_a_processor_shows_the_global_its_methods_assign(recorded):
+    """`Largest` keeps the largest amount in `global LARGEST`: after each customer's rows (one
+    task: one shuffle partition), the largest of that customer's and the ones before."""
+    pdf = pd.DataFrame({"id": range(ROWS)})
+    pdf["customer"] = "c" + (pdf["id"] % 2).astype(str)
+    pdf["amount"] = ((pdf["id"] * 7) % 11).astype(float)
+    session = DebugSession(recorded[0])
+    largest, keys = 0.0, []
+    for _, unit, state in each_step(session, "Largest"):
+        if unit is not None and unit[0] in ("rows", "one_row"):
+            keys.append(unit[1][0])
+        if unit is not None and unit[0] in ("rows_end", "one_row"):
+            largest = max(largest, float(pdf[pdf["customer"] == keys[-1]]["amount"].max()))
+            assert state["globals"] == {"LARGEST": largest}
+    session.reader.close()
+    assert sorted(keys) == ["c0", "c1"]
+    assert recorded[1]["largest"] == sorted([c, float(pdf[pdf["customer"].isin(keys[:keys.index(c) + 1])]["amount"].max())]
+                                            for c in keys)
+
+
 def test_a_function_recorded_before_shows_no_globals():
     def counting(rows):
         global COUNTED
@@ -82,3 +102,20 @@ def test_a_function_recorded_before_shows_no_globals():
     assert op.state() == {"globals": {"COUNTED": 3}}
     op.state_version = 0   # as an operator pickled by a tt before this one unpickles
     assert op.state() == {}
+
+
+def test_the_globals_of_a_class_are_those_its_methods_assign():
+    """A UDTF is handed over as its class, a processor or a callable as an instance: every method
+    of their classes counts, PySpark's own base classes aside."""
+    class Handler:
+        def eval(self, row):
+            global HANDLED
+            HANDLED = row
+
+        def _helper(self):
+            global HELPED
+            HELPED = 1
+
+    globals().update(HANDLED=7, HELPED=2)
+    assert hooked.assigned_globals(Handler) == hooked.assigned_globals(Handler()) == {"HANDLED": 7, "HELPED": 2}
+    assert hooked.assigned_globals(Handler().eval) == {"HANDLED": 7}

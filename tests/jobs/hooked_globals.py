@@ -2,7 +2,8 @@
 attributes and closures: `score` (`mapInPandas`) loads a model once (`global MODEL`, the lazy
 load jobs do once per worker) and counts its batches (`global BATCHES`); `RATES`, which it only
 reads, is its input. `Tally.run` is handed to `mapInPandas` through `functools.partial` (a
-parameter bound), and counts its rows in an attribute of its instance.
+parameter bound), and counts its rows in an attribute of its instance. `Largest`, a
+StatefulProcessor, keeps the largest amount it has seen in a global (`global LARGEST`).
 
 The data is a pure function of the row id (tests/test_hooked_globals.py computes the answers).
 Usage: python hooked_globals.py OUT.json
@@ -14,6 +15,7 @@ import sys
 
 import pandas as pd
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StatefulProcessor
 
 from job_settings import spark_settings   # tests/jobs/job_settings.py
 
@@ -49,15 +51,36 @@ class Tally:
             yield pd.DataFrame({"rows": [self.rows * scale]})
 
 
+LARGEST = 0.0
+
+
+class Largest(StatefulProcessor):
+    def init(self, handle):
+        pass
+
+    def handleInputRows(self, key, rows, timerValues):
+        global LARGEST
+        for pdf in rows:
+            LARGEST = max(LARGEST, float(pdf["amount"].max()))
+        yield pd.DataFrame({"customer": [key[0]], "largest": [LARGEST]})
+
+    def close(self):
+        pass
+
+
 def main(out: str) -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-globals").getOrCreate()
-    with spark_settings(spark, {"spark.sql.execution.arrow.maxRecordsPerBatch": "9"}):   # the session may be a test suite's
+    settings = {"spark.sql.execution.arrow.maxRecordsPerBatch": "9", "spark.sql.shuffle.partitions": "1"}
+    with spark_settings(spark, settings):   # the session may be a test suite's
         payments = spark.range(0, ROWS, numPartitions=2).selectExpr(
             "id", "concat('c', id % 2) AS customer", "CAST((id * 7) % 11 AS DOUBLE) AS amount")
         rows = sorted(list(r) for r in payments.mapInPandas(score, "id long, score double, batch long").collect())
         tallies = sorted(r[0] for r in payments.mapInPandas(functools.partial(Tally().run, scale=10), "rows long").collect())
+        largest = sorted(list(r) for r in payments.groupBy("customer").transformWithStateInPandas(
+            statefulProcessor=Largest(), outputStructType="customer string, largest double",
+            outputMode="Update", timeMode="None").collect())
     with open(out, "w") as f:
-        json.dump({"scores": rows, "tallies": tallies}, f)
+        json.dump({"scores": rows, "tallies": tallies, "largest": largest}, f)
 
 
 if __name__ == "__main__":
