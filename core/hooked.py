@@ -74,8 +74,9 @@ class HookedOperator(Operator):
     logs_nondeterministic = 0
     #: What its state shows, set by `operator_for` for a new recording (`STATE_VERSION`); an
     #: operator pickled by an earlier tt shows what it showed then, so a run's states stay what
-    #: it recorded. 1: the module globals its code assigns (`globals`), and a function wrapped
-    #: in `functools.partial` seen through (its closure, its instance's attributes).
+    #: it recorded. 1: the module globals its code assigns (`globals`; a processor's and a
+    #: UDTF's too), and a function wrapped in `functools.partial` seen through (its closure, its
+    #: instance's attributes).
     state_version = 0
 
     def __init__(self, fn: Callable, kind: str, site: str = ""):
