@@ -63,12 +63,8 @@ def by_id(bid: int) -> RecordedBroadcast:
     return got
 
 
-def is_spark_broadcast(obj: Any) -> bool:
-    """A PySpark `Broadcast` (by class: the core does not import PySpark)."""
-    return is_spark_broadcast_class(type(obj))
-
-
 def is_spark_broadcast_class(t: type) -> bool:
+    """PySpark's `Broadcast` (by name: the core does not import PySpark)."""
     return t.__name__ == "Broadcast" and t.__module__ in ("pyspark.core.broadcast", "pyspark.broadcast")
 
 
@@ -84,5 +80,4 @@ def reduce_spark_broadcast(obj: Any) -> tuple | None:
     return (by_id, (bid,)) if bid is not None else None
 
 
-__all__ = ["RecordedBroadcast", "recorded", "by_id", "is_spark_broadcast", "is_spark_broadcast_class",
-           "reduce_spark_broadcast"]
+__all__ = ["RecordedBroadcast", "recorded", "by_id", "is_spark_broadcast_class", "reduce_spark_broadcast"]

@@ -23,7 +23,7 @@ from typing import Any
 
 import cloudpickle
 
-from .broadcasts import is_spark_broadcast, reduce_spark_broadcast
+from .broadcasts import is_spark_broadcast_class, reduce_spark_broadcast
 from .errors import CodeImportError, RunFileError
 
 
@@ -68,7 +68,7 @@ class _Pickler(cloudpickle.Pickler):
             if reduce is not None:
                 make, args = reduce(obj)
                 return _code_in_file, (make, args, obj.co_filename)
-        if is_spark_broadcast(obj):   # its value with it, for a replay (core/broadcasts.py)
+        if is_spark_broadcast_class(type(obj)):   # its value with it, for a replay (core/broadcasts.py)
             reduced = reduce_spark_broadcast(obj)
             if reduced is not None:
                 return reduced

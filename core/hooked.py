@@ -90,10 +90,7 @@ class HookedOperator(Operator):
         return self._fn
 
     def state(self) -> dict:
-        fn = self._fn
-        if self.state_version >= 1:
-            while isinstance(fn, functools.partial):   # `mapInPandas(partial(score, threshold=3))`
-                fn = fn.func
+        fn = _unwrapped(self._fn) if self.state_version >= 1 else self._fn
         owner = getattr(fn, "__self__", None) if inspect.ismethod(fn) else fn
         out: dict = {}
         if owner is not None and not inspect.isroutine(owner) and isinstance(getattr(owner, "__dict__", None), dict):
@@ -101,7 +98,12 @@ class HookedOperator(Operator):
         cells = _closure(fn)
         if cells:
             out["closure"] = cells
-        assigned = assigned_globals(fn) if self.state_version >= 1 else None
+        return self._with_globals(out, fn)
+
+    def _with_globals(self, out: dict, code: Any) -> dict:
+        """`out` with `globals`, what `code` assigns (`assigned_globals`), where it assigns any
+        and the operator was recorded by a tt that shows them (`state_version`)."""
+        assigned = assigned_globals(code) if self.state_version >= 1 else None
         if assigned:
             out["globals"] = assigned
         return out
@@ -165,11 +167,7 @@ class UdtfOperator(HookedOperator):
     def state(self) -> dict:
         h = self._handler
         attrs = getattr(h, "__dict__", None)
-        out = values.public_attrs(attrs) if isinstance(attrs, dict) else {}
-        assigned = assigned_globals(self._fn) if self.state_version >= 1 else None
-        if assigned:
-            out["globals"] = assigned
-        return out
+        return self._with_globals(values.public_attrs(attrs) if isinstance(attrs, dict) else {}, self._fn)
 
 
 class IteratorOperator(HookedOperator):
@@ -279,12 +277,18 @@ def outputs(returned: Any) -> list:
 def name_of(fn: Any) -> str:
     """The name a hooked function goes by: its own (through `functools.partial`), or its class's
     for a callable instance."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
+    fn = _unwrapped(fn)
     name = getattr(fn, "__name__", None)
     if not isinstance(name, str) or name == "<lambda>":
         name = type(fn).__name__ if not inspect.isroutine(fn) else "lambda"
     return name
+
+
+def _unwrapped(fn: Any) -> Any:
+    """The function a `functools.partial` binds arguments to (`mapInPandas(partial(score, t=3))`)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
 
 
 def _closure(fn: Any) -> dict:
@@ -314,8 +318,7 @@ def assigned_globals(fn: Any) -> dict:
     own aside. Globals it only reads are the job's input (a lookup table, a setting), shown
     nowhere, as before; a global container it changes in place (`CACHE[k] = v`) is not told
     apart from one it reads."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
+    fn = _unwrapped(fn)
     if inspect.ismethod(fn):
         functions = [fn.__func__]
     elif isinstance(fn, types.FunctionType):

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import values
-from .hooked import HookedOperator, assigned_globals, outputs
+from .hooked import HookedOperator, outputs
 from .pulled import Pulled
 from .state_handle import STATE_VARIABLES, ExpiredTimerInfo, Handle, StoreView, TimerValues, shown
 
@@ -121,10 +121,7 @@ class ProcessorOperator(HookedOperator):
         return self._group is not None and self._group.failed
 
     def state(self) -> dict:
-        out = self.own_fields()
-        assigned = assigned_globals(self._fn) if self.state_version >= 1 else None
-        if assigned:
-            out["globals"] = assigned
+        out = self._with_globals(self.own_fields(), self._fn)
         for name, per_key in self._store.state().items():
             out[name if name not in out else f"{name} (state)"] = per_key
         return out

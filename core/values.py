@@ -242,7 +242,7 @@ _FIRST = 10
 #: `$datetime`.
 ENCODING = 2
 _encoding = ENCODING
-_SINCE_2 = frozenset({"enum", "ndarray", "arrow", "repr", "broadcast", "series", "pandas"})
+_SINCE_2 = frozenset({"ndarray", "arrow", "repr", "broadcast", "series", "pandas"})
 
 
 def use_encoding(version: int) -> None:
@@ -260,18 +260,14 @@ def _whole(value: Any, t: type) -> dict | None:
     if _encoding < 2 and kind in _SINCE_2:   # (a run recorded by an earlier tt, replayed)
         if kind in ("ndarray", "arrow"):
             return {"$repr": _ADDRESS.sub("", repr(value))}
-        attrs = getattr(value, "__dict__", None)
-        return {"$object": f"{t.__module__}.{t.__qualname__}",
-                "attrs": _encode(public_attrs(attrs) if isinstance(attrs, dict) else {})}
+        return {"$object": f"{t.__module__}.{t.__qualname__}", "attrs": _encode(_attributes(value) or {})}
     if kind == "module":
         return {"$repr": f"<module {value.__name__!r}>"}
     if kind == "logging":
         name = getattr(value, "name", None)
         return {"$repr": f"<{t.__name__}{' ' + name if isinstance(name, str) else ''}>"}
-    if kind == "enum":
-        return {"$repr": _ADDRESS.sub("", repr(value))}
     if kind == "repr":
-        return {"$repr": repr(value)}
+        return {"$repr": _ADDRESS.sub("", repr(value))}
     if kind == "broadcast":
         return {"$repr": "<Broadcast>"}
     name = f"{t.__module__}.{t.__qualname__}"
@@ -306,7 +302,7 @@ def _kind(t: type) -> str:
     if issubclass(t, _LOGGING):
         return "logging"
     if issubclass(t, enum.Enum):
-        return "enum"
+        return "repr"
     if issubclass(t, RecordedBroadcast) or any(map(is_spark_broadcast_class, t.__mro__)):
         return "broadcast"
     for cls in t.__mro__:   # (by name, a subclass too: the core imports neither numpy, pandas nor pyarrow)
