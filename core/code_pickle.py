@@ -3,9 +3,9 @@
 cloudpickle (since 3.1.3) writes every code object it pickles by value with the file name
 `<dynamic-code>`, to make its output deterministic. A replayed operator's traceback then
 shows no file and no source line: the one thing a user wants from a post-mortem. `dumps`
-pickles as cloudpickle does but keeps each code object's `co_filename`, and a PySpark
-broadcast variable's value (core/broadcasts.py); the pickle loads with plain
-`cloudpickle.loads` (or `pickle.loads`) wherever tt is importable.
+pickles as cloudpickle does but keeps each code object's `co_filename`, a PySpark broadcast
+variable's value, and an accumulator as a task starts with it (core/shared_variables.py); the
+pickle loads with plain `cloudpickle.loads` (or `pickle.loads`) wherever tt is importable.
 
 A code object pickled by value is the bytecode of the Python that made it: another version
 unpickles it and crashes running it (a run recorded with 3.11, replayed by 3.12: a segmentation
@@ -23,8 +23,9 @@ from typing import Any
 
 import cloudpickle
 
-from .broadcasts import is_spark_broadcast_class, reduce_spark_broadcast
 from .errors import CodeImportError, RunFileError
+from .shared_variables import (is_spark_accumulator_class, is_spark_broadcast_class, reduce_spark_accumulator,
+                               reduce_spark_broadcast)
 
 
 def python() -> dict:
@@ -68,10 +69,12 @@ class _Pickler(cloudpickle.Pickler):
             if reduce is not None:
                 make, args = reduce(obj)
                 return _code_in_file, (make, args, obj.co_filename)
-        if is_spark_broadcast_class(type(obj)):   # its value with it, for a replay (core/broadcasts.py)
+        if is_spark_broadcast_class(type(obj)):   # its value with it, for a replay (core/shared_variables.py)
             reduced = reduce_spark_broadcast(obj)
             if reduced is not None:
                 return reduced
+        if is_spark_accumulator_class(type(obj)):   # a task's own, from its zero (core/shared_variables.py)
+            return reduce_spark_accumulator(obj)
         return super().reducer_override(obj)
 
 

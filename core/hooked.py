@@ -32,6 +32,7 @@ from . import values
 from .nondeterministic import VERSION
 from .operator import CONTEXT, Operator
 from .pulled import Pulled
+from .written_globals import is_code, written_globals
 
 #: The kind of a hooked operator in the DAG (the PySpark method it was handed to; the RDD's
 #: are `rdd.`-prefixed, apart from the built-in `map` and `filter` of a tt.Dataflow), and the
@@ -39,6 +40,7 @@ from .pulled import Pulled
 UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "rdd.mapPartitions": "row", "rdd.mapPartitionsWithIndex": "row",
          "rdd.map": "row", "rdd.flatMap": "row", "rdd.filter": "row",
+         "rdd.foreachPartition": "row", "rdd.foreach": "row",
          "applyInPandas": "group", "applyInArrow": "group",
          "applyInPandas.iter": "batch", "applyInArrow.iter": "batch",
          "cogroup.applyInPandas": "group", "cogroup.applyInArrow": "group",
@@ -47,7 +49,7 @@ UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "applyInPandasWithState": "chunk"}
 HOOKED_KINDS = frozenset(UNITS)
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).
-ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter"})
+ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter", "rdd.foreach"})
 #: Grouped APIs: the function takes one group per call (`GroupOperator`).
 GROUP_KINDS = frozenset(k for k, unit in UNITS.items() if unit == "group")
 #: Their iterator form: the function takes a group's batches as an iterator (`GroupIterOperator`).
@@ -76,7 +78,9 @@ class HookedOperator(Operator):
     #: operator pickled by an earlier tt shows what it showed then, so a run's states stay what
     #: it recorded. 1: the module globals its code assigns (`globals`; a processor's and a
     #: UDTF's too), and a function wrapped in `functools.partial` seen through (its closure, its
-    #: instance's attributes).
+    #: instance's attributes). 2: the globals its code writes into as well (`CACHE[k] = v`:
+    #: core/written_globals.py), the arguments a `functools.partial` binds (`arguments`), and a
+    #: plain function's own attributes (`dedupe.seen = set()`).
     state_version = 0
 
     def __init__(self, fn: Callable, kind: str, site: str = ""):
@@ -90,22 +94,29 @@ class HookedOperator(Operator):
         return self._fn
 
     def state(self) -> dict:
-        fn = _unwrapped(self._fn) if self.state_version >= 1 else self._fn
+        version = self.state_version
+        fn = _unwrapped(self._fn) if version >= 1 else self._fn
         owner = getattr(fn, "__self__", None) if inspect.ismethod(fn) else fn
         out: dict = {}
-        if owner is not None and not inspect.isroutine(owner) and isinstance(getattr(owner, "__dict__", None), dict):
-            out.update(values.public_attrs(vars(owner)))
+        own = getattr(owner, "__dict__", None)
+        if owner is not None and isinstance(own, dict) and (not inspect.isroutine(owner) or (
+                version >= 2 and isinstance(owner, types.FunctionType))):   # (a function's own: `f.seen = set()`)
+            out.update(values.public_attrs(own))
         cells = _closure(fn)
         if cells:
             out["closure"] = cells
+        bound = _bound_arguments(self._fn) if version >= 2 else None
+        if bound:
+            out["arguments"] = bound
         return self._with_globals(out, fn)
 
     def _with_globals(self, out: dict, code: Any) -> dict:
-        """`out` with `globals`, what `code` assigns (`assigned_globals`), where it assigns any
-        and the operator was recorded by a tt that shows them (`state_version`)."""
-        assigned = assigned_globals(code) if self.state_version >= 1 else None
-        if assigned:
-            out["globals"] = assigned
+        """`out` with `globals`, the module globals `code` assigns and writes into
+        (core/written_globals.py), where it has any, as the tt that recorded the operator showed
+        them (`state_version`)."""
+        found = written_globals(code, in_place=self.state_version >= 2) if self.state_version >= 1 else None
+        if found:
+            out["globals"] = found
         return out
 
     def __repr__(self) -> str:
@@ -113,8 +124,9 @@ class HookedOperator(Operator):
 
 
 class ElementOperator(HookedOperator):
-    """`rdd.map(f)`, `flatMap(f)`, `filter(f)`: `f` takes one element per step. Nothing is
-    suspended between two steps, so the instance is saved and restored like any operator."""
+    """`rdd.map(f)`, `flatMap(f)`, `filter(f)`, `foreach(f)`: `f` takes one element per step.
+    Nothing is suspended between two steps, so the instance is saved and restored like any
+    operator."""
 
     def process(self, row: Any, port: int = 0) -> list:
         fn, kind = self._fn, self._kind
@@ -122,6 +134,9 @@ class ElementOperator(HookedOperator):
             return [fn(row)]
         if kind == "rdd.filter":
             return [row] if fn(row) else []
+        if kind == "rdd.foreach":
+            fn(row)
+            return []
         return list(fn(row))
 
 
@@ -185,6 +200,8 @@ class IteratorOperator(HookedOperator):
         fn = self._fn
         if self._kind == "rdd.mapPartitionsWithIndex":  # the instance is the partition Spark passes
             fn = functools.partial(fn, CONTEXT.runner.instance)
+        elif self._kind == "rdd.foreachPartition":
+            fn = functools.partial(_for_effects, fn)
         self._pulled = Pulled(fn)
         return self._pulled
 
@@ -221,11 +238,13 @@ class IteratorOperator(HookedOperator):
         p = self._pulled
         gen = p.returned if p is not None else None
         frame = getattr(gen, "gi_frame", None)
+        if frame is None and p is not None and self.state_version >= 2:   # (a function, not a generator)
+            frame = p.frame_of(_code_of(self._fn))
         if frame is None:
             return {}
         out = {}
         for name, value in frame.f_locals.items():
-            if name == "self" or name.startswith("_") or _skipped(value) or type(value).__name__ == "_Inputs":
+            if name == "self" or name.startswith("_") or is_code(value) or type(value).__name__ == "_Inputs":
                 continue
             out[name] = value  # a DataFrame is shown as its shape (values.encode)
         return out
@@ -269,6 +288,23 @@ class GroupIterOperator(IteratorOperator):
         return []
 
 
+def _for_effects(fn: Callable, rows: Any) -> Any:
+    """`rdd.foreachPartition(fn)` as PySpark runs it: what `fn` returns is iterated where it is
+    iterable (a generator runs), else nothing."""
+    returned = fn(rows)
+    try:
+        return iter(returned)
+    except TypeError:
+        return iter(())
+
+
+def _code_of(fn: Any) -> Any:
+    """The code object a hooked function runs (a callable instance's `__call__`'s)."""
+    fn = _unwrapped(fn)
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code if code is not None else getattr(getattr(type(fn), "__call__", None), "__code__", None)
+
+
 def outputs(returned: Any) -> list:
     """What a user's method returned (a generator, a list, or None), as its step's outputs."""
     return list(returned) if returned is not None else []
@@ -291,6 +327,18 @@ def _unwrapped(fn: Any) -> Any:
     return fn
 
 
+def _bound_arguments(fn: Any) -> dict:
+    """The arguments a `functools.partial` binds, by the names of the parameters they bind
+    (`partial(score, cache={})`: a dict the function fills is its state), code left out."""
+    if not isinstance(fn, functools.partial):
+        return {}
+    try:
+        bound = inspect.signature(_unwrapped(fn)).bind_partial(*fn.args, **fn.keywords).arguments
+    except (TypeError, ValueError):   # (a builtin without a signature, or arguments it does not take)
+        bound = {**{f"arg{i}": a for i, a in enumerate(fn.args)}, **fn.keywords}
+    return {name: value for name, value in bound.items() if not name.startswith("_") and not is_code(value)}
+
+
 def _closure(fn: Any) -> dict:
     code = getattr(fn, "__code__", None)
     cells = getattr(fn, "__closure__", None)
@@ -302,54 +350,13 @@ def _closure(fn: Any) -> dict:
             value = cell.cell_contents
         except ValueError:  # not yet bound
             continue
-        if not name.startswith("_") and not _skipped(value):
+        if not name.startswith("_") and not is_code(value):
             out[name] = value
     return out
 
 
 #: What a new recording's hooked operators show as their state (`HookedOperator.state_version`).
-STATE_VERSION = 1
-
-
-def assigned_globals(fn: Any) -> dict:
-    """The module globals that `fn`'s code assigns (`global model` then `model = load()`: a model
-    loaded once per task, a counter), but code; for an object (a callable instance, a
-    StatefulProcessor) or a class (a UDTF), what the methods of its classes assign, PySpark's
-    own aside. Globals it only reads are the job's input (a lookup table, a setting), shown
-    nowhere, as before; a global container it changes in place (`CACHE[k] = v`) is not told
-    apart from one it reads."""
-    fn = _unwrapped(fn)
-    if inspect.ismethod(fn):
-        functions = [fn.__func__]
-    elif isinstance(fn, types.FunctionType):
-        functions = [fn]
-    else:
-        functions = [f for cls in (fn if isinstance(fn, type) else type(fn)).__mro__
-                     if cls.__module__ != "builtins" and not cls.__module__.startswith("pyspark")
-                     for f in vars(cls).values() if isinstance(f, types.FunctionType)]
-    out: dict = {}
-    for f in functions:
-        found = f.__globals__
-        for name in _stored_globals(f.__code__):
-            if name in found and name not in out and not name.startswith("_") and not _skipped(found[name]):
-                out[name] = found[name]
-    return out
-
-
-@functools.lru_cache(maxsize=1024)
-def _stored_globals(code: types.CodeType) -> tuple[str, ...]:
-    """The global names `code` and the code nested in it (a comprehension, an inner function) assign."""
-    names = [i.argval for i in dis.get_instructions(code) if i.opname == "STORE_GLOBAL"]
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names.extend(_stored_globals(const))
-    return tuple(dict.fromkeys(names))
-
-
-def _skipped(value: Any) -> bool:
-    """Code, not state: modules, functions, classes."""
-    return isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
-                              types.MethodType))
+STATE_VERSION = 2
 
 
 def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:

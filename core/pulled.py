@@ -59,6 +59,19 @@ class Pulled:
         """What fn returned: for a generator, its frame holds the state."""
         return self._channel.returned
 
+    def frame_of(self, code: Any) -> Any:
+        """The frame running `code` in the function while it waits for its next unit (the
+        outermost, for a recursive one), or None: a plain function's locals, as a generator's
+        `gi_frame` gives a generator's."""
+        runner = self._runner
+        frame = runner.gr_frame if runner is not None and not self.finished and code is not None else None
+        found = None
+        while frame is not None:
+            if frame.f_code is code:
+                found = frame
+            frame = frame.f_back
+        return found
+
     # --- the driver's side ----------------------------------------------------------------------
 
     def start(self) -> list[Any]:

@@ -23,6 +23,7 @@ import gc
 import logging
 import math
 import operator
+import random
 import re
 import types
 from itertools import chain, compress, repeat
@@ -30,7 +31,7 @@ from typing import Any, Iterator
 
 import orjson
 
-from .broadcasts import RecordedBroadcast, is_spark_broadcast_class
+from .shared_variables import RecordedAccumulator, RecordedBroadcast, is_spark_accumulator_class, is_spark_broadcast_class
 
 INT64 = 2**63   # ints in [-INT64, INT64) are int64s
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None), complex, frozenset})
@@ -236,11 +237,13 @@ _FIRST = 10
 
 
 #: This tt's encoding of states, stored in a run's meta (`state_encoding`): 2 encodes what
-#: `_kind` names by its values. A run recorded with 1 (no meta) is replayed with 1 (`use_encoding`),
-#: so that what it stored compares with what its replay encodes: an enum member, a pandas
-#: Series, Index or array by its public attributes (none), a numpy array by its repr, NaT as a
-#: `$datetime`.
-ENCODING = 2
+#: `_kind` names by its values; 3 a random generator by its state and an accumulator by its
+#: value too. A run is replayed with the encoding it stored (`use_encoding`; 1 where it stored
+#: none), so that what it stored compares with what its replay encodes. 1: an enum member, a
+#: pandas Series, Index or array by its public attributes (none), a numpy array by its repr,
+#: NaT as a `$datetime`; 1 and 2: a random generator and an accumulator by their attributes or
+#: repr.
+ENCODING = 3
 _encoding = ENCODING
 _SINCE_2 = frozenset({"ndarray", "arrow", "repr", "broadcast", "series", "pandas"})
 
@@ -257,6 +260,12 @@ def _whole(value: Any, t: type) -> dict | None:
     kind = (_CLASSES.get(t) or _class(t))[0]
     if not kind:
         return None
+    if kind == "rng" or kind == "accumulator":
+        if _encoding < 3:
+            return None
+        if kind == "accumulator":   # (its `value` refuses to be read in a task: `_value` is this task's sum)
+            return {"$object": "pyspark.Accumulator", "attrs": {"id": value.aid, "value": _encode(value._value)}}
+        return _generator(value, t)
     if _encoding < 2 and kind in _SINCE_2:   # (a run recorded by an earlier tt, replayed)
         if kind in ("ndarray", "arrow"):
             return {"$repr": _ADDRESS.sub("", repr(value))}
@@ -284,19 +293,42 @@ def _whole(value: Any, t: type) -> dict | None:
         {"name": _encode(value.name)} if getattr(value, "name", None) is not None else {})})
 
 
+def _generator(value: Any, t: type) -> dict | None:
+    """A random generator (`random.Random`, numpy's `Generator`, `RandomState` or bit generator)
+    as `<T state DIGEST>`, the xxh3-64 of its internal state: two that would draw alike encode
+    alike, and one that drew once more does not (its attributes are none of that: every
+    `Random()` showed as `{gauss_next: None}`, every numpy `Generator(PCG64)` alike). None for one
+    without a state to read (`SystemRandom`): its attributes or repr, as before."""
+    import xxhash
+
+    try:
+        if isinstance(value, random.Random):
+            data = repr(value.getstate()).encode()
+        else:
+            state = (value.bit_generator.state if hasattr(value, "bit_generator") else
+                     value.get_state(legacy=False) if hasattr(value, "get_state") else value.state)
+            data = orjson.dumps(_encode(state), option=orjson.OPT_SORT_KEYS)
+    except (NotImplementedError, AttributeError, TypeError):
+        return None
+    return {"$repr": f"<{t.__name__} state {xxhash.xxh3_64_hexdigest(data)}>"}
+
+
 def _kind(t: type) -> str:
     """What `_whole` does with an object of class `t`; "" for nothing (its attributes are walked):
 
     - a module or a logging object, shown by its name: what it holds (a module's globals, a
       logger's manager of every logger in the process) is the process's, not the operator's
       state, and differs between the recording's worker and a replay;
-    - a PySpark broadcast variable, as `<Broadcast>`, recorded or replayed (core/broadcasts.py):
+    - a PySpark broadcast variable, as `<Broadcast>`, recorded or replayed (core/shared_variables.py):
       the job's input, whose value replay holds as the driver did;
     - an enum member, by its repr (`<Color.RED: 1>`): its name and value are not attributes;
       pandas' RangeIndex and NA by theirs (`RangeIndex(start=0, stop=3, step=1)`, `<NA>`);
     - a numpy array, a pandas Series, Index or array, an Arrow array, by dtype, shape and items
       (`_array`): their values are not attributes either (a Series showed as `{}`), and their
-      reprs leave out items and digits."""
+      reprs leave out items and digits;
+    - a random generator, by a digest of its internal state (`_generator`);
+    - a PySpark accumulator, by its id and what this task (or its replay) added to it: its
+      attributes are its id and its parameter, and `value` cannot be read in a task."""
     if issubclass(t, types.ModuleType):
         return "module"
     if issubclass(t, _LOGGING):
@@ -305,10 +337,16 @@ def _kind(t: type) -> str:
         return "repr"
     if issubclass(t, RecordedBroadcast) or any(map(is_spark_broadcast_class, t.__mro__)):
         return "broadcast"
+    if issubclass(t, random.Random):
+        return "rng"
+    if issubclass(t, RecordedAccumulator) or is_spark_accumulator_class(t):
+        return "accumulator"
     for cls in t.__mro__:   # (by name, a subclass too: the core imports neither numpy, pandas nor pyarrow)
         module, name = cls.__module__, cls.__name__
         if module == "numpy" and name == "ndarray":
             return "ndarray"
+        if module.startswith("numpy.random") and name in ("Generator", "RandomState", "BitGenerator"):
+            return "rng"
         if module == "pyarrow.lib" and name.endswith("Array") and callable(getattr(t, "to_numpy", None)):
             return "arrow"
         if module.startswith("pandas") and name in ("Series", "RangeIndex", "NAType"):

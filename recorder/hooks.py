@@ -4,8 +4,8 @@
 code (`DataFrame.mapInPandas` / `mapInArrow`, `GroupedData.applyInPandas` /
 `applyInArrow` and their cogrouped forms, `transformWithState`,
 `transformWithStateInPandas`, `applyInPandasWithState`, the RDD's `mapPartitions`,
-`mapPartitionsWithIndex`, `map`, `flatMap`, `filter`, and Python UDTF classes; classic
-PySpark). A patched method asks the recording session to make its call site an
+`mapPartitionsWithIndex`, `map`, `flatMap`, `filter`, `foreachPartition` and `foreach` (the
+DataFrame's too), and Python UDTF classes; classic PySpark). A patched method asks the recording session to make its call site an
 operator of the run, and hands Spark what the session returns in place of the
 user's function (recorder/hooked_calls.py): in the executor, that runs the function
 through the one runtime, logged like any operator. Calls made by PySpark itself pass
@@ -114,6 +114,21 @@ def install(session: Any) -> Callable[[], None]:
             return patched
         return make
 
+    def foreach(kind: str, upstream_of: Callable[[Any], list]):
+        """`rdd.foreachPartition(f)`, `rdd.foreach(f)` and the DataFrame's: PySpark runs `f` in
+        `mapPartitions` for its effects (a sink: rows written to a database, in batches it
+        keeps) and counts what comes back; its own wrapper, called from PySpark, would pass
+        unhooked, so the hook runs `f` as PySpark does, hooked."""
+        def make(original):
+            def patched(self, f):
+                site = _user_site()
+                if site is None or not callable(f):
+                    return original(self, f)
+                rdd = self.rdd if isinstance(self, DataFrame) else self
+                with_index(rdd, session.hook(f, kind, site, rdd.context, upstream_of(self))).count()
+            return patched
+        return make
+
     hooked_classes: dict[type, type] = {}   # register() builds a second UDTF from the same class
 
     def udtf(original):
@@ -136,6 +151,9 @@ def install(session: Any) -> Callable[[], None]:
         patch(DataFrame, kind, dataframe_map(kind))
     for name in ("mapPartitions", "mapPartitionsWithIndex", "map", "flatMap", "filter"):
         patch(RDD, name, rdd_map(f"rdd.{name}"))
+    for name in ("foreachPartition", "foreach"):
+        patch(RDD, name, foreach(f"rdd.{name}", rdd_upstream))
+        patch(DataFrame, name, foreach(f"rdd.{name}", lambda df: spark_upstream(session, [df])))
     for name in ("applyInPandas", "applyInArrow"):
         patch(GroupedData, name, grouped(name, lambda gd: gd.session, lambda gd: [gd]))
         patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session,

@@ -2,7 +2,7 @@
 
 A replay has no executor to load a broadcast's value from: `tt verify` stopped with PySpark's
 "Broadcast variable 0 not loaded". The value now travels with each operator that uses it
-(core/broadcasts.py). Checked here: the job's output recorded and not, and against pandas;
+(core/shared_variables.py). Checked here: the job's output recorded and not, and against pandas;
 `tt verify`; and each operator's state, stepped in a replay without Spark, against what the
 rates and the data say.
 """
@@ -73,14 +73,14 @@ def test_a_replay_reads_the_broadcast_as_the_executors_did(recorded):
 
 
 def test_tt_pickles_a_broadcast_with_its_value_on_the_driver_and_by_its_id_in_an_executor(spark, tmp_path):
-    """What an operator's pickle holds of a broadcast (core/broadcasts.py): the driver's, its
+    """What an operator's pickle holds of a broadcast (core/shared_variables.py): the driver's, its
     value; an executor's (a checkpoint taken there), its id, served from the value an operator
     of the run brought, and one clear line where none did."""
     import pickle
 
     from pyspark.core.broadcast import Broadcast, _broadcastRegistry
 
-    from tt.core import broadcasts, code_pickle
+    from tt.core import code_pickle, shared_variables as broadcasts
     from tt.core.errors import RunFileError
 
     bc = spark.sparkContext.broadcast({"c0": 2.5})

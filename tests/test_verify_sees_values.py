@@ -2,7 +2,8 @@
 
 States are compared by their encoding (core/values.py). A numpy array was encoded by its repr,
 which leaves out the middle of a long array and the digits past the eighth; an enum member and
-a pandas Series had no public attributes and were encoded as `{}`. A replay that changed any of
+a pandas Series had no public attributes and were encoded as `{}`; a random generator was its
+attributes (`gauss_next`) or its repr, whatever it would draw next. A replay that changed any of
 them was "verified". The operator below keeps one of each; the job reads an environment variable
 that tt does not log (a `tt.Dataflow` operator's reads are not: tests/test_replay_differs.py), so
 a replay where it is set differs in one field, and verify must name that field. The oracle of
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import os
+import random
 import sys
 
 import cloudpickle
@@ -26,7 +28,8 @@ from tt.core import values
 from tt.store.reader import RunReader
 
 ROWS, BINS = 3000, 2000   # more bins than an array shows item by item (values.SHOWN_ITEMS)
-CHANGED = {"counts": "TT_TEST_CHANGE_COUNTS", "phase": "TT_TEST_CHANGE_PHASE", "recent": "TT_TEST_CHANGE_RECENT"}
+CHANGED = {"counts": "TT_TEST_CHANGE_COUNTS", "phase": "TT_TEST_CHANGE_PHASE", "recent": "TT_TEST_CHANGE_RECENT",
+           "rng": "TT_TEST_CHANGE_RNG", "gen": "TT_TEST_CHANGE_GEN"}
 
 
 class Phase(enum.Enum):
@@ -36,13 +39,16 @@ class Phase(enum.Enum):
 
 class Binned(tt.Operator):
     """Adds each row's `v` into bin `id % BINS` (a numpy array), keeps the last five `v`s (a
-    pandas Series), and is LATE once row 2,500 has passed. An environment variable per field
-    changes that field alone, a little, before row 1,500, where the replay finds it set."""
+    pandas Series), is LATE once row 2,500 has passed, and draws from two seeded generators a row
+    (`random.Random`, numpy's `Generator`). An environment variable per field changes that field
+    alone, a little, before row 1,500, where the replay finds it set (a generator draws once more)."""
 
     def __init__(self):
         self.counts = np.zeros(BINS)
         self.recent = pd.Series([], dtype=float)
         self.phase = Phase.OPEN
+        self.rng = random.Random(5)
+        self.gen = np.random.default_rng(5)
 
     def process(self, row, port=0):
         middle = row["id"] == 1000   # (a bin in the middle of the array)
@@ -52,6 +58,9 @@ class Binned(tt.Operator):
                                 ignore_index=True).iloc[-5:]
         if row["id"] >= 2500 or (middle and os.environ.get(CHANGED["phase"])):
             self.phase = Phase.LATE
+        for name in ("rng", "gen"):
+            for _ in range(2 if middle and os.environ.get(CHANGED[name]) else 1):
+                getattr(self, name).random()
         yield row
 
 
@@ -109,6 +118,13 @@ def test_the_recorded_states_hold_every_value(binned_run):
         assert state["recent"]["items"] == seen["v"].iloc[-5:].tolist()
         assert state["recent"]["index"] == "RangeIndex(start=1, stop=6, step=1)"   # (six values, the first dropped)
         assert state["phase"] == ("<Phase.LATE: 2>" if n > 2500 else "<Phase.OPEN: 1>")
+        rng, gen = random.Random(5), np.random.default_rng(5)
+        for _ in range(n):
+            rng.random(), gen.random()
+        assert state["rng"] == values.decode(values.encode(rng)) and state["rng"].startswith("<Random state ")
+        assert state["gen"] == values.decode(values.encode(gen)) and state["gen"].startswith("<Generator state ")
+        rng.random(), gen.random()
+        assert (state["rng"], state["gen"]) != (values.encode(rng)["$repr"], values.encode(gen)["$repr"])
 
 
 def test_verify_passes_where_the_replay_reads_what_the_recording_did(binned_run, capsys):
@@ -119,7 +135,8 @@ def test_verify_passes_where_the_replay_reads_what_the_recording_did(binned_run,
 @pytest.mark.parametrize("field", sorted(CHANGED))
 def test_verify_finds_a_replay_that_changed_one_field(binned_run, field, monkeypatch, capsys):
     """One bin of 2,000 off by 1e-9, the phase one member early, one of the last five values off
-    by 0.5: each passed as verified when the state was encoded by repr or public attributes.
+    by 0.5, a generator one draw ahead: each passed as verified when the state was encoded by
+    repr or public attributes.
     The first interaction after the change (the condition's) is the one named."""
     monkeypatch.setenv(CHANGED[field], "1")
     assert main(["verify", str(binned_run)]) != 0
@@ -133,19 +150,8 @@ def test_a_run_recorded_before_is_replayed_with_the_encoding_it_stored(binned_ru
     recorded by a tt that encoded an array by its repr, and an enum member, a Series or NA by
     their public attributes (none), NaT as a datetime: its replay encodes them so again, so that
     its recorded states still compare (the encodings below are what that tt wrote)."""
-    import sqlite3
-
-    from tt.replay.engine import Engine
-
-    assert RunReader(binned_run).state_encoding == values.ENCODING == 2
-    monkeypatch.setattr(values, "_encoding", values.ENCODING)   # (put back after the test)
-    old = binned_run.parent / "old.db"
-    old.write_bytes(binned_run.read_bytes())
-    with sqlite3.connect(old) as conn:
-        conn.execute("DELETE FROM meta WHERE key = 'state_encoding'")
-    reader = RunReader(old)
-    Engine(reader)
-    reader.close()
+    assert RunReader(binned_run).state_encoding == values.ENCODING == 3
+    _replay_a_copy_whose_meta_says(binned_run, None, monkeypatch)
     assert values._encoding == 1
     assert values.encode({"counts": np.arange(3.0), "phase": Phase.OPEN, "recent": pd.Series([1.5]),
                           "na": pd.NA, "seen": pd.NaT}) == {
@@ -154,3 +160,31 @@ def test_a_run_recorded_before_is_replayed_with_the_encoding_it_stored(binned_ru
         "recent": {"$object": "pandas.core.series.Series", "attrs": {}},
         "na": {"$object": "pandas._libs.missing.NAType", "attrs": {}},
         "seen": {"$datetime": "NaT"}}
+
+
+def test_a_run_recorded_with_encoding_2_shows_its_generators_as_it_did(binned_run, monkeypatch):
+    """Encoding 2 wrote a random generator by its attributes or its repr: a run that stored 2 is
+    replayed so."""
+    _replay_a_copy_whose_meta_says(binned_run, 2, monkeypatch)
+    assert values._encoding == 2
+    assert values.encode({"rng": random.Random(5), "gen": np.random.default_rng(5)}) == {
+        "rng": {"$object": "random.Random", "attrs": {"gauss_next": None}}, "gen": {"$repr": "Generator(PCG64)"}}
+
+
+def _replay_a_copy_whose_meta_says(run, encoding: int | None, monkeypatch) -> None:
+    """Open a replay engine on a copy of `run` whose meta names `encoding` (None: names none, as
+    a run recorded before the meta was written); the process's encoding is put back after the test."""
+    import sqlite3
+
+    from tt.replay.engine import Engine
+
+    monkeypatch.setattr(values, "_encoding", values.ENCODING)
+    copy = run.parent / f"encoding-{encoding}.db"
+    copy.write_bytes(run.read_bytes())
+    with sqlite3.connect(copy) as conn:
+        conn.execute("DELETE FROM meta WHERE key = 'state_encoding'")
+        if encoding is not None:
+            conn.execute("INSERT INTO meta VALUES ('state_encoding', ?)", (str(encoding),))
+    reader = RunReader(copy)
+    Engine(reader)
+    reader.close()

@@ -4,6 +4,10 @@ load jobs do once per worker) and counts its batches (`global BATCHES`); `RATES`
 reads, is its input. `Tally.run` is handed to `mapInPandas` through `functools.partial` (a
 parameter bound), and counts its rows in an attribute of its instance. `Largest`, a
 StatefulProcessor, keeps the largest amount it has seen in a global (`global LARGEST`).
+`first_sightings` (`rdd.mapPartitions`) writes into two globals without assigning them: the
+amounts it has passed on (`SEEN.add`) and its rows per customer (`COUNTS[c] = ...`). `running`
+(`mapInPandas`, through `functools.partial`) keeps its running totals in a dict the partial binds
+(`totals={}`) and counts its batches in an attribute of its own (`running.batches += 1`).
 
 The data is a pure function of the row id (tests/test_hooked_globals.py computes the answers).
 Usage: python hooked_globals.py OUT.json
@@ -68,6 +72,29 @@ class Largest(StatefulProcessor):
         pass
 
 
+SEEN = set()
+COUNTS = {}
+
+
+def first_sightings(rows):
+    for r in rows:
+        COUNTS[r.customer] = COUNTS.get(r.customer, 0) + 1
+        if r.amount not in SEEN:
+            SEEN.add(r.amount)
+            yield (r.id, r.customer, COUNTS[r.customer])
+
+
+def running(batches, totals):
+    for pdf in batches:
+        for customer, amount in zip(pdf["customer"], pdf["amount"]):
+            totals[customer] = totals.get(customer, 0.0) + float(amount)
+        running.batches += 1
+        yield pd.DataFrame({"customer": list(totals), "total": list(totals.values()), "batch": running.batches})
+
+
+running.batches = 0
+
+
 def main(out: str) -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-globals").getOrCreate()
     settings = {"spark.sql.execution.arrow.maxRecordsPerBatch": "9", "spark.sql.shuffle.partitions": "1"}
@@ -79,8 +106,11 @@ def main(out: str) -> None:
         largest = sorted(list(r) for r in payments.groupBy("customer").transformWithStateInPandas(
             statefulProcessor=Largest(), outputStructType="customer string, largest double",
             outputMode="Update", timeMode="None").collect())
+        sightings = sorted(list(r) for r in payments.rdd.mapPartitions(first_sightings).collect())
+        totals = sorted(list(r) for r in payments.mapInPandas(functools.partial(running, totals={}),
+                                                              "customer string, total double, batch long").collect())
     with open(out, "w") as f:
-        json.dump({"scores": rows, "tallies": tallies, "largest": largest}, f)
+        json.dump({"scores": rows, "tallies": tallies, "largest": largest, "sightings": sightings, "totals": totals}, f)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+"""The module globals a hooked function keeps state in, read from its bytecode.
+
+A function (or the methods of a processor's class) keeps state in a module global in two ways:
+it assigns the name (`global MODEL`, then `MODEL = load()`: a model loaded once per worker, a
+counter), or it writes into what the name holds (`CACHE[k] = v`, `SEEN.add(x)`,
+`INDEX.setdefault(k, []).append(v)`, `STATS.count += 1`). Both are its state, which the
+debugger shows and `tt verify` compares (core/hooked.py, `globals`). A global it only reads (a
+lookup table, a setting) is its input, and is left out: encoding a big table at every
+interaction would cost for nothing.
+
+Assignments are `STORE_GLOBAL`s. A write into a global is found by following, after each
+`LOAD_GLOBAL`, what the following instructions do with the value it loaded and with the parts
+taken from it (`G[k]`, `G.attr`, what a call on them returns) until none of them is left on the
+stack: a subscript or attribute written or deleted in one of them, or one of `MUTATORS` called on
+one, is a write. The walk gives up (no write) at a jump or an instruction it does not know, so
+a write through another name (`cache = CACHE`, then `cache[k] = v`) is not seen. It knows the
+instructions of CPython 3.11 to 3.13.
+"""
+
+from __future__ import annotations
+
+import dis
+import functools
+import inspect
+import types
+from typing import Any
+
+#: Methods that change their object in place (a list's, a dict's, a set's, a deque's, a
+#: queue's, an ndarray's `fill`): a global one of these is called on is state the code changes.
+MUTATORS = frozenset({"append", "extend", "insert", "remove", "pop", "popitem", "clear", "update", "setdefault",
+                      "add", "discard", "difference_update", "intersection_update",
+                      "symmetric_difference_update", "appendleft", "extendleft", "popleft", "rotate", "sort",
+                      "reverse", "fill", "put", "put_nowait", "__setitem__", "__delitem__", "__iadd__"})
+
+_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_CONST", "LOAD_DEREF",
+                    "LOAD_CLOSURE", "LOAD_GLOBAL", "LOAD_NAME", "PUSH_NULL"})
+_NOTHING = frozenset({"RESUME", "NOP", "CACHE", "PRECALL", "KW_NAMES", "EXTENDED_ARG"})
+#: Instructions that take some values off the stack (as many as their net effect says) and
+#: leave one: a value made from a global's part (`INDEX.setdefault(k, [])`) is taken as a part.
+_ONE_RESULT = frozenset({"BINARY_OP", "COMPARE_OP", "IS_OP", "CONTAINS_OP", "BUILD_TUPLE", "BUILD_LIST",
+                         "BUILD_SET", "BUILD_MAP", "BUILD_STRING", "BUILD_SLICE", "BUILD_CONST_KEY_MAP",
+                         "UNARY_NEGATIVE", "UNARY_NOT", "UNARY_INVERT", "FORMAT_VALUE", "FORMAT_SIMPLE",
+                         "FORMAT_WITH_SPEC", "CONVERT_VALUE", "TO_BOOL", "CALL", "CALL_KW", "CALL_FUNCTION_EX",
+                         "BINARY_SLICE", "CALL_INTRINSIC_1", "CALL_INTRINSIC_2"})
+#: A call takes its arguments, the callable and what lies under it (NULL or `self`), and CALL_KW
+#: its keywords' names too (3.11's PRECALL, which takes nothing, says it takes the arguments).
+_CALLS = {"CALL": 2, "CALL_KW": 3}
+#: Writes: how many values each takes, and how deep (1: the top) the object it writes into lies.
+_WRITES = {"STORE_SUBSCR": (3, 2), "DELETE_SUBSCR": (2, 2), "STORE_ATTR": (2, 1), "DELETE_ATTR": (1, 1),
+           "STORE_SLICE": (4, 3)}
+
+
+def written_globals(fn: Any, in_place: bool = True) -> dict:
+    """The module globals `fn`'s code assigns, and (`in_place`) writes into, with their values;
+    for an object (a callable instance, a StatefulProcessor) or a class (a UDTF), those of the
+    methods of its classes, PySpark's own aside. Code (modules, functions, classes) is left out."""
+    if inspect.ismethod(fn):
+        functions = [fn.__func__]
+    elif isinstance(fn, types.FunctionType):
+        functions = [fn]
+    else:
+        functions = [f for cls in (fn if isinstance(fn, type) else type(fn)).__mro__
+                     if cls.__module__ != "builtins" and not cls.__module__.startswith("pyspark")
+                     for f in vars(cls).values() if isinstance(f, types.FunctionType)]
+    out: dict = {}
+    for f in functions:
+        found = f.__globals__
+        names = _stored(f.__code__) + (_written_into(f.__code__) if in_place else ())
+        for name in names:
+            if name in found and name not in out and not name.startswith("_") and not is_code(found[name]):
+                out[name] = found[name]
+    return out
+
+
+def is_code(value: Any) -> bool:
+    """Code, not state: modules, functions, classes."""
+    return isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type,
+                              types.MethodType))
+
+
+@functools.lru_cache(maxsize=1024)
+def _stored(code: types.CodeType) -> tuple[str, ...]:
+    """The global names `code` and the code nested in it (a comprehension, an inner function) assign."""
+    names = [i.argval for i in dis.get_instructions(code) if i.opname == "STORE_GLOBAL"]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(_stored(const))
+    return tuple(dict.fromkeys(names))
+
+
+@functools.lru_cache(maxsize=1024)
+def _written_into(code: types.CodeType) -> tuple[str, ...]:
+    """The global names whose values `code` and the code nested in it write into."""
+    instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+    names = [i.argval for at, i in enumerate(instructions) if i.opname == "LOAD_GLOBAL" and _writes(instructions, at)]
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names.extend(_written_into(const))
+    return tuple(dict.fromkeys(names))
+
+
+def _writes(instructions: list, at: int) -> bool:
+    """Whether what `instructions[at]` loads, or a part of it, is written into before the stack
+    holds none of them (the walk the module's docstring tells)."""
+    first = instructions[at]
+    stack = [False] * dis.stack_effect(first.opcode, first.arg)   # (a NULL may come under it)
+    stack[-1] = True   # the global's value, or a part of it
+    for ins in instructions[at + 1:]:
+        op = ins.opname
+        if op in _NOTHING:
+            continue
+        if op in _LOADS:
+            stack.extend([False] * dis.stack_effect(ins.opcode, ins.arg))
+        elif op == "COPY":
+            stack.append(stack[-ins.arg] if ins.arg <= len(stack) else False)
+        elif op == "SWAP":
+            if ins.arg > len(stack):
+                return False
+            stack[-1], stack[-ins.arg] = stack[-ins.arg], stack[-1]
+        elif op in ("LOAD_ATTR", "LOAD_METHOD"):
+            part = stack.pop()
+            if part and ins.argval in MUTATORS:
+                return True
+            stack.extend([part] * (1 + dis.stack_effect(ins.opcode, ins.arg)))   # (a method: with its NULL or self)
+        elif op == "BINARY_SUBSCR":
+            del stack[-1]   # the key; the container's part takes the container's place
+        elif op in _WRITES:
+            taken, depth = _WRITES[op]   # (what lies under the global's value is none of its parts)
+            if depth <= len(stack) and stack[-depth]:
+                return True
+            del stack[max(0, len(stack) - taken):]
+        elif op in _ONE_RESULT:
+            taken = _CALLS[op] + ins.arg if op in _CALLS else 1 - dis.stack_effect(ins.opcode, ins.arg)
+            part = any(stack[max(0, len(stack) - taken):])
+            del stack[max(0, len(stack) - taken):]
+            stack.append(part)
+        else:
+            return False
+        if not any(stack):
+            return False
+    return False
+
+
+__all__ = ["written_globals", "is_code", "MUTATORS"]
