@@ -32,8 +32,9 @@ the executor's root directory, logged (`install_spark_files`).
 What a step asks of a path without opening it, a stat result or a folder's listing, is logged
 too (core/file_info.py).
 
-Not covered: files opened for writing or updating, by descriptor or with an `opener`, anything
-under /proc, /sys and /dev, and files read by C code (pyarrow's readers).
+Not covered: files opened for writing or updating (the first a step writes is said:
+core/outside_effects.py), by descriptor or with an `opener`, anything under /proc, /sys and
+/dev, and files read by C code (pyarrow's readers).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Any, Callable
 
 from .errors import ReplayDivergence
 from .file_info import SYSTEM, absolute, real_stat
+from . import outside_effects
 from .operator import CONTEXT
 
 KEPT_BYTES = 1 << 20   # a file up to 1 MiB is logged by its bytes; a larger one by its size and digest
@@ -76,6 +78,10 @@ def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Call
         if (runner is None or not runner.reads_logged or opener is not None or not closefd or type(mode) is not str
                 or not _WRITES.isdisjoint(mode) or not isinstance(file, (str, bytes, os.PathLike))
                 or not users_step(since=since)):
+            if (runner is not None and runner.reads_logged and not runner.replays and runner.write_note is None
+                    and type(mode) is str and not _WRITES.isdisjoint(mode) and isinstance(file, (str, bytes, os.PathLike))
+                    and users_step()):   # (said, not logged: core/outside_effects.py)
+                outside_effects.note_write(runner, os.path.abspath(os.fsdecode(file)))   # (not `absolute`: it logs)
             return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
         path = absolute(runner, file)
         if path.startswith(SYSTEM):

@@ -48,7 +48,8 @@ What is covered:
   keeps the real ones.
 
 A network connection a step makes (`socket.socket.connect`: an HTTP lookup, a database) is not
-logged, but the recording says which operator made one (core/network_calls.py).
+logged, but the recording says which operator made one, as it says which wrote a file
+(core/outside_effects.py).
 
 Not covered (`tt verify` still finds what they change, and names the input):
 `numpy.datetime64("now")`, which reads the clock in C, the calls of a module the job
@@ -78,13 +79,14 @@ import types
 import uuid
 from typing import Any, Callable, Iterator
 
-from . import file_info, files_read, network_calls
+from . import file_info, files_read, outside_effects
 from .operator import CONTEXT, log_result
 
 #: The frames that call the user's code while a hooked operator takes a step, as
 #: (module, function): the first frame of tt's code above a patched call must be one of them.
 STEP_FRAMES = frozenset({
     ("tt.core.hooked", "process"), ("tt.core.hooked", "outputs"),
+    ("tt.core.hooked", "_for_effects"),              # a foreachPartition function (in a pulling greenlet)
     ("tt.core.pulled", "run"),                       # a pulling function's greenlet
     ("tt.core.processor", "process"), ("tt.core.processor", "<lambda>"),
     ("tt.core.group_state", "process"), ("tt.core.group_state", "<lambda>"),
@@ -163,7 +165,7 @@ def install() -> None:
         _WRAPPERS[id(original)] = stand_in   # (`from io import open` in the job's code: `prepare`)
         for original, stand_in in file_info.install(users_step, _STATS):
             _WRAPPERS[id(original)] = stand_in   # (`from os import stat`)
-        network_calls.install(users_step)   # (said, not logged: core/network_calls.py)
+        outside_effects.install(users_step)   # (said, not logged: core/outside_effects.py)
 
 
 #: numpy's legacy functions, methods of its hidden global RandomState, logged as they answer

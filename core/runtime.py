@@ -400,7 +400,8 @@ class RecordingRunner(Runner):
         log.results.append((position, log._call_n, name, kept_apart(value)))   # as `pack_results` packs it
 
     environ_read: dict | None = None   # name -> the value this instance's steps last read (`read_environ`)
-    network_note: str | None = None   # a step's first connection, until sent; then "" (core/network_calls.py)
+    network_note: str | None = None   # a step's first connection, until sent; then "" (core/outside_effects.py)
+    write_note: str | None = None     # the first file a step wrote, as `network_note`
 
     def read_environ(self, name, read):
         """Log a variable's value where this instance reads it first, or reads another value than

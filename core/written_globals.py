@@ -8,7 +8,9 @@ debugger shows and `tt verify` compares (core/hooked.py, `globals`). A global it
 lookup table, a setting) is its input, and is left out: encoding a big table at every
 interaction would cost for nothing.
 
-Assignments are `STORE_GLOBAL`s. A write into a global is found by following, after each
+The functions of the same module that the code calls (by a global name) are read too: a
+`flush(batch)` helper that adds to a global counter writes the caller's state. Assignments are
+`STORE_GLOBAL`s. A write into a global is found by following, after each
 `LOAD_GLOBAL`, what the following instructions do with the value it loaded and with the parts
 taken from it (`G[k]`, `G.attr`, what a call on them returns) until none of them is left on the
 stack: a subscript or attribute written or deleted in one of them, or one of `MUTATORS` called on
@@ -53,7 +55,9 @@ _WRITES = {"STORE_SUBSCR": (3, 2), "DELETE_SUBSCR": (2, 2), "STORE_ATTR": (2, 1)
 def written_globals(fn: Any, in_place: bool = True) -> dict:
     """The module globals `fn`'s code assigns, and (`in_place`) writes into, with their values;
     for an object (a callable instance, a StatefulProcessor) or a class (a UDTF), those of the
-    methods of its classes, PySpark's own aside. Code (modules, functions, classes) is left out."""
+    methods of its classes, PySpark's own aside. With `in_place`, the functions of its module it
+    calls count too (a `flush(batch)` helper that adds to a global counter), and theirs. Code
+    (modules, functions, classes) is left out."""
     if inspect.ismethod(fn):
         functions = [fn.__func__]
     elif isinstance(fn, types.FunctionType):
@@ -63,12 +67,18 @@ def written_globals(fn: Any, in_place: bool = True) -> dict:
                      if cls.__module__ != "builtins" and not cls.__module__.startswith("pyspark")
                      for f in vars(cls).values() if isinstance(f, types.FunctionType)]
     out: dict = {}
-    for f in functions:
+    seen = {id(f) for f in functions}
+    for f in functions:   # (grows as helpers are found)
         found = f.__globals__
-        names = _stored(f.__code__) + (_written_into(f.__code__) if in_place else ())
+        names = _names(f.__code__, "STORE_GLOBAL") + (_written_into(f.__code__) if in_place else ())
         for name in names:
             if name in found and name not in out and not name.startswith("_") and not is_code(found[name]):
                 out[name] = found[name]
+        for name in _names(f.__code__, "LOAD_GLOBAL") if in_place else ():
+            helper = found.get(name)
+            if type(helper) is types.FunctionType and helper.__globals__ is found and id(helper) not in seen:
+                seen.add(id(helper))
+                functions.append(helper)
     return out
 
 
@@ -78,13 +88,14 @@ def is_code(value: Any) -> bool:
                               types.MethodType))
 
 
-@functools.lru_cache(maxsize=1024)
-def _stored(code: types.CodeType) -> tuple[str, ...]:
-    """The global names `code` and the code nested in it (a comprehension, an inner function) assign."""
-    names = [i.argval for i in dis.get_instructions(code) if i.opname == "STORE_GLOBAL"]
+@functools.lru_cache(maxsize=2048)
+def _names(code: types.CodeType, opname: str) -> tuple[str, ...]:
+    """The global names that `code` and the code nested in it (a comprehension, an inner
+    function) assign (`STORE_GLOBAL`) or read (`LOAD_GLOBAL`: a helper function it calls among them)."""
+    names = [i.argval for i in dis.get_instructions(code) if i.opname == opname]
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            names.extend(_stored(const))
+            names.extend(_names(const, opname))
     return tuple(dict.fromkeys(names))
 
 

@@ -26,7 +26,7 @@ from time import monotonic, perf_counter   # (bound at import: through the modul
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from ..core import files_read, libraries, local_time, network_calls, values
+from ..core import files_read, libraries, local_time, outside_effects, values
 from ..core.errors import first_line
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder, whole
@@ -1064,7 +1064,7 @@ class StageTask:
                   "checkpoints": checkpoints, "busy": round(self.busy, 6)}
         if files:
             header["files"] = files
-        warnings = network_calls.take(self.loggers)   # (a step's connection: core/network_calls.py)
+        warnings = outside_effects.take(self.loggers)   # (a step's connection, a file it wrote: core/outside_effects.py)
         if self.warning is not None:
             warnings.append(self.warning)
             self.warning = None

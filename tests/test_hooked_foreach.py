@@ -3,8 +3,9 @@ their state (`tests/jobs/hooked_foreach.py`).
 
 PySpark runs them through a `mapPartitions` of its own, which the hook passed unrecorded:
 a sink that batches rows, the place where a job writes its result out, ran without a word in
-the recording. Checked here: what the sinks wrote, recorded and not, against pandas; `tt
-verify`; the operators in the run; and in a replay, after each row, a plain function's locals
+the recording. Checked here: what the sinks wrote, recorded and not, against pandas; that the
+recording says which operator wrote a file, which a replay writes again (`tt verify` does); the
+operators in the run; and in a replay, after each row, a plain function's locals
 (its open batch, the batches it flushed) and a global it writes into, and the accumulators
 they add to (what the task added so far), against pandas.
 """
@@ -19,6 +20,7 @@ import pytest
 from plain_jobs import each_step, record_on_and_off, verified
 
 from tt.replay.session import DebugSession
+from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_foreach.py"
 ROWS, BATCH = 30, 4
@@ -56,8 +58,31 @@ def test_the_sinks_are_operators_of_the_run(recorded):
     assert kinds == {"rdd.foreachPartition", "rdd.foreach"}
 
 
-def test_verify_passes(recorded, capsys):
-    verified(recorded[0], capsys)
+def _flushed_sums() -> list[float]:
+    """The sums of the batches `write_batches` writes, a line each, in its partitions' order."""
+    return [sum(p["amount"].iloc[i:i + BATCH]) for p in _partitions() for i in range(0, len(p), BATCH)]
+
+
+def test_the_recording_says_which_operator_wrote_a_file(recorded):
+    run, *_ = recorded
+    sink = run.parent / "on.json.sink"
+    assert sorted(map(float, sink.read_text().split())) == sorted(_flushed_sums())   # (the two tasks' lines mixed)
+    reader = RunReader(run)
+    try:
+        warned = reader.warnings()
+    finally:
+        reader.close()
+    assert [w for w in warned if "wrote" in w] == [
+        f"write_batches: a step wrote {sink}; tt does not log nor undo what a step writes, so a replay "
+        f"(tt debug, tt verify) writes it again"], warned
+
+
+def test_verify_passes_and_writes_the_sink_again_as_the_recording_said(recorded, capsys):
+    run, *_ = recorded
+    sink = run.parent / "on.json.sink"
+    before = sink.read_text().split()
+    verified(run, capsys)
+    assert sorted(sink.read_text().split()) == sorted(before * 2)
 
 
 def test_a_plain_functions_locals_are_its_state_after_each_row(recorded):

@@ -1,5 +1,5 @@
 """A job whose function asks a service over the network, recorded unchanged: the recording says
-which operator connected (core/network_calls.py), since tt does not log what the peer answered.
+which operator connected (core/outside_effects.py), since tt does not log what the peer answered.
 
 `tests/jobs/hooked_network.py`'s `priced` asks a price service, a TCP server this test runs, for
 each row's price; `Tagged` asks nothing. The job's own output (collected by Spark) is the oracle

@@ -1,6 +1,7 @@
 """A plain PySpark job, without tt, whose sinks keep state: `write_batches`
-(`df.foreachPartition`) writes its partition's amounts in batches of four, a plain function (not
-a generator) keeping the open batch and the batches it has flushed in its locals; `tally`
+(`df.foreachPartition`) writes its partition's amounts in batches of four, a line a batch into
+the file OUT.json.sink, a plain function (not a generator) keeping the open batch and the
+batches it has flushed in its locals; `tally`
 (`rdd.foreach`) counts rows per customer in a global dict it writes into (`SEEN[c] = ...`).
 What they write goes to accumulators, which the driver reads afterwards.
 
@@ -10,6 +11,7 @@ Usage: python hooked_foreach.py OUT.json
 
 import json
 import sys
+import time
 
 from pyspark.sql import SparkSession
 
@@ -18,20 +20,27 @@ SEEN = {}
 WRITTEN = None   # accumulators, made in main
 FLUSHES = None
 TALLIED = None
+SINK = None      # the file write_batches appends to, named in main
 
 
 def write_batches(rows):
-    batch, flushed = [], 0
+    batch, flushed, started = [], 0, time.time()   # (a clock read: logged, as any hooked function's)
     for r in rows:
         batch.append(r.amount)
         if len(batch) == BATCH:
-            WRITTEN.add(sum(batch))
+            flush(batch)
             flushed += 1
             batch = []
     if batch:
-        WRITTEN.add(sum(batch))
+        flush(batch)
         flushed += 1
     FLUSHES.add(flushed)
+
+
+def flush(batch):
+    WRITTEN.add(sum(batch))
+    with open(SINK, "a") as f:
+        f.write(f"{sum(batch)}\n")
 
 
 def tally(row):
@@ -40,7 +49,8 @@ def tally(row):
 
 
 def main(out: str) -> None:
-    global WRITTEN, FLUSHES, TALLIED
+    global WRITTEN, FLUSHES, TALLIED, SINK
+    SINK = out + ".sink"
     spark = SparkSession.builder.master("local[2]").appName("hooked-foreach").getOrCreate()
     sc = spark.sparkContext
     WRITTEN, FLUSHES, TALLIED = sc.accumulator(0.0), sc.accumulator(0), sc.accumulator(0)
