@@ -208,13 +208,15 @@ class _Status:
 
 def _summary(out: Path) -> None:
     from ..store.reader import RunReader
+    from .inspect import _end_steps, _tuples
 
     r = RunReader(out)
     try:
         complete = len(r.interactions())
         sizes = r.sizes()
         theta = r.theta
-        inputs = sum(r.final(theta.id, i).position - 1 for i in range(theta.instances)
+        ends = _end_steps(r)   # (an instance cut short by a `take` has no END step to leave out)
+        inputs = sum(_tuples(ends, (theta.id, i), r.final(theta.id, i).position)[0] for i in range(theta.instances)
                      if r.final(theta.id, i) is not None)
         control = r.control_log_bytes()
         input_bytes = r.run.get("input_bytes")

@@ -227,6 +227,12 @@ class IteratorOperator(HookedOperator):
         p = self._pulled or self._begin()
         return p.end()
 
+    def close(self) -> None:
+        """Spark stopped pulling this instance's outputs (`take`): its function is closed, as
+        PySpark closes it (`Pulled.close`). Not a step: the task has taken its end snapshot."""
+        if self._pulled is not None:
+            self._pulled.close()
+
     def state(self) -> dict:
         out = super().state()
         frame_locals = self._frame_locals()

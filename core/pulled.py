@@ -95,6 +95,24 @@ class Pulled:
         self.started = True
         return self._resume(None)
 
+    def close(self) -> None:
+        """Its consumer stopped pulling its outputs (Spark's `take(n)`): close the function as
+        PySpark closes a generator it stops reading, with GeneratorExit, raised where it waits
+        for its next unit, so its `finally` runs. What it yields meanwhile is dropped, as PySpark
+        drops it; what it raises, but GeneratorExit, propagates."""
+        if not self.started or self.finished or self._runner is None:
+            return
+        self._channel.outputs = []
+        signal = self._runner.throw(GeneratorExit)
+        if signal is _OVER:
+            signal, self._channel.outcome = self._channel.outcome, None
+        self.finished = True
+        if isinstance(signal, _Raised) and not isinstance(signal.error, GeneratorExit):
+            self.failed = True
+            raise signal.error
+        if signal is _NEED:   # (it took GeneratorExit for the end of its input, and pulls again)
+            raise RuntimeError("the function ignored GeneratorExit")
+
     def _resume(self, unit: Any) -> list[Any]:
         channel = self._channel
         channel.outputs = []

@@ -585,11 +585,32 @@ class StageTask:
         Spark as it comes. The function's own exception is re-raised, so the job sees
         what it would see without tt."""
         self.open_units()
-        for unit in units:
-            if self._unit_head.op.done:
-                break  # the function returned without pulling the rest
-            yield from self.feed_unit(unit)
+        try:
+            for unit in units:
+                if self._unit_head.op.done:
+                    break  # the function returned without pulling the rest
+                yield from self.feed_unit(unit)
+        except GeneratorExit:
+            self.cut_units()
+            raise
         yield from self.end_units()
+
+    def cut_units(self) -> None:
+        """Spark stopped pulling the stage's outputs before its input ran out: `rdd.take(n)`
+        and `first()` pull a partition's rows through a generator of PySpark's that stops at n,
+        and PySpark closes the rest. The function never sees the end of its input, so the task
+        ends where it stopped, without END steps: its logs and its end state as they are (the
+        function's generator suspended in its last pull), which replay stops at too. Then the
+        function is closed as PySpark closes it (its `finally` runs), which is no step."""
+        if self._released:
+            return
+        try:
+            self._finish()
+            close = getattr(self._unit_head.op, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._release()
 
     def open_units(self) -> None:
         """Ready a hooked stage to be fed its units one at a time (`feed_unit`, `end_units`):

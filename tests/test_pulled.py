@@ -214,3 +214,39 @@ def test_a_pulled_dropped_mid_function_ends_it_and_frees_its_greenlet():
     del p   # no gc.collect(): reference counting alone frees it
     assert closed == [True] and runner() is None
     assert all(not g.dead for g in pulled_module._workers.idle)
+
+
+def test_close_ends_the_function_as_pyspark_closes_a_generator_it_stops_reading():
+    """`take(n)`: the consumer stops pulling; `close` raises GeneratorExit where the function
+    waits for its next unit, so its `finally` runs, and it takes nothing more; an exception
+    its `finally` raises propagates, and a function that is over is left as it is."""
+    events = []
+
+    def numbered(rows):
+        try:
+            for n, r in enumerate(rows, 1):
+                yield (r, n)
+        finally:
+            events.append("closed")
+
+    p = Pulled(numbered)
+    p.start()
+    assert p.feed("a") == [("a", 1)] and p.feed("b") == [("b", 2)]
+    p.close()
+    assert events == ["closed"] and p.finished and not p.failed
+    p.close()   # (over already: nothing more)
+    assert events == ["closed"]
+
+    def failing_finally(rows):
+        try:
+            for r in rows:
+                yield r
+        finally:
+            raise ValueError("cleanup failed")
+
+    q = Pulled(failing_finally)
+    q.start()
+    q.feed(1)
+    with pytest.raises(ValueError, match="cleanup failed"):
+        q.close()
+    assert q.finished and q.failed
