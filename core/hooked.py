@@ -48,6 +48,8 @@ UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "transformWithStateInPandas": "chunk", "transformWithState": "row",
          "applyInPandasWithState": "chunk"}
 HOOKED_KINDS = frozenset(UNITS)
+#: The APIs whose function is run for its effects (PySpark counts its outputs, and drops them).
+SINK_KINDS = frozenset({"rdd.foreachPartition", "rdd.foreach"})
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).
 ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter", "rdd.foreach"})
 #: Grouped APIs: the function takes one group per call (`GroupOperator`).
@@ -392,4 +394,4 @@ def _operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
 
 
 __all__ = ["outputs", "HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "GroupIterOperator",
-           "UdtfOperator", "operator_for", "HOOKED_KINDS", "GROUP_KINDS", "GROUP_ITER_KINDS", "PROCESSOR_KINDS", "GROUP_STATE_KIND", "UNITS", "name_of"]
+           "UdtfOperator", "operator_for", "HOOKED_KINDS", "SINK_KINDS", "GROUP_KINDS", "GROUP_ITER_KINDS", "PROCESSOR_KINDS", "GROUP_STATE_KIND", "UNITS", "name_of"]

@@ -209,7 +209,8 @@ class RecordingSession:
         `upstream`: the hooked operators whose rows reach this one through Spark, and what
         Spark did to them on the way (the DAG's opaque edges)."""
         from ..core.graph import SOURCE
-        from ..core.hooked import GROUP_ITER_KINDS, GROUP_KINDS, GROUP_STATE_KIND, PROCESSOR_KINDS, name_of, operator_for
+        from ..core.hooked import (GROUP_ITER_KINDS, GROUP_KINDS, GROUP_STATE_KIND, PROCESSOR_KINDS, SINK_KINDS, name_of,
+                                   operator_for)
         from ..core.operator import Source
         from .hooked_calls import (GroupedCall, GroupedIterCall, HookedCall, HookedGroupStateFunction, HookedProcessor, TaskFeed,
                                    hooked_udtf_class)
@@ -235,6 +236,9 @@ class RecordingSession:
                 self.on_event("begin", {"theta": name, "address": self.coordinator.address})
             self.writer.submit(self._operator_rows([source, node]))
             self.on_event("hooked", {"name": name, "kind": kind, "site": site})
+            if kind in SINK_KINDS:   # (what it writes is seen by no log: core/outside_effects.py says a file)
+                self.on_event("warning", {"message": f"{name} ({kind.split('.')[-1]} at {site}) is a sink: a replay "
+                                                     f"(tt debug, tt verify) runs it again, and makes its writes again"})
             if kind in GROUP_KINDS or kind in GROUP_ITER_KINDS or kind in PROCESSOR_KINDS or \
                     kind in (GROUP_STATE_KIND, "udtf"):   # many calls a task
                 feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))

@@ -75,6 +75,11 @@ def test_the_recording_says_which_operator_wrote_a_file(recorded):
     assert [w for w in warned if "wrote" in w] == [
         f"write_batches: a step wrote {sink}; tt does not log nor undo what a step writes, so a replay "
         f"(tt debug, tt verify) writes it again"], warned
+    assert [w for w in warned if "sink" in w and "wrote" not in w] == [
+        "write_batches (foreachPartition at hooked_foreach.py:59) is a sink: a replay (tt debug, tt verify) runs it "
+        "again, and makes its writes again",
+        "tally (foreach at hooked_foreach.py:60) is a sink: a replay (tt debug, tt verify) runs it again, and makes "
+        "its writes again"], warned
 
 
 def test_verify_passes_and_writes_the_sink_again_as_the_recording_said(recorded, capsys):
