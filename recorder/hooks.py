@@ -5,11 +5,12 @@ code (`DataFrame.mapInPandas` / `mapInArrow`, `GroupedData.applyInPandas` /
 `applyInArrow` and their cogrouped forms, `transformWithState`,
 `transformWithStateInPandas`, `applyInPandasWithState`, the RDD's `mapPartitions`,
 `mapPartitionsWithIndex`, `map`, `flatMap`, `filter`, `foreachPartition` and `foreach` (the
-DataFrame's too), and Python UDTF classes; classic PySpark). A patched method asks the recording session to make its call site an
-operator of the run, and hands Spark what the session returns in place of the
-user's function (recorder/hooked_calls.py): in the executor, that runs the function
-through the one runtime, logged like any operator. Calls made by PySpark itself pass
-through untouched, and nothing is patched unless `tt record` (or `tt.hook`) runs.
+DataFrame's too), and Python UDTF classes; classic PySpark). A patched method asks the
+recording session to make its call site an operator of the run, and hands Spark what the
+session returns in place of the user's function (recorder/hooked_calls.py): in the executor,
+that runs the function through the one runtime, logged like any operator. Calls made by
+PySpark itself pass through untouched, and nothing is patched unless `tt record` (or
+`tt.hook`) runs.
 """
 
 from __future__ import annotations
