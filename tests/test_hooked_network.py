@@ -94,6 +94,22 @@ def test_the_debugger_says_it_when_its_replay_engine_is_ready(recorded):
     assert warning   # (in the warning colour)
 
 
+def test_the_dag_marks_the_operator_a_warning_concerns(recorded):
+    """`priced` connected: `!` beside it in the DAG (the key that lists the warnings); `Tagged`
+    asked nothing, and has none."""
+    from test_tui import drive
+
+    from tt.tui.widgets.dag_view import DagView
+
+    run, *_ = recorded
+    app = DebuggerApp(run)
+
+    async def script(pilot):
+        return "\n".join(line.plain for line in app.query_one(DagView)._dag_lines)
+    drawn = drive(app, script)
+    assert "[priced θ×2 !]" in drawn and "[Tagged×2]" in drawn, drawn
+
+
 def test_a_replay_without_the_service_diverges_and_verify_says_why(spark, tmp_path, capsys):
     """The service gone, as on a laptop a run was copied to: the replayed step's connection is
     refused where the recorded one was answered, and `tt verify` says so, then the warning."""

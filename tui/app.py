@@ -248,7 +248,9 @@ class DebuggerApp(App):
             self.selected_op = self.theta
         spark_edges = plan.get("spark_edges", [])   # Spark, between two hooked operators (docs/HOOKS.md)
         notes = {e["dst"]: f"Spark: {e['label']}" for e in spark_edges}
-        nodes = [DagNode(o.id, o.name, o.kind, o.in_g, o.is_theta, o.instances, notes.get(o.id, ""))
+        warnings = reader.warnings()   # ("NAME: ..." or "NAME (...) ...": the operator it concerns)
+        nodes = [DagNode(o.id, o.name, o.kind, o.in_g, o.is_theta, o.instances, notes.get(o.id, ""),
+                         any(w.startswith((f"{o.name}: ", f"{o.name} (")) for w in warnings))
                  for o in ops]
         edges = [DagEdge(e["src"], e["dst"], bool(e["shuffle"])) for e in plan.get("edges", [])]
         edges += [DagEdge(e["src"], e["dst"], True) for e in spark_edges]

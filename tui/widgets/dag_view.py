@@ -3,9 +3,11 @@
 Operators are laid out in layers (longest path from a source), edges are drawn
 with box characters (dashed where Spark shuffles, and where Spark itself carries
 rows from one hooked PySpark function to the next, the note under the receiving
-source saying what it did), G(θ) is highlighted and θ marked, and under every operator of G(θ) stands how many tuples its instances
-have consumed at the session's position (the model leaves out the end-of-input
-step each instance takes last, so θ's count ends at the job's tuples into θ).
+source saying what it did), G(θ) is highlighted and θ marked, an operator that a warning
+of the recording concerns is marked `!` (the key that lists the warnings), and under every
+operator of G(θ) stands how many tuples its instances have consumed at the session's
+position (the model leaves out the end-of-input step each instance takes last, so θ's count
+ends at the job's tuples into θ).
 Selecting an operator (arrows, Enter or a click) shows its state in the state
 inspector.
 """
@@ -43,6 +45,7 @@ class DagNode:
     theta: bool
     instances: int
     note: str = ""     # shown under an operator outside G(θ): what Spark did to the rows it feeds on
+    warned: bool = False   # a warning of the recording concerns it (`!` lists them)
 
 
 @dataclass
@@ -231,6 +234,8 @@ class DagView(Widget, can_focus=True):
             line = lines[by]
             line.plain = line.plain[:bx] + name + line.plain[bx + len(name):]
             line.stylize(style, bx, bx + len(name))
+            if n.warned:   # (its `!`, before the closing bracket or space)
+                line.stylize("bold dark_orange", bx + len(name) - 2, bx + len(name) - 1)
             if count and by + 1 < height:
                 cl = lines[by + 1]
                 cl.plain = cl.plain[:bx] + count + cl.plain[bx + len(count):]
@@ -244,7 +249,8 @@ class DagView(Widget, can_focus=True):
     def _node_label(self, n: DagNode) -> str:
         mark = " θ" if n.theta else ""
         inst = f"×{n.instances}" if n.instances > 1 and self._show_instances else ""
-        return f"[{n.name}{mark}{inst}]" if n.in_g else f" {n.name}{inst} "
+        warned = " !" if n.warned else ""
+        return f"[{n.name}{mark}{inst}{warned}]" if n.in_g else f" {n.name}{inst}{warned} "
 
     def _count_text(self, n: DagNode) -> str:
         if not n.in_g:
