@@ -48,9 +48,9 @@ import stat
 import sys
 from typing import Any, Callable
 
+from . import outside_effects
 from .errors import ReplayDivergence
 from .file_info import SYSTEM, absolute, real_stat
-from . import outside_effects
 from .operator import CONTEXT
 
 KEPT_BYTES = 1 << 20   # a file up to 1 MiB is logged by its bytes; a larger one by its size and digest
