@@ -111,6 +111,25 @@ def test_a_plain_functions_locals_are_its_state_after_each_row(recorded):
     assert rows == {0: ROWS // 2, 1: ROWS // 2}
 
 
+def test_a_sinks_clock_read_is_replayed_as_recorded(recorded):
+    """`started = time.time()` in `write_batches` is logged as any hooked function's clock read:
+    every replay gives the recording's, which fell while the recording ran (a replay that read
+    the clock itself would give its own, later, and another each time)."""
+    run, *_ = recorded
+    reader = RunReader(run)
+    try:
+        began, ended = reader.interactions()[0].time, reader.interactions()[-1].time
+    finally:
+        reader.close()
+    replays = []
+    for _ in range(2):
+        session = DebugSession(run)
+        replays.append({i: state["locals"]["started"] for i, unit, state in each_step(session, "write_batches")
+                        if unit is not None})
+        session.reader.close()
+    assert replays[0] == replays[1] and all(began <= t <= ended for t in replays[0].values()), (replays, began, ended)
+
+
 def test_a_global_a_foreach_function_writes_into_is_its_state(recorded):
     session = DebugSession(recorded[0])
     rows = {0: 0, 1: 0}
