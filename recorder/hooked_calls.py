@@ -41,7 +41,8 @@ class HookedCall:
 
         tc = TaskContext.get()
         partition, units = args if len(args) == 2 else (tc.partitionId(), args[0])
-        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), "spark_stage": tc.stageId()}
+        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), "spark_stage": tc.stageId(),
+                   **_slot(tc)}   # (a streaming query's micro-batches run the same partitions again)
         task = StageTask(self.graph, self.stage_id, partition, self.recording, attempt)
         task.source_ref = self.source_ref
         task.join_pipeline(attempt["spark_attempt"])

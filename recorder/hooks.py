@@ -50,6 +50,8 @@ def install(session: Any) -> Callable[[], None]:
                     return original(self, func, *args, **kwargs)
                 upstream = spark_upstream(session, [self])
                 hooked = session.hook(func, kind, site, self.sparkSession.sparkContext, upstream)
+                if self.isStreaming:   # (its micro-batch ends are interactions, as a processor's are)
+                    session.watch_micro_batches(self.sparkSession)
                 data = session.referenced_units(self, hooked, kind)
                 return original(data, hooked, *args, **kwargs)
             return patched

@@ -1,0 +1,55 @@
+"""A plain PySpark Structured Streaming job, without tt: `mapInPandas` over a stream of files.
+
+The job writes FILES CSV files of payments into IN_DIR, then streams them one file per
+micro-batch (`maxFilesPerTrigger=1`, `trigger(availableNow=True)`) through `Running`, a callable
+class that numbers the rows it sees and sums their amounts (its task's, as Spark runs a fresh
+copy per task), into a memory sink. Each micro-batch runs the same partition again.
+
+Payment i (0 <= i < FILES*PER_FILE) is in file i // PER_FILE, amount (i * 37) % 101: the tests
+compute every output and state with pandas.
+Usage: python hooked_stream_map.py OUT.json IN_DIR CKPT [FILES] [PER_FILE]
+"""
+
+import json
+import os
+import sys
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from job_settings import spark_settings   # tests/jobs/job_settings.py
+
+
+class Running:
+    def __init__(self):
+        self.seen = 0
+        self.total = 0.0
+
+    def __call__(self, batches):
+        for pdf in batches:
+            self.seen += len(pdf)
+            self.total += float(pdf["amount"].sum())
+            yield pd.DataFrame({"id": pdf["id"], "seen": self.seen, "total": self.total})
+
+
+def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 20) -> None:
+    spark = SparkSession.builder.master("local[2]").appName("hooked-stream-map").getOrCreate()
+    os.makedirs(in_dir, exist_ok=True)
+    for f in range(files):
+        ids = range(f * per_file, (f + 1) * per_file)
+        pd.DataFrame({"id": ids, "amount": [float((i * 37) % 101) for i in ids]}).to_csv(
+            os.path.join(in_dir, f"part-{f}.csv"), index=False)
+    with spark_settings(spark, {"spark.sql.shuffle.partitions": "2"}):
+        stream = (spark.readStream.schema("id long, amount double").option("header", "true")
+                  .option("maxFilesPerTrigger", 1).csv(in_dir))
+        query = (stream.mapInPandas(Running(), "id long, seen long, total double").writeStream.format("memory")
+                 .queryName("running_" + str(abs(hash(out)))).option("checkpointLocation", ckpt)
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        rows = sorted(list(r) for r in spark.sql(f"SELECT * FROM running_{abs(hash(out))}").collect())
+    with open(out, "w") as f:
+        json.dump({"rows": rows}, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:6]))
