@@ -113,7 +113,7 @@ class RecordedAccumulator:
         return RecordedAccumulator, (self.aid, self._value, self.accum_param)
 
     def __repr__(self) -> str:
-        return f"<Accumulator {self.aid} (recorded)>"
+        return f"<Accumulator {self.aid}: {self._value!r} (recorded)>"
 
 
 def is_spark_accumulator_class(t: type) -> bool:

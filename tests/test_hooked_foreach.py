@@ -168,3 +168,4 @@ def test_an_accumulator_pickles_as_a_task_gets_it(spark):
         "$object": "pyspark.Accumulator", "attrs": {"id": driver.aid + 10_000, "value": 4.0}}
     with pytest.raises(RuntimeError, match="inside tasks"):
         restored.value
+    assert repr(restored) == f"<Accumulator {task.aid}: 4.0 (recorded)>"   # (as a unit holding it reads)
