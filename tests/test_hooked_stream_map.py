@@ -63,3 +63,21 @@ def test_each_micro_batch_is_an_instance_and_its_end_an_interaction(recorded, ca
     assert states == sorted(({"seen": PER_FILE, "total": float(_file(f)["amount"].sum())} for f in range(FILES)),
                             key=lambda state: state["total"])
     verified(run, capsys)
+
+
+def test_a_foreach_writer_is_said_to_run_unrecorded(spark, tmp_path):
+    """`writeStream.foreach(writer)` is not hooked: the recording says so (it ran without a word)."""
+    events = []
+    outcome = record_job(JOB, [str(tmp_path / "on.json"), str(tmp_path / "in"), str(tmp_path / "ck"), str(FILES),
+                               str(PER_FILE), "writer"], tmp_path / "run.db",
+                         on_event=lambda kind, info: events.append((kind, info)))
+    assert outcome.status == "complete", outcome.error
+    assert json.loads((tmp_path / "on.json").read_text())["written"] == FILES * PER_FILE
+    said = [info["message"] for kind, info in events if kind == "warning" and "ForeachWriter" in info["message"]]
+    assert said == ["Counter (writeStream.foreach at hooked_stream_map.py:65) runs unrecorded: tt does not record a "
+                    "ForeachWriter yet; foreachBatch with df.foreachPartition does the same, recorded"], events
+    reader = RunReader(tmp_path / "run.db")
+    try:
+        assert said[0] in reader.warnings()
+    finally:
+        reader.close()

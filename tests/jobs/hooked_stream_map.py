@@ -7,7 +7,9 @@ copy per task), into a memory sink. Each micro-batch runs the same partition aga
 
 Payment i (0 <= i < FILES*PER_FILE) is in file i // PER_FILE, amount (i * 37) % 101: the tests
 compute every output and state with pandas.
-Usage: python hooked_stream_map.py OUT.json IN_DIR CKPT [FILES] [PER_FILE]
+With WRITER=writer, a second query writes the same stream through `writeStream.foreach` (a
+ForeachWriter counting rows in an accumulator), which tt does not record and must say so.
+Usage: python hooked_stream_map.py OUT.json IN_DIR CKPT [FILES] [PER_FILE] [WRITER]
 """
 
 import json
@@ -32,7 +34,17 @@ class Running:
             yield pd.DataFrame({"id": pdf["id"], "seen": self.seen, "total": self.total})
 
 
-def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 20) -> None:
+class Counter:
+    """A ForeachWriter: counts the rows it is handed."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def process(self, row):
+        self.rows.add(1)
+
+
+def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 20, writer: str = "") -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-stream-map").getOrCreate()
     os.makedirs(in_dir, exist_ok=True)
     for f in range(files):
@@ -47,9 +59,15 @@ def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 20) -
                  .trigger(availableNow=True).start())
         query.awaitTermination()
         rows = sorted(list(r) for r in spark.sql(f"SELECT * FROM running_{abs(hash(out))}").collect())
+        written = {}
+        if writer == "writer":
+            counted = spark.sparkContext.accumulator(0)
+            stream.writeStream.foreach(Counter(counted)).option("checkpointLocation", ckpt + ".writer").trigger(
+                availableNow=True).start().awaitTermination()
+            written = {"written": counted.value}
     with open(out, "w") as f:
-        json.dump({"rows": rows}, f)
+        json.dump({"rows": rows, **written}, f)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:6]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:6]), *sys.argv[6:7])
