@@ -75,13 +75,13 @@ def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Call
     @functools.wraps(original)   # (`io.open` by name, its doc; `__wrapped__`, as `logs.callable_name` reads)
     def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
         runner = CONTEXT.runner
-        if (runner is None or not runner.reads_logged or opener is not None or not closefd or type(mode) is not str
-                or not _WRITES.isdisjoint(mode) or not isinstance(file, (str, bytes, os.PathLike))
-                or not users_step(since=since)):
+        if type(mode) is str and not _WRITES.isdisjoint(mode):   # a write: said, not logged (core/outside_effects.py)
             if (runner is not None and runner.reads_logged and not runner.replays and runner.write_note is None
-                    and type(mode) is str and not _WRITES.isdisjoint(mode) and isinstance(file, (str, bytes, os.PathLike))
-                    and users_step()):   # (said, not logged: core/outside_effects.py)
+                    and isinstance(file, (str, bytes, os.PathLike)) and users_step()):
                 outside_effects.note_write(runner, os.path.abspath(os.fsdecode(file)))   # (not `absolute`: it logs)
+            return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        if (runner is None or not runner.reads_logged or opener is not None or not closefd or type(mode) is not str
+                or not isinstance(file, (str, bytes, os.PathLike)) or not users_step(since=since)):
             return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
         path = absolute(runner, file)
         if path.startswith(SYSTEM):

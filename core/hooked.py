@@ -126,9 +126,8 @@ class HookedOperator(Operator):
 
 
 class ElementOperator(HookedOperator):
-    """`rdd.map(f)`, `flatMap(f)`, `filter(f)`, `foreach(f)`: `f` takes one element per step.
-    Nothing is suspended between two steps, so the instance is saved and restored like any
-    operator."""
+    """`rdd.map(f)`, `flatMap(f)`, `filter(f)`: `f` takes one element per step. Nothing is
+    suspended between two steps, so the instance is saved and restored like any operator."""
 
     def process(self, row: Any, port: int = 0) -> list:
         fn, kind = self._fn, self._kind
@@ -136,10 +135,16 @@ class ElementOperator(HookedOperator):
             return [fn(row)]
         if kind == "rdd.filter":
             return [row] if fn(row) else []
-        if kind == "rdd.foreach":
-            fn(row)
-            return []
         return list(fn(row))
+
+
+class ForeachOperator(ElementOperator):
+    """`rdd.foreach(f)`: `f` on one element per step, for its effects; no outputs. (A class of
+    its own keeps the branch out of `ElementOperator.process`, which runs per element.)"""
+
+    def process(self, row: Any, port: int = 0) -> list:
+        self._fn(row)
+        return []
 
 
 class GroupOperator(HookedOperator):
@@ -390,8 +395,10 @@ def _operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
         from .group_state import GroupStateOperator
 
         return GroupStateOperator(fn, kind, site)
+    if kind == "rdd.foreach":
+        return ForeachOperator(fn, kind, site)
     return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
 
 
-__all__ = ["outputs", "HookedOperator", "IteratorOperator", "ElementOperator", "GroupOperator", "GroupIterOperator",
+__all__ = ["outputs", "HookedOperator", "IteratorOperator", "ElementOperator", "ForeachOperator", "GroupOperator", "GroupIterOperator",
            "UdtfOperator", "operator_for", "HOOKED_KINDS", "SINK_KINDS", "GROUP_KINDS", "GROUP_ITER_KINDS", "PROCESSOR_KINDS", "GROUP_STATE_KIND", "UNITS", "name_of"]

@@ -246,6 +246,7 @@ _FIRST = 10
 ENCODING = 3
 _encoding = ENCODING
 _SINCE_2 = frozenset({"ndarray", "arrow", "repr", "broadcast", "series", "pandas"})
+_SINCE_3 = frozenset({"rng", "accumulator"})
 
 
 def use_encoding(version: int) -> None:
@@ -260,12 +261,12 @@ def _whole(value: Any, t: type) -> dict | None:
     kind = (_CLASSES.get(t) or _class(t))[0]
     if not kind:
         return None
-    if kind == "rng" or kind == "accumulator":
-        if _encoding < 3:
-            return None
-        if kind == "accumulator":   # (its `value` refuses to be read in a task: `_value` is this task's sum)
-            return {"$object": "pyspark.Accumulator", "attrs": {"id": value.aid, "value": _encode(value._value)}}
+    if _encoding < 3 and kind in _SINCE_3:
+        return None   # (walked as any object, as encodings 1 and 2 did)
+    if kind == "rng":
         return _generator(value, t)
+    if kind == "accumulator":   # (its `value` refuses to be read in a task: `_value` is this task's sum)
+        return {"$object": "pyspark.Accumulator", "attrs": {"id": value.aid, "value": _encode(value._value)}}
     if _encoding < 2 and kind in _SINCE_2:   # (a run recorded by an earlier tt, replayed)
         if kind in ("ndarray", "arrow"):
             return {"$repr": _ADDRESS.sub("", repr(value))}

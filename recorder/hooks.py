@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core.hooked import GROUP_STATE_KIND, PROCESSOR_KINDS
+from ..core.hooked import GROUP_STATE_KIND, PROCESSOR_KINDS, name_of
 from .spark_edges import rdd_upstream, spark_upstream
 
 
@@ -140,9 +140,8 @@ def install(session: Any) -> Callable[[], None]:
         def patched(self, f):
             site = _user_site()
             if site is not None:
-                name = getattr(f, "__name__", None) or type(f).__name__
                 session.on_event("warning", {"message": (
-                    f"{name} (writeStream.foreach at {site}) runs unrecorded: tt does not record a "
+                    f"{name_of(f)} (writeStream.foreach at {site}) runs unrecorded: tt does not record a "
                     f"ForeachWriter yet; foreachBatch with df.foreachPartition does the same, recorded")})
             return original(self, f)
         return patched
