@@ -21,7 +21,7 @@ def record(
     ctx: typer.Context,
     job: Path = typer.Argument(..., help="The PySpark job: a Python file that runs a tt.Dataflow, or a plain "
                                "PySpark job, recorded unchanged: the Python functions it hands Spark "
-                               "(mapPartitions, mapInPandas, applyInPandas, UDTFs, StatefulProcessors, "
+                               "(mapPartitions, mapInPandas, applyInPandas, iterator UDFs, UDTFs, StatefulProcessors, "
                                "…: docs/HOOKS.md) are its operators."),
     out: Optional[Path] = typer.Option(None, "-o", "--out", help="Run file to write [default: JOB name + .db]."),
     watch: Optional[str] = typer.Option(None, "--watch", "-w", metavar="OP",

@@ -38,6 +38,7 @@ from .written_globals import is_code, written_globals
 #: are `rdd.`-prefixed, apart from the built-in `map` and `filter` of a tt.Dataflow), and the
 #: unit of one of its steps as the debugger names it.
 UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
+         "pandas_udf.iter": "batch", "arrow_udf.iter": "batch",
          "rdd.mapPartitions": "row", "rdd.mapPartitionsWithIndex": "row",
          "rdd.map": "row", "rdd.flatMap": "row", "rdd.filter": "row",
          "rdd.foreachPartition": "row", "rdd.foreach": "row",

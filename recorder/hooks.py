@@ -5,7 +5,8 @@ code (`DataFrame.mapInPandas` / `mapInArrow`, `GroupedData.applyInPandas` /
 `applyInArrow` and their cogrouped forms, `transformWithState`,
 `transformWithStateInPandas`, `applyInPandasWithState`, the RDD's `mapPartitions`,
 `mapPartitionsWithIndex`, `map`, `flatMap`, `filter`, `foreachPartition` and `foreach` (the
-DataFrame's too), and Python UDTF classes; classic PySpark). A patched method asks the
+DataFrame's too), iterator UDFs (`@pandas_udf`, `@arrow_udf`) and Python UDTF classes; classic
+PySpark). A patched method asks the
 recording session to make its call site an operator of the run, and hands Spark what the
 session returns in place of the user's function (recorder/hooked_calls.py): in the executor,
 that runs the function through the one runtime, logged like any operator. Calls made by
@@ -30,7 +31,9 @@ def install(session: Any) -> Callable[[], None]:
     from pyspark.sql.group import GroupedData
     from pyspark.sql.pandas.group_ops import PandasCogroupedOps
     from pyspark.sql.streaming.readwriter import DataStreamWriter
+    from pyspark.sql.udf import UserDefinedFunction
     from pyspark.sql.udtf import UserDefinedTableFunction
+    from pyspark.util import PythonEvalType
 
     originals: list[tuple[type, str, Callable | None]] = []
     with_index = RDD.mapPartitionsWithIndex
@@ -164,6 +167,36 @@ def install(session: Any) -> Callable[[], None]:
             return original(self, hooked)
         return patched
 
+    iter_udf_kinds = {PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF: "pandas_udf.iter",
+                      PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF: "arrow_udf.iter"}
+    hooked_functions: dict[int, tuple] = {}   # id -> (function, call): a UDF registered for SQL too runs one operator
+    said: dict[int, Any] = {}   # id -> function: the UDFs whose unrecorded state was looked for
+
+    def iter_udf(original):
+        """An iterator UDF (`@pandas_udf` or `@arrow_udf` over `Iterator[pd.Series]`, or
+        `Iterator[Tuple[...]]` of several columns): PySpark calls it once per task with the
+        task's batches, as `mapInPandas` calls its function, and it keeps what it likes between
+        them (a running total, a model loaded once). Its function is pickled where PySpark
+        first needs it (`_create_judf`: its first use in a query, or `spark.udf.register`);
+        that is where it is swapped for the hooked call. Other UDFs (one call per row or
+        batch) pass unhooked; one whose code writes module globals is said to keep state
+        unrecorded."""
+        def patched(self, func, *args, **kwargs):
+            kind = iter_udf_kinds.get(self.evalType)
+            if _library_function(func):
+                return original(self, func, *args, **kwargs)
+            if kind is None:   # (PySpark never profiles an iterator UDF: `func` is the job's)
+                _say_unrecorded_state(session, func, self.evalType, said)
+                return original(self, func, *args, **kwargs)
+            from pyspark.sql import SparkSession
+
+            spark = SparkSession._getActiveSessionOrCreate()
+            if id(func) not in hooked_functions:
+                hooked_functions[id(func)] = (func, session.hook(func, kind, _function_site(func), spark.sparkContext))
+                session.watch_micro_batches(spark)   # (over a stream: each micro-batch's task an instance)
+            return original(self, hooked_functions[id(func)][1], *args, **kwargs)
+        return patched
+
     for kind in ("mapInPandas", "mapInArrow"):
         patch(DataFrame, kind, dataframe_map(kind))
     for name in ("mapPartitions", "mapPartitionsWithIndex", "map", "flatMap", "filter"):
@@ -177,6 +210,7 @@ def install(session: Any) -> Callable[[], None]:
         patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session,
                                                 lambda cg: [cg._gd1, cg._gd2]))
     patch(UserDefinedTableFunction, "_create_judtf", udtf)
+    patch(UserDefinedFunction, "_create_judf", iter_udf)
     for name in sorted(PROCESSOR_KINDS):
         patch(GroupedData, name, stateful(name, "statefulProcessor"))
     patch(GroupedData, GROUP_STATE_KIND, stateful(GROUP_STATE_KIND, "func", streaming_only=True))
@@ -214,6 +248,15 @@ def _class_site(cls: type) -> str:
         return f"{cls.__module__}.{cls.__qualname__}"
 
 
+def _function_site(func: Any) -> str:
+    """`file:line` of a function's definition (an iterator UDF is hooked where PySpark first
+    uses it, far from the job's line that made it)."""
+    code = getattr(getattr(func, "func", func), "__code__", None)   # (a functools.partial: its function's)
+    if code is None:
+        return name_of(func)
+    return f"{Path(code.co_filename).name}:{code.co_firstlineno}"
+
+
 def _eval_type_name(eval_type: int) -> str:
     from pyspark.util import PythonEvalType
 
@@ -226,6 +269,40 @@ def _user_site() -> str | None:
     if _library(frame):
         return None
     return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
+
+
+def _say_unrecorded_state(session: Any, func: Any, eval_type: int, said: dict[int, Any]) -> None:
+    """A UDF PySpark calls per row or per batch is not hooked: what it keeps between calls is
+    state no log sees, and its replay cannot be checked. Where its code writes module globals
+    (core/written_globals.py), the recording says so, once per function."""
+    from ..core.written_globals import written_globals
+
+    if id(func) in said:
+        return
+    said[id(func)] = func   # (kept: another function must not take its id)
+    try:
+        written = sorted(written_globals(func))
+    except Exception:  # noqa: BLE001  (code tt cannot read: nothing said, as before)
+        return
+    if written:
+        session.on_event("warning", {"message": (
+            f"{name_of(func)} (a UDF at {_function_site(func)}) keeps state in {', '.join(written)}, which tt does "
+            f"not record: PySpark calls it once per {_udf_unit(eval_type)}; an iterator UDF (@pandas_udf over "
+            f"Iterator[pd.Series]) or mapInPandas keeps it where tt records it")})
+
+
+def _udf_unit(eval_type: int) -> str:
+    """What PySpark calls a UDF of `eval_type` on, each time."""
+    name = _eval_type_name(eval_type)
+    if name in ("SQL_BATCHED_UDF", "SQL_ARROW_BATCHED_UDF"):   # (@udf: rows, however they travel)
+        return "row"
+    return "group" if "AGG" in name else "batch"
+
+
+def _library_function(func: Any) -> bool:
+    """A function of PySpark's or tt's own (pandas-on-Spark makes iterator UDFs of its own)."""
+    module = getattr(getattr(func, "func", func), "__module__", None) or ""
+    return module.split(".")[0] in ("pyspark", "tt")
 
 
 def _library(frame) -> bool:

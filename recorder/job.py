@@ -139,7 +139,9 @@ def _nothing_recorded(job: Path) -> str:
     return (f"{job} ran no tt dataflow and called no PySpark method tt records (Dataflow.run(), "
             f"mapInPandas, mapInArrow, applyInPandas, applyInArrow and their cogrouped forms, "
             f"transformWithStateInPandas, transformWithState, applyInPandasWithState, "
-            f"rdd.mapPartitions/mapPartitionsWithIndex/map/flatMap/filter, Python and Arrow UDTFs)")
+            f"rdd.mapPartitions/mapPartitionsWithIndex/map/flatMap/filter, foreachPartition and foreach (an "
+            f"RDD's or a DataFrame's), iterator UDFs (pandas_udf, arrow_udf over an iterator of batches), "
+            f"Python and Arrow UDTFs)")
 
 
 def _disk_full(e: BaseException) -> bool:

@@ -13,13 +13,12 @@ Usage: python hooked_stream_map.py OUT.json IN_DIR CKPT [FILES] [PER_FILE] [WRIT
 """
 
 import json
-import os
 import sys
 
 import pandas as pd
 from pyspark.sql import SparkSession
 
-from job_settings import spark_settings   # tests/jobs/job_settings.py
+from job_settings import spark_settings, write_payment_files   # tests/jobs/job_settings.py
 
 
 class Running:
@@ -46,11 +45,7 @@ class Counter:
 
 def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 20, writer: str = "") -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-stream-map").getOrCreate()
-    os.makedirs(in_dir, exist_ok=True)
-    for f in range(files):
-        ids = range(f * per_file, (f + 1) * per_file)
-        pd.DataFrame({"id": ids, "amount": [float((i * 37) % 101) for i in ids]}).to_csv(
-            os.path.join(in_dir, f"part-{f}.csv"), index=False)
+    write_payment_files(in_dir, files, per_file)
     with spark_settings(spark, {"spark.sql.shuffle.partitions": "2"}):
         stream = (spark.readStream.schema("id long, amount double").option("header", "true")
                   .option("maxFilesPerTrigger", 1).csv(in_dir))

@@ -1,8 +1,10 @@
-"""What the test jobs share: Spark settings for the length of a job, put back afterwards.
+"""What the test jobs share: Spark settings for the length of a job, put back afterwards, and
+the payment files their streaming queries read.
 
 A test job runs in the test suite's own SparkSession (recorded in-process), which every
 later test shares: a setting a job changes must not outlive it."""
 
+import os
 from contextlib import contextmanager
 
 
@@ -17,3 +19,15 @@ def spark_settings(spark, settings: dict):
     finally:
         for k, v in before.items():
             spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
+def write_payment_files(in_dir: str, files: int, per_file: int) -> None:
+    """FILES CSV files of PER_FILE payments (id, amount) into IN_DIR: payment i in file
+    i // PER_FILE, amount (i * 37) % 101, so a test computes every output with pandas."""
+    import pandas as pd
+
+    os.makedirs(in_dir, exist_ok=True)
+    for f in range(files):
+        ids = range(f * per_file, (f + 1) * per_file)
+        pd.DataFrame({"id": ids, "amount": [float((i * 37) % 101) for i in ids]}).to_csv(
+            os.path.join(in_dir, f"part-{f}.csv"), index=False)

@@ -1,0 +1,184 @@
+"""Iterator UDFs (`@pandas_udf` and `@arrow_udf` over an iterator of batches), recorded
+through the hooks (`tests/jobs/hooked_iter_udf.py`).
+
+PySpark calls an iterator UDF once per task with the task's batches, and its generator keeps
+what it likes between them. `tt record` knew no UDF: a job whose state lived in one ran
+unrecorded, and `tt record` failed with "called no PySpark method tt records". Each is now
+an operator of the run, one step a batch. The oracle is pandas over the rows' definition.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from plain_jobs import each_step, record_on_and_off, run_plain, verified
+
+from tt.replay.session import DebugSession
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_iter_udf.py"
+ROWS, BATCH = 200, 25
+
+
+def _partition(p: int) -> pd.DataFrame:
+    """Partition p's rows, in the order its task sees them."""
+    ids = range(p * ROWS // 2, (p + 1) * ROWS // 2)
+    return pd.DataFrame({"id": ids, "amount": [float((i * 37) % 101) for i in ids]})
+
+
+def _def_line(name: str) -> int:
+    """The line where the job defines function `name`, as Python numbers a decorated function
+    (its decorator's line): where `tt inspect` says it is."""
+    return next(n for n, line in enumerate(JOB.read_text().splitlines(), 1) if line.startswith(f"def {name}(")) - 1
+
+
+@pytest.fixture(scope="module")
+def recorded(spark, tmp_path_factory):
+    return record_on_and_off(JOB, tmp_path_factory.mktemp("hooked_iter_udf"), [str(ROWS), str(BATCH)])
+
+
+def test_the_output_is_the_same_recorded_and_not_and_as_pandas_computes(recorded):
+    _, on, off = recorded
+    expected = []
+    for p in range(2):
+        rows = _partition(p)
+        expected += [[i, t, b] for i, t, b in zip(rows["id"], rows["amount"].cumsum(), (rows["amount"] >= 50).cumsum())]
+    assert on == off == sorted(expected)
+
+
+def test_each_udf_is_an_operator_of_the_run_named_where_it_is_defined(recorded, capsys):
+    from tt.cli.main import main
+
+    run, *_ = recorded
+    capsys.readouterr()
+    assert main(["inspect", str(run), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    ops = {o["name"]: (o["kind"], o["site"], o["instances"], o["in_g"]) for o in summary["operators"] if o["site"]}
+    assert ops == {"running_total": ("pandas_udf.iter", f"hooked_iter_udf.py:{_def_line('running_total')}", 2, True),
+                   "big_so_far": ("arrow_udf.iter", f"hooked_iter_udf.py:{_def_line('big_so_far')}", 2, True)}
+
+
+@pytest.mark.parametrize("op, field, of", [("running_total", "total", lambda rows: rows["amount"].sum()),
+                                           ("big_so_far", "big", lambda rows: int((rows["amount"] >= 50).sum()))])
+def test_a_replay_steps_through_the_batches_with_the_state_pandas_computes(recorded, op, field, of):
+    """After each batch, the generator's running figure is what pandas computes over the
+    partition's rows up to that batch's last; after the END step, the generator is over."""
+    run, *_ = recorded
+    steps = list(each_step(DebugSession(run), op))
+    per_instance = ROWS // 2 // BATCH
+    assert [(i, unit is None) for i, unit, _ in steps] == [
+        (i, n == per_instance) for i in range(2) for n in range(per_instance + 1)]
+    kept: dict[int, int] = {}   # instance -> batches stepped over
+    for i, unit, state in steps:
+        if unit is None:
+            assert state == {}   # (its generator returned: no frame, no locals)
+            continue
+        kept[i] = kept.get(i, 0) + 1
+        assert state["locals"][field] == pytest.approx(of(_partition(i)[: kept[i] * BATCH])), (i, kept[i], state)
+
+
+def test_tt_verify_replays_both_and_finds_every_state(recorded, capsys):
+    run, *_ = recorded
+    verified(run, capsys)
+
+
+def test_interactions_inside_a_task_hold_the_running_figure_pandas_computes(spark, tmp_path, capsys):
+    """`--when` on θ's unit (a batch: a pandas Series) takes interactions between batches; the
+    state recorded at each is the total of the batches its task had stepped over by then."""
+    from tt.core import values
+    from tt.recorder.job import record_job
+    from tt.store.reader import RunReader
+
+    run = tmp_path / "run.db"
+    outcome = record_job(JOB, [str(tmp_path / "on.json"), str(ROWS), str(BATCH)], run,
+                         when="bool((row >= 99).any())")
+    assert outcome.status == "complete", outcome.error
+    reader = RunReader(run)
+    try:
+        op = reader.operator("running_total")
+        inside = []
+        for interaction in reader.interactions():
+            for (o, i), at in reader.instances_at(interaction.k).items():
+                if o == op.id and 0 < at.position < ROWS // 2 // BATCH:
+                    inside.append((at.position, values.decode(reader.state(at.state))["locals"]["total"],
+                                   float(_partition(i)["amount"][: at.position * BATCH].sum())))
+    finally:
+        reader.close()
+    assert inside and all(total == want for _, total, want in inside), inside
+    verified(run, capsys)
+
+
+def test_over_a_stream_each_micro_batch_is_an_instance_with_its_own_total(spark, tmp_path, capsys):
+    """Over a Structured Streaming query, each micro-batch runs the UDF in fresh tasks: each is
+    an instance of its own, and each micro-batch end an interaction (as for `mapInPandas`)."""
+    from tt.core import values
+    from tt.store.reader import RunReader
+
+    from tt.recorder.job import record_job
+
+    files, per_file = 3, 20
+    run = tmp_path / "run.db"
+    for way in ("off", "on"):   # (each with its own files and checkpoint)
+        args = [str(tmp_path / f"{way}.json"), "stream", str(tmp_path / f"in_{way}"), str(tmp_path / f"ck_{way}"),
+                str(files), str(per_file)]
+        if way == "off":
+            run_plain(JOB, args)
+        else:
+            outcome = record_job(JOB, args, run)
+            assert outcome.status == "complete", outcome.error
+    on, off = (json.loads((tmp_path / f"{way}.json").read_text()) for way in ("on", "off"))
+    assert on == off
+    frames = [pd.DataFrame({"id": range(f * per_file, (f + 1) * per_file)}) for f in range(files)]
+    for frame in frames:
+        frame["amount"] = [float((i * 37) % 101) for i in frame["id"]]
+    assert on == sorted([i, t] for frame in frames for i, t in zip(frame["id"], frame["amount"].cumsum()))
+    reader = RunReader(run)
+    try:
+        op = reader.operator("running_total")
+        interactions = reader.interactions()
+        assert op.instances == files
+        assert [i.trigger for i in interactions] == ["start"] + ["micro-batch"] * files + ["end"]
+        totals = sorted(values.decode(reader.state(at.state)) == {} for (o, _), at in
+                        reader.instances_at(interactions[-1].k).items() if o == op.id)
+    finally:
+        reader.close()
+    assert totals == [True] * files   # every micro-batch's generator ran to its end
+    verified(run, capsys)
+
+
+def test_a_udf_called_per_row_that_keeps_state_in_globals_is_said_unrecorded(spark, tmp_path):
+    """A `@udf` PySpark calls once per row is not hooked; one that writes a module global keeps
+    state no log sees, and the recording says so, naming it (a stateless one is not named)."""
+    from tt.recorder.job import record_job
+    from tt.store.reader import RunReader
+
+    job = tmp_path / "rows.py"
+    job.write_text(
+        "from pyspark.sql import SparkSession\n"
+        "from pyspark.sql.functions import udf\n"
+        "spark = SparkSession.builder.getOrCreate()\n"
+        "SEEN = set()\n"
+        "@udf('boolean')\n"
+        "def first_time(k):\n"
+        "    new = k not in SEEN\n"
+        "    SEEN.add(k)\n"
+        "    return new\n"
+        "@udf('long')\n"
+        "def doubled(k):\n"
+        "    return 2 * k\n"
+        "spark.range(20, numPartitions=1).selectExpr('id % 3 AS k').select(first_time('k'), doubled('k')).collect()\n")
+    events = []
+    outcome = record_job(job, [], tmp_path / "rows.db", on_event=lambda kind, info: events.append((kind, info)))
+    assert outcome.status == "failed" and "called no PySpark method tt records" in outcome.error
+    said = [info["message"] for kind, info in events if kind == "warning"]
+    assert said == ["first_time (a UDF at rows.py:5) keeps state in SEEN, which tt does not record: PySpark calls "
+                    "it once per row; an iterator UDF (@pandas_udf over Iterator[pd.Series]) or mapInPandas keeps it "
+                    "where tt records it"]
+    reader = RunReader(tmp_path / "rows.db")
+    try:
+        assert reader.warnings() == said
+    finally:
+        reader.close()
