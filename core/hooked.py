@@ -199,6 +199,10 @@ class IteratorOperator(HookedOperator):
 
     #: A running generator cannot be pickled: restore this instance by replaying its inputs.
     restore_by_replay = True
+    #: Its frame's `locals` exist while the function runs, not before its first unit nor after
+    #: it returned: a condition on them (`running.locals.get('total', 0) > 100`) is a condition
+    #: on a field of its state from the start (it was refused as an unknown field).
+    empty_fields = frozenset({"locals"})
 
     def __init__(self, fn: Callable, kind: str = "mapInPandas", site: str = ""):
         super().__init__(fn, kind, site)

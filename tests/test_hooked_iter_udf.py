@@ -17,6 +17,7 @@ import pytest
 
 from plain_jobs import each_step, record_on_and_off, run_plain, verified
 
+from tt.core import values
 from tt.replay.session import DebugSession
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_iter_udf.py"
@@ -88,7 +89,6 @@ def test_tt_verify_replays_both_and_finds_every_state(recorded, capsys):
 def test_interactions_inside_a_task_hold_the_running_figure_pandas_computes(spark, tmp_path, capsys):
     """`--when` on θ's unit (a batch: a pandas Series) takes interactions between batches; the
     state recorded at each is the total of the batches its task had stepped over by then."""
-    from tt.core import values
     from tt.recorder.job import record_job
     from tt.store.reader import RunReader
 
@@ -114,7 +114,6 @@ def test_interactions_inside_a_task_hold_the_running_figure_pandas_computes(spar
 def test_over_a_stream_each_micro_batch_is_an_instance_with_its_own_total(spark, tmp_path, capsys):
     """Over a Structured Streaming query, each micro-batch runs the UDF in fresh tasks: each is
     an instance of its own, and each micro-batch end an interaction (as for `mapInPandas`)."""
-    from tt.core import values
     from tt.store.reader import RunReader
 
     from tt.recorder.job import record_job
@@ -182,3 +181,22 @@ def test_a_udf_called_per_row_that_keeps_state_in_globals_is_said_unrecorded(spa
         assert reader.warnings() == said
     finally:
         reader.close()
+
+
+@pytest.mark.parametrize("condition", ["running_total.locals['total'] > 3000",
+                                       "running_total.locals.get('total', 0) > 3000"])
+def test_run_until_reads_the_generators_locals_from_a_fresh_replay(recorded, condition):
+    """A generator's `locals` exist only once it runs: a condition on them was refused at the
+    start of a replay as an unknown field ("its state is empty"). It stops after the batch
+    whose total first passes 3000, as pandas computes it, with that total."""
+    run, *_ = recorded
+    session = DebugSession(run)
+    result = session.run_until(condition)
+    assert result.ok, result
+    where, op = result.stopped_at, session.reader.operator("running_total")
+    assert where.op == op.id
+    cumulative = _partition(where.instance)["amount"].cumsum()
+    assert cumulative[(where.position + 1) * BATCH - 1] > 3000 >= cumulative[where.position * BATCH - 1]
+    state = values.decode(session.engine.states()[(op.id, where.instance)])
+    assert state["locals"]["total"] == cumulative[(where.position + 1) * BATCH - 1]
+    session.reader.close()
