@@ -4,7 +4,9 @@ A step over one tuple may touch one key of a state with millions; encoding the
 whole state after every step would cost more than the step. So before an action
 each instance it will move remembers its state's fields (cheaply: immutable
 values are kept by reference), and after it `state_deltas.delta` lists what
-changed, shown as {field path: [old, new]}.
+changed, shown as {field path: [old, new]}. A dict field that changed as a whole (one
+whose values are not scalars, such as a generator's `locals`, which holds its batch) is
+shown by the keys that changed too: `locals.total: 1202.0 → 2501.0`.
 """
 
 from __future__ import annotations
@@ -71,7 +73,16 @@ def _display(prev: dict, change: dict) -> dict:
         return orjson.loads(v) if isinstance(v, bytes) else v
 
     for name, new in change["set"].items():
-        out[name] = [old_field(name), new]
+        old = old_field(name)
+        keys = _changed_keys(old, new)
+        if keys is None:
+            out[name] = [old, new]
+            continue
+        old = old if old is not MISSING else {}
+        for x in keys[:LISTED_PER_FIELD]:   # (a generator's locals: `total`, not the whole frame cut short)
+            out[f"{name}.{x}"] = [old.get(x, MISSING), new.get(x, MISSING)]
+        if len(keys) > LISTED_PER_FIELD:
+            out[f"{name}.…"] = [f"{len(keys) - LISTED_PER_FIELD} more keys changed", None]
     for name, (changed, deleted) in change["dict"].items():
         before = prev.get(name) or {}
         keys = list(changed) + list(deleted)
@@ -83,3 +94,17 @@ def _display(prev: dict, change: dict) -> dict:
     for name in change["del"]:
         out[name] = [old_field(name), MISSING]
     return out
+
+
+def _changed_keys(old: Any, new: Any) -> list | None:
+    """The keys whose values differ where a field stored whole (a dict with other than scalar
+    values: a generator's `locals`, holding its batch) is a plain dict before and after, or
+    appears as one; None where it is not, or where no key differs (its order changed)."""
+    def plain(v: Any) -> bool:   # (an encoded dict of str keys; "$"-keys mark tt's own encodings)
+        return type(v) is dict and not any(k[:1] == "$" for k in v)
+
+    if not plain(new) or not (old is MISSING or plain(old)):
+        return None
+    before = old if old is not MISSING else {}
+    keys = [k for k in {**before, **new} if before.get(k, MISSING) != new.get(k, MISSING)]
+    return keys or None

@@ -200,3 +200,20 @@ def test_run_until_reads_the_generators_locals_from_a_fresh_replay(recorded, con
     state = values.decode(session.engine.states()[(op.id, where.instance)])
     assert state["locals"]["total"] == cumulative[(where.position + 1) * BATCH - 1]
     session.reader.close()
+
+
+def test_a_step_says_which_of_the_generators_locals_it_changed(recorded, capsys):
+    """`locals` holds the batch, so it is stored whole; a step listed it whole, cut after 60
+    characters, before `total` was reached. It lists the locals that changed, each by name."""
+    from tt.cli.main import main
+
+    run, *_ = recorded
+    capsys.readouterr()
+    assert main(["replay", str(run), "--step-over", "running_total:0:0", "--step-over", "running_total:0:1",
+                 "--json"]) == 0
+    first, second = json.loads(capsys.readouterr().out)[1:]
+    cumulative = _partition(0)["amount"].cumsum()
+    assert first["changed"]["running_total:0"]["locals.total"] == {"new": cumulative[BATCH - 1]}
+    assert second["changed"]["running_total:0"]["locals.total"] == {"old": cumulative[BATCH - 1],
+                                                                     "new": cumulative[2 * BATCH - 1]}
+    assert sorted(second["changed"]["running_total:0"]) == ["locals.batch", "locals.out", "locals.total"]
