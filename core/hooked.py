@@ -41,7 +41,7 @@ UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "pandas_udf.iter": "batch", "arrow_udf.iter": "batch",
          "rdd.mapPartitions": "row", "rdd.mapPartitionsWithIndex": "row",
          "rdd.map": "row", "rdd.flatMap": "row", "rdd.filter": "row",
-         "rdd.foreachPartition": "row", "rdd.foreach": "row",
+         "rdd.foreachPartition": "row", "rdd.foreach": "row", "writeStream.foreach": "row",
          "applyInPandas": "group", "applyInArrow": "group",
          "applyInPandas.iter": "batch", "applyInArrow.iter": "batch",
          "cogroup.applyInPandas": "group", "cogroup.applyInArrow": "group",
@@ -50,7 +50,7 @@ UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "applyInPandasWithState": "chunk"}
 HOOKED_KINDS = frozenset(UNITS)
 #: The APIs whose function is run for its effects (PySpark counts its outputs, and drops them).
-SINK_KINDS = frozenset({"rdd.foreachPartition", "rdd.foreach"})
+SINK_KINDS = frozenset({"rdd.foreachPartition", "rdd.foreach", "writeStream.foreach"})
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).
 ELEMENT_KINDS = frozenset({"rdd.map", "rdd.flatMap", "rdd.filter", "rdd.foreach"})
 #: Grouped APIs: the function takes one group per call (`GroupOperator`).
@@ -274,6 +274,47 @@ class IteratorOperator(HookedOperator):
         return self.__dict__
 
 
+class ForeachWriterOperator(IteratorOperator):
+    """`writeStream.foreach(writer)`, run as PySpark runs it (`_construct_foreach_function`):
+    a task's first unit `("open", partition, epoch)` is the step that calls
+    `writer.open(partition, epoch)`, each row after it one `writer.process(row)`, and the END
+    step `writer.close(None)`, or `close(error)` where `process` raised. The recorder hands the
+    partition and the micro-batch in that first unit (PySpark reads the batch from the task),
+    so a replay opens the writer as Spark did. A writer that is a function takes the rows alone."""
+
+    def process(self, unit: Any, port: int = 0) -> list:
+        p = self._pulled
+        if p is None:   # ("open", partition, epoch)
+            self._pulled = Pulled(functools.partial(_write_rows, self._fn, unit[1], unit[2]))
+            return self._pulled.start()
+        return [] if p.finished else p.feed(unit)   # (`open` returned False: PySpark hands it no row)
+
+    def finish(self) -> list:
+        return self._pulled.end() if self._pulled is not None else []
+
+
+def _write_rows(writer: Any, partition: int, epoch: int, rows: Any) -> Any:
+    """PySpark's loop around a ForeachWriter (a function of one row, where it is callable)."""
+    if callable(writer):
+        for row in rows:
+            writer(row)
+        return iter(())
+    opened = writer.open(partition, epoch) if hasattr(writer, "open") else True
+    error = None
+    try:
+        if opened:
+            for row in rows:
+                writer.process(row)
+    except Exception as e:  # noqa: BLE001  (handed to close, then raised, as PySpark does)
+        error = e
+    finally:
+        if hasattr(writer, "close"):
+            writer.close(error)
+        if error:
+            raise error
+    return iter(())
+
+
 class GroupIterOperator(IteratorOperator):
     """The iterator form of `applyInPandas(f)` and `applyInArrow(f)`: `f(key, batches)` (or
     `f(batches)`) is called once per group and pulls that group's batches, as PySpark calls it.
@@ -392,6 +433,8 @@ def _operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
         return GroupIterOperator(fn, kind, site)
     if kind == "udtf":
         return UdtfOperator(fn, kind, site)
+    if kind == "writeStream.foreach":
+        return ForeachWriterOperator(fn, kind, site)
     if kind in PROCESSOR_KINDS:
         from .processor import ProcessorOperator   # it builds on HookedOperator, above
 
@@ -405,5 +448,5 @@ def _operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:
     return (ElementOperator if kind in ELEMENT_KINDS else IteratorOperator)(fn, kind, site)
 
 
-__all__ = ["outputs", "HookedOperator", "IteratorOperator", "ElementOperator", "ForeachOperator", "GroupOperator", "GroupIterOperator",
+__all__ = ["outputs", "HookedOperator", "IteratorOperator", "ElementOperator", "ForeachOperator", "ForeachWriterOperator", "GroupOperator", "GroupIterOperator",
            "UdtfOperator", "operator_for", "HOOKED_KINDS", "SINK_KINDS", "GROUP_KINDS", "GROUP_ITER_KINDS", "PROCESSOR_KINDS", "GROUP_STATE_KIND", "UNITS", "name_of"]

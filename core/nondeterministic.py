@@ -87,6 +87,7 @@ from .operator import CONTEXT, log_result
 STEP_FRAMES = frozenset({
     ("tt.core.hooked", "process"), ("tt.core.hooked", "outputs"),
     ("tt.core.hooked", "_for_effects"),              # a foreachPartition function (in a pulling greenlet)
+    ("tt.core.hooked", "_write_rows"),               # a streaming ForeachWriter (in a pulling greenlet)
     ("tt.core.pulled", "run"),                       # a pulling function's greenlet
     ("tt.core.processor", "process"), ("tt.core.processor", "<lambda>"),
     ("tt.core.group_state", "process"), ("tt.core.group_state", "<lambda>"),

@@ -34,6 +34,7 @@ class HookedCall:
         self.recording = recording
         self.__name__ = graph.hooked_node(stage_id).name   # the operator's, unique in the run
         self.source_ref = None   # a TaskRef when its units are read by reference (`referenced_units`)
+        self._opens_writer = graph.hooked_node(stage_id).kind == "writeStream.foreach"
 
     def __call__(self, *args: Any) -> Iterator:
         """`(iterator)` for the DataFrame APIs, `(partition, iterator)` for the RDD's."""
@@ -46,6 +47,8 @@ class HookedCall:
         task = StageTask(self.graph, self.stage_id, partition, self.recording, attempt)
         task.source_ref = self.source_ref
         task.join_pipeline(attempt["spark_attempt"])
+        if self._opens_writer:   # a ForeachWriter's `open(partition, epoch)`: the task's first step
+            units = itertools.chain([("open", partition, micro_batch(tc))], units)
         return task.run_units(units)
 
 

@@ -5,8 +5,8 @@ code (`DataFrame.mapInPandas` / `mapInArrow`, `GroupedData.applyInPandas` /
 `applyInArrow` and their cogrouped forms, `transformWithState`,
 `transformWithStateInPandas`, `applyInPandasWithState`, the RDD's `mapPartitions`,
 `mapPartitionsWithIndex`, `map`, `flatMap`, `filter`, `foreachPartition` and `foreach` (the
-DataFrame's too), iterator UDFs (`@pandas_udf`, `@arrow_udf`) and Python UDTF classes; classic
-PySpark). A patched method asks the
+DataFrame's too), a streaming `writeStream.foreach` writer, iterator UDFs (`@pandas_udf`,
+`@arrow_udf`) and Python UDTF classes; classic PySpark). A patched method asks the
 recording session to make its call site an operator of the run, and hands Spark what the
 session returns in place of the user's function (recorder/hooked_calls.py): in the executor,
 that runs the function through the one runtime, logged like any operator. Calls made by
@@ -137,17 +137,29 @@ def install(session: Any) -> Callable[[], None]:
         return make
 
     def stream_foreach(original):
-        """`writeStream.foreach(writer)`: PySpark hands the JVM a function of its own that runs
-        the writer's `open`, `process` and `close` in each micro-batch's tasks. tt does not hook
-        it yet, and says so rather than let it run unrecorded without a word."""
+        """`writeStream.foreach(writer)`: PySpark wraps the writer in a function of its own
+        (`_construct_foreach_function`: `open`, `process` per row, `close`) that the JVM runs in
+        each micro-batch's tasks. The hook hands PySpark tt's call instead, which runs that same
+        loop as an operator of the run (core/hooked.py `ForeachWriterOperator`)."""
         def patched(self, f):
             site = _user_site()
-            if site is not None:
-                session.on_event("warning", {"message": (
-                    f"{name_of(f)} (writeStream.foreach at {site}) runs unrecorded: tt does not record a "
-                    f"ForeachWriter yet; foreachBatch with df.foreachPartition does the same, recorded")})
-            return original(self, f)
+            if site is None or f is None:
+                return original(self, f)
+            upstream = spark_upstream(session, [self._df])
+            call = session.hook(f, "writeStream.foreach", site, self._spark.sparkContext, upstream)
+            if call is f:   # (the job records a tt.Dataflow: the writer runs unrecorded, said)
+                return original(self, f)
+            session.watch_micro_batches(self._spark)
+            return original(self, _HookedWriter(call))
         return patched
+
+    construct = DataStreamWriter.__dict__["_construct_foreach_function"]   # a staticmethod
+    make_function = getattr(construct, "__func__", construct)
+
+    def constructed(f):
+        return f.call if isinstance(f, _HookedWriter) else make_function(f)
+    originals.append((DataStreamWriter, "_construct_foreach_function", construct))
+    DataStreamWriter._construct_foreach_function = staticmethod(constructed)
 
     hooked_classes: dict[type, type] = {}   # register() builds a second UDTF from the same class
 
@@ -222,6 +234,14 @@ def install(session: Any) -> Callable[[], None]:
             else:
                 setattr(cls, name, original)
     return uninstall
+
+
+class _HookedWriter:
+    """What the patched `writeStream.foreach` hands PySpark's own: tt's call, which PySpark's
+    `_construct_foreach_function` (patched too) gives back as the function the JVM runs."""
+
+    def __init__(self, call: Any):
+        self.call = call
 
 
 def _grouped_kind(func: Any, kind: str) -> str:

@@ -140,7 +140,8 @@ def _nothing_recorded(job: Path) -> str:
             f"mapInPandas, mapInArrow, applyInPandas, applyInArrow and their cogrouped forms, "
             f"transformWithStateInPandas, transformWithState, applyInPandasWithState, "
             f"rdd.mapPartitions/mapPartitionsWithIndex/map/flatMap/filter, foreachPartition and foreach (an "
-            f"RDD's or a DataFrame's), iterator UDFs (pandas_udf, arrow_udf over an iterator of batches), "
+            f"RDD's or a DataFrame's), a streaming writeStream.foreach writer, iterator UDFs (pandas_udf, "
+            f"arrow_udf over an iterator of batches), "
             f"Python and Arrow UDTFs)")
 
 

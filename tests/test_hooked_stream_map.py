@@ -16,10 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import run_plain, verified
+from plain_jobs import each_step, post_mortem, run_plain, verified
 
 from tt.core import values
 from tt.recorder.job import record_job
+from tt.replay.session import DebugSession
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_stream_map.py"
@@ -65,20 +66,60 @@ def test_each_micro_batch_is_an_instance_and_its_end_an_interaction(recorded, ca
     verified(run, capsys)
 
 
-def test_a_foreach_writer_is_said_to_run_unrecorded(spark, tmp_path):
-    """`writeStream.foreach(writer)` is not hooked: the recording says so (it ran without a word)."""
+@pytest.mark.parametrize("writer", ["writer", "function"])
+def test_a_foreach_writer_is_recorded_opened_fed_and_closed_per_micro_batch(spark, tmp_path, capsys, writer):
+    """`writeStream.foreach(writer)` ran unrecorded (the recording said so). Each micro-batch's
+    task is now an instance of the writer: its first step `open(partition, epoch)`, one step a
+    row, `close` at its end; a function writer takes the rows alone. The end state of each is
+    what pandas computes over its micro-batch's file, and a replay makes the same states."""
     events = []
-    outcome = record_job(JOB, [str(tmp_path / "on.json"), str(tmp_path / "in"), str(tmp_path / "ck"), str(FILES),
-                               str(PER_FILE), "writer"], tmp_path / "run.db",
-                         on_event=lambda kind, info: events.append((kind, info)))
+    args = [str(FILES), str(PER_FILE), writer]
+    run_plain(JOB, [str(tmp_path / "off.json"), str(tmp_path / "in_off"), str(tmp_path / "ck_off"), *args])
+    outcome = record_job(JOB, [str(tmp_path / "on.json"), str(tmp_path / "in"), str(tmp_path / "ck"), *args],
+                         tmp_path / "run.db", on_event=lambda kind, info: events.append((kind, info)))
     assert outcome.status == "complete", outcome.error
-    assert json.loads((tmp_path / "on.json").read_text())["written"] == FILES * PER_FILE
-    said = [info["message"] for kind, info in events if kind == "warning" and "ForeachWriter" in info["message"]]
+    on, off = (json.loads((tmp_path / f"{way}.json").read_text()) for way in ("on", "off"))
+    assert on == off and on["written"] == FILES * PER_FILE
+    name = "Tally" if writer == "writer" else "count_row"
     line = next(n for n, text in enumerate(JOB.read_text().splitlines(), 1) if ".writeStream.foreach(" in text)
-    assert said == [f"Counter (writeStream.foreach at hooked_stream_map.py:{line}) runs unrecorded: tt does not record "
-                    f"a ForeachWriter yet; foreachBatch with df.foreachPartition does the same, recorded"], events
+    assert [info["message"] for kind, info in events if kind == "warning" and name in info["message"]] == [
+        f"{name} (foreach at hooked_stream_map.py:{line}) is a sink: a replay (tt debug, tt verify) runs it again, "
+        f"and makes its writes again"]
     reader = RunReader(tmp_path / "run.db")
     try:
-        assert said[0] in reader.warnings()
+        op = reader.operator(name)
+        assert (op.kind, op.instances) == ("writeStream.foreach", FILES)
+        end = reader.instances_at(reader.interactions()[-1].k)
+        states = [values.decode(reader.state(at.state)) for (o, _), at in end.items() if o == op.id]
     finally:
         reader.close()
+    if writer == "writer":   # (Spark takes the files in an order of its own: one a micro-batch)
+        assert sorted(state["epoch"] for state in states) == list(range(FILES))
+        assert sorted((state["seen"], state["total"], state["rows"]["value"]) for state in states) == sorted(
+            (PER_FILE, float(_file(f)["amount"].sum()), PER_FILE) for f in range(FILES))   # (rows: the task's sum)
+    session = DebugSession(tmp_path / "run.db")
+    steps = list(each_step(session, name))
+    opened = [unit for _, unit, _ in steps if isinstance(unit, tuple) and unit[:1] == ("open",)]
+    assert sorted(unit[2] for unit in opened) == list(range(FILES))   # (open, partition, micro-batch)
+    assert len(steps) == FILES * (1 + PER_FILE + 1)   # open, the rows, the END step (close)
+    verified(tmp_path / "run.db", capsys)
+
+
+def test_a_foreach_writer_that_raises_is_debuggable_post_mortem(spark, tmp_path):
+    """`Fussy.process` raises on its task's fifth row: the run fails naming it, and the replay
+    stops just before that row (its step 5, after `open`), the four before it counted; a step
+    into it raises again."""
+    session = post_mortem(JOB, [str(tmp_path / "on.json"), str(tmp_path / "in"), str(tmp_path / "ck"), str(FILES),
+                                str(PER_FILE), "raising"], tmp_path / "failed.db", "raised ValueError: bad row",
+                          "operator Fussy:")
+    failure = session.failure
+    _, i, position = failure.label.split(":")
+    assert position == "5"
+    op = session.reader.operator("Fussy")
+    row = session.engine.instances[(op.id, int(i))].peek()
+    state = values.decode(session.engine.states()[(op.id, int(i))])
+    before = _file(row["id"] // PER_FILE).iloc[:4]
+    assert (state["seen"], state["total"]) == (4, float(before["amount"].sum()))
+    result = session.step_into(session.parse_ref(failure.label))
+    assert result.raised is not None and result.raised["message"] == f"bad row {row['id']}"
+    session.reader.close()

@@ -7,8 +7,11 @@ copy per task), into a memory sink. Each micro-batch runs the same partition aga
 
 Payment i (0 <= i < FILES*PER_FILE) is in file i // PER_FILE, amount (i * 37) % 101: the tests
 compute every output and state with pandas.
-With WRITER=writer, a second query writes the same stream through `writeStream.foreach` (a
-ForeachWriter counting rows in an accumulator), which tt does not record and must say so.
+With WRITER=writer, a second query writes the same stream through `writeStream.foreach(Tally(...))`,
+a ForeachWriter that keeps, per task, its micro-batch and the rows and amount it was handed, and
+adds the rows to an accumulator at `close`; with WRITER=function, through a function of one row
+that adds 1 to the accumulator; with WRITER=raising, through `Fussy`, a Tally that raises on the
+fifth row of its task.
 Usage: python hooked_stream_map.py OUT.json IN_DIR CKPT [FILES] [PER_FILE] [WRITER]
 """
 
@@ -33,14 +36,30 @@ class Running:
             yield pd.DataFrame({"id": pdf["id"], "seen": self.seen, "total": self.total})
 
 
-class Counter:
-    """A ForeachWriter: counts the rows it is handed."""
+class Tally:
+    """A ForeachWriter: per task (one micro-batch's partition), the rows and the amount it was
+    handed; at `close`, its rows are added to an accumulator the job reads."""
 
     def __init__(self, rows):
         self.rows = rows
 
+    def open(self, partition_id, epoch_id):
+        self.epoch, self.seen, self.total = epoch_id, 0, 0.0
+        return True
+
     def process(self, row):
-        self.rows.add(1)
+        self.seen += 1
+        self.total += row["amount"]
+
+    def close(self, error):
+        self.rows.add(self.seen)
+
+
+class Fussy(Tally):
+    def process(self, row):
+        if self.seen == 4:
+            raise ValueError(f"bad row {row['id']}")
+        super().process(row)
 
 
 def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 20, writer: str = "") -> None:
@@ -55,9 +74,13 @@ def main(out: str, in_dir: str, ckpt: str, files: int = 3, per_file: int = 20, w
         query.awaitTermination()
         rows = sorted(list(r) for r in spark.sql(f"SELECT * FROM running_{abs(hash(out))}").collect())
         written = {}
-        if writer == "writer":
+        if writer:
             counted = spark.sparkContext.accumulator(0)
-            stream.writeStream.foreach(Counter(counted)).option("checkpointLocation", ckpt + ".writer").trigger(
+
+            def count_row(row):
+                counted.add(1)
+            sink = {"writer": Tally(counted), "raising": Fussy(counted)}.get(writer, count_row)
+            stream.writeStream.foreach(sink).option("checkpointLocation", ckpt + ".writer").trigger(
                 availableNow=True).start().awaitTermination()
             written = {"written": counted.value}
     with open(out, "w") as f:
