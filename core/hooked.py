@@ -264,7 +264,7 @@ class IteratorOperator(HookedOperator):
         for name, value in frame.f_locals.items():
             if name == "self" or name.startswith("_") or is_code(value) or type(value).__name__ == "_Inputs":
                 continue
-            out[name] = value  # a DataFrame is shown as its shape (values.encode)
+            out[name] = value  # a DataFrame is shown as its shape and a digest (values.encode)
         return out
 
     def __getstate__(self) -> dict:

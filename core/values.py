@@ -213,8 +213,8 @@ def _encode(value: Any) -> Any:
     if as_json is not None:   # a summary the recorder stores in place of a value (core/kept_inputs.py)
         return as_json(value)
     table = _table_summary(value)
-    if table is not None:
-        return {"$repr": table}
+    if table is not None:   # (since encoding 4 with a digest of its values: `tt verify` compares them)
+        return {"$repr": table if _encoding < 4 else f"{table[:-1]}, xxh3 {_table_digest(value)}>"}
     whole = _whole(value, t)
     if whole is not None:
         return whole
@@ -238,12 +238,13 @@ _FIRST = 10
 
 #: This tt's encoding of states, stored in a run's meta (`state_encoding`): 2 encodes what
 #: `_kind` names by its values; 3 a random generator by its state and an accumulator by its
-#: value too. A run is replayed with the encoding it stored (`use_encoding`; 1 where it stored
+#: value too; 4 a DataFrame or an Arrow batch or table by a digest of its values beside its
+#: shape (3 and earlier: its shape alone, whatever its values). A run is replayed with the encoding it stored (`use_encoding`; 1 where it stored
 #: none), so that what it stored compares with what its replay encodes. 1: an enum member, a
 #: pandas Series, Index or array by its public attributes (none), a numpy array by its repr,
 #: NaT as a `$datetime`; 1 and 2: a random generator and an accumulator by their attributes or
 #: repr.
-ENCODING = 3
+ENCODING = 4
 _encoding = ENCODING
 _SINCE_2 = frozenset({"ndarray", "arrow", "repr", "broadcast", "series", "pandas"})
 _SINCE_3 = frozenset({"rng", "accumulator"})
@@ -328,6 +329,8 @@ def _kind(t: type) -> str:
       (`_array`): their values are not attributes either (a Series showed as `{}`), and their
       reprs leave out items and digits;
     - a random generator, by a digest of its internal state (`_generator`);
+    - a DataFrame or an Arrow batch or table, by its shape and a digest of its values
+      (`_table_digest`, since encoding 4; encoded in `_encode`, not here);
     - a PySpark accumulator, by its id and what this task (or its replay) added to it: its
       attributes are its id and its parameter, and `value` cannot be read in a task."""
     if issubclass(t, types.ModuleType):
@@ -481,7 +484,7 @@ def is_table(t: type) -> bool:
 
 
 def _table_summary(value: Any) -> str | None:
-    """A DataFrame or Arrow batch as its shape: the unit a hooked function holds, not state."""
+    """A DataFrame or Arrow batch as its shape (`encode` adds a digest of its values)."""
     if not is_table(type(value)):
         return None
     if type(value).__module__.startswith("pandas"):
@@ -490,6 +493,36 @@ def _table_summary(value: Any) -> str | None:
         rows, names = value.num_rows, list(value.schema.names)
     shown = ", ".join(names[:6]) + (", …" if len(names) > 6 else "")
     return f"<{type(value).__name__}: {rows} rows × {len(names)} columns ({shown})>"
+
+
+def _table_digest(value: Any) -> str:
+    """The xxh3-64 of a DataFrame's or Arrow batch's or table's values, column by column (its
+    name, dtype and values: a fixed-width column's bytes, any other's items as JSON), and of a
+    DataFrame's index: two tables that hold the same values digest alike. A DataFrame in an
+    operator's state (`self.history = pd.concat(...)`) was shown by its shape alone, so a replay
+    that changed its values passed `tt verify`."""
+    import xxhash
+
+    h = xxhash.xxh3_64()
+    if type(value).__module__.startswith("pandas"):
+        columns = [(name, value.iloc[:, i]) for i, name in enumerate(value.columns)] + [("$index", value.index)]
+        arrays = ((name, c.dtype, c.to_numpy() if type(c.dtype).__module__.startswith("numpy")   # (numpy.dtypes)
+                   else c.to_numpy(dtype=object)) for name, c in columns)
+    else:
+        arrays = ((name, c.type, c.to_numpy() if hasattr(c, "chunks") else c.to_numpy(zero_copy_only=False))
+                  for name, c in zip(value.schema.names, value.columns))   # (a Table's columns are chunked)
+    for name, dtype, a in arrays:
+        h.update(orjson.dumps([_encode(name), str(dtype)]))
+        if not a.dtype.hasobject:
+            h.update(a.tobytes())
+            continue
+        items = a.tolist()
+        plain = set(map(type, items)) <= _STR_OR_NONE   # (strings: JSON as they are, at C speed)
+        h.update(orjson.dumps(items if plain else _encode(items), option=orjson.OPT_SORT_KEYS))
+    return h.hexdigest()
+
+
+_STR_OR_NONE = frozenset({str, type(None)})
 
 
 #: A DataFrame or Arrow batch is shown as its rows up to this many (`readable`; a bigger one, as its shape).
@@ -553,8 +586,7 @@ _UNBOXED = frozenset({str, int, float, bool, bytes, type(None)})   # what pandas
 def readable(value: Any) -> Any:
     """A tuple as a person reads it: every named row in it (`field_names`) as the dict of its
     fields, and a DataFrame or Arrow batch of a few rows (`SHOWN_ROWS`) as its rows, a hooked
-    operator's unit too (`('row', Row(...))`); a bigger table stays one `encode` shows as its
-    shape. For display only (the debugger, `tt inspect`, `tt lineage`): state and digests
+    operator's unit too (`('row', Row(...))`); a bigger table as its shape (`_Shape`). For display only (the debugger, `tt inspect`, `tt lineage`): state and digests
     encode the value itself."""
     names = field_names(value)
     if names is not None:
@@ -563,7 +595,23 @@ def readable(value: Any) -> Any:
         return type(value)(map(readable, value)) if any(isinstance(v, (tuple, list)) or is_table(type(v))
                                                         for v in value) else value
     rows = table_rows(value, SHOWN_ROWS)
-    return rows if rows is not None else value
+    if rows is not None:
+        return rows
+    shape = _table_summary(value)
+    return _Shape(shape) if shape is not None else value
+
+
+class _Shape:
+    """A bigger table as `readable` shows it: its shape, without the digest of its values that
+    a state's encoding computes (`tt verify` compares states, not how a tuple is shown)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __tt_json__(self) -> dict:
+        return {"$repr": self.text}
 
 
 def encode_readable(value: Any) -> Any:

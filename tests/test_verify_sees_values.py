@@ -3,7 +3,8 @@
 States are compared by their encoding (core/values.py). A numpy array was encoded by its repr,
 which leaves out the middle of a long array and the digits past the eighth; an enum member and
 a pandas Series had no public attributes and were encoded as `{}`; a random generator was its
-attributes (`gauss_next`) or its repr, whatever it would draw next. A replay that changed any of
+attributes (`gauss_next`) or its repr, whatever it would draw next; a DataFrame was its shape. A
+replay that changed any of
 them was "verified". The operator below keeps one of each; the job reads an environment variable
 that tt does not log (a `tt.Dataflow` operator's reads are not: tests/test_replay_differs.py), so
 a replay where it is set differs in one field, and verify must name that field. The oracle of
@@ -29,7 +30,7 @@ from tt.store.reader import RunReader
 
 ROWS, BINS = 3000, 2000   # more bins than an array shows item by item (values.SHOWN_ITEMS)
 CHANGED = {"counts": "TT_TEST_CHANGE_COUNTS", "phase": "TT_TEST_CHANGE_PHASE", "recent": "TT_TEST_CHANGE_RECENT",
-           "rng": "TT_TEST_CHANGE_RNG", "gen": "TT_TEST_CHANGE_GEN"}
+           "rng": "TT_TEST_CHANGE_RNG", "gen": "TT_TEST_CHANGE_GEN", "last": "TT_TEST_CHANGE_LAST"}
 
 
 class Phase(enum.Enum):
@@ -39,8 +40,8 @@ class Phase(enum.Enum):
 
 class Binned(tt.Operator):
     """Adds each row's `v` into bin `id % BINS` (a numpy array), keeps the last five `v`s (a
-    pandas Series), is LATE once row 2,500 has passed, and draws from two seeded generators a row
-    (`random.Random`, numpy's `Generator`). An environment variable per field changes that field
+    pandas Series) and the last three rows (a DataFrame), is LATE once row 2,500 has passed, and
+    draws from two seeded generators a row (`random.Random`, numpy's `Generator`). An environment variable per field changes that field
     alone, a little, before row 1,500, where the replay finds it set (a generator draws once more)."""
 
     def __init__(self):
@@ -49,6 +50,7 @@ class Binned(tt.Operator):
         self.phase = Phase.OPEN
         self.rng = random.Random(5)
         self.gen = np.random.default_rng(5)
+        self.last = pd.DataFrame({"id": pd.Series([], dtype="int64"), "v": pd.Series([], dtype=float)})
 
     def process(self, row, port=0):
         middle = row["id"] == 1000   # (a bin in the middle of the array)
@@ -56,6 +58,8 @@ class Binned(tt.Operator):
         late = row["id"] == 1499 and os.environ.get(CHANGED["recent"])   # (among the last five at row 1,500)
         self.recent = pd.concat([self.recent, pd.Series([row["v"] + (0.5 if late else 0.0)])],
                                 ignore_index=True).iloc[-5:]
+        seen = {"id": row["id"], "v": row["v"] + (0.5 if row["id"] == 1499 and os.environ.get(CHANGED["last"]) else 0.0)}
+        self.last = pd.concat([self.last, pd.DataFrame([seen])], ignore_index=True).iloc[-3:]
         if row["id"] >= 2500 or (middle and os.environ.get(CHANGED["phase"])):
             self.phase = Phase.LATE
         for name in ("rng", "gen"):
@@ -125,6 +129,11 @@ def test_the_recorded_states_hold_every_value(binned_run):
         assert state["gen"] == values.decode(values.encode(gen)) and state["gen"].startswith("<Generator state ")
         rng.random(), gen.random()
         assert (state["rng"], state["gen"]) != (values.encode(rng)["$repr"], values.encode(gen)["$repr"])
+        last = seen.iloc[-3:].set_axis(range(1, 4))   # (the index concat, then iloc, leave it: digested too)
+        assert state["last"] == values.decode(values.encode(last))
+        assert state["last"].startswith("<DataFrame: 3 rows × 2 columns (id, v), xxh3 ")
+        assert state["last"] != values.decode(values.encode(last.assign(v=last["v"] + 1e-9)))
+        assert state["last"] != values.decode(values.encode(seen.iloc[-3:]))
 
 
 def test_verify_passes_where_the_replay_reads_what_the_recording_did(binned_run, capsys):
@@ -150,7 +159,7 @@ def test_a_run_recorded_before_is_replayed_with_the_encoding_it_stored(binned_ru
     recorded by a tt that encoded an array by its repr, and an enum member, a Series or NA by
     their public attributes (none), NaT as a datetime: its replay encodes them so again, so that
     its recorded states still compare (the encodings below are what that tt wrote)."""
-    assert RunReader(binned_run).state_encoding == values.ENCODING == 3
+    assert RunReader(binned_run).state_encoding == values.ENCODING == 4
     _replay_a_copy_whose_meta_says(binned_run, None, monkeypatch)
     assert values._encoding == 1
     assert values.encode({"counts": np.arange(3.0), "phase": Phase.OPEN, "recent": pd.Series([1.5]),
@@ -169,6 +178,14 @@ def test_a_run_recorded_with_encoding_2_shows_its_generators_as_it_did(binned_ru
     assert values._encoding == 2
     assert values.encode({"rng": random.Random(5), "gen": np.random.default_rng(5)}) == {
         "rng": {"$object": "random.Random", "attrs": {"gauss_next": None}}, "gen": {"$repr": "Generator(PCG64)"}}
+
+
+def test_a_run_recorded_with_encoding_3_shows_its_dataframes_by_their_shape(binned_run, monkeypatch):
+    """Encoding 3 wrote a DataFrame by its shape alone: a run that stored 3 is replayed so."""
+    _replay_a_copy_whose_meta_says(binned_run, 3, monkeypatch)
+    assert values._encoding == 3
+    assert values.encode(pd.DataFrame({"id": [1, 2], "v": [0.5, 1.5]})) == {
+        "$repr": "<DataFrame: 2 rows × 2 columns (id, v)>"}
 
 
 def _replay_a_copy_whose_meta_says(run, encoding: int | None, monkeypatch) -> None:
