@@ -71,6 +71,8 @@ class RecordingSession:
         self._next_file_id = 1       # source_files ids of the hooked sources read by reference
         self._hook_lock = threading.Lock()
         self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
+        self._hook_batches: dict[int, str] = {}   # hooked operator id -> the micro-batch of its last call (foreachBatch)
+        self._scanned: set[int] = set()   # hooked sources whose reading (referenced or copied) is stored
         self._modules: dict[str, tuple] = {}  # the job's own modules, stored and signed (job_modules.py)
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
         self._stop_watching: Any = None          # a streaming query's micro-batch listener
@@ -209,11 +211,8 @@ class RecordingSession:
         `upstream`: the hooked operators whose rows reach this one through Spark, and what
         Spark did to them on the way (the DAG's opaque edges)."""
         from ..core.graph import SOURCE
-        from ..core.hooked import (GROUP_ITER_KINDS, GROUP_KINDS, GROUP_STATE_KIND, PROCESSOR_KINDS, SINK_KINDS, name_of,
-                                   operator_for)
+        from ..core.hooked import SINK_KINDS, name_of, operator_for
         from ..core.operator import Source
-        from .hooked_calls import (GroupedCall, GroupedIterCall, HookedCall, HookedGroupStateFunction, HookedProcessor, TaskFeed,
-                                   hooked_udtf_class)
 
         with self._hook_lock:
             if self.graph is None:
@@ -223,14 +222,20 @@ class RecordingSession:
                                                      f"records a tt.Dataflow"})
                 return fn
             g = self.graph
+            op, batch = operator_for(fn, kind, site), sc.getLocalProperty("streaming.sql.batchId")
+            again = self._again(op, batch)
+            if again is not None:   # foreachBatch's call of the micro-batch before, made again
+                self._hook_batches[again.id] = batch
+                self._add_spark_edges(upstream, g.stages[again.stage].source)
+                return self._call(fn, kind, g.stages[again.stage], sc)
             base = name_of(fn)
             name = _unique(g, kind.rsplit(".", 1)[-1] if base == "lambda" else base)   # a lambda: `map`
             source = g.add_node(_unique(g, f"{name}.in"), SOURCE, Source())
-            node = g.add_node(name, kind, operator_for(fn, kind, site))
+            node = g.add_node(name, kind, op)
             stage = g.add_hooked(source, node)
-            by_name = {n.name: n.id for n in g.nodes}
-            self.spark_edges += [{"src": by_name[up], "dst": source.id, "label": label}
-                                 for up, label in upstream if up in by_name]
+            if batch is not None:
+                self._hook_batches[node.id] = batch
+            self._add_spark_edges(upstream, source.id)
             if g.theta is None and self.watch in (None, name):
                 g.theta = node.id
                 self.on_event("begin", {"theta": name, "address": self.coordinator.address})
@@ -239,17 +244,54 @@ class RecordingSession:
             if kind in SINK_KINDS:   # (what it writes is seen by no log: core/outside_effects.py says a file)
                 self.on_event("warning", {"message": f"{name} ({kind.split('.')[-1]} at {site}) is a sink: a replay "
                                                      f"(tt debug, tt verify) runs it again, and makes its writes again"})
-            if kind in GROUP_KINDS or kind in GROUP_ITER_KINDS or kind in PROCESSOR_KINDS or \
-                    kind in (GROUP_STATE_KIND, "udtf"):   # many calls a task
-                feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
-                if kind in PROCESSOR_KINDS:
-                    return HookedProcessor(feed)
-                if kind == GROUP_STATE_KIND:
-                    return HookedGroupStateFunction(feed)
-                if kind in GROUP_ITER_KINDS:
-                    return GroupedIterCall(fn, kind, feed)
-                return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
-            return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
+            return self._call(fn, kind, stage, sc)
+
+    def _call(self, fn: Any, kind: str, stage: Any, sc: Any) -> Any:
+        """What Spark runs in place of `fn`, the hooked operator of `stage` (recorder/hooked_calls.py)."""
+        from ..core.hooked import GROUP_ITER_KINDS, GROUP_KINDS, GROUP_STATE_KIND, PROCESSOR_KINDS
+        from .hooked_calls import (GroupedCall, GroupedIterCall, HookedCall, HookedGroupStateFunction, HookedProcessor,
+                                   TaskFeed, hooked_udtf_class)
+
+        g = self.graph
+        if kind in GROUP_KINDS or kind in GROUP_ITER_KINDS or kind in PROCESSOR_KINDS or \
+                kind in (GROUP_STATE_KIND, "udtf"):   # many calls a task
+            feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
+            if kind in PROCESSOR_KINDS:
+                return HookedProcessor(feed)
+            if kind == GROUP_STATE_KIND:
+                return HookedGroupStateFunction(feed)
+            if kind in GROUP_ITER_KINDS:
+                return GroupedIterCall(fn, kind, feed)
+            return hooked_udtf_class(fn, feed) if kind == "udtf" else GroupedCall(fn, kind, feed)
+        return HookedCall(fn, g.for_stage(stage.id), stage.id, self.recording)
+
+    def _again(self, op: Any, batch: str | None) -> Any:
+        """The operator `op` is made again, or None. A streaming query's `foreachBatch` function
+        runs once per micro-batch, and makes each of its hooked calls anew: each was an operator
+        of its own (`Scale`, `Scale_2`, … one a micro-batch). Where the call site's operator of
+        an earlier micro-batch pickles to the same bytes (the same code and the same initial
+        state), its tasks are more instances of that operator, numbered by their slots
+        (micro-batch, partition), as a streaming `mapInPandas`'s are. Outside a micro-batch
+        (`batch` None) tasks are numbered by partition, so a call made again is a new operator."""
+        if batch is None:
+            return None
+        for n in self.graph.nodes:
+            if n.kind != op._kind or getattr(n.op, "_site", None) != op._site or \
+                    self._hook_batches.get(n.id) in (None, batch):   # (twice in one micro-batch: slots alike)
+                continue
+            op._tt_name = n.name
+            if code_pickle.dumps(op) == self._codes.get(n.id):
+                return n
+        op._tt_name = ""
+        return None
+
+    def _add_spark_edges(self, upstream: list[tuple[str, str]], source: int) -> None:
+        """The DAG's opaque edges into the hooked source `source` (each once)."""
+        by_name = {n.name: n.id for n in self.graph.nodes}
+        for up, label in upstream:
+            edge = {"src": by_name.get(up), "dst": source, "label": label}
+            if edge["src"] is not None and edge not in self.spark_edges:
+                self.spark_edges.append(edge)
 
     def referenced_units(self, df: Any, call: Any, kind: str) -> Any:
         """`df.mapInArrow(call)` or `df.mapInPandas(call)` where `df` is a plain Parquet scan
@@ -264,8 +306,13 @@ class RecordingSession:
         if not isinstance(call, HookedCall) or df.isStreaming:   # (unrecorded; a stream's files change)
             return df
         source = call.graph.stages[call.stage_id].source
+        if source in self._scanned:   # (foreachBatch's call made again: its first micro-batch said how)
+            return df
+        self._scanned.add(source)
         ref = None
         why = "tt record --copy-sources" if self.copy_sources else frames.available() if kind == "mapInPandas" else None
+        if why is None and df.sparkSession.sparkContext.getLocalProperty("streaming.sql.batchId") is not None:
+            why = "a micro-batch of a streaming query (foreachBatch): its files differ from one to the next"
         if why is None:
             ref, why = sources.reference(df)
         schema = None

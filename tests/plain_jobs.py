@@ -63,6 +63,15 @@ def printed_on_and_off(job: Path, args: list[str], run: Path, spark) -> tuple[st
     return on, off
 
 
+def payment_file(f: int, per_file: int):
+    """File f of `job_settings.write_payment_files` (tests/jobs/), as pandas reads it: payments
+    f * per_file up to the next file's, amount (i * 37) % 101."""
+    import pandas as pd
+
+    ids = range(f * per_file, (f + 1) * per_file)
+    return pd.DataFrame({"id": ids, "amount": [float((i * 37) % 101) for i in ids]})
+
+
 def post_mortem(job: Path, args: list[str], out: Path, *errors: str) -> DebugSession:
     """Record `job`, whose run fails with every one of `errors` in its error, and open the
     run where the debugger opens a failed one: just before the tuple it failed on."""

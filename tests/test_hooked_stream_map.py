@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import each_step, post_mortem, run_plain, verified
+from plain_jobs import each_step, payment_file, post_mortem, run_plain, verified
 
 from tt.core import values
 from tt.recorder.job import record_job
@@ -28,8 +28,7 @@ FILES, PER_FILE = 3, 20
 
 
 def _file(f: int) -> pd.DataFrame:
-    ids = range(f * PER_FILE, (f + 1) * PER_FILE)
-    return pd.DataFrame({"id": ids, "amount": [float((i * 37) % 101) for i in ids]})
+    return payment_file(f, PER_FILE)
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +92,9 @@ def test_a_foreach_writer_is_recorded_opened_fed_and_closed_per_micro_batch(spar
         states = [values.decode(reader.state(at.state)) for (o, _), at in end.items() if o == op.id]
     finally:
         reader.close()
-    if writer == "writer":   # (Spark takes the files in an order of its own: one a micro-batch)
-        assert sorted(state["epoch"] for state in states) == list(range(FILES))
-        assert sorted((state["seen"], state["total"], state["rows"]["value"]) for state in states) == sorted(
-            (PER_FILE, float(_file(f)["amount"].sum()), PER_FILE) for f in range(FILES))   # (rows: the task's sum)
+    if writer == "writer":   # (micro-batch f reads file f: job_settings.write_payment_files)
+        assert sorted((state["epoch"], state["seen"], state["total"], state["rows"]["value"]) for state in states) == [
+            (f, PER_FILE, float(_file(f)["amount"].sum()), PER_FILE) for f in range(FILES)]   # (rows: the task's sum)
     session = DebugSession(tmp_path / "run.db")
     steps = list(each_step(session, name))
     opened = [unit for _, unit, _ in steps if isinstance(unit, tuple) and unit[:1] == ("open",)]

@@ -23,11 +23,17 @@ def spark_settings(spark, settings: dict):
 
 def write_payment_files(in_dir: str, files: int, per_file: int) -> None:
     """FILES CSV files of PER_FILE payments (id, amount) into IN_DIR: payment i in file
-    i // PER_FILE, amount (i * 37) % 101, so a test computes every output with pandas."""
+    i // PER_FILE, amount (i * 37) % 101, so a test computes every output with pandas. Each file
+    is a second older than the next: a stream takes files in the order of their times, so
+    micro-batch f reads file f (written in the same second, they came in an order of Spark's)."""
+    import time
+
     import pandas as pd
 
     os.makedirs(in_dir, exist_ok=True)
+    t0 = time.time() - files - 10
     for f in range(files):
         ids = range(f * per_file, (f + 1) * per_file)
-        pd.DataFrame({"id": ids, "amount": [float((i * 37) % 101) for i in ids]}).to_csv(
-            os.path.join(in_dir, f"part-{f}.csv"), index=False)
+        path = os.path.join(in_dir, f"part-{f}.csv")
+        pd.DataFrame({"id": ids, "amount": [float((i * 37) % 101) for i in ids]}).to_csv(path, index=False)
+        os.utime(path, (t0 + f, t0 + f))
