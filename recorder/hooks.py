@@ -16,6 +16,7 @@ PySpark itself pass through untouched, and nothing is patched unless `tt record`
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -164,8 +165,9 @@ def install(session: Any) -> Callable[[], None]:
     hooked_classes: dict[type, type] = {}   # register() builds a second UDTF from the same class
 
     def udtf(original):
-        """A UDTF's class is pickled where PySpark first needs it (`_create_judtf`: its first
-        call, or `spark.udtf.register`); that is where it is swapped for the hooked class."""
+        """A UDTF registered for SQL (`spark.udtf.register`): its class is pickled here
+        (`_create_judtf`), where it is swapped for the hooked class, at the line that defines
+        it. A use in a query from Python is hooked by `per_use`, whose hooked class passes."""
         def patched(self, func):
             if not isinstance(func, type) or func.__dict__.get("_tt_hooked"):
                 return original(self, func)
@@ -184,15 +186,39 @@ def install(session: Any) -> Callable[[], None]:
     hooked_functions: dict[int, tuple] = {}   # id -> (function, call): a UDF registered for SQL too runs one operator
     said: dict[int, Any] = {}   # id -> function: the UDFs whose unrecorded state was looked for
 
+    def per_use(kind_of: Callable[[Any], str | None], placeholder: str):
+        """A use of a UDF or a UDTF in a query (`f("amount")`, `Words(lit("a b"))`): an
+        operator of its own, named after the function or class, at the line of the use: a copy
+        of the UDF whose function is the hooked call (`kind_of` the UDF: its operator's kind,
+        or None where it is not hooked; `placeholder`: the attribute its JVM function is cached
+        in). PySpark would run every use through the one JVM function the UDF makes once, and
+        tt would take the tasks of a second query for more attempts of the first's: its units
+        went unrecorded."""
+        def make(original):
+            def patched(self, *args, **kwargs):
+                kind, site = kind_of(self), _caller_site()
+                if kind is None or site is None or _library_function(self.func):
+                    return original(self, *args, **kwargs)
+                from pyspark.sql import SparkSession
+
+                spark = SparkSession._getActiveSessionOrCreate()
+                use = copy.copy(self)
+                use.func = session.hook(self.func, kind, site, spark.sparkContext)
+                setattr(use, placeholder, None)
+                session.watch_micro_batches(spark)   # (over a stream: each micro-batch's task an instance)
+                return original(use, *args, **kwargs)
+            return patched
+        return make
+
     def iter_udf(original):
-        """An iterator UDF (`@pandas_udf` or `@arrow_udf` over `Iterator[pd.Series]`, or
-        `Iterator[Tuple[...]]` of several columns): PySpark calls it once per task with the
-        task's batches, as `mapInPandas` calls its function, and it keeps what it likes between
-        them (a running total, a model loaded once). Its function is pickled where PySpark
-        first needs it (`_create_judf`: its first use in a query, or `spark.udf.register`);
-        that is where it is swapped for the hooked call. Other UDFs (one call per row or
-        batch) pass unhooked; one whose code writes module globals is said to keep state
-        unrecorded."""
+        """Where PySpark pickles a UDF's function (`_create_judf`). An iterator UDF (`@pandas_udf`
+        or `@arrow_udf` over `Iterator[pd.Series]`, or `Iterator[Tuple[...]]` of several columns)
+        is called once per task with the task's batches, as a `mapInPandas` function is, and
+        keeps what it likes between them (a running total, a model loaded once). One registered
+        for SQL (`spark.udf.register`) is hooked here, at the line that defines it, since no use
+        of it is a Python call (a use in a query is hooked by `per_use`, whose hooked call passes
+        here as tt's own). Other UDFs (one call per row or batch) pass unhooked; one whose code
+        writes module globals is said to keep state unrecorded."""
         def patched(self, func, *args, **kwargs):
             kind = iter_udf_kinds.get(self.evalType)
             if _library_function(func):
@@ -223,6 +249,10 @@ def install(session: Any) -> Callable[[], None]:
                                                 lambda cg: [cg._gd1, cg._gd2]))
     patch(UserDefinedTableFunction, "_create_judtf", udtf)
     patch(UserDefinedFunction, "_create_judf", iter_udf)
+    patch(UserDefinedFunction, "__call__", per_use(lambda u: iter_udf_kinds.get(u.evalType), "_judf_placeholder"))
+    patch(UserDefinedTableFunction, "__call__", per_use(
+        lambda u: "udtf" if isinstance(u.func, type) and not u.func.__dict__.get("_tt_hooked") else None,
+        "_judtf_placeholder"))
     for name in sorted(PROCESSOR_KINDS):
         patch(GroupedData, name, stateful(name, "statefulProcessor"))
     patch(GroupedData, GROUP_STATE_KIND, stateful(GROUP_STATE_KIND, "func", streaming_only=True))
@@ -317,6 +347,17 @@ def _udf_unit(eval_type: int) -> str:
     if name in ("SQL_BATCHED_UDF", "SQL_ARROW_BATCHED_UDF"):   # (@udf: rows, however they travel)
         return "row"
     return "group" if "AGG" in name else "batch"
+
+
+def _caller_site() -> str | None:
+    """`file:line` of the job's frame nearest the patched method (a decorated UDF is called
+    through PySpark's own wrapper), or None when PySpark or tt made the whole call."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "pyspark":
+        frame = frame.f_back
+    if frame is None or _library(frame):   # (tt's own call)
+        return None
+    return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
 
 
 def _library_function(func: Any) -> bool:

@@ -30,10 +30,9 @@ def _partition(p: int) -> pd.DataFrame:
     return pd.DataFrame({"id": ids, "amount": [float((i * 37) % 101) for i in ids]})
 
 
-def _def_line(name: str) -> int:
-    """The line where the job defines function `name`, as Python numbers a decorated function
-    (its decorator's line): where `tt inspect` says it is."""
-    return next(n for n, line in enumerate(JOB.read_text().splitlines(), 1) if line.startswith(f"def {name}(")) - 1
+def _line(text: str) -> int:
+    """The job's first line that holds `text`."""
+    return next(n for n, line in enumerate(JOB.read_text().splitlines(), 1) if text in line)
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +42,18 @@ def recorded(spark, tmp_path_factory):
 
 def test_the_output_is_the_same_recorded_and_not_and_as_pandas_computes(recorded):
     _, on, off = recorded
-    expected = []
+    expected, doubled = [], []
     for p in range(2):
         rows = _partition(p)
         expected += [[i, t, b] for i, t, b in zip(rows["id"], rows["amount"].cumsum(), (rows["amount"] >= 50).cumsum())]
-    assert on == off == sorted(expected)
+        doubled += [[i, t] for i, t in zip(rows["id"], (2 * rows["amount"]).cumsum())]
+    assert on == off == {"rows": sorted(expected), "doubled": sorted(doubled)}
 
 
-def test_each_udf_is_an_operator_of_the_run_named_where_it_is_defined(recorded, capsys):
+def test_each_use_of_a_udf_is_an_operator_of_the_run_named_where_it_is_used(recorded, capsys):
+    """A use in a query is named at its line (a second use, of the same UDF, is an operator of its
+    own: PySpark runs both through one function, whose tasks tt would number alike); a UDF
+    registered for SQL, at the line that defines it (as Python numbers a decorated function)."""
     from tt.cli.main import main
 
     run, *_ = recorded
@@ -58,12 +61,15 @@ def test_each_udf_is_an_operator_of_the_run_named_where_it_is_defined(recorded, 
     assert main(["inspect", str(run), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     ops = {o["name"]: (o["kind"], o["site"], o["instances"], o["in_g"]) for o in summary["operators"] if o["site"]}
-    assert ops == {"running_total": ("pandas_udf.iter", f"hooked_iter_udf.py:{_def_line('running_total')}", 2, True),
-                   "big_so_far": ("arrow_udf.iter", f"hooked_iter_udf.py:{_def_line('big_so_far')}", 2, True)}
+    use = _line('running_total("amount")')
+    assert ops == {"running_total": ("pandas_udf.iter", f"hooked_iter_udf.py:{use}", 2, True),
+                   "big_so_far": ("arrow_udf.iter", f"hooked_iter_udf.py:{_line('def big_so_far(') - 1}", 2, True),
+                   "running_total_2": ("pandas_udf.iter", f"hooked_iter_udf.py:{_line('doubled.select(')}", 2, True)}
 
 
 @pytest.mark.parametrize("op, field, of", [("running_total", "total", lambda rows: rows["amount"].sum()),
-                                           ("big_so_far", "big", lambda rows: int((rows["amount"] >= 50).sum()))])
+                                           ("big_so_far", "big", lambda rows: int((rows["amount"] >= 50).sum())),
+                                           ("running_total_2", "total", lambda rows: 2 * rows["amount"].sum())])
 def test_a_replay_steps_through_the_batches_with_the_state_pandas_computes(recorded, op, field, of):
     """After each batch, the generator's running figure is what pandas computes over the
     partition's rows up to that batch's last; after the END step, the generator is over."""

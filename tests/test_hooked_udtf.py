@@ -206,3 +206,41 @@ def test_a_udtf_with_analyze_gets_its_result_in_init_and_replays(forms_recorded)
     finally:
         reader.close()
     assert states == [{"columns": ["x", "seen"], "seen": 60}] * 2
+
+
+def test_each_use_of_a_udtf_from_python_is_an_operator_of_its_own(spark, tmp_path, capsys):
+    """A UDTF called twice from Python, over other rows: PySpark runs both uses through the one
+    JVM function the UDTF makes at its first use, and tt took the second query's task for another
+    attempt of the first's, whose units went unrecorded ("1 tasks committed"). Each use is now an
+    operator of its own, at its line, its handler's end state what it was handed."""
+    from plain_jobs import verified
+
+    job = tmp_path / "twice.py"
+    job.write_text(
+        "import json, sys\n"
+        "from pyspark.sql import SparkSession\n"
+        "from pyspark.sql.functions import lit, udtf\n"
+        "spark = SparkSession.builder.getOrCreate()\n"
+        "@udtf(returnType='n int, total int')\n"
+        "class Count:\n"
+        "    def __init__(self):\n"
+        "        self.total = 0\n"
+        "    def eval(self, n: int):\n"
+        "        self.total += n\n"
+        "        yield n, self.total\n"
+        "a = Count(lit(1)).collect()\n"
+        "b = Count(lit(5)).collect()\n"
+        "json.dump([list(a[0]), list(b[0])], open(sys.argv[1], 'w'))\n")
+    run, on, off = record_on_and_off(job, tmp_path)
+    assert on == off == [[1, 1], [5, 5]]
+    reader = RunReader(run)
+    try:
+        sites = {n["name"]: n["site"] for n in reader.plan["nodes"] if "site" in n}
+        names = {n["id"]: n["name"] for n in reader.plan["nodes"] if n["kind"] == "udtf"}
+        end = reader.instances_at(reader.interactions()[-1].k)
+        totals = {names[o]: values.decode(reader.state(at.state))["total"] for (o, _), at in end.items() if o in names}
+    finally:
+        reader.close()
+    assert sites == {"Count": "twice.py:12", "Count_2": "twice.py:13"}
+    assert totals == {"Count": 1, "Count_2": 5}
+    verified(run, capsys)

@@ -5,6 +5,7 @@ generator keeps between batches is its state. `running_total` (`@pandas_udf` ove
 `Iterator[pd.Series]`) gives each row the sum of the amounts its task has seen up to it;
 `big_so_far` (`@arrow_udf` over `Iterator[Tuple[pa.Array, pa.Array]]`, registered and called
 from SQL) gives each row how many of its task's rows up to it had an amount of at least 50.
+A second query uses `running_total` again, over the amounts doubled.
 
 Payment i (0 <= i < ROWS) is in partition i // (ROWS // 2), amount (i * 37) % 101; batches
 of BATCH rows: the tests compute every output and state with pandas.
@@ -54,8 +55,11 @@ def main(out: str, rows: int = 200, batch: int = 25) -> None:
         payments.select("id", "amount", running_total("amount").alias("total")).createOrReplaceTempView("totals")
         spark.udf.register("big_so_far", big_so_far)
         got = spark.sql("SELECT id, total, big_so_far(id, amount) AS big FROM totals").collect()
+        doubled = payments.selectExpr("id", "amount * 2 AS amount")
+        again = doubled.select("id", running_total("amount").alias("total")).collect()
     with open(out, "w") as f:
-        json.dump(sorted([r["id"], r["total"], r["big"]] for r in got), f)
+        json.dump({"rows": sorted([r["id"], r["total"], r["big"]] for r in got),
+                   "doubled": sorted([r["id"], r["total"]] for r in again)}, f)
 
 
 def stream_main(out: str, in_dir: str, ckpt: str, files: int, per_file: int) -> None:
