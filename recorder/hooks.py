@@ -196,8 +196,9 @@ def install(session: Any) -> Callable[[], None]:
         went unrecorded."""
         def make(original):
             def patched(self, *args, **kwargs):
-                kind, site = kind_of(self), _caller_site()
-                if kind is None or site is None or _library_function(self.func):
+                kind = kind_of(self)
+                site = _caller_site() if kind is not None and not _library_function(self.func) else None
+                if site is None:
                     return original(self, *args, **kwargs)
                 from pyspark.sql import SparkSession
 
