@@ -183,7 +183,7 @@ def install(session: Any) -> Callable[[], None]:
 
     iter_udf_kinds = {PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF: "pandas_udf.iter",
                       PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF: "arrow_udf.iter"}
-    hooked_functions: dict[int, tuple] = {}   # id -> (function, call): a UDF registered for SQL too runs one operator
+    hooked_functions: dict[int, tuple] = {}   # id -> (function, call): one registered for SQL, an operator however often
     said: dict[int, Any] = {}   # id -> function: the UDFs whose unrecorded state was looked for
 
     def per_use(kind_of: Callable[[Any], str | None], placeholder: str):

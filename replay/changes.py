@@ -78,7 +78,6 @@ def _display(prev: dict, change: dict) -> dict:
         if keys is None:
             out[name] = [old, new]
             continue
-        old = old if old is not MISSING else {}
         for x in keys[:LISTED_PER_FIELD]:   # (a generator's locals: `total`, not the whole frame cut short)
             out[f"{name}.{x}"] = [old.get(x, MISSING), new.get(x, MISSING)]
         if len(keys) > LISTED_PER_FIELD:
@@ -98,13 +97,13 @@ def _display(prev: dict, change: dict) -> dict:
 
 def _changed_keys(old: Any, new: Any) -> list | None:
     """The keys whose values differ where a field stored whole (a dict with other than scalar
-    values: a generator's `locals`, holding its batch) is a plain dict before and after, or
-    appears as one; None where it is not, or where no key differs (its order changed)."""
+    values: a generator's `locals`, holding its batch) is a plain dict before and after; None
+    where it is not (a field that appears is shown whole: `blacklist: (absent) → {Bob: …}`), or
+    where no key differs (its order changed)."""
     def plain(v: Any) -> bool:   # (an encoded dict of str keys; "$"-keys mark tt's own encodings)
         return type(v) is dict and not any(k[:1] == "$" for k in v)
 
-    if not plain(new) or not (old is MISSING or plain(old)):
+    if not (plain(old) and plain(new)):
         return None
-    before = old if old is not MISSING else {}
-    keys = [k for k in {**before, **new} if before.get(k, MISSING) != new.get(k, MISSING)]
+    keys = [k for k in {**old, **new} if old.get(k, MISSING) != new.get(k, MISSING)]
     return keys or None

@@ -219,7 +219,7 @@ def test_a_step_says_which_of_the_generators_locals_it_changed(recorded, capsys)
                  "--json"]) == 0
     first, second = json.loads(capsys.readouterr().out)[1:]
     cumulative = _partition(0)["amount"].cumsum()
-    assert first["changed"]["running_total:0"]["locals.total"] == {"new": cumulative[BATCH - 1]}
+    assert first["changed"]["running_total:0"]["locals"]["new"]["total"] == cumulative[BATCH - 1]   # (it appears: whole)
     assert second["changed"]["running_total:0"]["locals.total"] == {"old": cumulative[BATCH - 1],
                                                                      "new": cumulative[2 * BATCH - 1]}
     assert sorted(second["changed"]["running_total:0"]) == ["locals.batch", "locals.out", "locals.total"]
