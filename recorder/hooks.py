@@ -203,8 +203,11 @@ def install(session: Any) -> Callable[[], None]:
                 from pyspark.sql import SparkSession
 
                 spark = SparkSession._getActiveSessionOrCreate()
+                call = session.hook(self.func, kind, site, spark.sparkContext)
+                if call is self.func:   # (the job records a tt.Dataflow: it runs unrecorded, said)
+                    return original(self, *args, **kwargs)
                 use = copy.copy(self)
-                use.func = session.hook(self.func, kind, site, spark.sparkContext)
+                use.func = call
                 setattr(use, placeholder, None)
                 session.watch_micro_batches(spark)   # (over a stream: each micro-batch's task an instance)
                 return original(use, *args, **kwargs)
@@ -224,7 +227,7 @@ def install(session: Any) -> Callable[[], None]:
             kind = iter_udf_kinds.get(self.evalType)
             if _library_function(func):
                 return original(self, func, *args, **kwargs)
-            if kind is None:   # (PySpark never profiles an iterator UDF: `func` is the job's)
+            if kind is None:
                 _say_unrecorded_state(session, func, self.evalType, said)
                 return original(self, func, *args, **kwargs)
             from pyspark.sql import SparkSession
