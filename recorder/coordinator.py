@@ -55,6 +55,7 @@ class TaskBook:
     theta_flushed: int = 0                                # furthest θ position any attempt logged
     spark_attempts: set = field(default_factory=set)      # Spark's task attempt ids that ran it
     calls: dict = field(default_factory=dict)             # Spark task attempt id -> the hooked calls it made here
+    spark_stages: set = field(default_factory=set)        # Spark's stages whose tasks ran it
 
 
 @dataclass
@@ -102,6 +103,9 @@ class Coordinator:
         # numbered densely in the order they first report (a retry gets its first run's)
         self.slots: dict[int, dict[tuple[int, ...], int]] = {}
         self.stage_queries: dict[int, str] = {}   # a hooked stage -> the streaming query its tasks ran in
+        # hooked stages whose function PySpark runs for every query that names it (a UDF or UDTF
+        # registered for SQL): a partition run by another query's Spark stage is said, not recorded
+        self.shared_stages: set[int] = set()
         self.micro_batch: dict[str, int] = {}      # query -> the latest micro-batch a task began
         self.ended_batches: set[tuple[str, int]] = set()   # micro-batch ends made interactions
         self._batch_lock = threading.Lock()
@@ -328,6 +332,10 @@ class Coordinator:
                 book = self.tasks.setdefault((stage, part), TaskBook())
                 rerun = slot is None and spark_attempt is not None and spark_attempt in book.spark_attempts
                 book.spark_attempts.add(spark_attempt)
+                spark_stage = hello.get("spark_stage")
+                shared_again = (stage in self.shared_stages and book.committed is not None and spark_stage is not None
+                                and spark_stage not in book.spark_stages)
+                book.spark_stages.add(spark_stage)
                 attempt = self.next_attempt
                 self.next_attempt += 1
                 conn.attempt = attempt
@@ -361,6 +369,10 @@ class Coordinator:
             self._warn_once(f"{self.graph.hooked_node(stage).name} ran several of its input partitions in one Spark "
                             f"task (a coalesce after it?): tt recorded each as an instance of its own, numbered "
                             f"after the task's partitions")
+        elif shared_again:
+            self._warn_once(f"{self.graph.hooked_node(stage).name} (registered for SQL) ran in another query: tt "
+                            f"recorded the first query's run of each partition, not this one's; register it under "
+                            f"another name for each query, or call it from Python, to record each")
         elif rerun:   # not a retry: Spark ran another of its input partitions in the same task
             self._warn_once(f"{self.graph.hooked_node(stage).name} ran several of its input partitions in one Spark "
                             f"task (a coalesce after it?): tt recorded the first one's units, the others ran "

@@ -162,28 +162,22 @@ def install(session: Any) -> Callable[[], None]:
     originals.append((DataStreamWriter, "_construct_foreach_function", construct))
     DataStreamWriter._construct_foreach_function = staticmethod(constructed)
 
-    hooked_classes: dict[type, type] = {}   # register() builds a second UDTF from the same class
-
     def udtf(original):
         """A UDTF registered for SQL (`spark.udtf.register`): its class is pickled here
         (`_create_judtf`), where it is swapped for the hooked class, at the line that defines
-        it. A use in a query from Python is hooked by `per_use`, whose hooked class passes."""
+        it; each registration an operator. A use in a query from Python is hooked by
+        `per_use`, whose hooked class passes."""
         def patched(self, func):
             if not isinstance(func, type) or func.__dict__.get("_tt_hooked"):
                 return original(self, func)
-            if func in hooked_classes:
-                return original(self, hooked_classes[func])
-            site = _class_site(func)
             from pyspark.sql import SparkSession
 
             sc = SparkSession._getActiveSessionOrCreate().sparkContext
-            hooked = hooked_classes[func] = session.hook(func, "udtf", site, sc)
-            return original(self, hooked)
+            return original(self, session.hook(func, "udtf", _class_site(func), sc, shared=True))
         return patched
 
     iter_udf_kinds = {PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF: "pandas_udf.iter",
                       PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF: "arrow_udf.iter"}
-    hooked_functions: dict[int, tuple] = {}   # id -> (function, call): one registered for SQL, an operator however often
     said: dict[int, Any] = {}   # id -> function: the UDFs whose unrecorded state was looked for
 
     def per_use(kind_of: Callable[[Any], str | None], placeholder: str):
@@ -219,8 +213,8 @@ def install(session: Any) -> Callable[[], None]:
         or `@arrow_udf` over `Iterator[pd.Series]`, or `Iterator[Tuple[...]]` of several columns)
         is called once per task with the task's batches, as a `mapInPandas` function is, and
         keeps what it likes between them (a running total, a model loaded once). One registered
-        for SQL (`spark.udf.register`) is hooked here, at the line that defines it, since no use
-        of it is a Python call (a use in a query is hooked by `per_use`, whose hooked call passes
+        for SQL (`spark.udf.register`) is hooked here, at the line that defines it, each
+        registration an operator, since no use of it is a Python call (a use in a query is hooked by `per_use`, whose hooked call passes
         here as tt's own). Other UDFs (one call per row or batch) pass unhooked; one whose code
         writes module globals is said to keep state unrecorded."""
         def patched(self, func, *args, **kwargs):
@@ -233,10 +227,9 @@ def install(session: Any) -> Callable[[], None]:
             from pyspark.sql import SparkSession
 
             spark = SparkSession._getActiveSessionOrCreate()
-            if id(func) not in hooked_functions:
-                hooked_functions[id(func)] = (func, session.hook(func, kind, _function_site(func), spark.sparkContext))
-                session.watch_micro_batches(spark)   # (over a stream: each micro-batch's task an instance)
-            return original(self, hooked_functions[id(func)][1], *args, **kwargs)
+            call = session.hook(func, kind, _function_site(func), spark.sparkContext, shared=True)
+            session.watch_micro_batches(spark)   # (over a stream: each micro-batch's task an instance)
+            return original(self, call, *args, **kwargs)
         return patched
 
     for kind in ("mapInPandas", "mapInArrow"):

@@ -205,11 +205,13 @@ class RecordingSession:
 
     # --- hooked PySpark calls (docs/HOOKS.md) -----------------------------------
 
-    def hook(self, fn: Any, kind: str, site: str, sc: Any, upstream: list[tuple[str, str]] = ()) -> Any:
+    def hook(self, fn: Any, kind: str, site: str, sc: Any, upstream: list[tuple[str, str]] = (),
+             shared: bool = False) -> Any:
         """A patched PySpark method was called by the job: make its call site an operator
         of the run and return what Spark runs in place of `fn`. The first call begins the run.
         `upstream`: the hooked operators whose rows reach this one through Spark, and what
-        Spark did to them on the way (the DAG's opaque edges)."""
+        Spark did to them on the way (the DAG's opaque edges). `shared`: PySpark runs it for
+        every query that names it (a UDF or UDTF registered for SQL)."""
         from ..core.graph import SOURCE
         from ..core.hooked import SINK_KINDS, name_of, operator_for
         from ..core.operator import Source
@@ -235,6 +237,8 @@ class RecordingSession:
             stage = g.add_hooked(source, node)
             if batch is not None:
                 self._hook_batches[node.id] = batch
+            if shared:
+                self.coordinator.shared_stages.add(stage.id)
             self._add_spark_edges(upstream, source.id)
             if g.theta is None and self.watch in (None, name):
                 g.theta = node.id

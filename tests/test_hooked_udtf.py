@@ -244,3 +244,47 @@ def test_each_use_of_a_udtf_from_python_is_an_operator_of_its_own(spark, tmp_pat
     assert sites == {"Count": "twice.py:12", "Count_2": "twice.py:13"}
     assert totals == {"Count": 1, "Count_2": 5}
     verified(run, capsys)
+
+
+def test_a_udtf_registered_for_sql_and_used_by_two_queries_is_said_recorded_for_the_first(spark, tmp_path):
+    """No Python call marks a use in SQL: PySpark runs both queries' tasks through the one
+    function it registered, and tt, which numbers a task by its partition, keeps the first
+    query's. The recording says so (it said nothing), and a second registration, under another
+    name, is an operator of its own."""
+    from tt.recorder.job import record_job
+
+    job = tmp_path / "sql.py"
+    job.write_text(
+        "import json, sys\n"
+        "from pyspark.sql import SparkSession\n"
+        "from pyspark.sql.functions import udtf\n"
+        "spark = SparkSession.builder.getOrCreate()\n"
+        "@udtf(returnType='n int, total int')\n"
+        "class Count:\n"
+        "    def __init__(self):\n"
+        "        self.total = 0\n"
+        "    def eval(self, n: int):\n"
+        "        self.total += n\n"
+        "        yield n, self.total\n"
+        "spark.udtf.register('count_udtf', Count)\n"
+        "a = spark.sql('SELECT * FROM count_udtf(1)').collect()\n"
+        "b = spark.sql('SELECT * FROM count_udtf(5)').collect()\n"
+        "spark.udtf.register('count_again', Count)\n"
+        "c = spark.sql('SELECT * FROM count_again(7)').collect()\n"
+        "json.dump([list(a[0]), list(b[0]), list(c[0])], open(sys.argv[1], 'w'))\n")
+    events = []
+    outcome = record_job(job, [str(tmp_path / "on.json")], tmp_path / "run.db",
+                         on_event=lambda kind, info: events.append((kind, info)))
+    assert outcome.status == "complete", outcome.error
+    assert (tmp_path / "on.json").read_text() == "[[1, 1], [5, 5], [7, 7]]"
+    assert [info["message"] for kind, info in events if kind == "warning"] == [
+        "Count (registered for SQL) ran in another query: tt recorded the first query's run of each partition, not "
+        "this one's; register it under another name for each query, or call it from Python, to record each"]
+    reader = RunReader(tmp_path / "run.db")
+    try:
+        names = {n["id"]: n["name"] for n in reader.plan["nodes"] if n["kind"] == "udtf"}
+        end = reader.instances_at(reader.interactions()[-1].k)
+        totals = {names[o]: values.decode(reader.state(at.state))["total"] for (o, _), at in end.items() if o in names}
+    finally:
+        reader.close()
+    assert totals == {"Count": 1, "Count_2": 7}
