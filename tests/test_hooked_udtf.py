@@ -208,6 +208,20 @@ def test_a_udtf_with_analyze_gets_its_result_in_init_and_replays(forms_recorded)
     assert states == [{"columns": ["x", "seen"], "seen": 60}] * 2
 
 
+#: The head of a job (lines 1-11) whose UDTF `Count` adds up the numbers it is handed.
+COUNT_JOB = ("import json, sys\n"
+             "from pyspark.sql import SparkSession\n"
+             "from pyspark.sql.functions import lit, udtf\n"
+             "spark = SparkSession.builder.getOrCreate()\n"
+             "@udtf(returnType='n int, total int')\n"
+             "class Count:\n"
+             "    def __init__(self):\n"
+             "        self.total = 0\n"
+             "    def eval(self, n: int):\n"
+             "        self.total += n\n"
+             "        yield n, self.total\n")
+
+
 def test_each_use_of_a_udtf_from_python_is_an_operator_of_its_own(spark, tmp_path, capsys):
     """A UDTF called twice from Python, over other rows: PySpark runs both uses through the one
     JVM function the UDTF makes at its first use, and tt took the second query's task for another
@@ -216,18 +230,7 @@ def test_each_use_of_a_udtf_from_python_is_an_operator_of_its_own(spark, tmp_pat
     from plain_jobs import verified
 
     job = tmp_path / "twice.py"
-    job.write_text(
-        "import json, sys\n"
-        "from pyspark.sql import SparkSession\n"
-        "from pyspark.sql.functions import lit, udtf\n"
-        "spark = SparkSession.builder.getOrCreate()\n"
-        "@udtf(returnType='n int, total int')\n"
-        "class Count:\n"
-        "    def __init__(self):\n"
-        "        self.total = 0\n"
-        "    def eval(self, n: int):\n"
-        "        self.total += n\n"
-        "        yield n, self.total\n"
+    job.write_text(COUNT_JOB +
         "a = Count(lit(1)).collect()\n"
         "b = Count(lit(5)).collect()\n"
         "json.dump([list(a[0]), list(b[0])], open(sys.argv[1], 'w'))\n")
@@ -254,18 +257,7 @@ def test_a_udtf_registered_for_sql_and_used_by_two_queries_is_said_recorded_for_
     from tt.recorder.job import record_job
 
     job = tmp_path / "sql.py"
-    job.write_text(
-        "import json, sys\n"
-        "from pyspark.sql import SparkSession\n"
-        "from pyspark.sql.functions import udtf\n"
-        "spark = SparkSession.builder.getOrCreate()\n"
-        "@udtf(returnType='n int, total int')\n"
-        "class Count:\n"
-        "    def __init__(self):\n"
-        "        self.total = 0\n"
-        "    def eval(self, n: int):\n"
-        "        self.total += n\n"
-        "        yield n, self.total\n"
+    job.write_text(COUNT_JOB +
         "spark.udtf.register('count_udtf', Count)\n"
         "a = spark.sql('SELECT * FROM count_udtf(1)').collect()\n"
         "b = spark.sql('SELECT * FROM count_udtf(5)').collect()\n"
