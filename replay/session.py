@@ -123,6 +123,7 @@ class DebugSession:
         self.reader = run if isinstance(run, RunReader) else RunReader(run)
         self.lock = threading.RLock()
         self.scope_stack: list[TupleRef] = []    # the scopes stepped into, innermost last
+        self._closed_scope: TupleRef | None = None   # the last of them found complete, since the last action
         self.history: list[_Undo] = []
         self.last_result: StepResult | None = None
         self._jumped: int | None = None            # the interaction last jumped to (see `at_interaction`)
@@ -379,8 +380,17 @@ class DebugSession:
     def can_step_out(self) -> Availability:
         scope = self.open_scope()
         if scope is None:
-            return Availability(False, "not inside a tuple's scope (step into a tuple first)")
+            return Availability(False, self._no_scope())
         return self.planner.plan(OUT, scope).availability
+
+    def _no_scope(self) -> str:
+        """Why there is no scope to step out of. A tuple stepped into whose outputs went nowhere
+        tt follows (a hooked operator's go to Spark) has a complete scope at once: "step into a
+        tuple first", said right after one, sent the user in a circle."""
+        closed = self._closed_scope
+        if closed is None:
+            return "not inside a tuple's scope (step into a tuple first)"
+        return f"not inside a tuple's scope: {self.label(closed)}'s is complete (nothing of it waits downstream)"
 
     def can_step_back(self) -> Availability:
         if self._undoable() is not None or self._previous_theta_input() is not None:
@@ -394,6 +404,7 @@ class DebugSession:
             if self.planner.remaining(ref):
                 return ref
             self.scope_stack.pop()  # that scope was completed by other steps
+            self._closed_scope = ref
         return None
 
     def _undoable(self) -> _Undo | None:
@@ -498,7 +509,7 @@ class DebugSession:
     def step_out(self) -> StepResult:
         scope = self.open_scope()
         if scope is None:
-            return self._refused("step_out", None, "not inside a tuple's scope (step into a tuple first)")
+            return self._refused("step_out", None, self._no_scope())
         plan = self.planner.plan(OUT, scope)
         if not plan.ok:
             return self._refused("step_out", None, plan.availability.reason)
@@ -518,6 +529,7 @@ class DebugSession:
         undo = self.history.pop()
         self._return_to(undo)
         self.scope_stack = list(undo.scope_stack)
+        self._closed_scope = None
         result = StepResult("step_back", undo.action, note=f"back to before {undo.action}")
         self._finish(result, before, t0)
         return result
@@ -542,6 +554,7 @@ class DebugSession:
                 self._abandon(undo)
                 raise
             self.scope_stack = []
+            self._closed_scope = None
             self.points.maybe_save()
             result = StepResult("step_back", f"step_over {label}",
                                 note=f"back to just before {label}: replayed from the nearest restore point")
@@ -634,6 +647,7 @@ class DebugSession:
                 return self._refused("last_change", target, f"{target} never changed before this point "
                                                             f"(it is {values.render(current)})")
             self.scope_stack = []
+            self._closed_scope = None
             self.points.maybe_save()
             redo = TupleRef(*key, found)
             result = StepResult("last_change", target, stopped_at=redo,
@@ -700,6 +714,7 @@ class DebugSession:
                 self.points.maybe_save()  # now, while a long action is under way, not at the next step
             if clear_scopes:
                 self.scope_stack = []
+                self._closed_scope = None
             result = StepResult(action, target)
             if raised is not None:
                 result.ok = False
@@ -725,6 +740,7 @@ class DebugSession:
         """Remember where the session is before an action, and the states of the instances it moves."""
         undo = _Undo(dict(self.engine.position), list(self.scope_stack), label, self.points.maybe_save())
         self.history.append(undo)
+        self._closed_scope = None
         for key in moving:
             self.changes.remember(key)
         return undo

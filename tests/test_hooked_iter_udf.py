@@ -223,3 +223,16 @@ def test_a_step_says_which_of_the_generators_locals_it_changed(recorded, capsys)
     assert second["changed"]["running_total:0"]["locals.total"] == {"old": cumulative[BATCH - 1],
                                                                      "new": cumulative[2 * BATCH - 1]}
     assert sorted(second["changed"]["running_total:0"]) == ["locals.batch", "locals.out", "locals.total"]
+
+
+def test_step_out_after_stepping_into_a_batch_says_its_scope_is_complete(recorded):
+    """A hooked operator's outputs go to Spark, which tt does not follow: a batch stepped into
+    has a complete scope at once, and `f` said "step into a tuple first" right after one."""
+    session = DebugSession(recorded[0])
+    assert session.step_into(session.parse_ref("running_total:0:0")).ok
+    complete = "not inside a tuple's scope: running_total:0:0's is complete (nothing of it waits downstream)"
+    assert session.can_step_out().reason == complete
+    assert session.step_out().note == complete
+    assert session.step_back().ok   # (back before the step into: no scope was stepped into)
+    assert session.can_step_out().reason == "not inside a tuple's scope (step into a tuple first)"
+    session.reader.close()
