@@ -371,8 +371,7 @@ def _array(a: Any, name: str, attrs: dict) -> dict:
     import xxhash
 
     attrs["first"] = _encode(a.ravel()[:_FIRST].tolist())
-    data = orjson.dumps(_encode(a.tolist()), option=orjson.OPT_SORT_KEYS) if a.dtype.hasobject else a.tobytes()
-    attrs["xxh3"] = xxhash.xxh3_128_hexdigest(data)
+    attrs["xxh3"] = xxhash.xxh3_128_hexdigest(_digested(a))
     return {"$object": name, "attrs": attrs}
 
 
@@ -513,13 +512,19 @@ def _table_digest(value: Any) -> str:
                   for name, c in zip(value.schema.names, value.columns))   # (a Table's columns are chunked)
     for name, dtype, a in arrays:
         h.update(orjson.dumps([_encode(name), str(dtype)]))
-        if not a.dtype.hasobject:
-            h.update(a.tobytes())
-            continue
-        items = a.tolist()
-        plain = set(map(type, items)) <= _STR_OR_NONE   # (strings: JSON as they are, at C speed)
-        h.update(orjson.dumps(items if plain else _encode(items), option=orjson.OPT_SORT_KEYS))
+        h.update(_digested(a))
     return h.hexdigest()
+
+
+def _digested(a: Any) -> bytes:
+    """What a digest of a numpy array reads: a fixed-width array's bytes in C order, any other's
+    items encoded as JSON (strings and None as they are, at C speed: `_encode` gives them back
+    unchanged, so the bytes are the same either way)."""
+    if not a.dtype.hasobject:
+        return a.tobytes()
+    items = a.tolist()
+    plain = set(map(type, items)) <= _STR_OR_NONE
+    return orjson.dumps(items if plain else _encode(items), option=orjson.OPT_SORT_KEYS)
 
 
 _STR_OR_NONE = frozenset({str, type(None)})

@@ -173,7 +173,7 @@ def install(session: Any) -> Callable[[], None]:
             from pyspark.sql import SparkSession
 
             sc = SparkSession._getActiveSessionOrCreate().sparkContext
-            return original(self, session.hook(func, "udtf", _class_site(func), sc, shared=True))
+            return original(self, session.hook(func, "udtf", _definition_site(func), sc, shared=True))
         return patched
 
     iter_udf_kinds = {PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF: "pandas_udf.iter",
@@ -227,7 +227,7 @@ def install(session: Any) -> Callable[[], None]:
             from pyspark.sql import SparkSession
 
             spark = SparkSession._getActiveSessionOrCreate()
-            call = session.hook(func, kind, _function_site(func), spark.sparkContext, shared=True)
+            call = session.hook(func, kind, _definition_site(func), spark.sparkContext, shared=True)
             session.watch_micro_batches(spark)   # (over a stream: each micro-batch's task an instance)
             return original(self, call, *args, **kwargs)
         return patched
@@ -285,23 +285,17 @@ def _grouped_kind(func: Any, kind: str) -> str:
     return f"{kind}.iter" if eval_type is not None and "ITER" in _eval_type_name(eval_type) else kind
 
 
-def _class_site(cls: type) -> str:
-    """`file:line` of a class's definition (a UDTF is hooked where PySpark first uses it)."""
+def _definition_site(obj: Any) -> str:
+    """`file:line` of a class's or function's definition (its decorator's line, as Python
+    numbers it): a UDTF or a UDF registered for SQL is hooked where PySpark first pickles it,
+    far from the job's line that made it; a `functools.partial`'s function's."""
     import inspect
 
+    target = getattr(obj, "func", obj) if not isinstance(obj, type) else obj
     try:
-        return f"{Path(inspect.getsourcefile(cls) or '?').name}:{inspect.getsourcelines(cls)[1]}"
+        return f"{Path(inspect.getsourcefile(target) or '?').name}:{inspect.getsourcelines(target)[1]}"
     except (OSError, TypeError):
-        return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _function_site(func: Any) -> str:
-    """`file:line` of a function's definition (an iterator UDF is hooked where PySpark first
-    uses it, far from the job's line that made it)."""
-    code = getattr(getattr(func, "func", func), "__code__", None)   # (a functools.partial: its function's)
-    if code is None:
-        return name_of(func)
-    return f"{Path(code.co_filename).name}:{code.co_firstlineno}"
+        return f"{obj.__module__}.{obj.__qualname__}" if isinstance(obj, type) else name_of(obj)
 
 
 def _eval_type_name(eval_type: int) -> str:
@@ -333,7 +327,7 @@ def _say_unrecorded_state(session: Any, func: Any, eval_type: int, said: dict[in
         return
     if written:
         session.on_event("warning", {"message": (
-            f"{name_of(func)} (a UDF at {_function_site(func)}) keeps state in {', '.join(written)}, which tt does "
+            f"{name_of(func)} (a UDF at {_definition_site(func)}) keeps state in {', '.join(written)}, which tt does "
             f"not record: PySpark calls it once per {_udf_unit(eval_type)}; an iterator UDF (@pandas_udf over "
             f"Iterator[pd.Series]) or mapInPandas keeps it where tt records it")})
 

@@ -32,9 +32,22 @@ def run_plain(job: Path, args: list[str]) -> None:
 def record_on_and_off(job: Path, where: Path, args: list[str] = (), **options) -> tuple[Path, object, object]:
     """(run file, the job's output recorded, its output with recording off); `options` go to
     `record_job` (when=, watch=, on_event=…)."""
+    return _on_and_off(job, where, lambda way: list(args), **options)
+
+
+def record_streaming_on_and_off(job: Path, where: Path, before: list[str] = (), after: list[str] = (),
+                                **options) -> tuple[Path, object, object]:
+    """`record_on_and_off` of a streaming job whose runs each read an input folder and keep a
+    checkpoint of their own (`IN_DIR CKPT`, between the arguments `before` and `after`): a query
+    cannot start over from another run's checkpoint."""
+    return _on_and_off(job, where, lambda way: [*before, str(where / f"in_{way}"), str(where / f"ck_{way}"), *after],
+                       **options)
+
+
+def _on_and_off(job: Path, where: Path, args_of, **options) -> tuple[Path, object, object]:
     off, on, run = where / "off.json", where / "on.json", where / "run.db"
-    run_plain(job, [str(off), *args])
-    outcome = record_job(job, [str(on), *args], run, **options)
+    run_plain(job, [str(off), *args_of("off")])
+    outcome = record_job(job, [str(on), *args_of("on")], run, **options)
     assert outcome.status == "complete", outcome.error
     return run, json.loads(on.read_text()), json.loads(off.read_text())
 

@@ -13,16 +13,14 @@ tasks would be numbered by partition alike. The oracle is pandas over the files'
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from plain_jobs import payment_file, run_plain, verified
+from plain_jobs import payment_file, record_streaming_on_and_off, verified
 
 from tt.core import values
-from tt.recorder.job import record_job
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_foreach_batch.py"
@@ -35,16 +33,8 @@ def _file(f: int) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def recorded(spark, tmp_path_factory):
-    where = tmp_path_factory.mktemp("hooked_foreach_batch")
-    for way in ("off", "on"):   # (each with its own files and checkpoint)
-        args = [str(where / f"{way}.json"), str(where / f"in_{way}"), str(where / f"ck_{way}"), str(FILES), str(PER_FILE)]
-        if way == "off":
-            run_plain(JOB, args)
-        else:
-            outcome = record_job(JOB, args, where / "run.db")
-            assert outcome.status == "complete", outcome.error
-    on, off = (json.loads((where / f"{way}.json").read_text()) for way in ("on", "off"))
-    return where / "run.db", on, off
+    return record_streaming_on_and_off(JOB, tmp_path_factory.mktemp("hooked_foreach_batch"),
+                                       after=[str(FILES), str(PER_FILE)])
 
 
 def test_the_output_is_the_same_recorded_and_not_and_as_pandas_computes(recorded):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from plain_jobs import each_step, record_on_and_off, run_plain, verified
+from plain_jobs import each_step, record_on_and_off, record_streaming_on_and_off, verified
 
 from tt.core import values
 from tt.replay.session import DebugSession
@@ -122,19 +122,8 @@ def test_over_a_stream_each_micro_batch_is_an_instance_with_its_own_total(spark,
     an instance of its own, and each micro-batch end an interaction (as for `mapInPandas`)."""
     from tt.store.reader import RunReader
 
-    from tt.recorder.job import record_job
-
     files, per_file = 3, 20
-    run = tmp_path / "run.db"
-    for way in ("off", "on"):   # (each with its own files and checkpoint)
-        args = [str(tmp_path / f"{way}.json"), "stream", str(tmp_path / f"in_{way}"), str(tmp_path / f"ck_{way}"),
-                str(files), str(per_file)]
-        if way == "off":
-            run_plain(JOB, args)
-        else:
-            outcome = record_job(JOB, args, run)
-            assert outcome.status == "complete", outcome.error
-    on, off = (json.loads((tmp_path / f"{way}.json").read_text()) for way in ("on", "off"))
+    run, on, off = record_streaming_on_and_off(JOB, tmp_path, before=["stream"], after=[str(files), str(per_file)])
     assert on == off
     frames = [pd.DataFrame({"id": range(f * per_file, (f + 1) * per_file)}) for f in range(files)]
     for frame in frames:

@@ -10,16 +10,14 @@ as for a StatefulProcessor. The oracle is pandas over the files' definition.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from plain_jobs import each_step, payment_file, post_mortem, run_plain, verified
+from plain_jobs import each_step, payment_file, post_mortem, record_streaming_on_and_off, verified
 
 from tt.core import values
-from tt.recorder.job import record_job
 from tt.replay.session import DebugSession
 from tt.store.reader import RunReader
 
@@ -33,12 +31,7 @@ def _file(f: int) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def recorded(spark, tmp_path_factory):
-    where = tmp_path_factory.mktemp("hooked_stream_map")
-    off, on, run = where / "off.json", where / "on.json", where / "run.db"
-    run_plain(JOB, [str(off), str(where / "in_off"), str(where / "ck_off"), str(FILES), str(PER_FILE)])
-    outcome = record_job(JOB, [str(on), str(where / "in_on"), str(where / "ck_on"), str(FILES), str(PER_FILE)], run)
-    assert outcome.status == "complete", outcome.error
-    return run, json.loads(on.read_text()), json.loads(off.read_text())
+    return record_streaming_on_and_off(JOB, tmp_path_factory.mktemp("hooked_stream_map"), after=[str(FILES), str(PER_FILE)])
 
 
 def test_the_output_is_the_same_recorded_and_not_and_as_pandas_computes(recorded):
@@ -72,12 +65,8 @@ def test_a_foreach_writer_is_recorded_opened_fed_and_closed_per_micro_batch(spar
     row, `close` at its end; a function writer takes the rows alone. The end state of each is
     what pandas computes over its micro-batch's file, and a replay makes the same states."""
     events = []
-    args = [str(FILES), str(PER_FILE), writer]
-    run_plain(JOB, [str(tmp_path / "off.json"), str(tmp_path / "in_off"), str(tmp_path / "ck_off"), *args])
-    outcome = record_job(JOB, [str(tmp_path / "on.json"), str(tmp_path / "in"), str(tmp_path / "ck"), *args],
-                         tmp_path / "run.db", on_event=lambda kind, info: events.append((kind, info)))
-    assert outcome.status == "complete", outcome.error
-    on, off = (json.loads((tmp_path / f"{way}.json").read_text()) for way in ("on", "off"))
+    _, on, off = record_streaming_on_and_off(JOB, tmp_path, after=[str(FILES), str(PER_FILE), writer],
+                                             on_event=lambda kind, info: events.append((kind, info)))
     assert on == off and on["written"] == FILES * PER_FILE
     name = "Tally" if writer == "writer" else "count_row"
     line = next(n for n, text in enumerate(JOB.read_text().splitlines(), 1) if ".writeStream.foreach(" in text)
