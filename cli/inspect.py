@@ -145,6 +145,12 @@ def _summary_text(s: dict) -> str:
         lines.append(f"unrecorded  {u['name']} ({u['kind']} at {u['site']}) ran without tt: {u['why']}")
     for w in s.get("warnings", []):
         lines.append(f"warning  {w}")
+    for r in s.get("reruns", []):
+        n, again = r["runs"], r["another_action"]
+        why = ("for another action" if again == n else "recomputed" if not again else f"{again} for another action")
+        lines.append(f"rerun    Spark ran {n} of {r['op']}'s recorded tasks again ({why}; instances "
+                     f"{', '.join(map(str, r['instances'][:8]))}{' …' if len(r['instances']) > 8 else ''}): "
+                     f"tt recorded each one's first run, and `tt verify` compares what the later runs emitted")
     lines.append("edges    " + ", ".join([f"{e['from']}→{e['to']}" + (" (shuffle)" if e["shuffle"] else "")
                                          for e in s["edges"]]
                                         + [f"{e['from']}⇢{e['to']} (Spark: {e['label']})"

@@ -31,6 +31,9 @@ def verify(
 
     Exits 0 when every replayed state equals the recorded one; otherwise names the
     first operator, instance, state field and input tuple that differ and exits 1.
+    Where Spark ran a recorded task again (a second action on data not persisted, a
+    recomputed partition), what that run emitted must equal what the replay emits, or
+    it exits 1 too: the rows Spark took from that run are not the ones tt shows.
     Also exits 1 when an interaction is incomplete for any other reason than the run
     having been cut off (only those after the last complete one may be). Needs no Spark.
 
@@ -48,6 +51,7 @@ def verify(
     (local mode) and needs Java: e.g. `tt verify --statestore run.db`.
     """
     from ..core.errors import UsageError
+    from ..replay.reruns import verify_reruns
     from ..replay.verify import verify as run_verify
     from ..store.reader import RunReader
 
@@ -91,6 +95,16 @@ def verify(
             if by_rows:   # what "equals" meant for their stored rows (core/kept_inputs.py `ROWS`)
                 text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "
                          f"keys and rows at interactions and by their digest at each task's end")
+        if not failed:   # and the runs Spark made again of recorded tasks emitted what the replay emits
+            reruns = verify_reruns(reader, trust=trust)
+            data["reruns"] = reruns
+            if reruns["differ"]:
+                data["ok"] = False
+                text += "".join(f"\n{run}: but {d['error']}" for d in reruns["differ"])
+            elif reruns["compared"]:
+                n = reruns["compared"]
+                text += (f"\n{run}: {n} run{'s' if n != 1 else ''} that Spark made again of recorded tasks "
+                         f"emitted what the replay emits")
         warnings = reader.warnings()
         if warnings:   # "verified" covers what was recorded: say what the recording could not
             data["warnings"] = warnings

@@ -4,8 +4,11 @@ Every operator task opens one authenticated TCP channel to it. Over that channel
 the coordinator
 
 * tells the task how to run: `record`, or `shadow` when the task was already
-  committed (Spark recomputes a lost partition; the re-run repeats the first
-  run's barriers so its output is identical, and logs nothing);
+  committed (Spark recomputes a lost partition, or runs it again for a second
+  action on data not persisted; the re-run repeats the first run's barriers and
+  logs nothing, but hashes its states there and digests what it emits: where
+  it ended elsewhere the run says so, and `tt verify` compares what it emitted
+  with the replay's: `_compare_rerun`, replay/reruns.py);
 * broadcasts interactions to the tasks of θ's stage; a task that starts later
   learns how many interactions happened (it takes them at position 0);
 * remembers where each θ task took each barrier, so that a retry after a failure
@@ -56,6 +59,8 @@ class TaskBook:
     spark_attempts: set = field(default_factory=set)      # Spark's task attempt ids that ran it
     calls: dict = field(default_factory=dict)             # Spark task attempt id -> the hooked calls it made here
     spark_stages: set = field(default_factory=set)        # Spark's stages whose tasks ran it
+    finals: dict = field(default_factory=dict)            # op -> (inputs consumed, end state hash) of the committed run
+    committed_stage: int | None = None                    # the Spark stage whose task was committed
 
 
 @dataclass
@@ -65,6 +70,7 @@ class Conn:
     stage: int
     partition: int
     mode: str
+    spark_stage: int | None = None
     send_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, header: dict) -> None:
@@ -106,6 +112,7 @@ class Coordinator:
         # hooked stages whose function PySpark runs for every query that names it (a UDF or UDTF
         # registered for SQL): a partition run by another query's Spark stage is said, not recorded
         self.shared_stages: set[int] = set()
+        self.diverged: set[str] = set()   # operators a rerun of whose tasks ended elsewhere (`_compare_rerun`)
         self.micro_batch: dict[str, int] = {}      # query -> the latest micro-batch a task began
         self.ended_batches: set[tuple[str, int]] = set()   # micro-batch ends made interactions
         self._batch_lock = threading.Lock()
@@ -332,7 +339,7 @@ class Coordinator:
                 book = self.tasks.setdefault((stage, part), TaskBook())
                 rerun = slot is None and spark_attempt is not None and spark_attempt in book.spark_attempts
                 book.spark_attempts.add(spark_attempt)
-                spark_stage = hello.get("spark_stage")
+                spark_stage = conn.spark_stage = hello.get("spark_stage")
                 shared_again = (stage in self.shared_stages and book.committed is not None and spark_stage is not None
                                 and spark_stage not in book.spark_stages)
                 book.spark_stages.add(spark_stage)
@@ -484,9 +491,12 @@ class Coordinator:
             book = self.tasks[(conn.stage, conn.partition)]
             commit = book.committed is None and conn.mode == "record"
             if commit:
-                book.committed = conn.attempt
+                book.committed, book.committed_stage = conn.attempt, conn.spark_stage
+                book.finals = {f["op"]: (f["pos"], f["state"]) for f in header.get("finals", ())}
             self.listeners.pop(conn.attempt, None)
         statements = self._statements(conn, header, blobs)
+        if conn.mode == "shadow":
+            statements += self._compare_rerun(conn, book, header.get("finals", ()))
         self._note_libraries(header.get("libraries"))
         self._note_files(header.get("files_read"))
         now = time.time()
@@ -500,6 +510,35 @@ class Coordinator:
         conn.mode = "ended"
         conn.send({"t": "ack", "committed": commit})
         self.on_event("task", {"stage": conn.stage, "partition": conn.partition, "committed": commit})
+
+    def _compare_rerun(self, conn: Conn, book: TaskBook, finals: list[dict]) -> list:
+        """A committed task that Spark ran again ended: where it ended elsewhere than the recorded
+        run, what Spark took from the rerun (another action's rows, a recomputed partition) is not
+        what tt replays, and the run says so, once per operator. What the rerun emitted is kept
+        for `tt verify`, which compares it with what the replay emits (replay/reruns.py)."""
+        another = conn.spark_stage != book.committed_stage
+        if another and conn.stage in self.shared_stages:   # another query's, said as such (`_register`)
+            return []
+        rows = []
+        for f in finals:
+            rows.append((conn.attempt, f["op"], conn.partition, int(another), f["pos"], bytes.fromhex(f["state"]),
+                         f.get("outputs")))
+            recorded = book.finals.get(f["op"])
+            if recorded is None or recorded == (f["pos"], f["state"]):
+                continue
+            name = self.graph.nodes[f["op"]].name
+            with self.lock:
+                if name in self.diverged:
+                    continue
+                self.diverged.add(name)
+            why = ("for another action on the same RDD or DataFrame" if another
+                   else "(Spark recomputed it: a speculative copy, or a lost executor's output)")
+            inputs = (f"after {f['pos']:,} inputs where the recorded run consumed {recorded[0]:,}"
+                      if f["pos"] != recorded[0] else f"after the same {f['pos']:,} inputs")
+            self._warn_once(f"{name}:{conn.partition} ran again {why} and ended in another state than the run tt "
+                            f"recorded ({inputs}): rows Spark took from that run may differ from what tt replays; "
+                            f"persist() the RDD or DataFrame before its first action so that it runs once")
+        return [("INSERT OR REPLACE INTO reruns VALUES (?,?,?,?,?,?,?)", rows)] if rows else []
 
     def _disconnected(self, conn: Conn) -> None:
         with self.lock:

@@ -32,6 +32,7 @@ from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder, whole
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
 from ..core.logs import kept_apart, pack_results, pack_runs
+from ..core.output_digest import OutputDigest
 from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
                             JoinLineageRunner, SourceLineageRunner, StoredLineageRunner, ThetaRunner, capture_target,
                             narrow_target)
@@ -421,6 +422,7 @@ class StageTask:
         self.theta: ThetaRunner | None = None
         self.pending_barriers: list[dict] = []
         self.new_states: dict[str, tuple[bytes, int]] = {}  # hash -> (compressed JSON, full size)
+        self.output_digests: dict[int, OutputDigest] = {}    # a shadow's: op -> what it emitted
         self.sent_states: set[str] = set()
         self.last_state: dict[int, tuple[int, str, bool]] = {}  # node -> (position, hash, by rows) of its last snapshot
         self.entry_seq: dict[tuple[int, int, int], int] = {}
@@ -512,6 +514,9 @@ class StageTask:
                 self.theta.barrier_at = self.sticky[0][1]
             if self.mode == "record":
                 self.client.on_interaction = self._wake_theta
+        if self.mode == "shadow":   # what a run made again emits, for `tt verify` (core/output_digest.py)
+            for r in self.recorders:
+                r.targets.append(self.output_digests.setdefault(r.node_id, OutputDigest()))
 
     def _wake_theta(self) -> None:
         self.theta.barrier_at = 0
@@ -913,6 +918,9 @@ class StageTask:
                 h = self._state_hash(r)
                 self.pending_barriers.append({"k": ks, "op": r.node_id, "i": self.partition,
                                               "pos": r.count, "state": h})
+        elif self.mode == "shadow":   # hashed as the recorded run hashed them, so its end hash compares (`_finish`)
+            for r in self.recorders:
+                self._state_hash(r)
         if self.checkpointer is not None:
             flagged = [k for k in ks if k in self.client.checkpoints]
             if flagged:
@@ -964,7 +972,7 @@ class StageTask:
                                                                      self._counted(r), appended)
             h, data, size = self.state_encoder.encode(r.node_id, state, changed)
         size += kept_bytes   # the planner's figure: what a checkpoint of the state would weigh
-        if data and h not in self.sent_states and h not in self.new_states:
+        if data and self.mode == "record" and h not in self.sent_states and h not in self.new_states:
             self.new_states[h] = (blobs.compress(data), size)
         self.last_state[r.node_id] = (r.count, h, by_rows)
         return h
@@ -1126,10 +1134,20 @@ class StageTask:
         self.ref_entries = []
 
     def _finish(self) -> None:
-        if self.mode != "record":
+        if self.mode not in ("record", "shadow"):
             return
         finals = [{"op": r.node_id, "i": self.partition, "pos": r.count, "last_k": self.epoch,
                    "state": self._state_hash(r, end=True)} for r in self.recorders]
+        if self.mode == "shadow":
+            # Spark ran a committed task again: for another action on the same RDD or DataFrame,
+            # or to recompute a lost or speculated partition. Its end, hashed along the same barriers
+            # as the recorded run's, tells the coordinator whether Spark got what tt replays, and
+            # what it emitted tells `tt verify`
+            for f in finals:
+                f["outputs"] = self.output_digests[f["op"]].hexdigest()
+            self._discard_logs()
+            self.client.end({"finals": finals}, [])
+            return
         if self.checkpointer is not None:
             self._checkpoint(-1)  # the end state: kept if a checkpointed interaction needs it
         header, out_blobs = self._header("end")

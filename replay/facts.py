@@ -76,6 +76,7 @@ def summary(reader: RunReader) -> dict:
                       for o in reader.operators],
         "unrecorded": plan.get("unrecorded", []),   # hooked calls whose function ran without tt
         "warnings": reader.warnings(),              # what `tt record` warned of
+        "reruns": _reruns(reader),                  # recorded tasks Spark ran again (replay/reruns.py)
         "spark_edges": [{"from": reader.operators[e["src"]].name, "to": reader.operators[e["dst"]].name,
                          "label": e["label"]} for e in plan.get("spark_edges", [])],   # Spark, between hooked ops
         "edges": [{"from": reader.operators[e["src"]].name, "to": reader.operators[e["dst"]].name,
@@ -281,3 +282,17 @@ def _sizes(reader: RunReader, hashes: list[bytes]) -> dict[bytes, int]:
         marks = ",".join("?" * len(part))
         found.update(reader.conn.execute(f"SELECT hash, size FROM states WHERE hash IN ({marks})", part))
     return found
+
+
+def _reruns(reader: RunReader) -> list[dict]:
+    """Per operator, the later runs Spark made of its recorded tasks, in shadow: {"op", "instances",
+    "runs", "another_action"} (how many were for another action, not a recomputation)."""
+    by_op: dict[int, dict] = {}
+    for r in reader.reruns():
+        o = by_op.setdefault(r["op"], {"op": reader.operators[r["op"]].name, "instances": [], "runs": 0,
+                                       "another_action": 0})
+        o["runs"] += 1
+        o["another_action"] += r["another_action"]
+        if r["instance"] not in o["instances"]:
+            o["instances"].append(r["instance"])
+    return list(by_op.values())

@@ -200,6 +200,18 @@ class RunReader:
         hooked function that ran unrecorded."""
         return self._meta("warnings", [])
 
+    def reruns(self) -> list[dict]:
+        """The committed tasks Spark ran again (in shadow), per operator: {"attempt", "op",
+        "instance", "another_action", "position", "outputs"} (core/output_digest.py); none in a run
+        file from before tt kept them."""
+        try:
+            rows = self.conn.execute("SELECT attempt, op, instance, another_action, position, outputs FROM reruns "
+                                     "ORDER BY op, instance, attempt").fetchall()
+        except sqlite3.OperationalError:
+            return []
+        return [{"attempt": a, "op": op, "instance": i, "another_action": bool(another), "position": pos,
+                 "outputs": outputs} for a, op, i, another, pos, outputs in rows]
+
     @property
     def status(self) -> str:
         """complete | failed | interrupted | recording (still being written) | incomplete (recorder died)."""

@@ -121,6 +121,14 @@ CREATE TABLE IF NOT EXISTS file_contents (   -- content-addressed: files the job
     size INTEGER,
     data BLOB                      -- the file's bytes, compressed (store/blobs.py): a small one's as
 ) WITHOUT ROWID;                   -- recorded, a large one's where `tt pack` copied it
+CREATE TABLE IF NOT EXISTS reruns (   -- committed tasks Spark ran again, run in shadow (Coordinator._compare_rerun)
+    attempt INTEGER, op INTEGER, instance INTEGER,
+    another_action INTEGER,        -- 1: another Spark stage (a second action); 0: a recomputed or speculated task
+    position INTEGER,              -- the inputs it consumed
+    state BLOB,                    -- its end state's hash, as `finals` has it
+    outputs TEXT,                  -- core/output_digest.py: what it emitted, in order
+    PRIMARY KEY (attempt, op)
+);
 """ + _SOURCES + """
 CREATE INDEX IF NOT EXISTS log_chunks_by_instance ON log_chunks (op, instance, kind, attempt, start);
 CREATE INDEX IF NOT EXISTS entry_chunks_by_channel ON entry_chunks (op, instance, port, src, attempt, start);

@@ -1,0 +1,107 @@
+"""A hooked function that Spark runs again over a partition it already ran
+(`tests/jobs/hooked_rerun.py`: a second action on the same RDD, without `persist()`).
+
+tt records the first run of each partition, and a later one runs in shadow. A later run that
+differed (its input file rewritten, `take(3)` before a `collect()`, random draws, which tt logs
+only in the run it records) was not said: the collected rows came from a run that `tt debug`
+does not replay, and `tt verify` said "verified". Now a shadow hashes its states at the
+recorded run's barriers and its end, and the recorder says where it ended elsewhere
+(`Coordinator._compare_rerun`); it digests what it emits (core/output_digest.py), and
+`tt verify` compares that with what the replay emits (replay/reruns.py) and exits 1 where they
+differ. A later run that does what the first did says nothing, and verify says it compared it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from plain_jobs import record_on_and_off
+
+from tt.cli.main import main
+from tt.recorder.job import record_job
+from tt.replay.engine import Engine
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_rerun.py"
+ENDED_ELSEWHERE = "ran again for another action on the same RDD or DataFrame and ended in another state"
+EMITTED_OTHER = "ran again for another action on the same RDD or DataFrame and emitted other rows than the run tt"
+
+
+def _record(mode: str, where: Path) -> tuple[Path, list[str], dict]:
+    """(run file, the recording's warnings, what the job wrote)."""
+    run, events = where / "run.db", []
+    outcome = record_job(JOB, [str(where / "on.json"), mode, str(where / "in")], run,
+                         on_event=lambda kind, info: events.append((kind, info)))
+    assert outcome.status == "complete", outcome.error
+    return (run, [info["message"] for kind, info in events if kind == "warning"],
+            json.loads((where / "on.json").read_text()))
+
+
+def _replayed_outputs(run: Path) -> list:
+    """What the replay of the recorded run emits, instance after instance (partition order)."""
+    reader = RunReader(run)
+    try:
+        engine = Engine(reader)
+        out: dict[int, list] = {}
+        for (op, i), inst in sorted(engine.instances.items()):
+            inst.runner.targets.append(out.setdefault(i, []).append)
+        engine.advance_to({key: inst.total for key, inst in engine.instances.items()}, pull=True)
+        return [list(row) for i in sorted(out) for row in out[i]]
+    finally:
+        reader.close()
+
+
+def _verify(run: Path, capsys) -> tuple[int, str]:
+    code = main(["verify", str(run)])
+    return code, capsys.readouterr().out
+
+
+def test_a_rerun_that_does_what_the_recorded_run_did_says_nothing(spark, tmp_path, capsys):
+    run, on, off = record_on_and_off(JOB, tmp_path, ["same", str(tmp_path / "in")])
+    assert on == off
+    # the oracle, read from no log of tt's: what collect() returned is what the replay emits
+    assert _replayed_outputs(run) == on["rows"]
+    reader = RunReader(run)
+    try:
+        assert not [w for w in reader.warnings() if "ran again" in w]
+        assert len(reader.reruns()) == 2   # count() ran both partitions, collect() again
+    finally:
+        reader.close()
+    code, said = _verify(run, capsys)
+    assert code == 0, said
+    assert "verified 2 of 2 interactions" in said
+    assert "2 runs that Spark made again of recorded tasks emitted what the replay emits" in said
+
+
+def test_a_rerun_over_a_rewritten_file_is_said(spark, tmp_path, capsys):
+    run, warned, on = _record("changed", tmp_path)
+    (said,) = [w for w in warned if "ran again" in w]
+    assert said.startswith("running:") and ENDED_ELSEWHERE in said and "persist()" in said
+    # the recording is count()'s run, over the numbers as first written; collect() read them doubled
+    # (split into Spark's partitions where the first file was)
+    replayed = _replayed_outputs(run)
+    assert sorted(x for x, _ in replayed) == list(range(100))
+    assert replayed != on["rows"] and {x % 2 for x, _ in on["rows"]} == {0}
+    code, out = _verify(run, capsys)
+    assert code == 1 and EMITTED_OTHER in out, out
+
+
+def test_a_rerun_after_take_says_where_the_recorded_run_stopped(spark, tmp_path, capsys):
+    run, warned, on = _record("take", tmp_path)
+    (said,) = [w for w in warned if "ran again" in w]
+    assert said.startswith("running:0 ") and ENDED_ELSEWHERE in said
+    assert "where the recorded run consumed 3)" in said, said
+    assert len(on["first"]) == 3
+    code, out = _verify(run, capsys)
+    assert code == 1 and "running:0 " + EMITTED_OTHER in out and "where the recorded run made 3)" in out, out
+
+
+def test_a_rerun_that_draws_other_random_numbers_is_found_by_verify(spark, tmp_path, capsys):
+    """`noisy` is a generator: it ends with an empty state after as many inputs, so the recorder
+    cannot tell; what it emitted can."""
+    run, warned, on = _record("random", tmp_path)
+    assert not [w for w in warned if "ran again" in w]
+    assert _replayed_outputs(run) != on["rows"]
+    code, out = _verify(run, capsys)
+    assert code == 1 and "noisy:" in out and EMITTED_OTHER in out and "not all the same" in out, out
