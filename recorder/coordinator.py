@@ -61,6 +61,7 @@ class TaskBook:
     spark_stages: set = field(default_factory=set)        # Spark's stages whose tasks ran it
     finals: dict = field(default_factory=dict)            # op -> (inputs consumed, end state hash) of the committed run
     committed_stage: int | None = None                    # the Spark stage whose task was committed
+    cut: bool = False   # the committed run stopped where Spark stopped pulling (`take`): a later one may replace it
 
 
 @dataclass
@@ -76,6 +77,11 @@ class Conn:
     def send(self, header: dict) -> None:
         with self.send_lock:
             wire.send(self.sock, header)
+
+
+def _further(finals: dict, book: TaskBook) -> bool:
+    """Whether a run that ended with `finals` consumed more than the committed run of `book`."""
+    return sum(pos for pos, _ in finals.values()) > sum(pos for pos, _ in book.finals.values())
 
 
 class Coordinator:
@@ -351,7 +357,7 @@ class Coordinator:
                 welcome = {"t": "welcome", "k_now": self.k, "partition": part}
                 if self.closed:
                     conn.mode = "off"
-                elif book.committed is not None:
+                elif book.committed is not None and not book.cut:
                     conn.mode = "shadow"
                 else:
                     conn.mode = "record"
@@ -475,7 +481,10 @@ class Coordinator:
         if shadow:
             return sorted([k, p] for k, p in book.sticky.items())
         out, last = [], 0
+        taken = max(book.sticky, default=0)
         for k in range(1, self.k + 1):
+            if book.cut and k > taken:   # after the run Spark cut had ended: where it ended
+                last = max((pos for op, (pos, _) in book.finals.items() if self.graph.takes_barriers(op)), default=last)
             last = book.sticky.get(k, last)
             out.append([k, last])
         return out
@@ -489,10 +498,12 @@ class Coordinator:
     def _end(self, conn: Conn, header: dict, blobs: list[bytes]) -> None:
         with self.lock:
             book = self.tasks[(conn.stage, conn.partition)]
-            commit = book.committed is None and conn.mode == "record"
+            finals = {f["op"]: (f["pos"], f["state"]) for f in header.get("finals", ())}
+            commit = conn.mode == "record" and (book.committed is None or book.cut and _further(finals, book))
+            superseded = book.committed if commit else None
             if commit:
                 book.committed, book.committed_stage = conn.attempt, conn.spark_stage
-                book.finals = {f["op"]: (f["pos"], f["state"]) for f in header.get("finals", ())}
+                book.finals, book.cut = finals, bool(header.get("cut"))
             self.listeners.pop(conn.attempt, None)
         statements = self._statements(conn, header, blobs)
         if conn.mode == "shadow":
@@ -506,6 +517,8 @@ class Coordinator:
                 for f in header.get("finals", [])]))
         statements.append(("UPDATE attempts SET status=?, ended=? WHERE id=?",
                            [("committed" if commit else "shadow", now, conn.attempt)]))
+        if superseded is not None:   # a run that went further than the committed one, which Spark cut
+            statements.append(("UPDATE attempts SET status='superseded' WHERE id=?", [(superseded,)]))
         self.writer.submit(statements, sum(map(len, blobs)))
         conn.mode = "ended"
         conn.send({"t": "ack", "committed": commit})

@@ -610,7 +610,7 @@ class StageTask:
         if self._released:
             return
         try:
-            self._finish()
+            self._finish(cut=True)
             close = getattr(self._unit_head.op, "close", None)
             if close is not None:
                 close()
@@ -1133,7 +1133,9 @@ class StageTask:
         self.arrow_entries, self.blob_entries, self.unit_entries, self.pending_barriers = [], [], [], []
         self.ref_entries = []
 
-    def _finish(self) -> None:
+    def _finish(self, cut: bool = False) -> None:
+        """The task's end: its last logs and end states (`cut`: Spark stopped pulling before its
+        input ran out, and a later run that goes further replaces it: `Coordinator._end`)."""
         if self.mode not in ("record", "shadow"):
             return
         finals = [{"op": r.node_id, "i": self.partition, "pos": r.count, "last_k": self.epoch,
@@ -1152,6 +1154,8 @@ class StageTask:
             self._checkpoint(-1)  # the end state: kept if a checkpointed interaction needs it
         header, out_blobs = self._header("end")
         header["finals"] = finals
+        if cut:
+            header["cut"] = True
         # and the packages its worker has loaded by now: a function may import one in its body,
         # after the hello named those loaded before (core/libraries.py)
         if self.in_worker:

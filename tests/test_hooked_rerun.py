@@ -9,6 +9,7 @@ recorded run's barriers and its end, and the recorder says where it ended elsewh
 (`Coordinator._compare_rerun`); it digests what it emits (core/output_digest.py), and
 `tt verify` compares that with what the replay emits (replay/reruns.py) and exits 1 where they
 differ. A later run that does what the first did says nothing, and verify says it compared it.
+A later run that goes further than a first one `take()` cut is recorded in its place.
 """
 
 from __future__ import annotations
@@ -87,14 +88,24 @@ def test_a_rerun_over_a_rewritten_file_is_said(spark, tmp_path, capsys):
     assert code == 1 and EMITTED_OTHER in out, out
 
 
-def test_a_rerun_after_take_says_where_the_recorded_run_stopped(spark, tmp_path, capsys):
+def test_a_run_that_goes_further_than_a_take_replaces_it(spark, tmp_path, capsys):
+    """`take(3)` stopped the first run of partition 0 after 3 rows (`StageTask.cut_units`); the
+    `collect()` after it ran the partition whole. That run is recorded in place of the cut one
+    (`Coordinator._end`), taking the interactions the cut run had taken where it had taken them:
+    the debugger shows the rows `collect()` returned, not three of them."""
     run, warned, on = _record("take", tmp_path)
-    (said,) = [w for w in warned if "ran again" in w]
-    assert said.startswith("running:0 ") and ENDED_ELSEWHERE in said
-    assert "where the recorded run consumed 3)" in said, said
-    assert len(on["first"]) == 3
+    assert not [w for w in warned if "ran again" in w], warned
+    assert len(on["first"]) == 3 and len(on["rows"]) == 100
+    assert _replayed_outputs(run) == on["rows"]
+    reader = RunReader(run)
+    try:
+        statuses = sorted(st for (st,) in reader.conn.execute("SELECT status FROM attempts"))
+        assert statuses == ["committed", "committed", "superseded"]
+        assert not reader.reruns()
+    finally:
+        reader.close()
     code, out = _verify(run, capsys)
-    assert code == 1 and "running:0 " + EMITTED_OTHER in out and "where the recorded run made 3)" in out, out
+    assert code == 0 and "verified 2 of 2 interactions" in out, out
 
 
 def test_a_rerun_that_draws_other_random_numbers_is_found_by_verify(spark, tmp_path, capsys):
