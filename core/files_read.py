@@ -32,8 +32,8 @@ the executor's root directory, logged (`install_spark_files`).
 What a step asks of a path without opening it, a stat result or a folder's listing, is logged
 too (core/file_info.py).
 
-Not covered: files opened for writing or updating (the first a step writes is said:
-core/outside_effects.py), by descriptor or with an `opener`, anything under /proc, /sys and
+Not covered: files opened for writing or updating (the first a step writes is said, and a
+replay writes a scratch copy: core/outside_effects.py), by descriptor or with an `opener`, anything under /proc, /sys and
 /dev, and files read by C code (pyarrow's readers).
 """
 
@@ -76,9 +76,13 @@ def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Call
     def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
         runner = CONTEXT.runner
         if type(mode) is str and not _WRITES.isdisjoint(mode):   # a write: said, not logged (core/outside_effects.py)
-            if (runner is not None and runner.reads_logged and not runner.replays and runner.write_note is None
-                    and isinstance(file, (str, bytes, os.PathLike)) and users_step()):
-                outside_effects.note_write(runner, os.path.abspath(os.fsdecode(file)))   # (not `absolute`: it logs)
+            if (runner is not None and runner.reads_logged and isinstance(file, (str, bytes, os.PathLike))
+                    and (runner.replays or runner.write_note is None) and users_step()):
+                path = os.path.abspath(os.fsdecode(file))   # (not `absolute`: it logs)
+                if runner.replays:   # a scratch copy, not the job's file
+                    file = outside_effects.scratch(path, mode)
+                else:
+                    outside_effects.note_write(runner, path)
             return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
         if (runner is None or not runner.reads_logged or opener is not None or not closefd or type(mode) is not str
                 or not isinstance(file, (str, bytes, os.PathLike)) or not users_step(since=since)):

@@ -8,10 +8,13 @@ was logged. So `socket.socket.connect` and `connect_ex`, patched once per proces
 `nondeterministic.install`, note the first connection an instance's steps make while recording.
 
 **Files written.** A sink (`foreachPartition`) or a function that writes a file as it goes
-(`open(path, "a")`, `DataFrame.to_csv(path)`) writes it again in every replay: `tt debug` and
-`tt verify` run the step again, and tt neither logs nor undoes what it wrote. `open()` for
-writing (core/files_read.py, which patches it) notes the first file an instance's steps write
-while recording (`note_write`).
+(`open(path, "a")`, `DataFrame.to_csv(path)`) wrote it again in every replay: `tt debug` and
+`tt verify` run the step again, and a job's output file got the replay's lines after its own
+(a `tt verify` doubled them). tt does not log what a step writes. `open()` for writing
+(core/files_read.py, which patches it) notes the first file an instance's steps write while
+recording (`note_write`), and in a replay opens a scratch copy in its place (`scratch`): under
+one folder a replaying process makes, at the file's absolute path, removed when the process
+ends. What the step reads back through `open` is served from the log, as any read.
 
 A note goes on its runner (`take` hands the notes to its task, which sends them with its next
 logs; the coordinator says a note once a run, whatever the number of tasks that made it); the
@@ -22,12 +25,17 @@ step is not the function's (`nondeterministic.users_step`) and passes unnoted; a
 unnoted too.
 
 Not covered: datagrams sent without `connect` (`sendto`), connections made by C code, and files
-written by C code (pyarrow's writers) or through `os.open`.
+written by C code (pyarrow's writers: `DataFrame.to_parquet`) or through `os.open`, which a replay
+writes again where they are.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
 import socket
+import tempfile
 from typing import Any, Callable
 
 from .operator import CONTEXT
@@ -71,8 +79,28 @@ def note_write(runner: Any, path: str) -> None:
     """A recorded step of `runner` opened `path` for writing: noted where it is the first."""
     if runner.write_note is None:
         runner.write_note = (
-            f"{runner.name}: a step wrote {path}; tt does not log nor undo what a step writes, so a "
-            f"replay (tt debug, tt verify) writes it again")
+            f"{runner.name}: a step wrote {path}; tt does not log what a step writes, and a replay (tt debug, "
+            f"tt verify) writes a scratch copy of it instead, which it removes")
+
+
+_scratch_root: list[str] = []   # the folder this process's replays write into, once made
+
+
+def scratch(path: str, mode: str) -> str:
+    """Where a replayed step's `open(path, mode)` for writing opens instead: the same absolute
+    path under a folder of this process's. A mode that also reads (`r+`, `a+`) starts from the
+    file as it is here, where it is; an exclusive create (`x`) from nothing, as each replay of the
+    step creates it again."""
+    if not _scratch_root:
+        _scratch_root.append(tempfile.mkdtemp(prefix="tt-replay-writes-"))
+        atexit.register(shutil.rmtree, _scratch_root[0], True)
+    target = os.path.join(_scratch_root[0], path.lstrip(os.sep))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if "x" in mode and os.path.lexists(target):
+        os.remove(target)
+    elif "+" in mode and not os.path.exists(target) and os.path.isfile(path):
+        shutil.copyfile(path, target)
+    return target
 
 
 def take(runners: list) -> list[str]:
@@ -88,4 +116,4 @@ def take(runners: list) -> list[str]:
     return notes
 
 
-__all__ = ["install", "note_write", "take"]
+__all__ = ["install", "note_write", "scratch", "take"]

@@ -247,7 +247,8 @@ class RecordingSession:
             self.on_event("hooked", {"name": name, "kind": kind, "site": site})
             if kind in SINK_KINDS:   # (what it writes is seen by no log: core/outside_effects.py says a file)
                 self.on_event("warning", {"message": f"{name} ({kind.split('.')[-1]} at {site}) is a sink: a replay "
-                                                     f"(tt debug, tt verify) runs it again, and makes its writes again"})
+                                                     f"(tt debug, tt verify) runs it again; a file it opens for writing is then a scratch copy, "
+                                                     f"but what it sends to a database or a service is sent again"})
             return self._call(fn, kind, stage, sc)
 
     def _call(self, fn: Any, kind: str, stage: Any, sc: Any) -> Any:

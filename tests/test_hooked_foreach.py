@@ -73,21 +73,49 @@ def test_the_recording_says_which_operator_wrote_a_file(recorded):
     finally:
         reader.close()
     assert [w for w in warned if "wrote" in w] == [
-        f"write_batches: a step wrote {sink}; tt does not log nor undo what a step writes, so a replay "
-        f"(tt debug, tt verify) writes it again"], warned
+        f"write_batches: a step wrote {sink}; tt does not log what a step writes, and a replay (tt debug, "
+        f"tt verify) writes a scratch copy of it instead, which it removes"], warned
+    scratch = "a file it opens for writing is then a scratch copy, but what it sends to a database or a service " \
+              "is sent again"
     assert [w for w in warned if "sink" in w and "wrote" not in w] == [
-        "write_batches (foreachPartition at hooked_foreach.py:59) is a sink: a replay (tt debug, tt verify) runs it "
-        "again, and makes its writes again",
-        "tally (foreach at hooked_foreach.py:60) is a sink: a replay (tt debug, tt verify) runs it again, and makes "
-        "its writes again"], warned
+        f"write_batches (foreachPartition at hooked_foreach.py:59) is a sink: a replay (tt debug, tt verify) runs it "
+        f"again; {scratch}",
+        f"tally (foreach at hooked_foreach.py:60) is a sink: a replay (tt debug, tt verify) runs it again; {scratch}"], \
+        warned
 
 
-def test_verify_passes_and_writes_the_sink_again_as_the_recording_said(recorded, capsys):
+def test_verify_passes_and_leaves_the_sinks_file_as_the_job_wrote_it(recorded, capsys):
+    """A replay's steps append to a scratch copy (core/outside_effects.py `scratch`): a `tt verify`
+    appended its lines to the job's output file, doubling them."""
     run, *_ = recorded
     sink = run.parent / "on.json.sink"
-    before = sink.read_text().split()
+    before = sink.read_text()
     verified(run, capsys)
-    assert sorted(sink.read_text().split()) == sorted(before * 2)
+    assert sink.read_text() == before
+
+
+def test_a_replayed_step_appends_to_a_scratch_copy(recorded):
+    """Stepping `write_batches` over its first partition: the lines its flushes append go to a
+    copy under the replay's scratch folder, at the sink's path, one line per batch of four."""
+    from tt.core import outside_effects
+
+    run, *_ = recorded
+    sink = run.parent / "on.json.sink"
+    before = sink.read_text()
+    session = DebugSession(run)
+    try:
+        for i, unit, _ in each_step(session, "write_batches"):
+            if i == 1:
+                break
+        scratch = Path(outside_effects.scratch(str(sink), "a"))
+        assert scratch != sink and scratch.is_file()
+        lines = scratch.read_text().split()
+    finally:
+        session.reader.close()
+    assert sink.read_text() == before
+    first = _partitions()[0]["amount"]
+    flushed = [sum(first.iloc[i:i + BATCH]) for i in range(0, len(first), BATCH)]
+    assert lines[-len(flushed):] == [str(x) for x in flushed]
 
 
 def test_a_plain_functions_locals_are_its_state_after_each_row(recorded):

@@ -71,8 +71,9 @@ def test_a_foreach_writer_is_recorded_opened_fed_and_closed_per_micro_batch(spar
     name = "Tally" if writer == "writer" else "count_row"
     line = next(n for n, text in enumerate(JOB.read_text().splitlines(), 1) if ".writeStream.foreach(" in text)
     assert [info["message"] for kind, info in events if kind == "warning" and name in info["message"]] == [
-        f"{name} (foreach at hooked_stream_map.py:{line}) is a sink: a replay (tt debug, tt verify) runs it again, "
-        f"and makes its writes again"]
+        f"{name} (foreach at hooked_stream_map.py:{line}) is a sink: a replay (tt debug, tt verify) runs it again; "
+        f"a file it opens for writing is then a scratch copy, but what it sends to a database or a service is sent "
+        f"again"]
     reader = RunReader(tmp_path / "run.db")
     try:
         op = reader.operator(name)
