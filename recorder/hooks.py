@@ -39,6 +39,8 @@ def install(session: Any) -> Callable[[], None]:
     originals: list[tuple[type, str, Callable | None]] = []
     with_index = RDD.mapPartitionsWithIndex
 
+    said: dict[int, Any] = {}   # id -> function: the functions whose unrecorded state was said, or looked for
+
     def patch(cls: type, name: str, make: Callable[[Callable], Callable]) -> None:
         original = getattr(cls, name)
         patched = make(original)
@@ -52,6 +54,7 @@ def install(session: Any) -> Callable[[], None]:
             def patched(self, func, *args, **kwargs):
                 site = _user_site()
                 if site is None or not callable(func):  # PySpark calling itself, or an error it reports
+                    _say_pandas_on_spark(session, func, said)
                     return original(self, func, *args, **kwargs)
                 upstream = spark_upstream(session, [self])
                 hooked = session.hook(func, kind, site, self.sparkSession.sparkContext, upstream)
@@ -86,6 +89,7 @@ def install(session: Any) -> Callable[[], None]:
             def patched(self, func, schema):
                 site = _user_site()
                 if site is None or not callable(func):
+                    _say_pandas_on_spark(session, func, said)
                     return original(self, func, schema)
                 upstream = spark_upstream(session, frames_of(self))
                 hooked = session.hook(func, _grouped_kind(func, kind), site, spark_of(self).sparkContext, upstream)
@@ -178,7 +182,6 @@ def install(session: Any) -> Callable[[], None]:
 
     iter_udf_kinds = {PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF: "pandas_udf.iter",
                       PythonEvalType.SQL_SCALAR_ARROW_ITER_UDF: "arrow_udf.iter"}
-    said: dict[int, Any] = {}   # id -> function: the UDFs whose unrecorded state was looked for
 
     def per_use(kind_of: Callable[[Any], str | None], placeholder: str):
         """A use of a UDF or a UDTF in a query (`f("amount")`, `Words(lit("a b"))`): an
@@ -193,6 +196,7 @@ def install(session: Any) -> Callable[[], None]:
                 kind = kind_of(self)
                 site = _caller_site() if kind is not None and not _library_function(self.func) else None
                 if site is None:
+                    _say_pandas_on_spark(session, self.func, said)
                     return original(self, *args, **kwargs)
                 from pyspark.sql import SparkSession
 
@@ -330,6 +334,63 @@ def _say_unrecorded_state(session: Any, func: Any, eval_type: int, said: dict[in
             f"{name_of(func)} (a UDF at {_definition_site(func)}) keeps state in {', '.join(written)}, which tt does "
             f"not record: PySpark calls it once per {_udf_unit(eval_type)}; an iterator UDF (@pandas_udf over "
             f"Iterator[pd.Series]) or mapInPandas keeps it where tt records it")})
+
+
+def _say_pandas_on_spark(session: Any, func: Any, said: dict[int, Any]) -> None:
+    """pandas-on-Spark (`apply_batch`, `transform_batch`, `apply`, `groupby(...).apply`) runs
+    the job's function through PySpark's own `mapInPandas`, `applyInPandas` or a UDF, which tt
+    leaves unhooked as PySpark's. The job's `tt record` failed with "called no PySpark method tt
+    records", or recorded without a word of it: where the call came from pandas-on-Spark and a
+    function of the job's is inside what it hands PySpark, the recording says so, once per
+    function."""
+    api = _pandas_on_spark_api()
+    if api is None:
+        return
+    user = _job_function(func)
+    if user is None or id(user) in said:
+        return
+    said[id(user)] = user
+    session.on_event("warning", {"message": (
+        f"{name_of(user)} (at {_definition_site(user)}) ran through pandas-on-Spark's {api}, whose own calls of "
+        f"PySpark tt does not record: its steps and the state it keeps are not in the run; a DataFrame's "
+        f"mapInPandas, or groupBy(...).applyInPandas, with it records them")})
+
+
+def _pandas_on_spark_api() -> str | None:
+    """The pandas-on-Spark method the job called, where the patched method was called from inside
+    pandas-on-Spark: the outermost `pyspark.pandas` frame under the job's."""
+    frame, api = sys._getframe(3), None   # <- _say_pandas_on_spark <- the patched method <- its caller
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("pyspark.pandas"):
+            api = frame.f_code.co_name
+        elif not module.startswith("pyspark"):
+            return api if module.split(".")[0] != "tt" else None
+        frame = frame.f_back
+    return None
+
+
+def _job_function(func: Any, depth: int = 6) -> Any | None:
+    """The first function of the job's that `func` (pandas-on-Spark's wrapper of it) holds in
+    its closure, through nested closures and partials, or None."""
+    seen, todo = set(), [(func, 0)]
+    while todo:
+        f, d = todo.pop(0)
+        f = getattr(f, "func", f)   # (a functools.partial)
+        if id(f) in seen or d > depth:
+            continue
+        seen.add(id(f))
+        code = getattr(f, "__code__", None)
+        if code is None:
+            continue
+        if not (getattr(f, "__module__", None) or "").split(".")[0] in ("pyspark", "tt"):
+            return f
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                todo.append((cell.cell_contents, d + 1))
+            except ValueError:   # (an empty cell)
+                pass
+    return None
 
 
 def _udf_unit(eval_type: int) -> str:
