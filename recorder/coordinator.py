@@ -506,7 +506,7 @@ class Coordinator:
                 book.finals, book.cut = finals, bool(header.get("cut"))
             self.listeners.pop(conn.attempt, None)
         statements = self._statements(conn, header, blobs)
-        if conn.mode == "shadow":
+        if not commit and conn.mode in ("shadow", "record"):   # (a record one: a speculative copy, a cut one again)
             statements += self._compare_rerun(conn, book, header.get("finals", ()))
         self._note_libraries(header.get("libraries"))
         self._note_files(header.get("files_read"))
