@@ -8,8 +8,14 @@ digests what the replay of the recorded run emits: where they differ, rows Spark
 the later run are not the ones tt replays (replay/verify.py `verify_reruns`).
 
 Each output goes in as `values.dumps` writes it: the encoding that states are compared by, the
-same in Spark's workers and in a replay. Only shadows and `tt verify` digest: a recording
-task does not pay for it.
+same in Spark's workers and in a replay. A batch (a pandas DataFrame, an Arrow batch or
+table: `mapInPandas`, `applyInPandas`) goes in always, by the digest of its values that
+`values` writes for it; of other outputs (an RDD function's rows), every `EVERY`th and the
+count. A second action over a hooked RDD (1M rows, a running total, 2 partitions, scratch
+runs, 2026-12-06) took 2.10 s with a shadow that digested nothing, 3.08 s digesting every row,
+2.26 s every 16th; and what makes a later run differ (another file, other draws) changes more
+rows than one in sixteen. Only shadows and
+`tt verify` digest: a recording task does not pay for it.
 """
 
 from __future__ import annotations
@@ -19,22 +25,35 @@ from typing import Any
 from . import values
 
 
+EVERY = 16
+_BATCHES = frozenset({"DataFrame", "RecordBatch", "Table"})   # (types' names: no import of pandas or pyarrow)
+
+
 class OutputDigest:
-    """A runner's target: call it with each output; `hexdigest()` says "count:xxh3-128"."""
+    """A runner's target: call it with each output; `hexdigest()` says "count:every:xxh3-128",
+    and `OutputDigest.like(that)` makes one that digests as the one that said it."""
 
-    __slots__ = ("_hash", "count")
+    __slots__ = ("_hash", "count", "every")
 
-    def __init__(self):
+    def __init__(self, every: int = EVERY):
         import xxhash
 
         self._hash = xxhash.xxh3_128()
         self.count = 0
+        self.every = every
+
+    @classmethod
+    def like(cls, said: str) -> "OutputDigest":
+        return cls(int(said.split(":")[1]))
 
     def __call__(self, output: Any) -> None:
+        n = self.count
+        self.count = n + 1
+        if n % self.every and type(output).__name__ not in _BATCHES:
+            return
         data = values.dumps(output)
-        self._hash.update(b"%d:" % len(data))
+        self._hash.update(b"%d:%d:" % (n, len(data)))
         self._hash.update(data)
-        self.count += 1
 
     def hexdigest(self) -> str:
-        return f"{self.count}:{self._hash.hexdigest()}"
+        return f"{self.count}:{self.every}:{self._hash.hexdigest()}"

@@ -29,7 +29,7 @@ def verify_reruns(reader: RunReader, *, trust: bool = False) -> dict:
         key = (r["op"], r["instance"])
         inst = engine.instances.get(key)
         if inst is not None and key not in digests:
-            digests[key] = OutputDigest()
+            digests[key] = OutputDigest.like(r["outputs"])
             inst.runner.targets.append(digests[key])
     engine.advance_to({key: engine.instances[key].total for key in digests}, pull=True)
     differ, named = [], set()
