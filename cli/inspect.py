@@ -110,6 +110,9 @@ def _failure_text(f: dict, run: Path) -> str:
             f"({n} attempt{'s' if n != 1 else ''})\n  tuple: {f['row']}")
     if f["visible"] and f["in_g"]:
         line += f"\n  debug it: tt replay {run} --step-into {f['op']}:{f['instance']}:{f['position']}"
+    elif f.get("unrecorded"):
+        line += ("\n  in a run Spark made again of a recorded task, which tt did not record: the run it recorded "
+                 "did not raise there")
     return line
 
 

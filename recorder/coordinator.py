@@ -553,6 +553,25 @@ class Coordinator:
                             f"persist() the RDD or DataFrame before its first action so that it runs once")
         return [("INSERT OR REPLACE INTO reruns VALUES (?,?,?,?,?,?,?)", rows)] if rows else []
 
+    def _rerun_failed(self, conn: Conn, failure: dict) -> None:
+        """A run Spark made again of a recorded task raised, where the recorded run had not
+        (another action over data that changed between them, or other draws): the job fails
+        with an error that `tt debug` cannot show. The failure is kept under the shadow's
+        attempt, which no reader replays (`tt inspect failures` lists it), and said."""
+        with self.lock:
+            book = self.tasks[(conn.stage, conn.partition)]
+        why = ("for another action on the same RDD or DataFrame" if conn.spark_stage != book.committed_stage
+               else "(Spark recomputed it)")
+        name = self.graph.nodes[failure["op"]].name
+        self.writer.submit([("INSERT INTO failures VALUES (?,?,?,?,?,?,?,?)", [
+            (conn.attempt, failure["op"], failure["i"], failure["position"], failure["error"], failure["traceback"],
+             failure["row"], time.time())])])
+        self._warn_once(f"{name}:{failure['i']} raised {failure['error']} on its input #{failure['position']} in a "
+                        f"run Spark made again {why}, which tt did not record: the run it recorded did not raise "
+                        f"there, so the input changed between the runs or the function is not deterministic "
+                        f"(`tt inspect RUN failures` shows the row); to debug it post-mortem, record a job whose "
+                        f"first action over the data meets it")
+
     def _disconnected(self, conn: Conn) -> None:
         with self.lock:
             self.listeners.pop(conn.attempt, None)
@@ -566,6 +585,8 @@ class Coordinator:
     def _store(self, conn: Conn, header: dict, blobs: list[bytes]) -> None:
         if conn.mode == "record":
             self.writer.submit(self._statements(conn, header, blobs), sum(map(len, blobs)))
+        elif conn.mode == "shadow" and header.get("failure") is not None:
+            self._rerun_failed(conn, header["failure"])
         if header.get("failure") is not None:
             conn.send({"t": "failure_stored"})  # the failing task waits for this before it dies
 

@@ -1172,7 +1172,11 @@ class StageTask:
         (its channel), and the tuple itself is in the recorded entry tuples when it
         entered G(θ) there (they are captured before they are fed). It logs no output
         count for it: replay knows where the run failed and re-raises there
-        (`replay/engine.py`, post-mortem)."""
+        (`replay/engine.py`, post-mortem). A shadow (a run Spark made again of a recorded
+        task) logs nothing, but says where it failed: the recorded run did not raise there."""
+        if self.mode == "shadow":
+            self._send_failure({"t": "log"}, [], f, logged=False)
+            return
         if self.mode != "record":
             return
         from ..core.logs import END
@@ -1192,10 +1196,16 @@ class StageTask:
             finally:
                 if failing is not None:
                     failing.count -= 1
-            header["failure"] = {"op": r.node_id, "i": r.instance, "position": r.count,
-                                 "error": f"{type(f.error).__name__}: {f.error}", "traceback": f.tb,
-                                 "row": values.render(values.encode(f.row), 500),
-                                 "logged": failing is not None}
+            self._send_failure(header, out_blobs, f, logged=failing is not None)
+        except OSError:
+            pass  # the coordinator is gone; Spark reports the failure anyway
+
+    def _send_failure(self, header: dict, out_blobs: list[bytes], f: OperatorFailure, logged: bool) -> None:
+        r = f.runner
+        header["failure"] = {"op": r.node_id, "i": r.instance, "position": r.count,
+                             "error": f"{type(f.error).__name__}: {f.error}", "traceback": f.tb,
+                             "row": values.render(values.encode(f.row), 500), "logged": logged}
+        try:
             self.client.send(header, out_blobs)
             # Spark may abort the job as soon as this task dies: wait until the coordinator
             # has queued the failure for the run file (it answers at once), not longer.

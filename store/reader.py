@@ -639,22 +639,28 @@ class RunReader:
         however many attempts Spark made: `attempts` counts them; `attempt`, `row`,
         `traceback` and `time` are the first attempt's; `visible` says whether a visible
         attempt ended with it (then the run's log ends with the failing tuple, which replay
-        can step when the operator is in G(θ): `in_g`)."""
+        can step when the operator is in G(θ): `in_g`); `unrecorded`, that every attempt that
+        ended with it was a run Spark made again of a recorded task, which logs nothing
+        (`Coordinator._rerun_failed`)."""
         cur = self.conn.execute(
             "SELECT f.attempt, o.name, f.instance, f.position, f.error, f.traceback, f.row, f.time, "
-            "f.attempt IN (SELECT id FROM visible_attempts), o.in_g "
+            "f.attempt IN (SELECT id FROM visible_attempts), o.in_g, "
+            "COALESCE((SELECT a.status = 'shadow' FROM attempts a WHERE a.id = f.attempt), 0) "
             "FROM failures f JOIN operators o ON o.id = f.op ORDER BY f.time, f.rowid")
-        cols = ["attempt", "op", "instance", "position", "error", "traceback", "row", "time", "visible", "in_g"]
+        cols = ["attempt", "op", "instance", "position", "error", "traceback", "row", "time", "visible", "in_g",
+                "unrecorded"]
         out: dict[tuple, dict] = {}
         for r in cur:
             f = dict(zip(cols, r))
             key = (f["op"], f["instance"], f["position"], f["error"])
             seen = out.get(key)
             if seen is None:
-                out[key] = {**f, "visible": bool(f["visible"]), "in_g": bool(f["in_g"]), "attempts": 1}
+                out[key] = {**f, "visible": bool(f["visible"]), "in_g": bool(f["in_g"]),
+                            "unrecorded": bool(f["unrecorded"]), "attempts": 1}
             else:
                 seen["attempts"] += 1
                 seen["visible"] = seen["visible"] or bool(f["visible"])
+                seen["unrecorded"] = seen["unrecorded"] and bool(f["unrecorded"])
         return list(out.values())
 
     def failure_points(self) -> list[dict]:

@@ -29,14 +29,15 @@ ENDED_ELSEWHERE = "ran again for another action on the same RDD or DataFrame and
 EMITTED_OTHER = "ran again for another action on the same RDD or DataFrame and emitted other rows than the run tt"
 
 
-def _record(mode: str, where: Path) -> tuple[Path, list[str], dict]:
-    """(run file, the recording's warnings, what the job wrote)."""
+def _record(mode: str, where: Path, status: str = "complete") -> tuple[Path, list[str], dict | None]:
+    """(run file, the recording's warnings, what the job wrote, if it did)."""
     run, events = where / "run.db", []
     outcome = record_job(JOB, [str(where / "on.json"), mode, str(where / "in")], run,
                          on_event=lambda kind, info: events.append((kind, info)))
-    assert outcome.status == "complete", outcome.error
+    assert outcome.status == status, outcome.error
+    out = where / "on.json"
     return (run, [info["message"] for kind, info in events if kind == "warning"],
-            json.loads((where / "on.json").read_text()))
+            json.loads(out.read_text()) if out.exists() else None)
 
 
 def _replayed_outputs(run: Path) -> list:
@@ -116,3 +117,24 @@ def test_a_rerun_that_draws_other_random_numbers_is_found_by_verify(spark, tmp_p
     assert _replayed_outputs(run) != on["rows"]
     code, out = _verify(run, capsys)
     assert code == 1 and "noisy:" in out and EMITTED_OTHER in out and "not all the same" in out, out
+
+
+def test_a_rerun_that_raises_is_said_and_listed_not_replayed(spark, tmp_path, capsys):
+    """The job fails with collect()'s ValueError on "thirty", raised in a run tt did not record:
+    the post-mortem had nothing to show, and `tt inspect failures` said "no operator failed".
+    The shadow now reports its failure (`StageTask._send_failure`), which the run keeps under
+    its attempt, never replayed, and says."""
+    run, warned, _ = _record("raise", tmp_path, status="failed")
+    (said,) = [w for w in warned if "raised" in w]
+    assert said.startswith("running:0 raised ValueError: invalid literal for int() with base 10: 'thirty' on its "
+                           "input #30 in a run Spark made again for another action on the same RDD or DataFrame, "
+                           "which tt did not record: the run it recorded did not raise there"), said
+    assert main(["inspect", str(run), "failures", "--json"]) == 0
+    (failure,) = json.loads(capsys.readouterr().out)
+    assert (failure["op"], failure["instance"], failure["position"], failure["row"]) == ("running", 0, 30, "'thirty'")
+    assert failure["unrecorded"] and not failure["visible"]
+    reader = RunReader(run)
+    try:
+        assert reader.failure_points() == []   # (nothing for a post-mortem replay to stop at)
+    finally:
+        reader.close()

@@ -7,6 +7,8 @@ changed  the file is rewritten with doubled numbers between count() and collect(
 take     take(3), then collect(): the first run of partition 0 stopped after 3 rows
 random   count(), then collect(), of a total that adds a random draw to each number (tt logs
          the draws of the run it records, not those of a run made again)
+raise    the file is rewritten with "thirty" for 30 between count() and collect(): the second
+         run of partition 0 raises ValueError, and the job fails
 
 Usage: python hooked_rerun.py OUT.json MODE FOLDER
 """
@@ -35,8 +37,8 @@ def noisy(rows):
         yield (int(x), total)
 
 
-def write(path: Path, factor: int) -> None:
-    path.write_text("\n".join(str(x * factor) for x in NUMBERS))
+def write(path: Path, factor: int, thirty: bool = False) -> None:
+    path.write_text("\n".join("thirty" if thirty and x == 30 else str(x * factor) for x in NUMBERS))
 
 
 def main(out: str, mode: str, folder: str) -> None:
@@ -46,8 +48,8 @@ def main(out: str, mode: str, folder: str) -> None:
     write(path, 1)
     totals = spark.sparkContext.textFile(str(path), 2).mapPartitions(noisy if mode == "random" else running)
     first = totals.take(3) if mode == "take" else totals.count()
-    if mode == "changed":
-        write(path, 2)
+    if mode in ("changed", "raise"):
+        write(path, 2 if mode == "changed" else 1, thirty=mode == "raise")
     rows = totals.collect()
     with open(out, "w") as f:
         json.dump({"first": first, "rows": rows}, f)
