@@ -57,3 +57,9 @@ class OutputDigest:
 
     def hexdigest(self) -> str:
         return f"{self.count}:{self.every}:{self._hash.hexdigest()}"
+
+
+def why_again(another_action: bool) -> str:
+    """Why Spark ran a recorded task again, as the run's messages say it."""
+    return ("for another action on the same RDD or DataFrame" if another_action
+            else "(Spark recomputed it: a speculative copy, or a lost executor's output)")

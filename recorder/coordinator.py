@@ -39,6 +39,7 @@ from typing import Any, Callable
 import orjson
 
 from ..core.graph import Graph
+from ..core.output_digest import why_again
 from ..store.trust import sealer_for
 from ..store.writer import Writer
 from . import wire
@@ -544,8 +545,7 @@ class Coordinator:
                 if name in self.diverged:
                     continue
                 self.diverged.add(name)
-            why = ("for another action on the same RDD or DataFrame" if another
-                   else "(Spark recomputed it: a speculative copy, or a lost executor's output)")
+            why = why_again(another)
             inputs = (f"after {f['pos']:,} inputs where the recorded run consumed {recorded[0]:,}"
                       if f["pos"] != recorded[0] else f"after the same {f['pos']:,} inputs")
             self._warn_once(f"{name}:{conn.partition} ran again {why} and ended in another state than the run tt "
@@ -560,8 +560,7 @@ class Coordinator:
         attempt, which no reader replays (`tt inspect failures` lists it), and said."""
         with self.lock:
             book = self.tasks[(conn.stage, conn.partition)]
-        why = ("for another action on the same RDD or DataFrame" if conn.spark_stage != book.committed_stage
-               else "(Spark recomputed it)")
+        why = why_again(conn.spark_stage != book.committed_stage)
         name = self.graph.nodes[failure["op"]].name
         self.writer.submit([("INSERT INTO failures VALUES (?,?,?,?,?,?,?,?)", [
             (conn.attempt, failure["op"], failure["i"], failure["position"], failure["error"], failure["traceback"],

@@ -11,7 +11,7 @@ inputs; a generator's end state is empty, so only its outputs tell.
 
 from __future__ import annotations
 
-from ..core.output_digest import OutputDigest
+from ..core.output_digest import OutputDigest, why_again
 from ..store.reader import RunReader
 from .engine import Engine
 
@@ -41,8 +41,7 @@ def verify_reruns(reader: RunReader, *, trust: bool = False) -> dict:
         if r["op"] in named:   # once per operator: the first instance says it
             continue
         named.add(r["op"])
-        why = ("for another action on the same RDD or DataFrame" if r["another_action"]
-               else "(Spark recomputed it: a speculative copy, or a lost executor's output)")
+        why = why_again(r["another_action"])
         recorded, later = digests[key].count, int(r["outputs"].split(":", 1)[0])
         counts = (f"{later:,} outputs where the recorded run made {recorded:,}" if later != recorded
                   else f"as many outputs ({later:,}), not all the same")
