@@ -383,7 +383,7 @@ def _job_function(func: Any, depth: int = 6) -> Any | None:
         code = getattr(f, "__code__", None)
         if code is None:
             continue
-        if not (getattr(f, "__module__", None) or "").split(".")[0] in ("pyspark", "tt"):
+        if (getattr(f, "__module__", None) or "").split(".")[0] not in ("pyspark", "tt"):
             return f
         for cell in getattr(f, "__closure__", None) or ():
             try:
