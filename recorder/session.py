@@ -72,6 +72,7 @@ class RecordingSession:
         self._hook_lock = threading.Lock()
         self._codes: dict[int, bytes] = {}   # operator id -> pickled code, for the run's signature
         self._hook_batches: dict[int, str] = {}   # hooked operator id -> the micro-batch of its last call (foreachBatch)
+        self._said_remade: set[tuple[str, str]] = set()   # (kind, site) of foreachBatch calls said to pickle otherwise
         self._scanned: set[int] = set()   # hooked sources whose reading (referenced or copied) is stored
         self._modules: dict[str, tuple] = {}  # the job's own modules, stored and signed (job_modules.py)
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
@@ -277,9 +278,12 @@ class RecordingSession:
         an earlier micro-batch pickles to the same bytes (the same code and the same initial
         state), its tasks are more instances of that operator, numbered by their slots
         (micro-batch, partition), as a streaming `mapInPandas`'s are. Outside a micro-batch
-        (`batch` None) tasks are numbered by partition, so a call made again is a new operator."""
+        (`batch` None) tasks are numbered by partition, so a call made again is a new operator.
+        One that pickles otherwise (a closure holding the batch id) is a new operator too, each
+        micro-batch: the run says so once per call site, as its DAG grows without end."""
         if batch is None:
             return None
+        differs = None
         for n in self.graph.nodes:
             if n.kind != op._kind or getattr(n.op, "_site", None) != op._site or \
                     self._hook_batches.get(n.id) in (None, batch):   # (twice in one micro-batch: slots alike)
@@ -287,7 +291,15 @@ class RecordingSession:
             op._tt_name = n.name
             if code_pickle.dumps(op) == self._codes.get(n.id):
                 return n
+            differs = n
         op._tt_name = ""
+        if differs is not None and (op._kind, op._site) not in self._said_remade:
+            self._said_remade.add((op._kind, op._site))
+            self.on_event("warning", {"message": (
+                f"{differs.name} ({op._kind} at {op._site}) is made again in each micro-batch of foreachBatch, "
+                f"and pickles otherwise each time (its closure or state holds something of the micro-batch, as "
+                f"its id?): each micro-batch's is an operator of its own, and the run's DAG grows by one a "
+                f"micro-batch; take what differs from the rows, or keep it out of the function, for one operator")})
         return None
 
     def _add_spark_edges(self, upstream: list[tuple[str, str]], source: int) -> None:

@@ -32,9 +32,18 @@ def _file(f: int) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def recorded(spark, tmp_path_factory):
-    return record_streaming_on_and_off(JOB, tmp_path_factory.mktemp("hooked_foreach_batch"),
-                                       after=[str(FILES), str(PER_FILE)])
+def recording(spark, tmp_path_factory):
+    """(run file, output recorded, output not, what the recording warned of)."""
+    events = []
+    run, on, off = record_streaming_on_and_off(JOB, tmp_path_factory.mktemp("hooked_foreach_batch"),
+                                               after=[str(FILES), str(PER_FILE)],
+                                               on_event=lambda kind, info: events.append((kind, info)))
+    return run, on, off, [info["message"] for kind, info in events if kind == "warning"]
+
+
+@pytest.fixture(scope="module")
+def recorded(recording):
+    return recording[:3]
 
 
 def test_the_output_is_the_same_recorded_and_not_and_as_pandas_computes(recorded):
@@ -66,6 +75,18 @@ def test_a_call_made_again_each_micro_batch_is_one_operator_with_an_instance_a_m
     assert running.instances == FILES and sorted(batch for batch, _ in slots) == list(range(FILES))
     assert sorted((s["seen"], s["total"]) for s in states) == sorted(
         (PER_FILE, float(_file(f)["amount"].sum())) for f in range(FILES))
+
+
+def test_a_call_that_pickles_otherwise_each_micro_batch_is_said_once(recording):
+    """The lambda's closure holds the micro-batch's id: an operator a micro-batch, which the
+    run now says (`RecordingSession._again`), once for its call site."""
+    *_, warned = recording
+    line = next(n for n, text in enumerate(JOB.read_text().splitlines(), 1) if "tag = df.mapInPandas(" in text)
+    assert [w for w in warned if "made again" in w] == [
+        f"mapInPandas (mapInPandas at hooked_foreach_batch.py:{line}) is made again in each micro-batch of "
+        f"foreachBatch, and pickles otherwise each time (its closure or state holds something of the micro-batch, "
+        f"as its id?): each micro-batch's is an operator of its own, and the run's DAG grows by one a micro-batch; "
+        f"take what differs from the rows, or keep it out of the function, for one operator"]
 
 
 def test_tt_verify_replays_every_micro_batchs_instance(recorded, capsys):
