@@ -101,6 +101,9 @@ def verify(
             if reruns["differ"]:
                 data["ok"] = False
                 text += "".join(f"\n{run}: but {d['error']}" for d in reruns["differ"])
+            elif reruns.get("error"):
+                data["ok"] = False
+                text += f"\n{run}: but the runs Spark made again of recorded tasks were not compared: {reruns['error']}"
             elif reruns["compared"]:
                 n = reruns["compared"]
                 text += (f"\n{run}: {n} run{'s' if n != 1 else ''} that Spark made again of recorded tasks "

@@ -11,13 +11,16 @@ inputs; a generator's end state is empty, so only its outputs tell.
 
 from __future__ import annotations
 
+from ..core.errors import TTError
 from ..core.output_digest import OutputDigest, why_again
+from ..core.runtime import OperatorFailure
 from ..store.reader import RunReader
 from .engine import Engine
 
 
 def verify_reruns(reader: RunReader, *, trust: bool = False) -> dict:
-    """{"compared": how many later runs, "differ": [{"op", "instance", "error"}, ...]}: each
+    """{"compared": how many later runs, "differ": [{"op", "instance", "error"}, ...], and "error"
+    where none could be compared}: each
     instance with a later run is replayed from its start to its recorded end, digesting what it
     emits, and compared with each later run's digest."""
     reruns = [r for r in reader.reruns() if r["outputs"] is not None]
@@ -31,7 +34,11 @@ def verify_reruns(reader: RunReader, *, trust: bool = False) -> dict:
         if inst is not None and key not in digests:
             digests[key] = OutputDigest.like(r["outputs"])
             inst.runner.targets.append(digests[key])
-    engine.advance_to({key: engine.instances[key].total for key in digests}, pull=True)
+    try:
+        engine.advance_to({key: engine.instances[key].total for key in digests}, pull=True)
+    except (OperatorFailure, TTError) as e:   # (a replay that cannot reach an instance's end compares nothing)
+        what = f"{e.runner.label} raised {type(e.error).__name__}: {e.error}" if isinstance(e, OperatorFailure) else e
+        return {"compared": 0, "differ": [], "error": f"the replay could not reach their ends: {what}"}
     differ, named = [], set()
     for r in reruns:
         key = (r["op"], r["instance"])
