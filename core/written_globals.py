@@ -17,6 +17,9 @@ stack: a subscript or attribute written or deleted in one of them, or one of `MU
 one, is a write. The walk gives up (no write) at a jump or an instruction it does not know, so
 a write through another name (`cache = CACHE`, then `cache[k] = v`) is not seen. It knows the
 instructions of CPython 3.11 to 3.13.
+
+`written_attributes` follows the same walk from a method's `self`: the attributes a per-row UDF
+that is a callable object keeps state in (`self.n += 1`), which tt does not hook, and says.
 """
 
 from __future__ import annotations
@@ -80,6 +83,45 @@ def written_globals(fn: Any, in_place: bool = True) -> dict:
                 seen.add(id(helper))
                 functions.append(helper)
     return out
+
+
+#: Methods that run where the object is made or pickled (the driver), not where it is called.
+_NOT_CALLED_THERE = frozenset({"__init__", "__new__", "__getstate__", "__setstate__", "__reduce__",
+                               "__reduce_ex__", "__repr__", "__str__"})
+
+
+def written_attributes(fn: Any) -> list[str]:
+    """The attributes of its own object that a callable object's methods (a bound method's
+    function) write (`self.n += 1`, `self.cache[k] = v`), found as `written_globals` finds
+    writes into a global, from `self` (the methods' first argument); `__init__` and pickling's
+    methods aside. A function or a class: none."""
+    if inspect.ismethod(fn):
+        functions = [fn.__func__]
+    elif isinstance(fn, (types.FunctionType, type)):
+        return []
+    else:
+        functions = [f for cls in type(fn).__mro__
+                     if cls.__module__ != "builtins" and not cls.__module__.startswith("pyspark")
+                     for name, f in vars(cls).items()
+                     if isinstance(f, types.FunctionType) and name not in _NOT_CALLED_THERE]
+    out: list[str] = []
+    for f in functions:
+        code = f.__code__
+        if not code.co_argcount:
+            continue
+        me = code.co_varnames[0]
+        instructions = [i for i in dis.get_instructions(code) if i.opname != "CACHE"]
+        for at, i in enumerate(instructions):
+            if i.opname in ("LOAD_FAST", "LOAD_FAST_CHECK") and i.argval == me and _writes(instructions, at):
+                attribute = _attribute_after(instructions, at)
+                if attribute and attribute not in out:
+                    out.append(attribute)
+    return out
+
+
+def _attribute_after(instructions: list, at: int) -> str | None:
+    """The attribute named just after `instructions[at]` loads `self` (`self.n += 1` copies it first)."""
+    return next((i.argval for i in instructions[at + 1:at + 4] if i.opname in ("LOAD_ATTR", "STORE_ATTR")), None)
 
 
 def is_code(value: Any) -> bool:

@@ -296,6 +296,8 @@ def _definition_site(obj: Any) -> str:
     import inspect
 
     target = getattr(obj, "func", obj) if not isinstance(obj, type) else obj
+    if not (inspect.isfunction(target) or inspect.ismethod(target) or isinstance(target, type)):
+        target = type(target)   # a callable object: its class's
     try:
         return f"{Path(inspect.getsourcefile(target) or '?').name}:{inspect.getsourcelines(target)[1]}"
     except (OSError, TypeError):
@@ -318,15 +320,16 @@ def _user_site() -> str | None:
 
 def _say_unrecorded_state(session: Any, func: Any, eval_type: int, said: dict[int, Any]) -> None:
     """A UDF PySpark calls per row or per batch is not hooked: what it keeps between calls is
-    state no log sees, and its replay cannot be checked. Where its code writes module globals
-    (core/written_globals.py), the recording says so, once per function."""
-    from ..core.written_globals import written_globals
+    state no log sees, and its replay cannot be checked. Where its code writes module globals,
+    or a callable object's methods its own attributes (core/written_globals.py), the recording
+    says so, once per function."""
+    from ..core.written_globals import written_attributes, written_globals
 
     if id(func) in said:
         return
     said[id(func)] = func   # (kept: another function must not take its id)
     try:
-        written = sorted(written_globals(func))
+        written = sorted(written_globals(func)) + [f"self.{a}" for a in written_attributes(func)]
     except Exception:  # noqa: BLE001  (code tt cannot read: nothing said, as before)
         return
     if written:

@@ -22,7 +22,7 @@ import pytest
 from plain_jobs import each_step, record_on_and_off, verified
 
 from tt.core import hooked
-from tt.core.written_globals import written_globals
+from tt.core.written_globals import written_attributes, written_globals
 from tt.replay.session import DebugSession
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_globals.py"
@@ -233,3 +233,32 @@ def test_the_globals_of_a_class_are_those_its_methods_assign():
     globals().update(HANDLED=7, HELPED=2)
     assert written_globals(Handler) == written_globals(Handler()) == {"HANDLED": 7, "HELPED": 2}
     assert written_globals(Handler().eval) == {"HANDLED": 7}
+
+
+def test_written_attributes_are_those_a_callable_objects_methods_write_into_itself():
+    """A per-row UDF that is a callable object keeps state in its attributes (`self.n += 1`):
+    `written_attributes` names those its methods write, `__init__`'s (run where it is made)
+    and reads aside; a function or a class writes none of its own."""
+    class Numbering:
+        def __init__(self):
+            self.n, self.cache, self.model, self.seen = 0, {}, 3, []
+
+        def __call__(self, x):
+            self.n += 1
+            self.cache[x] = self.model * x
+            self._note(x)
+            return self.n
+
+        def _note(self, x):
+            self.seen.append(x)
+
+    class Reading:
+        def __init__(self):
+            self.model = 3
+
+        def __call__(self, x):
+            return self.model * x
+
+    assert written_attributes(Numbering()) == ["n", "cache", "seen"]
+    assert written_attributes(Numbering().__call__) == ["n", "cache"]
+    assert written_attributes(Reading()) == written_attributes(Numbering) == written_attributes(lambda x: x) == []

@@ -163,14 +163,23 @@ def test_a_udf_called_per_row_that_keeps_state_in_globals_is_said_unrecorded(spa
         "@udf('long')\n"
         "def doubled(k):\n"
         "    return 2 * k\n"
-        "spark.range(20, numPartitions=1).selectExpr('id % 3 AS k').select(first_time('k'), doubled('k')).collect()\n")
+        "class Numbering:\n"
+        "    def __init__(self):\n"
+        "        self.n = 0\n"
+        "    def __call__(self, k):\n"
+        "        self.n += 1\n"
+        "        return self.n\n"
+        "number = udf(Numbering(), 'long')\n"
+        "spark.range(20, numPartitions=1).selectExpr('id % 3 AS k').select(first_time('k'), doubled('k'), number('k'))"
+        ".collect()\n")
     events = []
     outcome = record_job(job, [], tmp_path / "rows.db", on_event=lambda kind, info: events.append((kind, info)))
     assert outcome.status == "failed" and "called no PySpark method tt records" in outcome.error
     said = [info["message"] for kind, info in events if kind == "warning"]
-    assert said == ["first_time (a UDF at rows.py:5) keeps state in SEEN, which tt does not record: PySpark calls "
-                    "it once per row; an iterator UDF (@pandas_udf over Iterator[pd.Series]) or mapInPandas keeps it "
-                    "where tt records it"]
+    tail = ("which tt does not record: PySpark calls it once per row; an iterator UDF (@pandas_udf over "
+            "Iterator[pd.Series]) or mapInPandas keeps it where tt records it")
+    assert said == [f"first_time (a UDF at rows.py:5) keeps state in SEEN, {tail}",
+                    f"Numbering (a UDF at rows.py:13) keeps state in self.n, {tail}"]
     reader = RunReader(tmp_path / "rows.db")
     try:
         assert reader.warnings() == said
