@@ -60,6 +60,8 @@ class OutputDigest:
 
 
 def why_again(another_action: bool) -> str:
-    """Why Spark ran a recorded task again, as the run's messages say it."""
-    return ("for another action on the same RDD or DataFrame" if another_action
-            else "(Spark recomputed it: a speculative copy, or a lost executor's output)")
+    """Why Spark ran a recorded task again, as the run's messages say it: in a later Spark
+    stage (another action over data not persisted, or a later job computing again the output
+    an executor lost with it), or in the same one (a speculative copy, a retry)."""
+    return ("in a later Spark stage (another action on the same RDD or DataFrame, or output lost with an "
+            "executor)" if another_action else "in the same Spark stage (a speculative copy, or a retry)")

@@ -550,7 +550,7 @@ class Coordinator:
                       if f["pos"] != recorded[0] else f"after the same {f['pos']:,} inputs")
             self._warn_once(f"{name}:{conn.partition} ran again {why} and ended in another state than the run tt "
                             f"recorded ({inputs}): rows Spark took from that run may differ from what tt replays; "
-                            f"persist() the RDD or DataFrame before its first action so that it runs once")
+                            f"where it ran for another action, persist() the RDD or DataFrame before the first so that it runs once")
         return [("INSERT OR REPLACE INTO reruns VALUES (?,?,?,?,?,?,?)", rows)] if rows else []
 
     def _rerun_failed(self, conn: Conn, failure: dict) -> None:

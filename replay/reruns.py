@@ -55,5 +55,6 @@ def verify_reruns(reader: RunReader, *, trust: bool = False) -> dict:
         differ.append({"op": inst.node.name, "instance": r["instance"],
                        "error": f"{inst.label} ran again {why} and emitted other rows than the run tt recorded and "
                                 f"replays ({counts}): rows Spark took from that run are not the ones tt shows; "
-                                f"persist() the RDD or DataFrame before its first action so that it runs once"})
+                                f"where it ran for another action, persist() the RDD or DataFrame before the first "
+                                f"so that it runs once"})
     return {"compared": len(reruns), "differ": differ}

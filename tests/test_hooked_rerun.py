@@ -25,8 +25,9 @@ from tt.replay.engine import Engine
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_rerun.py"
-ENDED_ELSEWHERE = "ran again for another action on the same RDD or DataFrame and ended in another state"
-EMITTED_OTHER = "ran again for another action on the same RDD or DataFrame and emitted other rows than the run tt"
+AGAIN = "ran again in a later Spark stage (another action on the same RDD or DataFrame, or output lost with an executor)"
+ENDED_ELSEWHERE = f"{AGAIN} and ended in another state"
+EMITTED_OTHER = f"{AGAIN} and emitted other rows than the run tt"
 
 
 def _record(mode: str, where: Path, status: str = "complete") -> tuple[Path, list[str], dict | None]:
@@ -79,7 +80,7 @@ def test_a_rerun_that_does_what_the_recorded_run_did_says_nothing(spark, tmp_pat
 def test_a_rerun_over_a_rewritten_file_is_said(spark, tmp_path, capsys):
     run, warned, on = _record("changed", tmp_path)
     (said,) = [w for w in warned if "ran again" in w]
-    assert said.startswith("running:") and ENDED_ELSEWHERE in said and "persist()" in said
+    assert said.startswith("running:") and ENDED_ELSEWHERE in said and "persist() the RDD" in said
     # the recording is count()'s run, over the numbers as first written; collect() read them doubled
     # (split into Spark's partitions where the first file was)
     replayed = _replayed_outputs(run)
@@ -127,8 +128,8 @@ def test_a_rerun_that_raises_is_said_and_listed_not_replayed(spark, tmp_path, ca
     run, warned, _ = _record("raise", tmp_path, status="failed")
     (said,) = [w for w in warned if "raised" in w]
     assert said.startswith("running:0 raised ValueError: invalid literal for int() with base 10: 'thirty' on its "
-                           "input #30 in a run Spark made again for another action on the same RDD or DataFrame, "
-                           "which tt did not record: the run it recorded did not raise there"), said
+                           f"input #30 in a run Spark made again {AGAIN[len('ran again '):]}, which tt did not "
+                           "record: the run it recorded did not raise there"), said
     assert main(["inspect", str(run), "failures", "--json"]) == 0
     (failure,) = json.loads(capsys.readouterr().out)
     assert (failure["op"], failure["instance"], failure["position"], failure["row"]) == ("running", 0, 30, "'thirty'")
