@@ -150,7 +150,8 @@ def _summary_text(s: dict) -> str:
         lines.append(f"warning  {w}")
     for r in s.get("reruns", []):
         n, again = r["runs"], r["another_action"]
-        why = ("for another action" if again == n else "recomputed" if not again else f"{again} for another action")
+        why = ("in a later Spark stage" if again == n else "in the same Spark stage" if not again
+               else f"{again} in a later Spark stage")
         lines.append(f"rerun    Spark ran {n} of {r['op']}'s recorded tasks again ({why}; instances "
                      f"{', '.join(map(str, r['instances'][:8]))}{' …' if len(r['instances']) > 8 else ''}): "
                      f"tt recorded each one's first run, and `tt verify` compares what the later runs emitted")

@@ -5,7 +5,7 @@ persisted, a lost executor's partition, a speculative copy. tt records the first
 the others in shadow. A shadow's end state tells little where the operator is a generator (its
 end state is empty once it returns), so a shadow digests what it emits, and `tt verify`
 digests what the replay of the recorded run emits: where they differ, rows Spark took from
-the later run are not the ones tt replays (replay/verify.py `verify_reruns`).
+the later run are not the ones tt replays (replay/reruns.py `verify_reruns`).
 
 Each output goes in as `values.dumps` writes it: the encoding that states are compared by, the
 same in Spark's workers and in a replay. A batch (a pandas DataFrame, an Arrow batch or
@@ -14,8 +14,8 @@ table: `mapInPandas`, `applyInPandas`) goes in always, by the digest of its valu
 count. A second action over a hooked RDD (1M rows, a running total, 2 partitions, scratch
 runs, 2026-12-06) took 2.10 s with a shadow that digested nothing, 3.08 s digesting every row,
 2.26 s every 16th; and what makes a later run differ (another file, other draws) changes more
-rows than one in sixteen. Only shadows and
-`tt verify` digest: a recording task does not pay for it.
+rows than one in sixteen. Only shadows and `tt verify` digest: a recording task does not pay
+for it.
 """
 
 from __future__ import annotations

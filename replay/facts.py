@@ -286,7 +286,7 @@ def _sizes(reader: RunReader, hashes: list[bytes]) -> dict[bytes, int]:
 
 def _reruns(reader: RunReader) -> list[dict]:
     """Per operator, the later runs Spark made of its recorded tasks, in shadow: {"op", "instances",
-    "runs", "another_action"} (how many were for another action, not a recomputation)."""
+    "runs", "another_action"} (how many of them ran in a later Spark stage: core/output_digest.py `why_again`)."""
     by_op: dict[int, dict] = {}
     for r in reader.reruns():
         o = by_op.setdefault(r["op"], {"op": reader.operators[r["op"]].name, "instances": [], "runs": 0,

@@ -20,9 +20,9 @@ from .engine import Engine
 
 def verify_reruns(reader: RunReader, *, trust: bool = False) -> dict:
     """{"compared": how many later runs, "differ": [{"op", "instance", "error"}, ...], and "error"
-    where none could be compared}: each
-    instance with a later run is replayed from its start to its recorded end, digesting what it
-    emits, and compared with each later run's digest."""
+    where none could be compared}: each instance with a later run is replayed from its start to
+    its recorded end, digesting what it emits, and compared with each later run's digest (a
+    replay of its own, from each instance's start, so that every output is digested)."""
     reruns = [r for r in reader.reruns() if r["outputs"] is not None]
     if not reruns:
         return {"compared": 0, "differ": []}
