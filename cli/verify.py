@@ -65,7 +65,8 @@ def verify(
         queries = _open_stores(reader, checkpoint or [], stores) if statestore else None
         progress = _progress(len(reader.interactions())) if sys.stderr.isatty() and not json else None
         try:
-            results = run_verify(reader, trust=trust, progress=progress.update if progress else None)
+            outputs: dict = {}   # what the instances Spark ran again emitted, digested on the way
+            results = run_verify(reader, trust=trust, progress=progress.update if progress else None, outputs=outputs)
         finally:
             if progress:
                 progress.close()
@@ -96,7 +97,7 @@ def verify(
                 text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "
                          f"keys and rows at interactions and by their digest at each task's end")
         if not failed:   # and the runs Spark made again of recorded tasks emitted what the replay emits
-            reruns = verify_reruns(reader, trust=trust)
+            reruns = verify_reruns(reader, trust=trust, digested=outputs)
             data["reruns"] = reruns
             if reruns["differ"]:
                 data["ok"] = False

@@ -18,43 +18,70 @@ from ..store.reader import RunReader
 from .engine import Engine
 
 
-def verify_reruns(reader: RunReader, *, trust: bool = False) -> dict:
+Key = tuple[int, int]
+
+
+def _comparable(rerun: dict) -> bool:
+    """A later run whose digest this tt reads ("count:every:xxh3-128")."""
+    parts = (rerun["outputs"] or "").split(":")
+    return len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() and len(parts[2]) == 32
+
+
+def watch(reader: RunReader, engine: Engine) -> dict[Key, tuple[object, OutputDigest]]:
+    """Digest, from the start of a fresh `engine`, what each instance with a later run emits:
+    `tt verify`'s own pass then digests them on its way (`finished` takes them at its end),
+    and `verify_reruns` replays only those it could not."""
+    watched = {}
+    for r in reader.reruns():
+        key = (r["op"], r["instance"])
+        inst = engine.instances.get(key)
+        if _comparable(r) and inst is not None and key not in watched:
+            digest = OutputDigest.like(r["outputs"])
+            inst.runner.targets.append(digest)
+            watched[key] = (inst.runner, digest)
+    return watched
+
+
+def finished(engine: Engine, watched: dict[Key, tuple[object, OutputDigest]]) -> dict[Key, OutputDigest]:
+    """Of `watch`'s digests, those complete: their instance at its end, on the runner that
+    digested it from its start (a reset makes another)."""
+    return {key: digest for key, (runner, digest) in watched.items()
+            if engine.instances[key].runner is runner and engine.instances[key].count == engine.instances[key].total}
+
+
+def verify_reruns(reader: RunReader, *, trust: bool = False, digested: dict[Key, OutputDigest] | None = None) -> dict:
     """{"compared": how many later runs, "differ": [{"op", "instance", "error"}, ...], and "error"
     where none could be compared}: each instance with a later run is replayed from its start to
     its recorded end, digesting what it emits, and compared with each later run's digest (a
-    replay of its own, from each instance's start, so that every output is digested)."""
-    reruns = [r for r in reader.reruns() if r["outputs"] is not None]
+    replay of its own, from each instance's start, so that every output is digested), but for
+    those `digested` already holds (`tt verify`'s pass: `watch`, `finished`)."""
+    reruns = [r for r in reader.reruns() if _comparable(r)]
     if not reruns:
         return {"compared": 0, "differ": []}
-    engine = Engine(reader, trust=trust)
-    digests = {}
-    for r in reruns:
-        key = (r["op"], r["instance"])
-        inst = engine.instances.get(key)
-        if inst is not None and key not in digests:
-            digests[key] = OutputDigest.like(r["outputs"])
-            inst.runner.targets.append(digests[key])
-    try:
-        engine.advance_to({key: engine.instances[key].total for key in digests}, pull=True)
-    except (OperatorFailure, TTError) as e:   # (a replay that cannot reach an instance's end compares nothing)
-        what = f"{e.runner.label} raised {type(e.error).__name__}: {e.error}" if isinstance(e, OperatorFailure) else e
-        return {"compared": 0, "differ": [], "error": f"the replay could not reach their ends: {what}"}
+    digests = dict(digested or {})
+    if any((r["op"], r["instance"]) not in digests for r in reruns):
+        engine = Engine(reader, trust=trust)
+        left = {key: digest for key, (_, digest) in watch(reader, engine).items() if key not in digests}
+        try:
+            engine.advance_to({key: engine.instances[key].total for key in left}, pull=True)
+        except (OperatorFailure, TTError) as e:   # (a replay that cannot reach an instance's end compares nothing)
+            what = (f"{e.runner.label} raised {type(e.error).__name__}: {e.error}" if isinstance(e, OperatorFailure)
+                    else e)
+            return {"compared": 0, "differ": [], "error": f"the replay could not reach their ends: {what}"}
+        digests.update(left)
     differ, named = [], set()
     for r in reruns:
         key = (r["op"], r["instance"])
-        if key not in digests or digests[key].hexdigest() == r["outputs"]:
-            continue
-        inst = engine.instances[key]
-        if r["op"] in named:   # once per operator: the first instance says it
-            continue
+        if key not in digests or digests[key].hexdigest() == r["outputs"] or r["op"] in named:
+            continue   # (once per operator: its first instance that differs says it)
         named.add(r["op"])
-        why = why_again(r["another_action"])
+        name = reader.operators[r["op"]].name
         recorded, later = digests[key].count, int(r["outputs"].split(":", 1)[0])
         counts = (f"{later:,} outputs where the recorded run made {recorded:,}" if later != recorded
                   else f"as many outputs ({later:,}), not all the same")
-        differ.append({"op": inst.node.name, "instance": r["instance"],
-                       "error": f"{inst.label} ran again {why} and emitted other rows than the run tt recorded and "
-                                f"replays ({counts}): rows Spark took from that run are not the ones tt shows; "
-                                f"where it ran for another action, persist() the RDD or DataFrame before the first "
-                                f"so that it runs once"})
+        differ.append({"op": name, "instance": r["instance"],
+                       "error": f"{name}:{r['instance']} ran again {why_again(r['another_action'])} and emitted other "
+                                f"rows than the run tt recorded and replays ({counts}): rows Spark took from that run "
+                                f"are not the ones tt shows; where it ran for another action, persist() the RDD or "
+                                f"DataFrame before the first so that it runs once"})
     return {"compared": len(reruns), "differ": differ}

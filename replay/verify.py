@@ -24,12 +24,13 @@ from ..core.state_handle import StoreView, same, shown
 from ..store import blobs
 from ..store.reader import RunReader
 from .checkpoints import Restorer
+from . import reruns
 from .engine import Engine, Instance, Key
 from .facts import stored_state
 
 
-def verify(reader: RunReader, *, trust: bool = False,
-           progress: Callable[[int, int], None] | None = None) -> list[dict]:
+def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, int], None] | None = None,
+           outputs: dict | None = None) -> list[dict]:
     """Replay every complete interaction and compare states with the stored ones.
 
     Returns one result per interaction: `{"k", "ok", ...}`; a failed one names the
@@ -43,10 +44,14 @@ def verify(reader: RunReader, *, trust: bool = False,
     its task's end (core/kept_inputs.py `ROWS`): an interaction that compared such a field so
     says (`"rows_only"`: the operators), and an instance whose digest differs is searched for
     its input from the last interaction its digest matched, not from the last one at all.
+
+    `outputs`, a dict, gets on the way what the instances Spark ran again emitted (`reruns.watch`),
+    for `reruns.verify_reruns`, which then need not replay them again.
     """
 
     reader.sources().check_all()  # a changed source file: one line now, not a divergence later
     engine = Engine(reader, trust=trust)
+    watched = reruns.watch(reader, engine) if outputs is not None else {}
     results = []
     interactions = reader.interactions()
     prev_k: int | None = None
@@ -95,6 +100,8 @@ def verify(reader: RunReader, *, trust: bool = False,
         if progress is not None:
             progress(n + 1, len(interactions))
     results.extend(_gaps(reader, interactions))
+    if outputs is not None:
+        outputs.update(reruns.finished(engine, watched))
     if all(r["ok"] for r in results) and reader.active_plan() is not None:
         results.extend(_verify_checkpoints(reader, engine, interactions))
     return results
