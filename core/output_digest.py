@@ -44,7 +44,7 @@ class OutputDigest:
 
     @classmethod
     def like(cls, said: str) -> "OutputDigest":
-        return cls(int(said.split(":")[1]))
+        return cls(read(said)[1])
 
     def __call__(self, output: Any) -> None:
         n = self.count
@@ -57,6 +57,14 @@ class OutputDigest:
 
     def hexdigest(self) -> str:
         return f"{self.count}:{self.every}:{self._hash.hexdigest()}"
+
+
+def read(said: str | None) -> tuple[int, int] | None:
+    """(count, every) of a digest `hexdigest` said, or None where this tt does not read it."""
+    parts = (said or "").split(":")
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or len(parts[2]) != 32:
+        return None
+    return int(parts[0]), int(parts[1])
 
 
 def why_again(another_action: bool) -> str:

@@ -66,9 +66,7 @@ def written_globals(fn: Any, in_place: bool = True) -> dict:
     elif isinstance(fn, types.FunctionType):
         functions = [fn]
     else:
-        functions = [f for cls in (fn if isinstance(fn, type) else type(fn)).__mro__
-                     if cls.__module__ != "builtins" and not cls.__module__.startswith("pyspark")
-                     for f in vars(cls).values() if isinstance(f, types.FunctionType)]
+        functions = _methods(fn if isinstance(fn, type) else type(fn))
     out: dict = {}
     seen = {id(f) for f in functions}
     for f in functions:   # (grows as helpers are found)
@@ -100,10 +98,7 @@ def written_attributes(fn: Any) -> list[str]:
     elif isinstance(fn, (types.FunctionType, type)):
         return []
     else:
-        functions = [f for cls in type(fn).__mro__
-                     if cls.__module__ != "builtins" and not cls.__module__.startswith("pyspark")
-                     for name, f in vars(cls).items()
-                     if isinstance(f, types.FunctionType) and name not in _NOT_CALLED_THERE]
+        functions = _methods(type(fn), skip=_NOT_CALLED_THERE)
     out: list[str] = []
     for f in functions:
         code = f.__code__
@@ -117,6 +112,12 @@ def written_attributes(fn: Any) -> list[str]:
                 if attribute and attribute not in out:
                     out.append(attribute)
     return out
+
+
+def _methods(cls: type, skip: frozenset = frozenset()) -> list:
+    """The functions of `cls` and its bases, PySpark's own and builtins' aside (and those named in `skip`)."""
+    return [f for c in cls.__mro__ if c.__module__ != "builtins" and not c.__module__.startswith("pyspark")
+            for name, f in vars(c).items() if isinstance(f, types.FunctionType) and name not in skip]
 
 
 def _attribute_after(instructions: list, at: int) -> str | None:

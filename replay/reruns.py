@@ -12,7 +12,7 @@ inputs; a generator's end state is empty, so only its outputs tell.
 from __future__ import annotations
 
 from ..core.errors import TTError
-from ..core.output_digest import OutputDigest, why_again
+from ..core.output_digest import OutputDigest, read, why_again
 from ..core.runtime import OperatorFailure
 from ..store.reader import RunReader
 from .engine import Engine
@@ -23,8 +23,7 @@ Key = tuple[int, int]
 
 def _comparable(rerun: dict) -> bool:
     """A later run whose digest this tt reads ("count:every:xxh3-128")."""
-    parts = (rerun["outputs"] or "").split(":")
-    return len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() and len(parts[2]) == 32
+    return read(rerun["outputs"]) is not None
 
 
 def watch(reader: RunReader, engine: Engine) -> dict[Key, tuple[object, OutputDigest]]:
@@ -76,7 +75,7 @@ def verify_reruns(reader: RunReader, *, trust: bool = False, digested: dict[Key,
             continue   # (once per operator: its first instance that differs says it)
         named.add(r["op"])
         name = reader.operators[r["op"]].name
-        recorded, later = digests[key].count, int(r["outputs"].split(":", 1)[0])
+        recorded, later = digests[key].count, read(r["outputs"])[0]
         counts = (f"{later:,} outputs where the recorded run made {recorded:,}" if later != recorded
                   else f"as many outputs ({later:,}), not all the same")
         differ.append({"op": name, "instance": r["instance"],
