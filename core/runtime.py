@@ -676,6 +676,7 @@ class ReplayRunner(Runner):
     """An instance in the local replay: serves logged results, checks output counts."""
 
     reads_logged = replays = True
+    task_context: dict | None = None   # what the recorded attempt's TaskContext told (core/task_context.py)
 
     def __init__(self, name, instance, op, node_id, results: "ResultSource"):
         super().__init__(name, instance, op, node_id)

@@ -372,12 +372,15 @@ class Coordinator:
                         self.listeners[attempt] = conn
                         self.last_report[attempt] = time.monotonic()
                 if conn.mode != "off":
+                    context = hello.get("context")   # (what a replayed step's TaskContext.get() gives: core/task_context.py)
                     self.writer.submit([(
                         "INSERT INTO attempts (id, stage, partition, number, spark_attempt, status, started, host)"
                         " VALUES (?,?,?,?,?,?,?,?)",
                         [(attempt, stage, part, hello.get("number", 0), hello.get("spark_attempt"),
                           "running" if conn.mode == "record" else "shadow", time.time(),
-                          hello.get("host"))])])
+                          hello.get("host"))])] + ([(
+                        "INSERT INTO task_contexts (attempt, context) VALUES (?,?)",
+                        [(attempt, orjson.dumps(context).decode())])] if isinstance(context, dict) else []))
             wire.send(sock, welcome)
         if later is not None:
             self._warn_once(f"{self.graph.hooked_node(stage).name} ran several of its input partitions in one Spark "

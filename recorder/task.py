@@ -26,7 +26,7 @@ from time import monotonic, perf_counter   # (bound at import: through the modul
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from ..core import files_read, libraries, local_time, outside_effects, values
+from ..core import files_read, libraries, local_time, outside_effects, task_context, values
 from ..core.errors import first_line
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder, whole
@@ -209,10 +209,14 @@ def _hello(graph: Graph, stage_id: int, partition: int, recording: Recording, at
     order of a set of strings, which a job's code may iterate over, follows it; `timezone`: the
     local time zone it runs in, which replay runs in too, and `timezone_facts`, what a replay
     checks it tells local time in it as here by (core/local_time.py); `libraries`: the
-    packages its worker has loaded, with their versions (core/libraries.py)."""
+    packages its worker has loaded, with their versions (core/libraries.py); `context`: its
+    TaskContext, which a replayed step gets from `TaskContext.get()` (core/task_context.py)."""
+    from pyspark import TaskContext
+
     return {"run": recording.run_id, "stage": graph.stages[stage_id].id, "partition": partition,
             "host": f"{socket.gethostname()}:{os.getpid()}", "hash_seed": os.environ.get("PYTHONHASHSEED"),
-            "timezone": _ZONE, "timezone_facts": _ZONE_FACTS, "libraries": libraries.loaded(), **attempt}
+            "timezone": _ZONE, "timezone_facts": _ZONE_FACTS, "libraries": libraries.loaded(),
+            "context": task_context.facts(TaskContext.get()), **attempt}
 
 
 _ZONE, _ZONE_FACTS = local_time.zone(), local_time.facts()   # (once a worker: they read a link and a file)

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 import cloudpickle
 import orjson
 
-from ..core import code_pickle, kept_inputs, local_time, values
+from ..core import code_pickle, kept_inputs, local_time, task_context, values
 from ..core.errors import ReplayDivergence, RunFileError, TTError
 from ..core.graph import Graph
 from ..core.hooked import HookedOperator
@@ -144,6 +144,8 @@ class Instance:
         self.failure: dict | None = engine.failures.get(self.key)
         fp = self.failure["position"] if self.failure else None
         self.failed_at: int | None = fp if fp is not None and fp < self.total else None
+        attempt = reader.attempt_of(node.id, i)
+        self.task_context = reader.task_context(attempt[0]) if attempt is not None else None
         self.reset()
 
     @property
@@ -164,6 +166,7 @@ class Instance:
                                                          self.engine.job_folder)
         self.runner = ReplayRunner(self.node.name, self.i, op, self.node.id,
                                    ResultSource(self.results, self.engine.file_contents))
+        self.runner.task_context = self.task_context
         counts = self.counts
         self.runner.expected_counts = lambda pos: counts[pos] if pos < len(counts) else None
         self.queues: dict[tuple[int, int], collections.deque] = collections.defaultdict(collections.deque)
@@ -429,6 +432,7 @@ class Engine:
         require_trust(reader.path, reader.run.get("signature"), reader.signed_code(), trust)
         reader.vouch(trust)  # recorded tuples, log_result values and checkpoints: see RunReader.open_blob
         recorded_modules.serve(reader.job_modules())   # the job's modules import as they ran
+        task_context.install()   # a step's TaskContext.get() gives its recorded attempt's
         # and tell local time as the workers did (`zone_note`: where this machine cannot)
         self.zone_note = local_time.use(reader.timezone, reader.timezone_facts).note
         values.use_encoding(reader.state_encoding)   # its states encode as it stored them

@@ -212,6 +212,15 @@ class RunReader:
         return [{"attempt": a, "op": op, "instance": i, "another_action": bool(another), "position": pos,
                  "outputs": outputs} for a, op, i, another, pos, outputs in rows]
 
+    def task_context(self, attempt: int) -> dict | None:
+        """What the attempt's `TaskContext` told (core/task_context.py); None in a run file from
+        before tt kept it."""
+        try:
+            row = self.conn.execute("SELECT context FROM task_contexts WHERE attempt=?", (attempt,)).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return orjson.loads(row[0]) if row and row[0] else None
+
     @property
     def status(self) -> str:
         """complete | failed | interrupted | recording (still being written) | incomplete (recorder died)."""

@@ -129,6 +129,10 @@ CREATE TABLE IF NOT EXISTS reruns (   -- committed tasks Spark ran again, run in
     outputs TEXT,                  -- core/output_digest.py: what it emitted, in order
     PRIMARY KEY (attempt, op)
 );
+CREATE TABLE IF NOT EXISTS task_contexts (   -- what each attempt's TaskContext told (core/task_context.py)
+    attempt INTEGER PRIMARY KEY,
+    context TEXT                   -- JSON, in the shape of PySpark's TaskContext.from_json
+);
 """ + _SOURCES + """
 CREATE INDEX IF NOT EXISTS log_chunks_by_instance ON log_chunks (op, instance, kind, attempt, start);
 CREATE INDEX IF NOT EXISTS entry_chunks_by_channel ON entry_chunks (op, instance, port, src, attempt, start);

@@ -1,0 +1,46 @@
+"""A plain PySpark job, without tt, whose functions ask the running task who it is.
+
+- `tagged` (RDD `mapPartitions`): a running total per partition, each row tagged with
+  `TaskContext.get()`'s partition id, stage id, attempt number, CPUs and a local property the
+  driver set (`tt.test.tag`);
+- `numbered` (`mapInPandas`): adds the partition id as a column.
+
+A replay of either used to find no TaskContext (`get()` gave None) and raised where the
+recording did not. Usage: python hooked_task_context.py OUT.json
+"""
+
+import json
+import sys
+
+import pandas as pd
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+
+
+def tagged(rows):
+    tc = TaskContext.get()
+    tag = (tc.partitionId(), tc.stageId(), tc.attemptNumber(), tc.cpus(), tc.getLocalProperty("tt.test.tag"))
+    total = 0
+    for x in rows:
+        total += x
+        yield [x, total, *tag]
+
+
+def numbered(frames):
+    for frame in frames:
+        yield frame.assign(part=TaskContext.get().partitionId())
+
+
+def main(out: str) -> None:
+    spark = SparkSession.builder.master("local[2]").appName("hooked-task-context").getOrCreate()
+    sc = spark.sparkContext
+    sc.setLocalProperty("tt.test.tag", "blue")
+    rows = sc.parallelize(range(40), 2).mapPartitions(tagged).collect()
+    sc.setLocalProperty("tt.test.tag", None)
+    frame = spark.range(0, 30, numPartitions=3).mapInPandas(numbered, "id long, part int").collect()
+    with open(out, "w") as f:
+        json.dump({"rows": rows, "frame": sorted([list(r) for r in frame])}, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
