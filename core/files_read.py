@@ -76,13 +76,7 @@ def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Call
     def open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True, opener=None):
         runner = CONTEXT.runner
         if type(mode) is str and not _WRITES.isdisjoint(mode):   # a write: said, not logged (core/outside_effects.py)
-            if (runner is not None and runner.reads_logged and isinstance(file, (str, bytes, os.PathLike))
-                    and (runner.replays or runner.write_note is None) and users_step()):
-                path = os.path.abspath(os.fsdecode(file))   # (not `absolute`: it logs)
-                if runner.replays:   # a scratch copy, not the job's file
-                    file = outside_effects.scratch(path, mode)
-                else:
-                    outside_effects.note_write(runner, path)
+            file = outside_effects.written(file, mode, users_step)   # (in a replay, a scratch copy)
             return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
         if (runner is None or not runner.reads_logged or opener is not None or not closefd or type(mode) is not str
                 or not isinstance(file, (str, bytes, os.PathLike)) or not users_step(since=since)):

@@ -24,17 +24,24 @@ recording's). A connection or a write made by PySpark, by tt itself, or by a lib
 step is not the function's (`nondeterministic.users_step`) and passes unnoted; a replay's pass
 unnoted too.
 
+`os.open` with a flag that writes (`O_WRONLY`, `O_RDWR`, `O_CREAT`, `O_TRUNC`, `O_APPEND`) and
+pyarrow's `ParquetWriter` on a local path (`pyarrow.parquet.write_table`: its C++ code opens the
+file itself) are noted and redirected the same way (`install`, `install_pyarrow`): a replay that
+stopped part way through a writer's steps left the job's file cut short.
+
 Not covered: datagrams sent without `connect` (`sendto`), connections made by C code, and files
-written by C code (pyarrow's writers: `DataFrame.to_parquet`) or through `os.open`, which a replay
-writes again where they are.
+written by other C code (pyarrow's CSV, Feather and dataset writers), which a replay writes again
+where they are.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import socket
+import sys
 import tempfile
 from typing import Any, Callable
 
@@ -44,14 +51,61 @@ _installed = False
 
 
 def install(users_step: Callable[..., bool]) -> None:
-    """Patch `socket.socket.connect` and `connect_ex` (`nondeterministic.install`, under its
-    lock, once per process)."""
+    """Patch `socket.socket.connect` and `connect_ex`, and `os.open` (`nondeterministic.install`,
+    under its lock, once per process)."""
     global _installed
     if _installed:
         return
     _installed = True
     for name in ("connect", "connect_ex"):
         setattr(socket.socket, name, _noting(getattr(socket.socket, name), users_step))
+    os.open = _os_open(os.open, users_step)
+
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _os_open(original: Callable, users_step: Callable[..., bool]) -> Callable:
+    @functools.wraps(original)
+    def open(path, flags, mode=0o777, *, dir_fd=None):
+        if flags & _WRITE_FLAGS and dir_fd is None:
+            # (as `open(path, "x")`, "r+" or "w" would: `scratch` starts a copy from the file where it reads too)
+            path = written(path, "x" if flags & os.O_EXCL else "+" if flags & os.O_RDWR and not flags & os.O_TRUNC
+                            else "w", users_step)
+        return original(path, flags, mode, dir_fd=dir_fd)
+    return open
+
+
+def written(path: Any, mode: str, users_step: Callable[..., bool], depth: int = 3) -> Any:
+    """Where a write to `path` by a step goes: the path itself while recording (the first noted:
+    `note_write`), its scratch copy in a replay; the path as given where no step writes. The
+    patched `open`, `os.open` and `ParquetWriter` call it (`depth`: the frame of their caller)."""
+    runner = CONTEXT.runner
+    if (runner is None or not runner.reads_logged or not isinstance(path, (str, bytes, os.PathLike))
+            or not (runner.replays or runner.write_note is None) or not users_step(depth=depth)):
+        return path
+    absolute = os.path.abspath(os.fsdecode(path))   # (`file_info.absolute` logs)
+    if runner.replays:
+        return scratch(absolute, mode)
+    note_write(runner, absolute)
+    return path
+
+
+def install_pyarrow(users_step: Callable[..., bool]) -> None:
+    """Patch pyarrow's `ParquetWriter` once its module is loaded (`nondeterministic.prepare`):
+    given a local path and no filesystem, its C++ code opens the file, past `open`."""
+    writer = getattr(sys.modules.get("pyarrow.parquet.core"), "ParquetWriter", None)
+    if writer is None or getattr(writer.__init__, "_tt_writes", False):
+        return
+    original = writer.__init__
+
+    @functools.wraps(original)
+    def __init__(self, where, schema, filesystem=None, *args, **kwargs):
+        if filesystem is None and isinstance(where, (str, os.PathLike)) and "://" not in os.fspath(where):
+            where = written(where, "w", users_step)
+        original(self, where, schema, filesystem, *args, **kwargs)
+    __init__._tt_writes = True
+    writer.__init__ = __init__
 
 
 def _noting(original: Callable, users_step: Callable[..., bool]) -> Callable:
@@ -116,4 +170,4 @@ def take(runners: list) -> list[str]:
     return notes
 
 
-__all__ = ["install", "note_write", "scratch", "take"]
+__all__ = ["install", "install_pyarrow", "note_write", "scratch", "take", "written"]

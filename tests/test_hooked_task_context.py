@@ -6,6 +6,10 @@ Spark sets the context in its Python worker only. A replay runs the step where t
 context, the run keeps it per attempt, and a replayed step gets that attempt's
 (core/task_context.py). The oracle is what the job's own `collect()` returned, TaskContext
 values and all, against what the replay emits.
+
+Its sink writes through `os.open` and pyarrow's `write_table`, past the patched `open`: a replay
+wrote the job's files again, and one stopped part way through a writer's steps left them cut
+short. Now both go to the replay's scratch copy, as `open` does (core/outside_effects.py).
 """
 
 from __future__ import annotations
@@ -52,6 +56,28 @@ def test_a_replayed_step_gets_its_recorded_tasks_context(spark, tmp_path, capsys
     assert "verified" in said and "diverges" not in said
 
 
+def test_a_replay_writes_a_scratch_copy_of_what_os_open_and_pyarrow_wrote(spark, tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    run, on, _ = record_on_and_off(JOB, tmp_path)
+    parts = tmp_path / "on.json.parts"
+    written = {p.name: p for p in parts.iterdir()}
+    assert sorted(written) == ["arrow-0.parquet", "arrow-1.parquet", "raw-0.txt", "raw-1.txt"]
+    assert sorted(int(written[f"raw-{i}.txt"].read_text()) for i in (0, 1)) == [10, 35]   # sum(0..4), sum(5..9)
+    assert sorted(pq.read_table(written[f"arrow-{i}.parquet"])["total"][0].as_py() for i in (0, 1)) == [10, 35]
+    reader = RunReader(run)
+    try:
+        said = " ".join(reader.warnings())
+    finally:
+        reader.close()
+    assert "sink: a step wrote " in said and "writes a scratch copy of it instead" in said
+    for p in written.values():
+        p.write_bytes(b"the job's file, as it is now")
+    code = main(["verify", str(run)])
+    assert code == 0, capsys.readouterr().out
+    assert {p.read_bytes() for p in written.values()} == {b"the job's file, as it is now"}
+
+
 def test_outside_a_replayed_step_the_context_is_pysparks(spark, tmp_path):
     """The patched `get()` answers as PySpark's outside a replayed step: None on the driver.
     The run keeps each task attempt's context."""
@@ -64,7 +90,7 @@ def test_outside_a_replayed_step_the_context_is_pysparks(spark, tmp_path):
         assert TaskContext.get() is None
         kept = [reader.task_context(a) for a, in reader.conn.execute("SELECT id FROM attempts ORDER BY id")]
         assert sorted((c["partitionId"], c["localProperties"].get("tt.test.tag", "-")) for c in kept) == [
-            (0, "-"), (0, "blue"), (1, "-"), (1, "blue"), (2, "-")]
+            (0, "-"), (0, "-"), (0, "blue"), (1, "-"), (1, "-"), (1, "blue"), (2, "-")]
     finally:
         reader.close()
 

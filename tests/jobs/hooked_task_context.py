@@ -3,18 +3,25 @@
 - `tagged` (RDD `mapPartitions`): a running total per partition, each row tagged with
   `TaskContext.get()`'s partition id, stage id, attempt number, CPUs and a local property the
   driver set (`tt.test.tag`);
-- `numbered` (`mapInPandas`): adds the partition id as a column.
+- `numbered` (`mapInPandas`): adds the partition id as a column;
+- `sink` (`foreachPartition`): writes its partition's sum into OUT.json.parts/ twice, named by
+  the partition id: with `os.open` and with pyarrow's `parquet.write_table`, whose C++ code opens
+  the file itself.
 
-A replay of either used to find no TaskContext (`get()` gave None) and raised where the
+A replay of any of them used to find no TaskContext (`get()` gave None) and raised where the
 recording did not. Usage: python hooked_task_context.py OUT.json
 """
 
 import json
+import os
 import sys
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
+
+PARTS = None   # the sink's folder, named in main
 
 
 def tagged(rows):
@@ -31,13 +38,26 @@ def numbered(frames):
         yield frame.assign(part=TaskContext.get().partitionId())
 
 
+def sink(rows):
+    part = TaskContext.get().partitionId()
+    total = sum(rows)
+    fd = os.open(os.path.join(PARTS, f"raw-{part}.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.write(fd, f"{total}\n".encode())
+    os.close(fd)
+    pq.write_table(pa.table({"total": [total]}), os.path.join(PARTS, f"arrow-{part}.parquet"))
+
+
 def main(out: str) -> None:
+    global PARTS
+    PARTS = out + ".parts"
+    os.makedirs(PARTS, exist_ok=True)
     spark = SparkSession.builder.master("local[2]").appName("hooked-task-context").getOrCreate()
     sc = spark.sparkContext
     sc.setLocalProperty("tt.test.tag", "blue")
     rows = sc.parallelize(range(40), 2).mapPartitions(tagged).collect()
     sc.setLocalProperty("tt.test.tag", None)
     frame = spark.range(0, 30, numPartitions=3).mapInPandas(numbered, "id long, part int").collect()
+    sc.parallelize(range(10), 2).foreachPartition(sink)
     with open(out, "w") as f:
         json.dump({"rows": rows, "frame": sorted([list(r) for r in frame])}, f)
 
