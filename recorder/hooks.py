@@ -16,6 +16,7 @@ PySpark itself pass through untouched, and nothing is patched unless `tt record`
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import sys
 from pathlib import Path
@@ -137,7 +138,9 @@ def install(session: Any) -> Callable[[], None]:
                 if site is None or not callable(f):
                     return original(self, f)
                 rdd = self.rdd if isinstance(self, DataFrame) else self
-                with_index(rdd, session.hook(f, kind, site, rdd.context, upstream_of(self))).count()
+                caller = sys._getframe(1)
+                with _call_site(rdd.context, f"{original.__name__} at {caller.f_code.co_filename}:{caller.f_lineno}"):
+                    with_index(rdd, session.hook(f, kind, site, rdd.context, upstream_of(self))).count()
             return patched
         return make
 
@@ -308,6 +311,21 @@ def _eval_type_name(eval_type: int) -> str:
     from pyspark.util import PythonEvalType
 
     return next((n for n, v in vars(PythonEvalType).items() if v == eval_type), "")
+
+
+def _call_site(sc: Any, site: str) -> Any:
+    """The Spark job a hook runs for the user's call named as PySpark names it (`foreachPartition
+    at job.py:23`, in the Spark UI and the tasks' `callSite.short`), not by tt's line that runs it:
+    PySpark names a job by the first frame outside its own files. An outer `SCCallSiteSync` holds
+    the name; the action's own, inside it, leaves it."""
+    try:
+        from pyspark.traceback_utils import SCCallSiteSync
+
+        sync = SCCallSiteSync(sc)
+        sync._call_site = site
+        return sync
+    except (ImportError, AttributeError):   # (another PySpark: its own name, tt's line)
+        return contextlib.nullcontext()
 
 
 def _user_site() -> str | None:

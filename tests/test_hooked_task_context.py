@@ -25,6 +25,10 @@ from tt.store.reader import RunReader
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_task_context.py"
 
 
+def _line_of(text: str) -> int:
+    return next(n for n, line in enumerate(JOB.read_text().splitlines(), 1) if text in line)
+
+
 def _replayed(run: Path) -> dict[str, list]:
     """What each operator's replay emits, instance after instance."""
     reader = RunReader(run)
@@ -91,6 +95,10 @@ def test_outside_a_replayed_step_the_context_is_pysparks(spark, tmp_path):
         kept = [reader.task_context(a) for a, in reader.conn.execute("SELECT id FROM attempts ORDER BY id")]
         assert sorted((c["partitionId"], c["localProperties"].get("tt.test.tag", "-")) for c in kept) == [
             (0, "-"), (0, "-"), (0, "blue"), (1, "-"), (1, "-"), (1, "blue"), (2, "-")]
+        # the sink's Spark job is named by the job's call, as PySpark names it, not by tt's hook
+        sites = {c["localProperties"].get("callSite.short") for c in kept}
+        assert f"foreachPartition at {JOB}:{_line_of('.foreachPartition(sink)')}" in sites, sites
+        assert not [s for s in sites if s and "hooks.py" in s], sites
     finally:
         reader.close()
 
