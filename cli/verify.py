@@ -92,6 +92,14 @@ def verify(
                                               else "every interaction was complete)"))
             via = f"; again from the checkpoints for {via_checkpoints}" if via_checkpoints else ""
             text = f"{run}: {done}{via} — every replayed state equals the recorded one{note}"
+            compared = [r for r in results if r["ok"] and not r.get("checkpoint") and "empty" in r]
+            empty = sorted(set.intersection(*(set(r["empty"]) for r in compared))) if compared else []
+            if empty:   # "equals" compared nothing of theirs: say so (what they emitted: by count only)
+                data["empty_states"] = empty
+                text += (f"\n{run}: {', '.join(empty)}: {'its' if len(empty) == 1 else 'their'} recorded state was "
+                         f"empty at every interaction (a generator that had ended, or a function keeping nothing "
+                         f"between its steps), so for {'it' if len(empty) == 1 else 'them'} verify compared only how "
+                         f"many outputs each input gave; record with --every or --when for states mid-run")
             by_rows = sorted({op for r in results for op in r.get("rows_only", ())})
             if by_rows:   # what "equals" meant for their stored rows (core/kept_inputs.py `ROWS`)
                 text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "

@@ -78,7 +78,8 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
             raise RunFileError(f"the run file is damaged: replaying to interaction {interaction.k} failed to "
                                f"decode its recorded data ({type(e).__name__}: {detail})") from e
         by_rows: set[Key] = set()
-        bad = differing_state(reader, engine, interaction.k, snap, by_rows)
+        held: set[int] = set()   # the operators an instance of which held a state here
+        bad = differing_state(reader, engine, interaction.k, snap, by_rows, held)
         if bad:
             key = (reader.operator(bad["op"]).id, bad["instance"])
             since = digested.get(key) if key in by_rows_since else prev_k
@@ -87,7 +88,10 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
             bad.update(found)
             results.append(bad)
             break
-        result = {"k": interaction.k, "ok": True, "instances": len(snap)}
+        result = {"k": interaction.k, "ok": True, "instances": len(snap),
+                  # (compared, but empty in every instance: a generator that ended, a function keeping nothing)
+                  "empty": sorted({reader.operators[op].name for (op, _), at in snap.items()
+                                   if at.state is not None and op not in held})}
         if by_rows:
             result["rows_only"] = sorted({reader.operators[op].name for op, _ in by_rows})
         results.append(result)
@@ -108,16 +112,19 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
 
 
 def differing_state(reader: RunReader, engine: Engine, k: int, snap: dict | None = None,
-                    by_rows: set | None = None) -> dict | None:
+                    by_rows: set | None = None, held: set | None = None) -> dict | None:
     """Where the replayed states at interaction k (the engine stands there) first differ from
     the recorded ones: the instance, its field, both values and a line that says it; None where
     every instance's state equals its recorded one. `tt verify` checks every interaction so, and
     the debug session the one it jumps to. `by_rows` gets the instances whose recorded state
-    holds stored rows by their keys and rows alone (core/kept_inputs.py `ROWS`)."""
+    holds stored rows by their keys and rows alone (core/kept_inputs.py `ROWS`); `held`, the
+    operators whose recorded state is not empty in some instance."""
     for key, at in (snap if snap is not None else reader.instances_at(k)).items():
         if at.state is None:
             continue
         recorded = stored_state(reader, key, at.state, k)
+        if held is not None and recorded:
+            held.add(key[0])
         if by_rows is not None and kept_inputs.rows_only(recorded):
             by_rows.add(key)
         replayed = engine.instances[key].state(like=recorded)

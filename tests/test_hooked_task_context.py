@@ -58,6 +58,10 @@ def test_a_replayed_step_gets_its_recorded_tasks_context(spark, tmp_path, capsys
     said = capsys.readouterr().out
     assert code == 0, said
     assert "verified" in said and "diverges" not in said
+    # their generators had ended at every interaction: "equals" compared empty states, and says so
+    empty = next(line for line in said.splitlines() if "recorded state was empty at every interaction" in line)
+    assert empty.split(": ")[1] == "numbered, sink, tagged", empty
+    assert "verify compared only how many outputs each input gave" in empty
 
 
 def test_a_replay_writes_a_scratch_copy_of_what_os_open_and_pyarrow_wrote(spark, tmp_path, capsys):
