@@ -30,11 +30,14 @@ gave its executors (`SparkContext.addFile`) is found in replay too: `SparkFiles.
 the executor's root directory, logged (`install_spark_files`).
 
 What a step asks of a path without opening it, a stat result or a folder's listing, is logged
-too (core/file_info.py).
+too (core/file_info.py). pyarrow's Parquet readers (`pyarrow.parquet.read_table`, `ParquetFile`)
+open a local file in C++; a step's call is handed the file opened through the same log
+(`install_pyarrow_reads`).
 
 Not covered: files opened for writing or updating (the first a step writes is said, and a
 replay writes a scratch copy: core/outside_effects.py), by descriptor or with an `opener`, anything under /proc, /sys and
-/dev, and files read by C code (pyarrow's readers).
+/dev, and files read by other C code (pyarrow's CSV, Feather and dataset readers, a folder
+`read_table` reads as a dataset).
 """
 
 from __future__ import annotations
@@ -78,21 +81,73 @@ def install(users_step: Callable[..., bool], since: int) -> tuple[Callable, Call
         if type(mode) is str and not _WRITES.isdisjoint(mode):   # a write: said, not logged (core/outside_effects.py)
             file = outside_effects.written(file, mode, users_step)   # (in a replay, a scratch copy)
             return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        if (runner is None or not runner.reads_logged or opener is not None or not closefd or type(mode) is not str
-                or not isinstance(file, (str, bytes, os.PathLike)) or not users_step(since=since)):
-            return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        path = absolute(runner, file)
-        if path.startswith(SYSTEM):
-            return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        if "b" not in mode and encoding is None:
-            encoding = runner.read_environ(ENCODING, lambda _: locale.getpreferredencoding(False))
-        read = runner.read_environ(f"open({path})", _recorded if not runner.replays else _contents)
-        if not runner.replays or read is None:
-            return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        return _served(runner, path, read, mode, encoding, errors, newline, original)
+        return _opened(file, mode, buffering, encoding, errors, newline, closefd, opener, 3)
 
+    _step.update(original=original, users_step=users_step, since=since)
     builtins.open = io.open = open
     return original, open
+
+
+_step: dict[str, Any] = {}   # what `install` was given, for the readers that open through it (pyarrow's)
+
+
+def _opened(file: Any, mode: Any, buffering: int, encoding: Any, errors: Any, newline: Any, closefd: bool,
+            opener: Any, depth: int) -> Any:
+    """A read by the patched `open`: through the runner where the call `depth` frames up is a
+    step's (the log's record of the file, or in replay the file the recording read)."""
+    original, runner = _step["original"], CONTEXT.runner
+    if (runner is None or not runner.reads_logged or opener is not None or not closefd or type(mode) is not str
+            or not isinstance(file, (str, bytes, os.PathLike)) or not _step["users_step"](depth, _step["since"])):
+        return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
+    path = absolute(runner, file)
+    if path.startswith(SYSTEM):
+        return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
+    if "b" not in mode and encoding is None:
+        encoding = runner.read_environ(ENCODING, lambda _: locale.getpreferredencoding(False))
+    read = runner.read_environ(f"open({path})", _recorded if not runner.replays else _contents)
+    if not runner.replays or read is None:
+        return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
+    return _served(runner, path, read, mode, encoding, errors, newline, original)
+
+
+def install_pyarrow_reads() -> None:
+    """Patch pyarrow's Parquet readers once the module is loaded (`nondeterministic.prepare`):
+    given a local file's path, `read_table` and `ParquetFile` read it in C++, past `open`, so a
+    replay read the file as it is now. A step's call now opens the file through `open`'s log and
+    hands pyarrow the file object: the recording logs it, a replay serves what it read."""
+    pq = sys.modules.get("pyarrow.parquet.core")
+    if pq is None or "pyarrow.parquet.read_table" in _original or "original" not in _step:
+        return
+    original = _original["pyarrow.parquet.read_table"] = pq.read_table
+
+    @functools.wraps(original)
+    def read_table(source, *args, **kwargs):
+        file = _step_file(source, kwargs)
+        if file is None:
+            return original(source, *args, **kwargs)
+        with file:
+            return original(file, *args, **kwargs)
+    for module in (pq, sys.modules.get("pyarrow.parquet")):
+        if getattr(module, "read_table", None) is original:
+            module.read_table = read_table
+    parquet_file = pq.ParquetFile.__init__
+
+    @functools.wraps(parquet_file)
+    def __init__(self, source, *args, **kwargs):
+        file = _step_file(source, kwargs)
+        parquet_file(self, source if file is None else file, *args, **kwargs)
+    pq.ParquetFile.__init__ = __init__
+
+
+def _step_file(source: Any, kwargs: dict) -> Any:
+    """`source` opened through `open`'s log where a step reads a local file by its path (the
+    caller of the patched reader); None where pyarrow reads it as given."""
+    runner = CONTEXT.runner
+    if (runner is None or not runner.reads_logged or kwargs.get("filesystem") is not None
+            or not isinstance(source, (str, os.PathLike)) or "://" in os.fspath(source)
+            or not _step["users_step"](3, _step["since"]) or os.path.isdir(source)):
+        return None
+    return _opened(source, "rb", -1, None, None, None, True, None, 4)
 
 
 SPARK_FILES_ROOT = "pyspark.SparkFiles.getRootDirectory()"   # the process fact `SparkFiles.get` joins to

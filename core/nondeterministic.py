@@ -531,6 +531,7 @@ def prepare(user_code: Any) -> None:
     _install_pandas()
     files_read.install_spark_files(users_step, _FILES)
     outside_effects.install_pyarrow(users_step)
+    files_read.install_pyarrow_reads()
     swaps = {id(_dt.datetime): LoggedDatetime, id(_dt.date): LoggedDate, id(_dt): _DATETIME, **_WRAPPERS}
     done = _loaded_namespaces()   # (and the globals already seen)
     for fn in _functions(user_code, set()):

@@ -1,0 +1,52 @@
+"""A hooked function that reads a file with pyarrow's Parquet readers (tests/jobs/hooked_lookup.py).
+
+`pyarrow.parquet.read_table` and `ParquetFile` open a local file in C++, past the patched
+`open()` that logs what a step reads (core/files_read.py): a replay read the file as it was
+then, and after the lookup table changed it emitted other rows, while `tt verify` said
+"verified" (a generator's state is empty once it ended). Now a step's call opens the file
+through `open`'s log and hands pyarrow the file object. The oracle is what the job's own
+`collect()` returned, against what the replay emits with the file rewritten since.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from plain_jobs import record_on_and_off
+
+from tt.cli.main import main
+from tt.replay.engine import Engine
+from tt.store.reader import RunReader
+
+JOB = Path(__file__).resolve().parent / "jobs" / "hooked_lookup.py"
+
+
+def _replayed(run: Path) -> list:
+    reader = RunReader(run)
+    try:
+        engine = Engine(reader)
+        out: dict[int, list] = {}
+        for (op, i), inst in sorted(engine.instances.items()):
+            inst.runner.targets.append(out.setdefault(i, []).append)
+        engine.advance_to({key: inst.total for key, inst in engine.instances.items()}, pull=True)
+        return [list(row) for i in sorted(out) for row in out[i]]
+    finally:
+        reader.close()
+
+
+def test_a_replay_reads_the_lookup_as_the_recording_did(spark, tmp_path, capsys):
+    lookup = tmp_path / "lookup.parquet"
+    run, on, off = record_on_and_off(JOB, tmp_path, [str(lookup)])
+    assert on == off
+    assert on[-1] == [19, sum(x * (1.0, 2.0, 3.0)[x % 3] + (0.5, 0.25, 0.125)[x % 3] for x in range(10, 20))]
+    reader = RunReader(run)
+    try:   # the lookup's bytes, kept once (both readers read the same file)
+        assert reader.conn.execute("SELECT size FROM file_contents").fetchall() == [(lookup.stat().st_size,)]
+    finally:
+        reader.close()
+    pq.write_table(pa.table({"k": [0, 1, 2], "rate": [10.0, 20.0, 30.0], "bonus": [5.0, 2.5, 1.25]}), lookup)
+    assert _replayed(run) == on   # the rows the job collected, from the file as it was
+    code = main(["verify", str(run)])
+    assert code == 0, capsys.readouterr().out
