@@ -123,3 +123,21 @@ def verified(run: Path, capsys) -> None:
     capsys.readouterr()
     assert main(["verify", str(run)]) == 0
     assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+
+
+def replayed_outputs(run: Path) -> list:
+    """What the replay of the recorded run emits, instance after instance (partition order),
+    each row as a list: the oracle a job's own `collect()` is compared with."""
+    from tt.replay.engine import Engine
+    from tt.store.reader import RunReader
+
+    reader = RunReader(run)
+    try:
+        engine = Engine(reader)
+        out: dict[int, list] = {}
+        for (op, i), inst in sorted(engine.instances.items()):
+            inst.runner.targets.append(out.setdefault(i, []).append)
+        engine.advance_to({key: inst.total for key, inst in engine.instances.items()}, pull=True)
+        return [list(row) for i in sorted(out) for row in out[i]]
+    finally:
+        reader.close()

@@ -14,26 +14,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from plain_jobs import record_on_and_off
+from plain_jobs import record_on_and_off, replayed_outputs
 
 from tt.cli.main import main
-from tt.replay.engine import Engine
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_lookup.py"
-
-
-def _replayed(run: Path) -> list:
-    reader = RunReader(run)
-    try:
-        engine = Engine(reader)
-        out: dict[int, list] = {}
-        for (op, i), inst in sorted(engine.instances.items()):
-            inst.runner.targets.append(out.setdefault(i, []).append)
-        engine.advance_to({key: inst.total for key, inst in engine.instances.items()}, pull=True)
-        return [list(row) for i in sorted(out) for row in out[i]]
-    finally:
-        reader.close()
 
 
 def test_a_replay_reads_the_lookup_as_the_recording_did(spark, tmp_path, capsys):
@@ -47,6 +33,6 @@ def test_a_replay_reads_the_lookup_as_the_recording_did(spark, tmp_path, capsys)
     finally:
         reader.close()
     pq.write_table(pa.table({"k": [0, 1, 2], "rate": [10.0, 20.0, 30.0], "bonus": [5.0, 2.5, 1.25]}), lookup)
-    assert _replayed(run) == on   # the rows the job collected, from the file as it was
+    assert replayed_outputs(run) == on   # the rows the job collected, from the file as it was
     code = main(["verify", str(run)])
     assert code == 0, capsys.readouterr().out

@@ -17,11 +17,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from plain_jobs import record_on_and_off
+from plain_jobs import record_on_and_off, replayed_outputs
 
 from tt.cli.main import main
 from tt.recorder.job import record_job
-from tt.replay.engine import Engine
 from tt.store.reader import RunReader
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_rerun.py"
@@ -41,20 +40,6 @@ def _record(mode: str, where: Path, status: str = "complete") -> tuple[Path, lis
             json.loads(out.read_text()) if out.exists() else None)
 
 
-def _replayed_outputs(run: Path) -> list:
-    """What the replay of the recorded run emits, instance after instance (partition order)."""
-    reader = RunReader(run)
-    try:
-        engine = Engine(reader)
-        out: dict[int, list] = {}
-        for (op, i), inst in sorted(engine.instances.items()):
-            inst.runner.targets.append(out.setdefault(i, []).append)
-        engine.advance_to({key: inst.total for key, inst in engine.instances.items()}, pull=True)
-        return [list(row) for i in sorted(out) for row in out[i]]
-    finally:
-        reader.close()
-
-
 def _verify(run: Path, capsys) -> tuple[int, str]:
     code = main(["verify", str(run)])
     return code, capsys.readouterr().out
@@ -64,7 +49,7 @@ def test_a_rerun_that_does_what_the_recorded_run_did_says_nothing(spark, tmp_pat
     run, on, off = record_on_and_off(JOB, tmp_path, ["same", str(tmp_path / "in")])
     assert on == off
     # the oracle, read from no log of tt's: what collect() returned is what the replay emits
-    assert _replayed_outputs(run) == on["rows"]
+    assert replayed_outputs(run) == on["rows"]
     reader = RunReader(run)
     try:
         assert not [w for w in reader.warnings() if "ran again" in w]
@@ -95,7 +80,7 @@ def test_a_rerun_over_a_rewritten_file_is_said(spark, tmp_path, capsys):
     assert said.startswith("running:") and ENDED_ELSEWHERE in said and "persist() the RDD" in said
     # the recording is count()'s run, over the numbers as first written; collect() read them doubled
     # (split into Spark's partitions where the first file was)
-    replayed = _replayed_outputs(run)
+    replayed = replayed_outputs(run)
     assert sorted(x for x, _ in replayed) == list(range(100))
     assert replayed != on["rows"] and {x % 2 for x, _ in on["rows"]} == {0}
     code, out = _verify(run, capsys)
@@ -110,7 +95,7 @@ def test_a_run_that_goes_further_than_a_take_replaces_it(spark, tmp_path, capsys
     run, warned, on = _record("take", tmp_path)
     assert not [w for w in warned if "ran again" in w], warned
     assert len(on["first"]) == 3 and len(on["rows"]) == 100
-    assert _replayed_outputs(run) == on["rows"]
+    assert replayed_outputs(run) == on["rows"]
     reader = RunReader(run)
     try:
         statuses = sorted(st for (st,) in reader.conn.execute("SELECT status FROM attempts"))
@@ -127,7 +112,7 @@ def test_a_rerun_that_draws_other_random_numbers_is_found_by_verify(spark, tmp_p
     cannot tell; what it emitted can."""
     run, warned, on = _record("random", tmp_path)
     assert not [w for w in warned if "ran again" in w]
-    assert _replayed_outputs(run) != on["rows"]
+    assert replayed_outputs(run) != on["rows"]
     code, out = _verify(run, capsys)
     assert code == 1 and "noisy:" in out and EMITTED_OTHER in out and "not all the same" in out, out
 
