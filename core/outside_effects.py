@@ -28,6 +28,9 @@ unnoted too.
 pyarrow's `ParquetWriter` on a local path (`pyarrow.parquet.write_table`: its C++ code opens the
 file itself) are noted and redirected the same way (`install`, `install_pyarrow`): a replay that
 stopped part way through a writer's steps left the job's file cut short.
+A replayed step's `os.replace`, `os.rename` (`shutil.move`, `Path.replace`), `os.remove` and
+`os.unlink` act on the scratch copies: a sink that writes a temporary file and moves it onto
+its name works in replay, and a file the recording moved or removed stays as the job left it.
 
 Not covered: datagrams sent without `connect` (`sendto`), connections made by C code, and files
 written by other C code (pyarrow's CSV, Feather and dataset writers), which a replay writes again
@@ -60,6 +63,8 @@ def install(users_step: Callable[..., bool]) -> None:
     for name in ("connect", "connect_ex"):
         setattr(socket.socket, name, _noting(getattr(socket.socket, name), users_step))
     os.open = _os_open(os.open, users_step)
+    os.replace, os.rename = _moving(os.replace, users_step), _moving(os.rename, users_step)
+    os.remove, os.unlink = _removing(os.remove, users_step), _removing(os.unlink, users_step)
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -89,6 +94,49 @@ def written(path: Any, mode: str, users_step: Callable[..., bool], depth: int = 
         return scratch(absolute, mode)
     note_write(runner, absolute)
     return path
+
+
+def _replayed_step(path: Any, users_step: Callable[..., bool]) -> bool:
+    """Whether a replay is running a step that made the call (the caller of the patched function
+    that asks) on `path`."""
+    runner = CONTEXT.runner
+    return (runner is not None and runner.replays and isinstance(path, (str, bytes, os.PathLike))
+            and users_step(depth=3))
+
+
+def _scratched(path: Any) -> str | None:
+    """Where `path`'s scratch copy is, made or not (None before a replay wrote one)."""
+    if not _scratch_root:
+        return None
+    return os.path.join(_scratch_root[0], os.path.abspath(os.fsdecode(path)).lstrip(os.sep))
+
+
+def _moving(original: Callable, users_step: Callable[..., bool]) -> Callable:
+    """`os.replace` or `os.rename`: in a replayed step, of the scratch copies (a sink that writes
+    a temporary file and moves it onto its name raised `FileNotFoundError` in replay, its
+    temporary file being a scratch copy); a file the replay holds no copy of was moved by the
+    recording, and is left where it is."""
+    @functools.wraps(original)
+    def move(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+        if src_dir_fd is None and dst_dir_fd is None and _replayed_step(src, users_step):
+            here = _scratched(src)
+            if here is None or not os.path.lexists(here):
+                return None
+            return original(here, scratch(os.path.abspath(os.fsdecode(dst)), "w"))
+        return original(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    return move
+
+
+def _removing(original: Callable, users_step: Callable[..., bool]) -> Callable:
+    """`os.remove` or `os.unlink`: in a replayed step, of the scratch copy; the job's own file,
+    which the recording removed, is left."""
+    @functools.wraps(original)
+    def remove(path, *, dir_fd=None):
+        if dir_fd is None and _replayed_step(path, users_step):
+            here = _scratched(path)
+            return original(here) if here is not None and os.path.lexists(here) else None
+        return original(path, dir_fd=dir_fd)
+    return remove
 
 
 def install_pyarrow(users_step: Callable[..., bool]) -> None:

@@ -9,7 +9,10 @@ values and all, against what the replay emits.
 
 Its sink writes through `os.open` and pyarrow's `write_table`, past the patched `open`: a replay
 wrote the job's files again, and one stopped part way through a writer's steps left them cut
-short. Now both go to the replay's scratch copy, as `open` does (core/outside_effects.py).
+short. Now both go to the replay's scratch copy, as `open` does (core/outside_effects.py). Its
+temporary file, moved onto its name with `os.replace`, was a scratch copy that the real
+`os.replace` did not find: the replay raised `FileNotFoundError`, as `os.remove` of a file it
+wrote did. Now the move and the removal are of the copies.
 """
 
 from __future__ import annotations
@@ -70,8 +73,10 @@ def test_a_replay_writes_a_scratch_copy_of_what_os_open_and_pyarrow_wrote(spark,
     run, on, _ = record_on_and_off(JOB, tmp_path)
     parts = tmp_path / "on.json.parts"
     written = {p.name: p for p in parts.iterdir()}
-    assert sorted(written) == ["arrow-0.parquet", "arrow-1.parquet", "raw-0.txt", "raw-1.txt"]
-    assert sorted(int(written[f"raw-{i}.txt"].read_text()) for i in (0, 1)) == [10, 35]   # sum(0..4), sum(5..9)
+    assert sorted(written) == ["arrow-0.parquet", "arrow-1.parquet", "atomic-0.txt", "atomic-1.txt", "raw-0.txt",
+                               "raw-1.txt"]
+    for name in ("raw", "atomic"):
+        assert sorted(int(written[f"{name}-{i}.txt"].read_text()) for i in (0, 1)) == [10, 35]   # sum(0..4), sum(5..9)
     assert sorted(pq.read_table(written[f"arrow-{i}.parquet"])["total"][0].as_py() for i in (0, 1)) == [10, 35]
     reader = RunReader(run)
     try:

@@ -4,9 +4,10 @@
   `TaskContext.get()`'s partition id, stage id, attempt number, CPUs and a local property the
   driver set (`tt.test.tag`);
 - `numbered` (`mapInPandas`): adds the partition id as a column;
-- `sink` (`foreachPartition`): writes its partition's sum into OUT.json.parts/ twice, named by
-  the partition id: with `os.open` and with pyarrow's `parquet.write_table`, whose C++ code opens
-  the file itself.
+- `sink` (`foreachPartition`): writes its partition's sum into OUT.json.parts/ three times,
+  named by the partition id: with `os.open`, with pyarrow's `parquet.write_table`, whose C++ code
+  opens the file itself, and into a temporary file that `os.replace` moves onto its name; and
+  it removes a file it wrote (`os.remove`).
 
 A replay of any of them used to find no TaskContext (`get()` gave None) and raised where the
 recording did not. Usage: python hooked_task_context.py OUT.json
@@ -45,6 +46,13 @@ def sink(rows):
     os.write(fd, f"{total}\n".encode())
     os.close(fd)
     pq.write_table(pa.table({"total": [total]}), os.path.join(PARTS, f"arrow-{part}.parquet"))
+    temporary = os.path.join(PARTS, f".atomic-{part}.tmp")   # written, then moved onto its name
+    with open(temporary, "w") as f:
+        f.write(f"{total}\n")
+    os.replace(temporary, os.path.join(PARTS, f"atomic-{part}.txt"))
+    with open(os.path.join(PARTS, f"stale-{part}"), "w") as f:   # written, then removed
+        f.write("-")
+    os.remove(os.path.join(PARTS, f"stale-{part}"))
 
 
 def main(out: str) -> None:
