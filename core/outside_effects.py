@@ -28,9 +28,11 @@ unnoted too.
 pyarrow's `ParquetWriter` on a local path (`pyarrow.parquet.write_table`: its C++ code opens the
 file itself) are noted and redirected the same way (`install`, `install_pyarrow`): a replay that
 stopped part way through a writer's steps left the job's file cut short.
-A replayed step's `os.replace`, `os.rename` (`shutil.move`, `Path.replace`), `os.remove` and
-`os.unlink` act on the scratch copies: a sink that writes a temporary file and moves it onto
-its name works in replay, and a file the recording moved or removed stays as the job left it.
+A replayed step's `os.replace`, `os.rename` (`shutil.move`, `Path.replace`), `os.remove`,
+`os.unlink`, `os.mkdir` (`os.makedirs`), `os.rmdir` and `shutil.rmtree` act on the scratch
+copies: a sink that writes a temporary file and moves it onto its name, or clears and makes
+its folder, works in replay, and what the recording moved, removed or made stays as the job
+left it.
 
 Not covered: datagrams sent without `connect` (`sendto`), connections made by C code, and files
 written by other C code (pyarrow's CSV, Feather and dataset writers), which a replay writes again
@@ -65,6 +67,8 @@ def install(users_step: Callable[..., bool]) -> None:
     os.open = _os_open(os.open, users_step)
     os.replace, os.rename = _moving(os.replace, users_step), _moving(os.rename, users_step)
     os.remove, os.unlink = _removing(os.remove, users_step), _removing(os.unlink, users_step)
+    os.mkdir, os.rmdir = _folder(os.mkdir, users_step, made=True), _folder(os.rmdir, users_step, made=False)
+    shutil.rmtree = _removing_tree(shutil.rmtree, users_step)
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -137,6 +141,37 @@ def _removing(original: Callable, users_step: Callable[..., bool]) -> Callable:
             return original(here) if here is not None and os.path.lexists(here) else None
         return original(path, dir_fd=dir_fd)
     return remove
+
+
+def _folder(original: Callable, users_step: Callable[..., bool], made: bool) -> Callable:
+    """`os.mkdir` (`os.makedirs`) or `os.rmdir`: in a replayed step, of the scratch copies. The
+    recording made the job's folder, and a replay found it there (`FileExistsError` where the
+    recording had none); it removed one, which a replay leaves."""
+    @functools.wraps(original)
+    def folder(path, *args, dir_fd=None, **kwargs):
+        if dir_fd is None and _replayed_step(path, users_step):
+            here = _scratched(path) if not made else scratch(os.path.abspath(os.fsdecode(path)), "w")
+            if made:
+                os.makedirs(here, exist_ok=True)   # (made again when the step is replayed again)
+            elif here is not None and os.path.isdir(here):
+                original(here)
+            return None
+        return original(path, *args, dir_fd=dir_fd, **kwargs)
+    return folder
+
+
+def _removing_tree(original: Callable, users_step: Callable[..., bool]) -> Callable:
+    """`shutil.rmtree`: in a replayed step, of the scratch copies only (it removes a folder's files
+    by descriptor, past `os.remove`): the job's folder, as the recording left it, stays."""
+    @functools.wraps(original)
+    def rmtree(path, *args, **kwargs):
+        if _replayed_step(path, users_step):
+            here = _scratched(path)
+            if here is not None and os.path.isdir(here):
+                original(here, ignore_errors=True)
+            return None
+        return original(path, *args, **kwargs)
+    return rmtree
 
 
 def install_pyarrow(users_step: Callable[..., bool]) -> None:

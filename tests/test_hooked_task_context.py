@@ -67,16 +67,16 @@ def test_a_replayed_step_gets_its_recorded_tasks_context(spark, tmp_path, capsys
     assert "verify compared only how many outputs each input gave" in empty
 
 
-def test_a_replay_writes_a_scratch_copy_of_what_os_open_and_pyarrow_wrote(spark, tmp_path, capsys):
+def test_a_replay_writes_moves_and_clears_scratch_copies_of_what_the_sink_wrote(spark, tmp_path, capsys):
     import pyarrow.parquet as pq
 
     run, on, _ = record_on_and_off(JOB, tmp_path)
     parts = tmp_path / "on.json.parts"
-    written = {p.name: p for p in parts.iterdir()}
-    assert sorted(written) == ["arrow-0.parquet", "arrow-1.parquet", "atomic-0.txt", "atomic-1.txt", "raw-0.txt",
-                               "raw-1.txt"]
-    for name in ("raw", "atomic"):
-        assert sorted(int(written[f"{name}-{i}.txt"].read_text()) for i in (0, 1)) == [10, 35]   # sum(0..4), sum(5..9)
+    written = {str(p.relative_to(parts)): p for p in parts.rglob("*") if p.is_file()}
+    assert sorted(written) == ["arrow-0.parquet", "arrow-1.parquet", "atomic-0.txt", "atomic-1.txt", "dir-0/total.txt",
+                               "dir-1/total.txt", "raw-0.txt", "raw-1.txt"]
+    for pair in (("raw-0.txt", "raw-1.txt"), ("atomic-0.txt", "atomic-1.txt"), ("dir-0/total.txt", "dir-1/total.txt")):
+        assert sorted(int(written[name].read_text()) for name in pair) == [10, 35]   # sum(0..4), sum(5..9)
     assert sorted(pq.read_table(written[f"arrow-{i}.parquet"])["total"][0].as_py() for i in (0, 1)) == [10, 35]
     reader = RunReader(run)
     try:

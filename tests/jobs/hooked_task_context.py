@@ -7,7 +7,8 @@
 - `sink` (`foreachPartition`): writes its partition's sum into OUT.json.parts/ three times,
   named by the partition id: with `os.open`, with pyarrow's `parquet.write_table`, whose C++ code
   opens the file itself, and into a temporary file that `os.replace` moves onto its name; and
-  it removes a file it wrote (`os.remove`).
+  it removes a file it wrote (`os.remove`), and clears, makes and writes into a folder
+  (`shutil.rmtree`, `os.makedirs`).
 
 A replay of any of them used to find no TaskContext (`get()` gave None) and raised where the
 recording did not. Usage: python hooked_task_context.py OUT.json
@@ -15,6 +16,7 @@ recording did not. Usage: python hooked_task_context.py OUT.json
 
 import json
 import os
+import shutil
 import sys
 
 import pyarrow as pa
@@ -53,6 +55,11 @@ def sink(rows):
     with open(os.path.join(PARTS, f"stale-{part}"), "w") as f:   # written, then removed
         f.write("-")
     os.remove(os.path.join(PARTS, f"stale-{part}"))
+    folder = os.path.join(PARTS, f"dir-{part}")   # cleared, made, written into
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    with open(os.path.join(folder, "total.txt"), "w") as f:
+        f.write(f"{total}\n")
 
 
 def main(out: str) -> None:
