@@ -74,8 +74,9 @@ def test_a_replay_writes_moves_and_clears_scratch_copies_of_what_the_sink_wrote(
     parts = tmp_path / "on.json.parts"
     written = {str(p.relative_to(parts)): p for p in parts.rglob("*") if p.is_file()}
     assert sorted(written) == ["arrow-0.parquet", "arrow-1.parquet", "atomic-0.txt", "atomic-1.txt", "dir-0/total.txt",
-                               "dir-1/total.txt", "raw-0.txt", "raw-1.txt"]
-    for pair in (("raw-0.txt", "raw-1.txt"), ("atomic-0.txt", "atomic-1.txt"), ("dir-0/total.txt", "dir-1/total.txt")):
+                               "dir-1/total.txt", "named-0.txt", "named-1.txt", "raw-0.txt", "raw-1.txt"]
+    for pair in (("raw-0.txt", "raw-1.txt"), ("atomic-0.txt", "atomic-1.txt"), ("named-0.txt", "named-1.txt"),
+                 ("dir-0/total.txt", "dir-1/total.txt")):
         assert sorted(int(written[name].read_text()) for name in pair) == [10, 35]   # sum(0..4), sum(5..9)
     assert sorted(pq.read_table(written[f"arrow-{i}.parquet"])["total"][0].as_py() for i in (0, 1)) == [10, 35]
     reader = RunReader(run)
@@ -89,6 +90,7 @@ def test_a_replay_writes_moves_and_clears_scratch_copies_of_what_the_sink_wrote(
     code = main(["verify", str(run)])
     assert code == 0, capsys.readouterr().out
     assert {p.read_bytes() for p in written.values()} == {b"the job's file, as it is now"}
+    assert sorted(str(p.relative_to(parts)) for p in parts.rglob("*") if p.is_file()) == sorted(written)   # none left
 
 
 def test_outside_a_replayed_step_the_context_is_pysparks(spark, tmp_path):

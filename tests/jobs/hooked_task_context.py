@@ -6,7 +6,8 @@
 - `numbered` (`mapInPandas`): adds the partition id as a column;
 - `sink` (`foreachPartition`): writes its partition's sum into OUT.json.parts/ three times,
   named by the partition id: with `os.open`, with pyarrow's `parquet.write_table`, whose C++ code
-  opens the file itself, and into a temporary file that `os.replace` moves onto its name; and
+  opens the file itself, and into a temporary file that `os.replace` moves onto its name (one
+  of its own, one of `tempfile.NamedTemporaryFile`'s); and
   it removes a file it wrote (`os.remove`), and clears, makes and writes into a folder
   (`shutil.rmtree`, `os.makedirs`).
 
@@ -18,6 +19,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -55,6 +57,9 @@ def sink(rows):
     with open(os.path.join(PARTS, f"stale-{part}"), "w") as f:   # written, then removed
         f.write("-")
     os.remove(os.path.join(PARTS, f"stale-{part}"))
+    with tempfile.NamedTemporaryFile("w", dir=PARTS, suffix=".tmp", delete=False) as f:   # (os.open, by an opener)
+        f.write(f"{total}\n")
+    os.replace(f.name, os.path.join(PARTS, f"named-{part}.txt"))
     folder = os.path.join(PARTS, f"dir-{part}")   # cleared, made, written into
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
