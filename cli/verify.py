@@ -99,7 +99,7 @@ def verify(
                 text += (f"\n{run}: {', '.join(empty)}: {'its' if len(empty) == 1 else 'their'} recorded state was "
                          f"empty at every interaction (a generator that had ended, or a function keeping nothing "
                          f"between its steps), so for {'it' if len(empty) == 1 else 'them'} verify compared only how "
-                         f"many outputs each input gave; record with --every or --when for states mid-run")
+                         f"many outputs each input gave (a generator's state shows mid-run: record with --every or --when)")
             by_rows = sorted({op for r in results for op in r.get("rows_only", ())})
             if by_rows:   # what "equals" meant for their stored rows (core/kept_inputs.py `ROWS`)
                 text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "

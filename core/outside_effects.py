@@ -56,8 +56,8 @@ _installed = False
 
 
 def install(users_step: Callable[..., bool]) -> None:
-    """Patch `socket.socket.connect` and `connect_ex`, and `os.open` (`nondeterministic.install`,
-    under its lock, once per process)."""
+    """Patch `socket.socket.connect` and `connect_ex`, and the `os` and `shutil` calls that write,
+    move or remove files (`nondeterministic.install`, under its lock, once per process)."""
     global _installed
     if _installed:
         return
@@ -75,6 +75,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 def _os_open(original: Callable, users_step: Callable[..., bool]) -> Callable:
+    """`os.open` with a flag that writes: as `open` for writing (`written`)."""
     @functools.wraps(original)
     def open(path, flags, mode=0o777, *, dir_fd=None):
         if flags & _WRITE_FLAGS and dir_fd is None:

@@ -10,8 +10,9 @@ So each task tells the coordinator its context (`facts`, in its hello: stage, pa
 attempt numbers, CPUs, resources and local properties, in the shape of PySpark's own
 `TaskContext.from_json`), the run keeps it per attempt (`task_contexts`), and in replay
 `TaskContext.get` is patched (`install`: at once where PySpark's module is loaded, else as it
-is imported; core never imports it) to give, inside a replayed step, a TaskContext holding the recorded facts of the attempt the
-instance replays. Outside a replayed step it answers as PySpark does.
+is imported; core never imports it) to give, inside a replayed step, a TaskContext holding the
+recorded facts of the attempt the instance replays. Outside a replayed step it answers as
+PySpark does.
 """
 
 from __future__ import annotations
