@@ -93,6 +93,27 @@ def test_a_replay_writes_moves_and_clears_scratch_copies_of_what_the_sink_wrote(
     assert sorted(str(p.relative_to(parts)) for p in parts.rglob("*") if p.is_file()) == sorted(written)   # none left
 
 
+def test_a_folder_the_recording_cleared_is_left_as_the_job_left_it(spark, tmp_path, capsys):
+    """The sink clears a folder an earlier run left (`shutil.rmtree`). A replay's `rmtree` acts
+    on the scratch copies only: the job's folder, as the recording left it, stays."""
+    from tt.recorder.job import record_job
+
+    out, run = tmp_path / "on.json", tmp_path / "run.db"
+    for i in (0, 1):
+        (tmp_path / "on.json.parts" / f"dir-{i}").mkdir(parents=True)
+        (tmp_path / "on.json.parts" / f"dir-{i}" / "old.txt").write_text("an earlier run's")
+    outcome = record_job(JOB, [str(out)], run)
+    assert outcome.status == "complete", outcome.error
+    folders = [tmp_path / "on.json.parts" / f"dir-{i}" for i in (0, 1)]
+    assert [sorted(p.name for p in f.iterdir()) for f in folders] == [["total.txt"], ["total.txt"]]
+    for f in folders:
+        (f / "total.txt").write_text("the job's file, as it is now")
+    code = main(["verify", str(run)])
+    assert code == 0, capsys.readouterr().out
+    assert [sorted(p.name for p in f.iterdir()) for f in folders] == [["total.txt"], ["total.txt"]]
+    assert {(f / "total.txt").read_text() for f in folders} == {"the job's file, as it is now"}
+
+
 def test_outside_a_replayed_step_the_context_is_pysparks(spark, tmp_path):
     """The patched `get()` answers as PySpark's outside a replayed step: None on the driver.
     The run keeps each task attempt's context."""

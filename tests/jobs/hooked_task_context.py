@@ -61,7 +61,8 @@ def sink(rows):
         f.write(f"{total}\n")
     os.replace(f.name, os.path.join(PARTS, f"named-{part}.txt"))
     folder = os.path.join(PARTS, f"dir-{part}")   # cleared, made, written into
-    shutil.rmtree(folder, ignore_errors=True)
+    if os.path.isdir(folder):   # (a folder an earlier run left)
+        shutil.rmtree(folder)
     os.makedirs(folder)
     with open(os.path.join(folder, "total.txt"), "w") as f:
         f.write(f"{total}\n")
