@@ -12,7 +12,9 @@ wrote the job's files again, and one stopped part way through a writer's steps l
 short. Now both go to the replay's scratch copy, as `open` does (core/outside_effects.py). Its
 temporary file, moved onto its name with `os.replace`, was a scratch copy that the real
 `os.replace` did not find: the replay raised `FileNotFoundError`, as `os.remove` of a file it
-wrote did. Now the move and the removal are of the copies.
+wrote did, and `os.makedirs` of its folder `FileExistsError`; `tempfile.NamedTemporaryFile` left
+its file in the job's folder, and `shutil.rmtree` of a folder an earlier run left emptied the
+job's folder. Now all of them act on the copies.
 """
 
 from __future__ import annotations
