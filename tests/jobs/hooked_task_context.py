@@ -4,12 +4,12 @@
   `TaskContext.get()`'s partition id, stage id, attempt number, CPUs and a local property the
   driver set (`tt.test.tag`);
 - `numbered` (`mapInPandas`): adds the partition id as a column;
-- `sink` (`foreachPartition`): writes its partition's sum into OUT.json.parts/ three times,
-  named by the partition id: with `os.open`, with pyarrow's `parquet.write_table`, whose C++ code
-  opens the file itself, and into a temporary file that `os.replace` moves onto its name (one
-  of its own, one of `tempfile.NamedTemporaryFile`'s); and
-  it removes a file it wrote (`os.remove`), and clears, makes and writes into a folder
-  (`shutil.rmtree`, `os.makedirs`).
+- `sink` (`foreachPartition`): writes its partition's sum into files of OUT.json.parts/ named by
+  the partition id: with `os.open`; with pyarrow's `parquet.write_table`, whose C++ code opens
+  the file itself; into a temporary file of its own and one of `tempfile.NamedTemporaryFile`'s,
+  each moved onto its name with `os.replace`; and into a folder it clears (`shutil.rmtree`, where
+  an earlier run left one) and makes (`os.makedirs`). It also removes a file it wrote
+  (`os.remove`).
 
 A replay of any of them used to find no TaskContext (`get()` gave None) and raised where the
 recording did not. Usage: python hooked_task_context.py OUT.json
