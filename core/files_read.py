@@ -92,12 +92,14 @@ _step: dict[str, Any] = {}   # what `install` was given, for the readers that op
 
 
 def _opened(file: Any, mode: Any, buffering: int, encoding: Any, errors: Any, newline: Any, closefd: bool,
-            opener: Any, depth: int) -> Any:
+            opener: Any, depth: int | None) -> Any:
     """A read by the patched `open`: through the runner where the call `depth` frames up is a
-    step's (the log's record of the file, or in replay the file the recording read)."""
+    step's (the log's record of the file, or in replay the file the recording read); `depth`
+    None: the caller found it is."""
     original, runner = _step["original"], CONTEXT.runner
     if (runner is None or not runner.reads_logged or opener is not None or not closefd or type(mode) is not str
-            or not isinstance(file, (str, bytes, os.PathLike)) or not _step["users_step"](depth, _step["since"])):
+            or not isinstance(file, (str, bytes, os.PathLike))
+            or (depth is not None and not _step["users_step"](depth, _step["since"]))):
         return original(file, mode, buffering, encoding, errors, newline, closefd, opener)
     path = absolute(runner, file)
     if path.startswith(SYSTEM):
@@ -147,7 +149,7 @@ def _step_file(source: Any, kwargs: dict) -> Any:
             or not isinstance(source, (str, os.PathLike)) or "://" in os.fspath(source)
             or not _step["users_step"](3, _step["since"]) or os.path.isdir(source)):
         return None
-    return _opened(source, "rb", -1, None, None, None, True, None, 4)
+    return _opened(source, "rb", -1, None, None, None, True, None, None)   # (a step's: asked above)
 
 
 SPARK_FILES_ROOT = "pyspark.SparkFiles.getRootDirectory()"   # the process fact `SparkFiles.get` joins to

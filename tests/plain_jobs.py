@@ -125,19 +125,23 @@ def verified(run: Path, capsys) -> None:
     assert f"verified {n} of {n} interactions" in capsys.readouterr().out
 
 
-def replayed_outputs(run: Path) -> list:
+def replayed_outputs(run: Path, by_operator: bool = False) -> list | dict[str, list]:
     """What the replay of the recorded run emits, instance after instance (partition order),
-    each row as a list: the oracle a job's own `collect()` is compared with."""
+    each row as a list: the oracle a job's own `collect()` is compared with. `by_operator`:
+    `{operator: its rows}`, each as emitted."""
     from tt.replay.engine import Engine
     from tt.store.reader import RunReader
 
     reader = RunReader(run)
     try:
         engine = Engine(reader)
-        out: dict[int, list] = {}
+        out: dict[tuple[str, int], list] = {}
         for (op, i), inst in sorted(engine.instances.items()):
-            inst.runner.targets.append(out.setdefault(i, []).append)
+            inst.runner.targets.append(out.setdefault((inst.node.name, i), []).append)
         engine.advance_to({key: inst.total for key, inst in engine.instances.items()}, pull=True)
-        return [list(row) for i in sorted(out) for row in out[i]]
+        if by_operator:
+            return {name: [row for (n, _), rows in sorted(out.items()) if n == name for row in rows]
+                    for name in {n for n, _ in out}}
+        return [list(row) for _, rows in sorted(out.items(), key=lambda kv: kv[0][1]) for row in rows]
     finally:
         reader.close()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plain_jobs import record_on_and_off
+from plain_jobs import record_on_and_off, replayed_outputs
 
 from tt.cli.main import main
 from tt.replay.engine import Engine
@@ -34,27 +34,12 @@ def _line_of(text: str) -> int:
     return next(n for n, line in enumerate(JOB.read_text().splitlines(), 1) if text in line)
 
 
-def _replayed(run: Path) -> dict[str, list]:
-    """What each operator's replay emits, instance after instance."""
-    reader = RunReader(run)
-    try:
-        engine = Engine(reader)
-        out: dict[tuple[str, int], list] = {}
-        for (op, i), inst in sorted(engine.instances.items()):
-            inst.runner.targets.append(out.setdefault((inst.node.name, i), []).append)
-        engine.advance_to({key: inst.total for key, inst in engine.instances.items()}, pull=True)
-        return {name: [row for (n, i), rows in sorted(out.items()) if n == name for row in rows]
-                for name in {n for n, _ in out}}
-    finally:
-        reader.close()
-
-
 def test_a_replayed_step_gets_its_recorded_tasks_context(spark, tmp_path, capsys):
     run, on, off = record_on_and_off(JOB, tmp_path)
     without_stage = lambda rows: [r[:3] + r[4:] for r in rows]   # (Spark numbers stages per session)
     assert without_stage(on["rows"]) == without_stage(off["rows"]) and on["frame"] == off["frame"]
     assert {tuple(r[2:]) for r in on["rows"]} == {(p, on["rows"][0][3], 0, 1, "blue") for p in (0, 1)}
-    replayed = _replayed(run)
+    replayed = replayed_outputs(run, by_operator=True)
     assert [list(r) for r in replayed["tagged"]] == on["rows"]
     frames = replayed["numbered"]
     assert sorted([int(i), int(p)] for f in frames for i, p in zip(f["id"], f["part"])) == on["frame"]
