@@ -71,3 +71,74 @@ def build(table: Any, settings: dict) -> Any:
     return ArrowBatchTransformer.to_pandas(batch, timezone=settings["timezone"],
                                            prefer_int_ext_dtype=settings["prefer_int_ext_dtype"],
                                            df_for_struct=True)[0]
+
+
+# --- transformWithStateInPandas: a key's DataFrame from the task's batches (recorder/teed_batches.py)
+
+def tws_frame(batches: list, start: int, n: int, settings: dict, offsets: list, converted: dict) -> Any:
+    """The DataFrame PySpark's worker hands a StatefulProcessor for rows `start`…`start + n` of
+    a task's stream of rows, `batches` being `(first row, RecordBatch)` that hold them: each batch
+    converted whole and its rows taken as namedtuples (kept in `converted` by its first row), the
+    frame built from them and its value columns picked (pyspark/worker.py,
+    `SQL_TRANSFORM_WITH_STATE_PANDAS_UDF`, step for step)."""
+    import pandas as pd
+
+    rows: list = []
+    for first, batch in batches:
+        a, b = max(start - first, 0), min(start + n - first, batch.num_rows)
+        if a < b:
+            whole = converted.get(first)
+            if whole is None:
+                whole = converted[first] = list(_tws_rows(batch, settings).itertuples(index=False))
+            rows.extend(whole[a:b])
+    return pd.DataFrame(rows).iloc[:, offsets]
+
+
+def _tws_rows(batch: Any, settings: dict) -> Any:
+    import pandas as pd
+    from pyspark.sql.conversion import ArrowBatchTransformer
+
+    return pd.concat(ArrowBatchTransformer.to_pandas(batch, timezone=settings["timezone"],
+                                                     prefer_int_ext_dtype=settings["prefer_int_ext_dtype"]), axis=1)
+
+
+def tws_offsets(batch: Any, settings: dict, columns: list) -> list | None:
+    """Where a handed DataFrame's `columns` are among the columns PySpark builds its rows with
+    (their namedtuple's fields, unique), or None where one is not there."""
+    row = next(_tws_rows(batch.slice(0, 1), settings).itertuples(index=False))
+    fields = list(getattr(type(row), "_fields", range(len(row))))
+    try:
+        return [fields.index(c) for c in columns]
+    except ValueError:
+        return None
+
+
+def pack_batches(batches: list) -> list[tuple[int, bytes]]:
+    """`(first row, RecordBatch)` as `(first row, Arrow IPC stream)`, uncompressed: the log
+    chunk holding them is compressed whole."""
+    import pyarrow as pa
+
+    out = []
+    for first, batch in batches:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        out.append((first, sink.getvalue().to_pybytes()))
+    return out
+
+
+class TwsBatches:
+    """A log chunk's batches, read back: what its `tws_chunk` calls rebuild DataFrames from,
+    each batch converted once."""
+
+    def __init__(self, packed: list, settings: dict, offsets: list):
+        import pyarrow as pa
+
+        self.batches = [(first, pa.ipc.open_stream(data).read_next_batch()) for first, data in packed]
+        self.settings, self.offsets = settings, offsets
+        self.converted: dict = {}
+
+
+def tws_chunk(window: TwsBatches, start: int, n: int) -> Any:
+    """One logged DataFrame of a StatefulProcessor (`teed_batches.TeedRows`), rebuilt."""
+    return tws_frame(window.batches, start, n, window.settings, window.offsets, window.converted)

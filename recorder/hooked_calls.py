@@ -19,6 +19,8 @@ from typing import Any, Iterable, Iterator
 
 from ..core.graph import Graph
 from ..core.group_state import snapshot
+from ..core.logs import kept_apart
+from ..core.values import immutable
 from .task import Recording, StageTask
 
 
@@ -66,10 +68,12 @@ class TaskFeed:
         self._task: StageTask | None = None
         self._context: Any = None   # the TaskContext of the task attempt `_task` runs
 
-    def feed(self, unit: Any, attach: Any = None, run: int = 0) -> list:
+    def feed(self, unit: Any, attach: Any = None, run: int = 0, logged: tuple | None = None) -> list:
         """One unit into this task attempt's stage (opened at its first unit). `attach`: what
         the operator is given before this unit (a processor's Spark handle, a GroupState).
-        `run`: which of the task's Python runs this is, where Spark makes more than one."""
+        `run`: which of the task's Python runs this is, where Spark makes more than one.
+        `logged`: what the log keeps in place of `unit` (its DataFrame's place in the task's
+        batches, recorder/teed_batches.py)."""
         tc = _task_context()
         if self._task is None or tc is not self._context:   # (a worker makes a TaskContext per task)
             attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), "spark_stage": tc.stageId(),
@@ -80,7 +84,7 @@ class TaskFeed:
             self.task_end._value = _TaskEnd(self)
         if attach is not None:
             self._task._unit_head.op.attach(attach)
-        return self._task.feed_unit(unit)
+        return self._task.feed_unit(unit, logged)
 
     def operator(self) -> Any:
         """The operator object running in this task, if one is open."""
@@ -245,12 +249,22 @@ class HookedProcessor:
     a micro-batch task with no key and no timer is not recorded. The driver-side `init` and
     `close` a streaming query makes to learn the variables' schemas run unrecorded."""
 
-    def __init__(self, feed: TaskFeed):
+    def __init__(self, feed: TaskFeed, tee_settings: dict | None = None):
         self.feed = feed
         self._unrecorded = False
         self._prepared: _Prepared | None = None   # a streaming task's init, until its first unit
         self._copy: Any = None                    # the processor that init ran on
         self.__name__ = feed.graph.hooked_node(feed.stage_id).name
+        self._tee_settings = tee_settings         # transformWithStateInPandas: keep the task's batches
+        self._tee: Any = None                     # the Tee of this task (recorder/teed_batches.py)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled in a Python worker, before PySpark reads the task's input: arm the Tee."""
+        self.__dict__.update(state)
+        if self._tee_settings is not None and self.feed.recording is not None:
+            from .teed_batches import arm
+
+            self._tee = arm(self._tee_settings)
 
     def _processor(self) -> Any:
         """The user's processor, as the stage's graph carries it."""
@@ -272,23 +286,45 @@ class HookedProcessor:
         self._copy = cloudpickle.loads(cloudpickle.dumps(self._processor()))
         self._copy.init(self._prepared)
 
-    def _unit(self, unit: tuple) -> list:
+    def _unit(self, unit: tuple, logged: tuple | None = None) -> list:
         if self._prepared is not None:   # a streaming task's first unit: its init comes first
             prepared, self._prepared, self._copy = self._prepared, None, None
             self.feed.feed(("init",), attach=prepared)
-        return self.feed.feed(unit)
+        return self.feed.feed(unit, logged=logged)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator:
         """A key whose rows are one element is one unit (`one_row`); any other key, a unit to
-        start, one per element and one to end (`_only` reads Spark's iterator ahead to know)."""
+        start, one per element and one to end (`_only` reads Spark's iterator ahead to know).
+        With a Tee, each DataFrame is logged as its rows' place in the task's batches."""
         only, rows = _only(rows)
+        times = _times(timerValues)
         if rows is None:
-            yield from self._unit(("one_row", key, _times(timerValues), only))
+            unit = ("one_row", key, times, only)
+            yield from self._unit(unit, self._logged(unit))
             return
-        yield from self._unit(("rows", key, _times(timerValues)))
+        yield from self._unit(("rows", key, times))
         for row in rows:
-            yield from self.feed.feed(("row", row))
+            unit = ("row", row)
+            yield from self.feed.feed(unit, logged=self._logged(unit))
         yield from self.feed.feed(("rows_end",))
+
+    def _logged(self, unit: tuple) -> tuple | None:
+        """What the log keeps of a unit whose last item is a DataFrame PySpark handed over: the
+        unit with the frame's place in the task's batches (`Tee.logged`), or None (the unit,
+        frozen as ever)."""
+        tee = self._tee
+        if tee is None:
+            return None
+        task = self.feed._task
+        if task is not None and task._unit_log is None:   # a task that logs no units keeps no batches
+            tee.stop()
+            self._tee = None
+            return None
+        place = tee.logged(unit[-1])
+        if place is unit[-1]:
+            return None
+        head = unit[:-1]   # ("one_row", key, times): a key's values are scalars, unless an array's
+        return (*(head if immutable(head) else kept_apart(head, packed_by_pickle=True)), place)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator:
         return iter(self._unit(("timer", key, _times(timerValues), expiredTimerInfo.getExpiryTimeInMs())))
@@ -308,7 +344,8 @@ class HookedProcessor:
         self.feed.end()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_unrecorded": False, "_prepared": None, "_copy": None}
+        return {**self.__dict__, "_unrecorded": False, "_prepared": None, "_copy": None, "_tee": None}
+
 
 
 class HookedGroupStateFunction:

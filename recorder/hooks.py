@@ -120,7 +120,8 @@ def install(session: Any) -> Callable[[], None]:
                     return original(self, *args, **kwargs)
                 initial = bound.arguments.get("initialState")
                 upstream = spark_upstream(session, [self] + ([initial] if initial is not None else []))
-                bound.arguments[argument] = session.hook(user, kind, site, self.session.sparkContext, upstream)
+                tee = self.session if kind == "transformWithStateInPandas" and initial is None else None
+                bound.arguments[argument] = session.hook(user, kind, site, self.session.sparkContext, upstream, tee=tee)
                 if streaming:
                     session.watch_micro_batches(self.session)
                 return original(*bound.args, **bound.kwargs)

@@ -28,7 +28,7 @@ from ..core.graph import Graph
 from ..store import blobs, schema
 from ..store.trust import module_code, sign_run
 from ..store.writer import Writer
-from . import job_modules
+from . import frames, job_modules
 from .coordinator import Coordinator
 from .task import Recording
 
@@ -207,12 +207,14 @@ class RecordingSession:
     # --- hooked PySpark calls (docs/HOOKS.md) -----------------------------------
 
     def hook(self, fn: Any, kind: str, site: str, sc: Any, upstream: list[tuple[str, str]] = (),
-             shared: bool = False) -> Any:
+             shared: bool = False, tee: Any = None) -> Any:
         """A patched PySpark method was called by the job: make its call site an operator
         of the run and return what Spark runs in place of `fn`. The first call begins the run.
         `upstream`: the hooked operators whose rows reach this one through Spark, and what
         Spark did to them on the way (the DAG's opaque edges). `shared`: PySpark runs it for
-        every query that names it (a UDF or UDTF registered for SQL)."""
+        every query that names it (a UDF or UDTF registered for SQL). `tee`: the SparkSession of
+        a transformWithStateInPandas without an initial state, whose tasks keep their input
+        batches and log each key's DataFrame as its place in them (recorder/teed_batches.py)."""
         from ..core.graph import SOURCE
         from ..core.hooked import SINK_KINDS, name_of, operator_for
         from ..core.operator import Source
@@ -230,7 +232,7 @@ class RecordingSession:
             if again is not None:   # foreachBatch's call of the micro-batch before, made again
                 self._hook_batches[again.id] = batch
                 self._add_spark_edges(upstream, g.stages[again.stage].source)
-                return self._call(fn, kind, g.stages[again.stage], sc)
+                return self._call(fn, kind, g.stages[again.stage], sc, tee)
             base = name_of(fn)
             name = _unique(g, kind.rsplit(".", 1)[-1] if base == "lambda" else base)   # a lambda: `map`
             source = g.add_node(_unique(g, f"{name}.in"), SOURCE, Source())
@@ -250,9 +252,9 @@ class RecordingSession:
                 self.on_event("warning", {"message": f"{name} ({kind.split('.')[-1]} at {site}) is a sink: a replay "
                                                      f"(tt debug, tt verify) runs it again; a file it opens for writing is then a scratch copy, "
                                                      f"but what it sends to a database or a service is sent again"})
-            return self._call(fn, kind, stage, sc)
+            return self._call(fn, kind, stage, sc, tee)
 
-    def _call(self, fn: Any, kind: str, stage: Any, sc: Any) -> Any:
+    def _call(self, fn: Any, kind: str, stage: Any, sc: Any, tee: Any = None) -> Any:
         """What Spark runs in place of `fn`, the hooked operator of `stage` (recorder/hooked_calls.py)."""
         from ..core.hooked import GROUP_ITER_KINDS, GROUP_KINDS, GROUP_STATE_KIND, PROCESSOR_KINDS
         from .hooked_calls import (GroupedCall, GroupedIterCall, HookedCall, HookedGroupStateFunction, HookedProcessor,
@@ -263,7 +265,8 @@ class RecordingSession:
                 kind in (GROUP_STATE_KIND, "udtf"):   # many calls a task
             feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
             if kind in PROCESSOR_KINDS:
-                return HookedProcessor(feed)
+                teed = tee is not None and frames.available() is None
+                return HookedProcessor(feed, frames.conversion(tee) if teed else None)
             if kind == GROUP_STATE_KIND:
                 return HookedGroupStateFunction(feed)
             if kind in GROUP_ITER_KINDS:
@@ -317,7 +320,7 @@ class RecordingSession:
         with the settings it ran with, recorder/frames.py). Returns the DataFrame Spark should
         map over: `df`, or `df` with position columns where they cannot be counted (the task
         strips them). Any other `df` is copied, and `source_scans` says why (`tt inspect`)."""
-        from . import frames, sources
+        from . import sources
         from .hooked_calls import HookedCall
 
         if not isinstance(call, HookedCall) or df.isStreaming:   # (unrecorded; a stream's files change)

@@ -634,8 +634,9 @@ class StageTask:
         logged = isinstance(head, RecordingRunner) and self.mode == "record"
         self._unit_log = head.log.entry.setdefault((0, self.partition), []) if logged else None
 
-    def feed_unit(self, unit: Any) -> list:
-        """One step of the hooked operator; what it produced meanwhile."""
+    def feed_unit(self, unit: Any, logged: tuple | None = None) -> list:
+        """One step of the hooked operator; what it produced meanwhile. `logged`: what the log
+        keeps in place of a row unit, made of values nothing changes (recorder/teed_batches.py)."""
         head, codec = self._unit_head, self._unit_codec
         where = None
         if self.source_ref is not None:   # a unit of a Parquet scan: its rows' positions (and its digest)
@@ -645,8 +646,8 @@ class StageTask:
             elif where is not None and not self._placed(where, unit):
                 where = None
         if self._unit_log is not None:
-            if codec is None:
-                self._unit_log.append(kept_apart(unit, packed_by_pickle=True, frames=True))   # packed later; the function may change it
+            if codec is None:   # packed later; the function may change its unit
+                self._unit_log.append(kept_apart(unit, packed_by_pickle=True, frames=True) if logged is None else logged)
             elif where is not None:
                 self.unit_entries.append((head.node_id, 0, self.partition, _REFERENCED_CODEC[codec], where))
             else:   # packed now: the function may write into a DataFrame it is handed

@@ -1,0 +1,144 @@
+"""The Arrow batches a transformWithStateInPandas task reads, kept so that each key's rows are
+logged as their place in them.
+
+PySpark's Python worker reads a task's input as Arrow batches, converts each to pandas, and
+hands the processor each key's rows as a DataFrame it builds row by row (pyspark/worker.py,
+`SQL_TRANSFORM_WITH_STATE_PANDAS_UDF`). Logging that DataFrame cost about 20 µs a key, frozen
+column by column (core/frozen_frames.py), on the keyed bench's 100-row keys. The batches are
+Arrow already. So a hooked processor's worker keeps the batches PySpark reads (`Tee`: armed
+as the processor is unpickled, before PySpark opens its input), and each DataFrame the
+processor is handed is logged as `TeedRows`: its first row and its length in the task's stream
+of rows. The log chunk holding such rows carries the batches they lie in (`Window`), and
+replay rebuilds each DataFrame from them with PySpark's own conversion (recorder/frames.py
+`tws_frame`).
+
+The first DataFrame of each task is rebuilt there and then and compared with the one PySpark
+handed over (`Tee.check`). Where the two differ (another PySpark that builds them otherwise),
+the task logs its DataFrames frozen, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from . import frames
+
+_armed: Tee | None = None   # the Tee that PySpark's next `load_stream` in this worker fills
+_patched = False
+
+
+class Tee:
+    """One task's input batches, from the oldest a log still needs, with each one's first row in
+    the task's stream of rows."""
+
+    def __init__(self, settings: dict):
+        self.settings = settings
+        self.batches: list[tuple[int, Any]] = []   # (first row, RecordBatch)
+        self.read = 0                              # rows PySpark read so far
+        self.handed = 0                            # rows handed to the processor so far
+        self.offsets: list | None = None           # the frame's columns among the batch's (`check`)
+        self.usable: bool | None = None            # None until the task's first DataFrame is checked
+        self.window: Window | None = None
+
+    def take(self, batches: Iterator) -> Iterator:
+        for batch in batches:
+            if self.usable is not False:
+                self.batches.append((self.read, batch))
+            self.read += batch.num_rows
+            yield batch
+
+    def logged(self, frame: Any) -> Any:
+        """What the log keeps of `frame`, the next DataFrame PySpark hands the processor: its
+        rows' place (`TeedRows`), or the frame itself where this task's are not rebuilt the same."""
+        n = len(frame)
+        start, self.handed = self.handed, self.handed + n
+        if self.usable is None:
+            self.usable = self.check(frame, start)
+        if not self.usable:
+            self.stop()
+            return frame
+        window = self.window
+        if window is None or window.sealed:
+            window = self.window = Window(self, start)
+        window.hi = start + n
+        return TeedRows(window, start, n)
+
+    def stop(self) -> None:
+        """Keep no more batches: this task's DataFrames are logged as they are."""
+        self.usable = False
+        self.batches.clear()
+
+    def check(self, frame: Any, start: int) -> bool:
+        """Whether PySpark's conversion, run on the kept batches, gives `frame` back exactly."""
+        try:
+            self.offsets = frames.tws_offsets(self._overlapping(start, start + len(frame))[0][1], self.settings,
+                                             list(frame.columns))
+            if self.offsets is None:
+                return False
+            rebuilt = frames.tws_frame(self._overlapping(start, start + len(frame)), start, len(frame),
+                                       self.settings, self.offsets, {})
+            return (list(rebuilt.columns) == list(frame.columns) and list(rebuilt.dtypes) == list(frame.dtypes)
+                    and rebuilt.index.equals(frame.index) and rebuilt.equals(frame))
+        except Exception:  # noqa: BLE001  (whatever this PySpark does otherwise: log the frames themselves)
+            return False
+
+    def _overlapping(self, lo: int, hi: int) -> list[tuple[int, Any]]:
+        return [(first, b) for first, b in self.batches if first < hi and first + b.num_rows > lo]
+
+    def seal(self, window: Window) -> list[tuple[int, Any]]:
+        """The batches `window`'s rows lie in, as it is packed into a log chunk; the batches
+        before its end are not needed again (the rows handed later come after it)."""
+        window.sealed = True
+        out = self._overlapping(window.lo, window.hi)
+        self.batches = [(first, b) for first, b in self.batches if first + b.num_rows > window.hi]
+        return out
+
+
+class Window:
+    """The rows of one log chunk's `TeedRows`: it pickles (once per chunk, pickle's memo) as
+    the batches they lie in, and unpickles to what rebuilds their DataFrames."""
+
+    __slots__ = ("tee", "lo", "hi", "sealed")
+
+    def __init__(self, tee: Tee, lo: int):
+        self.tee, self.lo, self.hi, self.sealed = tee, lo, lo, False
+
+    def __reduce__(self):
+        tee = self.tee
+        return frames.TwsBatches, (frames.pack_batches(tee.seal(self)), tee.settings, tee.offsets)
+
+
+class TeedRows:
+    """A DataFrame the processor was handed, as its rows' place in its task's batches."""
+
+    __slots__ = ("window", "start", "n")
+
+    def __init__(self, window: Window, start: int, n: int):
+        self.window, self.start, self.n = window, start, n
+
+    def __reduce__(self):
+        return frames.tws_chunk, (self.window, self.start, self.n)
+
+
+def arm(settings: dict) -> Tee:
+    """The Tee that keeps the batches PySpark reads next in this worker (a task's input)."""
+    global _patched, _armed
+    if not _patched:
+        from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+
+        original = ArrowStreamSerializer.load_stream
+
+        def load_stream(self, stream):
+            global _armed
+            tee, _armed = _armed, None
+            batches = original(self, stream)
+            return batches if tee is None else tee.take(batches)
+
+        load_stream.__wrapped__ = original
+        ArrowStreamSerializer.load_stream = load_stream
+        _patched = True
+    tee = _armed = Tee(settings)
+    return tee
+
+
+__all__ = ["Tee", "Window", "TeedRows", "arm"]
