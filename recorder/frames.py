@@ -75,22 +75,27 @@ def build(table: Any, settings: dict) -> Any:
 
 # --- transformWithStateInPandas: a key's DataFrame from the task's batches (recorder/teed_batches.py)
 
-def tws_frame(batches: list, start: int, n: int, settings: dict, offsets: list, converted: dict) -> Any:
+def tws_frame(batches: list, start: int, n: int, settings: dict, offsets: list, converted: dict | None) -> Any:
     """The DataFrame PySpark's worker hands a StatefulProcessor for rows `start`…`start + n` of
     a task's stream of rows, `batches` being `(first row, RecordBatch)` that hold them: each batch
-    converted whole and its rows taken as namedtuples (kept in `converted` by its first row), the
-    frame built from them and its value columns picked (pyspark/worker.py,
-    `SQL_TRANSFORM_WITH_STATE_PANDAS_UDF`, step for step)."""
+    converted whole and its rows taken as namedtuples, the frame built from them and its value
+    columns picked (pyspark/worker.py, `SQL_TRANSFORM_WITH_STATE_PANDAS_UDF`, step for step).
+    `converted` keeps each batch's rows by its first row, for the next frames; None: a frame
+    alone (the worker's check), whose rows only are taken."""
     import pandas as pd
 
     rows: list = []
     for first, batch in batches:
         a, b = max(start - first, 0), min(start + n - first, batch.num_rows)
-        if a < b:
-            whole = converted.get(first)
-            if whole is None:
-                whole = converted[first] = list(_tws_rows(batch, settings).itertuples(index=False))
-            rows.extend(whole[a:b])
+        if a >= b:
+            continue
+        if converted is None:
+            rows.extend(_tws_rows(batch, settings).iloc[a:b].itertuples(index=False))
+            continue
+        whole = converted.get(first)
+        if whole is None:
+            whole = converted[first] = list(_tws_rows(batch, settings).itertuples(index=False))
+        rows.extend(whole[a:b])
     return pd.DataFrame(rows).iloc[:, offsets]
 
 

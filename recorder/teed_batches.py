@@ -71,12 +71,11 @@ class Tee:
     def check(self, frame: Any, start: int) -> bool:
         """Whether PySpark's conversion, run on the kept batches, gives `frame` back exactly."""
         try:
-            self.offsets = frames.tws_offsets(self._overlapping(start, start + len(frame))[0][1], self.settings,
-                                             list(frame.columns))
+            batches = self._overlapping(start, start + len(frame))
+            self.offsets = frames.tws_offsets(batches[0][1], self.settings, list(frame.columns))
             if self.offsets is None:
                 return False
-            rebuilt = frames.tws_frame(self._overlapping(start, start + len(frame)), start, len(frame),
-                                       self.settings, self.offsets, {})
+            rebuilt = frames.tws_frame(batches, start, len(frame), self.settings, self.offsets, None)
             return (list(rebuilt.columns) == list(frame.columns) and list(rebuilt.dtypes) == list(frame.dtypes)
                     and rebuilt.index.equals(frame.index) and rebuilt.equals(frame))
         except Exception:  # noqa: BLE001  (whatever this PySpark does otherwise: log the frames themselves)
