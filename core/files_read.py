@@ -30,14 +30,16 @@ gave its executors (`SparkContext.addFile`) is found in replay too: `SparkFiles.
 the executor's root directory, logged (`install_spark_files`).
 
 What a step asks of a path without opening it, a stat result or a folder's listing, is logged
-too (core/file_info.py). pyarrow's Parquet readers (`pyarrow.parquet.read_table`, `ParquetFile`)
-open a local file in C++; a step's call is handed the file opened through the same log
+too (core/file_info.py). pyarrow's readers (Parquet's `read_table` and `ParquetFile`, CSV's
+`read_csv` and `open_csv`, JSON's `read_json`, Feather's and ORC's `read_table`) open a local
+file in C++; a step's call is handed the file opened through the same log
 (`install_pyarrow_reads`).
 
 Not covered: files opened for writing or updating (the first a step writes is said, and a
 replay writes a scratch copy: core/outside_effects.py), by descriptor or with an `opener`, anything under /proc, /sys and
-/dev, and files read by other C code (pyarrow's CSV, Feather and dataset readers, a folder
-`read_table` reads as a dataset).
+/dev, and files read by other C code (pyarrow's dataset readers, a folder `read_table` reads as
+a dataset, a pyarrow reader bound by name before its task started: `from pyarrow.csv import
+read_csv` in a module the job imports first in a step).
 """
 
 from __future__ import annotations
@@ -112,26 +114,52 @@ def _opened(file: Any, mode: Any, buffering: int, encoding: Any, errors: Any, ne
     return _served(runner, path, read, mode, encoding, errors, newline, original)
 
 
-def install_pyarrow_reads() -> None:
-    """Patch pyarrow's Parquet readers once the module is loaded (`nondeterministic.prepare`):
-    given a local file's path, `read_table` and `ParquetFile` read it in C++, past `open`, so a
-    replay read the file as it is now. A step's call now opens the file through `open`'s log and
-    hands pyarrow the file object: the recording logs it, a replay serves what it read."""
-    pq = sys.modules.get("pyarrow.parquet.core")
-    if pq is None or "pyarrow.parquet.read_table" in _original or "original" not in _step:
-        return
-    original = _original["pyarrow.parquet.read_table"] = pq.read_table
+#: pyarrow's readers that open a local file given its path in C++, past `open`: (module, function,
+#: whether the reader it returns goes on reading the file after the call: then it keeps it open)
+_PYARROW_READERS = (("pyarrow.parquet.core", "read_table", False), ("pyarrow.csv", "read_csv", False),
+                    ("pyarrow.csv", "open_csv", True), ("pyarrow.json", "read_json", False),
+                    ("pyarrow.feather", "read_table", False), ("pyarrow.feather", "read_feather", False),
+                    ("pyarrow.orc", "read_table", False))
 
+
+def install_pyarrow_reads() -> None:
+    """Patch pyarrow's readers of the modules loaded (`nondeterministic.prepare`, at each task's
+    start): given a local file's path, `pyarrow.parquet.read_table` and `ParquetFile`,
+    `pyarrow.csv.read_csv` and `open_csv`, `pyarrow.json.read_json`, `pyarrow.feather`'s and
+    `pyarrow.orc`'s `read_table` read it in C++, past `open`, so a replay read the file as it is
+    now. A step's call now opens the file through `open`'s log and hands pyarrow the file object:
+    the recording logs it, a replay serves what it read."""
+    if "original" not in _step:
+        return
+    for name, function, streams in _PYARROW_READERS:
+        module = sys.modules.get(name)
+        key = f"{name}.{function}"
+        if module is None or key in _original or not callable(getattr(module, function, None)):
+            continue
+        original = _original[key] = getattr(module, function)
+        setattr(module, function, _reading(original, streams))
+        if name == "pyarrow.parquet.core":
+            outer = sys.modules.get("pyarrow.parquet")   # (the package's own name for it)
+            if getattr(outer, function, None) is original:
+                setattr(outer, function, getattr(module, function))
+            _patch_parquet_file(module)
+
+
+def _reading(original: Callable, streams: bool) -> Callable:
+    """`original`, a pyarrow reader, handed a step's local file opened through `open`'s log."""
     @functools.wraps(original)
-    def read_table(source, *args, **kwargs):
+    def read(source, *args, **kwargs):
         file = _step_file(source, kwargs)
         if file is None:
             return original(source, *args, **kwargs)
+        if streams:   # (the file is closed with the reader, when it is let go)
+            return original(file, *args, **kwargs)
         with file:
             return original(file, *args, **kwargs)
-    for module in (pq, sys.modules.get("pyarrow.parquet")):
-        if getattr(module, "read_table", None) is original:
-            module.read_table = read_table
+    return read
+
+
+def _patch_parquet_file(pq: Any) -> None:
     parquet_file = pq.ParquetFile.__init__
 
     @functools.wraps(parquet_file)
