@@ -25,9 +25,11 @@ step is not the function's (`nondeterministic.users_step`) and passes unnoted; a
 unnoted too.
 
 `os.open` with a flag that writes (`O_WRONLY`, `O_RDWR`, `O_CREAT`, `O_TRUNC`, `O_APPEND`) and
-pyarrow's `ParquetWriter` on a local path (`pyarrow.parquet.write_table`: its C++ code opens the
-file itself) are noted and redirected the same way (`install`, `install_pyarrow`): a replay that
-stopped part way through a writer's steps left the job's file cut short.
+pyarrow's writers on a local path (`ParquetWriter` and so `parquet.write_table`, `csv.write_csv`,
+`feather.write_feather`, `orc.ORCWriter` and so `orc.write_table`, `ipc.new_file` and
+`ipc.new_stream`: their C++ code opens the file itself) are noted and redirected the same way
+(`install`, `install_pyarrow`): a replay that stopped part way through a writer's steps left the
+job's file cut short, and `tt verify` rewrote a sink's CSV and Feather files.
 A replayed step's `os.replace`, `os.rename` (`shutil.move`, `Path.replace`), `os.remove`,
 `os.unlink`, `os.mkdir` (`os.makedirs`), `os.rmdir` and `shutil.rmtree` act on the scratch
 copies: a sink that writes a temporary file and moves it onto its name, or clears and makes
@@ -35,8 +37,8 @@ its folder, works in replay, and what the recording moved, removed or made stays
 left it.
 
 Not covered: datagrams sent without `connect` (`sendto`), connections made by C code, and files
-written by other C code (pyarrow's CSV, Feather and dataset writers), which a replay writes again
-where they are.
+written by other C code (pyarrow's `csv.CSVWriter`, a C++ class, and its dataset writers), which
+a replay writes again where they are.
 """
 
 from __future__ import annotations
@@ -175,21 +177,55 @@ def _removing_tree(original: Callable, users_step: Callable[..., bool]) -> Calla
     return rmtree
 
 
-def install_pyarrow(users_step: Callable[..., bool]) -> None:
-    """Patch pyarrow's `ParquetWriter` once its module is loaded (`nondeterministic.prepare`):
-    given a local path and no filesystem, its C++ code opens the file, past `open`."""
-    writer = getattr(sys.modules.get("pyarrow.parquet.core"), "ParquetWriter", None)
-    if writer is None or getattr(writer.__init__, "_tt_writes", False):
-        return
-    original = writer.__init__
+#: pyarrow's writers that open a local path in C++, past `open`: (module, function or class, the
+#: path's parameter and its place among the call's arguments, after `self` for a class; a
+#: `filesystem` argument's place, where it takes one: a path on a filesystem it is given is not local)
+_PYARROW_WRITERS = (("pyarrow.parquet.core", "ParquetWriter", "where", 0, 2),
+                    ("pyarrow.csv", "write_csv", "output_file", 1, None),
+                    ("pyarrow.feather", "write_feather", "dest", 1, None), ("pyarrow.orc", "ORCWriter", "where", 0, None),
+                    ("pyarrow.ipc", "RecordBatchFileWriter", "sink", 0, None),
+                    ("pyarrow.ipc", "RecordBatchStreamWriter", "sink", 0, None))
 
+
+def install_pyarrow(users_step: Callable[..., bool]) -> None:
+    """Patch pyarrow's writers of the modules loaded (`nondeterministic.prepare`, at each task's
+    start): given a local path (and, for `ParquetWriter`, no filesystem), their C++ code opens
+    the file, past `open`. A step's path goes through `written`, as `open`'s does. Functions
+    that write through these classes (`pyarrow.parquet.write_table`, `pyarrow.orc.write_table`,
+    `pyarrow.ipc.new_file`) go with them; `pyarrow.csv.CSVWriter`, a C++ class, does not."""
+    for name, what, parameter, at, filesystem in _PYARROW_WRITERS:
+        target = getattr(sys.modules.get(name), what, None)
+        if target is None:
+            continue
+        is_class = isinstance(target, type)
+        original = target.__init__ if is_class else target
+        if getattr(original, "_tt_writes", False):
+            continue
+        patched = _writing(original, parameter, at + is_class, None if filesystem is None else filesystem + is_class,
+                           users_step)
+        if is_class:
+            target.__init__ = patched
+        else:
+            setattr(sys.modules[name], what, patched)
+
+
+def _writing(original: Callable, parameter: str, at: int, filesystem: int | None,
+             users_step: Callable[..., bool]) -> Callable:
+    """`original`, whose argument `parameter` (or its `at`-th) is where it writes, writing a
+    step's local path where `written` says."""
     @functools.wraps(original)
-    def __init__(self, where, schema, filesystem=None, *args, **kwargs):
-        if filesystem is None and isinstance(where, (str, os.PathLike)) and "://" not in os.fspath(where):
-            where = written(where, "w", users_step)
-        original(self, where, schema, filesystem, *args, **kwargs)
-    __init__._tt_writes = True
-    writer.__init__ = __init__
+    def write(*args, **kwargs):
+        where = kwargs.get(parameter) if parameter in kwargs else args[at] if len(args) > at else None
+        given = kwargs.get("filesystem") if filesystem is None or len(args) <= filesystem else args[filesystem]
+        if isinstance(where, (str, os.PathLike)) and "://" not in os.fspath(where) and given is None:
+            where = written(where, "w", users_step, depth=3)
+            if parameter in kwargs:
+                kwargs[parameter] = where
+            else:
+                args = (*args[:at], where, *args[at + 1:])
+        return original(*args, **kwargs)
+    write._tt_writes = True
+    return write
 
 
 def _noting(original: Callable, users_step: Callable[..., bool]) -> Callable:

@@ -55,17 +55,24 @@ def test_a_replayed_step_gets_its_recorded_tasks_context(spark, tmp_path, capsys
 
 
 def test_a_replay_writes_moves_and_clears_scratch_copies_of_what_the_sink_wrote(spark, tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.feather as feather
     import pyarrow.parquet as pq
 
     run, on, _ = record_on_and_off(JOB, tmp_path)
     parts = tmp_path / "on.json.parts"
     written = {str(p.relative_to(parts)): p for p in parts.rglob("*") if p.is_file()}
-    assert sorted(written) == ["arrow-0.parquet", "arrow-1.parquet", "atomic-0.txt", "atomic-1.txt", "dir-0/total.txt",
-                               "dir-1/total.txt", "named-0.txt", "named-1.txt", "raw-0.txt", "raw-1.txt"]
+    assert sorted(written) == ["arrow-0.arrow", "arrow-0.csv", "arrow-0.feather", "arrow-0.parquet", "arrow-1.arrow",
+                               "arrow-1.csv", "arrow-1.feather", "arrow-1.parquet", "atomic-0.txt", "atomic-1.txt",
+                               "dir-0/total.txt", "dir-1/total.txt", "named-0.txt", "named-1.txt", "raw-0.txt",
+                               "raw-1.txt"]
     for pair in (("raw-0.txt", "raw-1.txt"), ("atomic-0.txt", "atomic-1.txt"), ("named-0.txt", "named-1.txt"),
                  ("dir-0/total.txt", "dir-1/total.txt")):
         assert sorted(int(written[name].read_text()) for name in pair) == [10, 35]   # sum(0..4), sum(5..9)
-    assert sorted(pq.read_table(written[f"arrow-{i}.parquet"])["total"][0].as_py() for i in (0, 1)) == [10, 35]
+    for kind, read in (("parquet", pq.read_table), ("csv", pacsv.read_csv), ("feather", feather.read_table),
+                       ("arrow", lambda p: pa.ipc.open_file(p).read_all())):
+        assert sorted(read(written[f"arrow-{i}.{kind}"])["total"][0].as_py() for i in (0, 1)) == [10, 35], kind
     reader = RunReader(run)
     try:
         said = " ".join(reader.warnings())

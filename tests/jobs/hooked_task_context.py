@@ -5,8 +5,8 @@
   driver set (`tt.test.tag`);
 - `numbered` (`mapInPandas`): adds the partition id as a column;
 - `sink` (`foreachPartition`): writes its partition's sum into files of OUT.json.parts/ named by
-  the partition id: with `os.open`; with pyarrow's `parquet.write_table`, whose C++ code opens
-  the file itself; into a temporary file of its own and one of `tempfile.NamedTemporaryFile`'s,
+  the partition id: with `os.open`; with pyarrow's `parquet.write_table`, `csv.write_csv`,
+  `feather.write_feather` and `ipc.new_file`, whose C++ code opens the file itself; into a temporary file of its own and one of `tempfile.NamedTemporaryFile`'s,
   each moved onto its name with `os.replace`; and into a folder it clears (`shutil.rmtree`, where
   an earlier run left one) and makes (`os.makedirs`). It also removes a file it wrote
   (`os.remove`).
@@ -22,6 +22,8 @@ import sys
 import tempfile
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.feather as feather
 import pyarrow.parquet as pq
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
@@ -50,6 +52,10 @@ def sink(rows):
     os.write(fd, f"{total}\n".encode())
     os.close(fd)
     pq.write_table(pa.table({"total": [total]}), os.path.join(PARTS, f"arrow-{part}.parquet"))
+    pacsv.write_csv(pa.table({"total": [total]}), os.path.join(PARTS, f"arrow-{part}.csv"))
+    feather.write_feather(pa.table({"total": [total]}), os.path.join(PARTS, f"arrow-{part}.feather"))
+    with pa.ipc.new_file(os.path.join(PARTS, f"arrow-{part}.arrow"), pa.schema([("total", pa.int64())])) as w:
+        w.write_table(pa.table({"total": [total]}))
     temporary = os.path.join(PARTS, f".atomic-{part}.tmp")   # written, then moved onto its name
     with open(temporary, "w") as f:
         f.write(f"{total}\n")
