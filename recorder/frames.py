@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.errors import RunFileError
+
 
 def available() -> str | None:
     """Why this PySpark's mapInPandas units cannot be read by reference, or None when they can."""
@@ -132,12 +134,30 @@ def pack_batches(batches: list) -> list[tuple[int, bytes]]:
     return out
 
 
+def versions() -> dict:
+    """The libraries whose code builds a StatefulProcessor's DataFrames: PySpark's conversion,
+    pandas' inference from rows, pyarrow's `to_pandas`."""
+    import pandas
+    import pyarrow
+    import pyspark
+
+    return {"pyspark": pyspark.__version__, "pandas": pandas.__version__, "pyarrow": pyarrow.__version__}
+
+
 class TwsBatches:
     """A log chunk's batches, read back: what its `tws_chunk` calls rebuild DataFrames from,
-    each batch converted once."""
+    each batch converted once. Another PySpark, pandas or pyarrow than the recording worker's
+    could build other frames from them, so a replay refuses where they differ."""
 
     def __init__(self, packed: list, settings: dict, offsets: list):
         import pyarrow as pa
+
+        recorded, here = settings.get("versions"), versions()
+        if recorded is not None and recorded != here:
+            differ = ", ".join(f"{name} {recorded.get(name)} (here {v})" for name, v in here.items()
+                               if recorded.get(name) != v)
+            raise RunFileError(f"this run's StatefulProcessor DataFrames were built by {differ}, which may build "
+                               f"them otherwise: replay it where those versions are installed")
 
         self.batches = [(first, pa.ipc.open_stream(data).read_next_batch()) for first, data in packed]
         self.settings, self.offsets = settings, offsets

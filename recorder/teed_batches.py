@@ -32,7 +32,7 @@ class Tee:
     the task's stream of rows."""
 
     def __init__(self, settings: dict):
-        self.settings = settings
+        self.settings = {**settings, "versions": frames.versions()}   # (the worker's, which build the frames)
         self.batches: list[tuple[int, Any]] = []   # (first row, RecordBatch)
         self.read = 0                              # rows PySpark read so far
         self.handed = 0                            # rows handed to the processor so far

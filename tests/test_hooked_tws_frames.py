@@ -99,3 +99,19 @@ def test_a_task_whose_first_frame_is_not_rebuilt_the_same_logs_its_frames():
 @pytest.mark.parametrize("columns", [["k", "missing"]])
 def test_offsets_of_a_column_pyspark_does_not_build_are_none(columns):
     assert frames.tws_offsets(_batches()[0], SETTINGS, columns) is None
+
+
+def test_a_replay_with_other_libraries_than_the_recording_workers_refuses_to_rebuild():
+    from tt.core.errors import RunFileError
+
+    batches = _batches()
+    tee = Tee(SETTINGS)
+    read = tee.take(iter(batches))
+    next(read)
+    placed = tee.logged(_handed(batches, 0, 2))
+    assert tee.settings["versions"] == frames.versions()   # the worker's, kept with its batches
+    data = pickle.dumps(placed)
+    assert pickle.loads(data).equals(_handed(batches, 0, 2))
+    other = dict(tee.settings, versions={**frames.versions(), "pandas": "1.5.3"})
+    with pytest.raises(RunFileError, match=r"built by pandas 1\.5\.3 \(here .+\), which may build them otherwise"):
+        frames.TwsBatches(frames.pack_batches([(0, batches[0])]), other, [0, 1])
