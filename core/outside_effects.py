@@ -31,9 +31,10 @@ pyarrow's writers on a local path (`ParquetWriter` and so `parquet.write_table`,
 (`install`, `install_pyarrow`): a replay that stopped part way through a writer's steps left the
 job's file cut short, and `tt verify` rewrote a sink's CSV and Feather files.
 A replayed step's `os.replace`, `os.rename` (`shutil.move`, `Path.replace`), `os.remove`,
-`os.unlink`, `os.mkdir` (`os.makedirs`), `os.rmdir` and `shutil.rmtree` act on the scratch
-copies: a sink that writes a temporary file and moves it onto its name, or clears and makes
-its folder, works in replay, and what the recording moved, removed or made stays as the job
+`os.unlink`, `os.mkdir` (`os.makedirs`), `os.rmdir`, `shutil.rmtree`, `os.truncate`,
+`os.chmod`, `os.utime`, `os.link` and `os.symlink` act on the scratch copies: a sink that
+writes a temporary file and moves it onto its name, or clears and makes its folder, works in
+replay, and what the recording moved, removed, made, cut short or linked stays as the job
 left it.
 
 Not covered: datagrams sent without `connect` (`sendto`), connections made by C code, and files
@@ -71,6 +72,9 @@ def install(users_step: Callable[..., bool]) -> None:
     os.remove, os.unlink = _removing(os.remove, users_step), _removing(os.unlink, users_step)
     os.mkdir, os.rmdir = _folder(os.mkdir, users_step, made=True), _folder(os.rmdir, users_step, made=False)
     shutil.rmtree = _removing_tree(shutil.rmtree, users_step)
+    os.truncate = _changing(os.truncate, users_step, copy=True)
+    os.chmod, os.utime = _changing(os.chmod, users_step, copy=False), _changing(os.utime, users_step, copy=False)
+    os.link, os.symlink = _linking(os.link, users_step, hard=True), _linking(os.symlink, users_step, hard=False)
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -175,6 +179,42 @@ def _removing_tree(original: Callable, users_step: Callable[..., bool]) -> Calla
             return None
         return original(path, *args, **kwargs)
     return rmtree
+
+
+def _changing(original: Callable, users_step: Callable[..., bool], copy: bool) -> Callable:
+    """`os.truncate`, `os.chmod` or `os.utime` of a path: in a replayed step, of its scratch copy
+    (`copy`: made from the job's file first, as `open(path, "r+")` would; else only where the
+    replay wrote one). The job's file stays as the recording left it: a replayed sink that
+    truncated it cut the job's output short."""
+    @functools.wraps(original)
+    def change(path, *args, **kwargs):
+        if (kwargs.get("dir_fd") is None and not isinstance(path, int) and _replayed_step(path, users_step)):
+            here = scratch(os.path.abspath(os.fsdecode(path)), "+") if copy else _scratched(path)
+            if here is None or not os.path.lexists(here):
+                return None
+            return original(here, *args, **{k: v for k, v in kwargs.items() if k != "dir_fd"})
+        return original(path, *args, **kwargs)
+    return change
+
+
+def _linking(original: Callable, users_step: Callable[..., bool], hard: bool) -> Callable:
+    """`os.link` or `os.symlink`: in a replayed step, the new name is made among the scratch
+    copies (a hard link there to the scratch copy of its source, or to a copy of the job's file),
+    not beside the job's files."""
+    @functools.wraps(original)
+    def link(src, dst, *args, **kwargs):
+        if not args and kwargs.get("dir_fd") is None and kwargs.get("src_dir_fd") is None and \
+                kwargs.get("dst_dir_fd") is None and _replayed_step(dst, users_step):
+            here = scratch(os.path.abspath(os.fsdecode(dst)), "x")
+            if hard:
+                source = scratch(os.path.abspath(os.fsdecode(src)), "+")
+                if not os.path.lexists(source):
+                    raise FileNotFoundError(2, "No such file or directory", os.fsdecode(src))
+                return original(source, here)
+            return original(src, here, **{k: v for k, v in kwargs.items() if k == "target_is_directory"})
+        return original(src, dst, *args, **kwargs)
+    return link
+
 
 
 #: pyarrow's writers that open a local path in C++, past `open`: (module, function or class, the

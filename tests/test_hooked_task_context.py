@@ -19,6 +19,7 @@ job's folder. Now all of them act on the copies.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from plain_jobs import record_on_and_off, replayed_outputs
@@ -65,11 +66,15 @@ def test_a_replay_writes_moves_and_clears_scratch_copies_of_what_the_sink_wrote(
     written = {str(p.relative_to(parts)): p for p in parts.rglob("*") if p.is_file()}
     assert sorted(written) == ["arrow-0.arrow", "arrow-0.csv", "arrow-0.feather", "arrow-0.parquet", "arrow-1.arrow",
                                "arrow-1.csv", "arrow-1.feather", "arrow-1.parquet", "atomic-0.txt", "atomic-1.txt",
+                               "cut-0.hard", "cut-0.soft", "cut-0.txt", "cut-1.hard", "cut-1.soft", "cut-1.txt",
                                "dir-0/total.txt", "dir-1/total.txt", "named-0.txt", "named-1.txt", "raw-0.txt",
                                "raw-1.txt"]
     for pair in (("raw-0.txt", "raw-1.txt"), ("atomic-0.txt", "atomic-1.txt"), ("named-0.txt", "named-1.txt"),
-                 ("dir-0/total.txt", "dir-1/total.txt")):
+                 ("dir-0/total.txt", "dir-1/total.txt"), ("cut-0.hard", "cut-1.soft")):
         assert sorted(int(written[name].read_text()) for name in pair) == [10, 35]   # sum(0..4), sum(5..9)
+    cut = [written[f"cut-{i}.txt"] for i in (0, 1)]
+    assert {(p.stat().st_mode & 0o777, p.stat().st_mtime) for p in cut} == {(0o600, 1_000_000_000)}
+    assert all(written[f"cut-{i}.hard"].samefile(cut[i]) and written[f"cut-{i}.soft"].is_symlink() for i in (0, 1))
     for kind, read in (("parquet", pq.read_table), ("csv", pacsv.read_csv), ("feather", feather.read_table),
                        ("arrow", lambda p: pa.ipc.open_file(p).read_all())):
         assert sorted(read(written[f"arrow-{i}.{kind}"])["total"][0].as_py() for i in (0, 1)) == [10, 35], kind
@@ -81,9 +86,14 @@ def test_a_replay_writes_moves_and_clears_scratch_copies_of_what_the_sink_wrote(
     assert "sink: a step wrote " in said and "writes a scratch copy of it instead" in said
     for p in written.values():
         p.write_bytes(b"the job's file, as it is now")
+    for p in cut:
+        p.chmod(0o644)
+        os.utime(p, (2_000_000_000, 2_000_000_000))
     code = main(["verify", str(run)])
     assert code == 0, capsys.readouterr().out
-    assert {p.read_bytes() for p in written.values()} == {b"the job's file, as it is now"}
+    assert {p.read_bytes() for p in written.values()} == {b"the job's file, as it is now"}   # none cut short
+    assert {(p.stat().st_mode & 0o777, p.stat().st_mtime) for p in cut} == {(0o644, 2_000_000_000)}
+    assert all(written[f"cut-{i}.hard"].samefile(cut[i]) and written[f"cut-{i}.soft"].is_symlink() for i in (0, 1))
     assert sorted(str(p.relative_to(parts)) for p in parts.rglob("*") if p.is_file()) == sorted(written)   # none left
 
 

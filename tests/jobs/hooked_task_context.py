@@ -9,7 +9,8 @@
   `feather.write_feather` and `ipc.new_file`, whose C++ code opens the file itself; into a temporary file of its own and one of `tempfile.NamedTemporaryFile`'s,
   each moved onto its name with `os.replace`; and into a folder it clears (`shutil.rmtree`, where
   an earlier run left one) and makes (`os.makedirs`). It also removes a file it wrote
-  (`os.remove`).
+  (`os.remove`), and cuts one short (`os.truncate`), sets its mode and times and links it
+  (`os.link`, `os.symlink`).
 
 A replay of any of them used to find no TaskContext (`get()` gave None) and raised where the
 recording did not. Usage: python hooked_task_context.py OUT.json
@@ -60,6 +61,17 @@ def sink(rows):
     with open(temporary, "w") as f:
         f.write(f"{total}\n")
     os.replace(temporary, os.path.join(PARTS, f"atomic-{part}.txt"))
+    cut = os.path.join(PARTS, f"cut-{part}.txt")   # written, cut short, its mode and times set, linked
+    with open(cut, "w") as f:
+        f.write(f"{total} and more\n")
+    os.truncate(cut, len(str(total)))
+    os.chmod(cut, 0o600)
+    os.utime(cut, (1_000_000_000, 1_000_000_000))
+    for made in (f"cut-{part}.hard", f"cut-{part}.soft"):
+        if os.path.lexists(os.path.join(PARTS, made)):   # (an earlier run's)
+            os.remove(os.path.join(PARTS, made))
+    os.link(cut, os.path.join(PARTS, f"cut-{part}.hard"))
+    os.symlink(cut, os.path.join(PARTS, f"cut-{part}.soft"))
     with open(os.path.join(PARTS, f"stale-{part}"), "w") as f:   # written, then removed
         f.write("-")
     os.remove(os.path.join(PARTS, f"stale-{part}"))
