@@ -184,24 +184,36 @@ SPARK_FILES_ROOT = "pyspark.SparkFiles.getRootDirectory()"   # the process fact 
 
 
 def install_spark_files(users_step: Callable[..., bool], since: int) -> None:
-    """Patch `SparkFiles.get` once PySpark is loaded (`nondeterministic.prepare`): a step's
-    `SparkFiles.get(name)` (a file the job gave its executors with `addFile`) joins `name` to the
-    executor's root directory, logged as a process fact. A replay has no Spark to ask, and
-    `SparkFiles.get` raised there; now it gets the executor's path, whose file was logged when
-    the step opened it."""
+    """Patch `SparkFiles.get` and `getRootDirectory` once PySpark is loaded
+    (`nondeterministic.prepare`): a step's `SparkFiles.get(name)` (a file the job gave its
+    executors with `addFile`) joins `name` to the executor's root directory, logged as a process
+    fact, which `getRootDirectory()` answers. A replay has no Spark to ask, and both raised
+    there; now they give the executor's paths, whose files were logged when the step opened them."""
     module = sys.modules.get("pyspark.core.files")
     spark_files = getattr(module, "SparkFiles", None)
     if spark_files is None or "SparkFiles.get" in _original:
         return
     original = _original["SparkFiles.get"] = spark_files.get   # (bound to the class)
+    root_of = _original["SparkFiles.getRootDirectory"] = spark_files.getRootDirectory
+
+    def logged_root(cls) -> str | None:
+        """The executor's root directory, logged, where a step asks; None elsewhere."""
+        runner = CONTEXT.runner
+        if runner is None or not runner.reads_logged or cls is not spark_files or not users_step(3, since):
+            return None
+        return runner.read_environ(SPARK_FILES_ROOT, lambda _: root_of.__func__(cls))
 
     def get(cls, filename):
-        runner = CONTEXT.runner
-        if runner is None or not runner.reads_logged or cls is not spark_files or not users_step(since=since):
+        root = logged_root(cls)
+        if root is None:
             return original.__func__(cls, filename)
-        root = runner.read_environ(SPARK_FILES_ROOT, lambda _: spark_files.getRootDirectory())
         return os.path.abspath(os.path.join(root, filename))
+
+    def getRootDirectory(cls):
+        root = logged_root(cls)
+        return root_of.__func__(cls) if root is None else root
     spark_files.get = classmethod(functools.wraps(original.__func__)(get))
+    spark_files.getRootDirectory = classmethod(functools.wraps(root_of.__func__)(getRootDirectory))
 
 
 def take_contents() -> dict[str, bytes]:

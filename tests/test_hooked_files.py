@@ -59,7 +59,7 @@ def test_recording_changes_nothing_the_functions_read(recorded):
     assert on == off
     scored = [json.loads(s) for s in on["scored"]]
     assert {(r["factor"], r["motto"], r["extra"], r["head"], r["greeting"]) for r in scored} == {
-        (3, "recorded motto", -1, "0001020304050607", "hello from the driver")}
+        (3, "recorded motto", -1, "0001020304050607", "hello from the driver" * 2)}   # (by get, by the root)
     names = ["greeting.txt", "model.bin", "motto.txt", "prices.csv", "rules.json"]
     assert {json.dumps(r["asked"], sort_keys=True) for r in scored} == {json.dumps({
         "motto_is_file": True, "prices_bytes": (folder / "prices.csv").stat().st_size, "absent_there": False,

@@ -4,7 +4,8 @@
   `json.load(open(...))` of a path relative to the folder the job ran in, a text file's first line with `pathlib.Path.read_text`, a file that
   is not there (falling back to a default, as jobs do), the head of a model too large to keep
   in the run file (`open(..., "rb")`), and a greeting the job gave its executors
-  (`SparkContext.addFile`, found with `SparkFiles.get`: a replay has no Spark to ask); and it
+  (`SparkContext.addFile`, found with `SparkFiles.get` and `getRootDirectory`: a replay has no
+  Spark to ask); and it
   asks of paths without opening them (`os.path.isfile`, `getsize`, `Path.exists`, `islink`) and
   lists its folder (`os.listdir`, `glob.glob`, `os.scandir` with each entry's size, `os.walk`);
 - `Priced` (`mapInPandas`, a callable class) reads a price list per batch with
@@ -59,6 +60,8 @@ def make_scored(folder: str):
             head = f.read(8).hex()
         with open(SparkFiles.get("greeting.txt")) as f:
             greeting = f.read()
+        with open(os.path.join(SparkFiles.getRootDirectory(), "greeting.txt")) as f:
+            greeting += f.read()
         absent = os.path.join(folder, "absent.json")
         asked = {"motto_is_file": os.path.isfile(os.path.join(folder, "motto.txt")),
                  "prices_bytes": os.path.getsize(os.path.join(folder, "prices.csv")),
