@@ -347,7 +347,6 @@ class HookedProcessor:
         return {**self.__dict__, "_unrecorded": False, "_prepared": None, "_copy": None, "_tee": None}
 
 
-
 class HookedGroupStateFunction:
     """What Spark runs in place of an `applyInPandasWithState` function: each call (one key of
     one micro-batch) becomes units of the call site's task (core/group_state.py), where the

@@ -95,16 +95,20 @@ class Tee:
 
 class Window:
     """The rows of one log chunk's `TeedRows`: it pickles (once per chunk, pickle's memo) as
-    the batches they lie in, and unpickles to what rebuilds their DataFrames."""
+    the batches they lie in, and unpickles to what rebuilds their DataFrames. Once pickled it
+    takes no more rows, and pickles the same again (a `TeedRows` made just before a flush and
+    logged just after it is pickled with the next chunk)."""
 
-    __slots__ = ("tee", "lo", "hi", "sealed")
+    __slots__ = ("tee", "lo", "hi", "sealed", "packed")
 
     def __init__(self, tee: Tee, lo: int):
-        self.tee, self.lo, self.hi, self.sealed = tee, lo, lo, False
+        self.tee, self.lo, self.hi, self.sealed, self.packed = tee, lo, lo, False, None
 
     def __reduce__(self):
         tee = self.tee
-        return frames.TwsBatches, (frames.pack_batches(tee.seal(self)), tee.settings, tee.offsets)
+        if self.packed is None:
+            self.packed = frames.pack_batches(tee.seal(self))
+        return frames.TwsBatches, (self.packed, tee.settings, tee.offsets)
 
 
 class TeedRows:

@@ -73,6 +73,7 @@ def test_a_tee_logs_places_whose_chunk_carries_the_batches_they_lie_in():
     placed = [tee.logged(a), tee.logged(b)]
     assert all(type(p) is TeedRows for p in placed) and placed[0].window is placed[1].window
     back = pickle.loads(pickle.dumps(placed))              # a log chunk: the batches travel once
+    assert pickle.loads(pickle.dumps(placed[1])).equals(b)  # (pickled again, the same)
     for got, want in zip(back, (a, b)):
         assert got.dtypes.tolist() == want.dtypes.tolist() and got.equals(want)
         assert [repr(v) for v in got["v"]] == [repr(v) for v in want["v"]]
