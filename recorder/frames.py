@@ -1,4 +1,5 @@
-"""How PySpark builds the DataFrames a `mapInPandas` function is handed, for units read by reference.
+"""How PySpark builds the DataFrames a `mapInPandas` function or a StatefulProcessor is handed,
+for units logged as rows to rebuild them from.
 
 A hooked `mapInPandas` unit over a plain Parquet scan is stored as its rows' positions in the
 files (`blobs.REF_PANDAS`). Replay reads those rows back as Arrow and must hand the function
@@ -11,6 +12,10 @@ pyspark is imported when a unit is rebuilt, not before: the debugger's modules l
 it. The recording task also keeps each unit's `row_digest.frame_digest`, and replay compares:
 another PySpark, or a setting that changed, stops replay with one line instead of showing a
 different DataFrame.
+
+A transformWithStateInPandas key's DataFrame is logged as its rows' place in the Arrow batches
+its task read (recorder/teed_batches.py); `tws_frame` rebuilds it from them with the worker's
+own steps, and `TwsBatches` refuses another PySpark, pandas or pyarrow than the worker's.
 """
 
 from __future__ import annotations
