@@ -28,7 +28,7 @@ from .spark_edges import rdd_upstream, spark_upstream
 
 def install(session: Any) -> Callable[[], None]:
     """Patch PySpark for `session`; returns the function that puts everything back."""
-    from pyspark.core.rdd import RDD
+    from pyspark.core.rdd import RDD, RDDBarrier
     from pyspark.sql.classic.dataframe import DataFrame
     from pyspark.sql.group import GroupedData
     from pyspark.sql.pandas.group_ops import PandasCogroupedOps
@@ -40,7 +40,7 @@ def install(session: Any) -> Callable[[], None]:
     originals: list[tuple[type, str, Callable | None]] = []
     with_index = RDD.mapPartitionsWithIndex
 
-    said: dict[int, Any] = {}   # id -> function: the functions whose unrecorded state was said, or looked for
+    said: dict[Any, Any] = {}   # id -> function (or (site, method) -> function): what was said, or looked for
 
     def patch(cls: type, name: str, make: Callable[[Callable], Callable]) -> None:
         original = getattr(cls, name)
@@ -258,6 +258,23 @@ def install(session: Any) -> Callable[[], None]:
     patch(UserDefinedTableFunction, "__call__", per_use(
         lambda u: "udtf" if isinstance(u.func, type) and not u.func.__dict__.get("_tt_hooked") else None,
         "_judtf_placeholder"))
+    def barrier(original):
+        """`rdd.barrier().mapPartitions(f)`: a barrier stage's tasks start together and may wait
+        for each other (`BarrierTaskContext.barrier()`), which a replay of one task alone cannot
+        do; tt leaves it unhooked, and says so once per call site."""
+        def patched(self, f, *args, **kwargs):
+            site = _user_site()
+            if site is not None and callable(f) and (site, original.__name__) not in said:
+                said[(site, original.__name__)] = f
+                session.on_event("warning", {"message": (
+                    f"{name_of(f)} (barrier().{original.__name__} at {site}) runs unrecorded: tt does not hook "
+                    f"barrier stages, whose tasks wait for each other, so its steps and the state it keeps are "
+                    f"not in the run")})
+            return original(self, f, *args, **kwargs)
+        return patched
+
+    patch(RDDBarrier, "mapPartitions", barrier)
+    patch(RDDBarrier, "mapPartitionsWithIndex", barrier)
     for name in sorted(PROCESSOR_KINDS):
         patch(GroupedData, name, stateful(name, "statefulProcessor"))
     patch(GroupedData, GROUP_STATE_KIND, stateful(GROUP_STATE_KIND, "func", streaming_only=True))
