@@ -91,6 +91,11 @@ def tws_frame(batches: list, start: int, n: int, settings: dict, offsets: list, 
     alone (the worker's check), whose rows only are taken."""
     import pandas as pd
 
+    return pd.DataFrame(tws_rows(batches, start, n, settings, converted)).iloc[:, offsets]
+
+
+def tws_rows(batches: list, start: int, n: int, settings: dict, converted: dict | None) -> list:
+    """The rows, as namedtuples, `tws_frame` builds a frame from."""
     rows: list = []
     for first, batch in batches:
         a, b = max(start - first, 0), min(start + n - first, batch.num_rows)
@@ -103,7 +108,7 @@ def tws_frame(batches: list, start: int, n: int, settings: dict, offsets: list, 
         if whole is None:
             whole = converted[first] = list(_tws_rows(batch, settings).itertuples(index=False))
         rows.extend(whole[a:b])
-    return pd.DataFrame(rows).iloc[:, offsets]
+    return rows
 
 
 def _tws_rows(batch: Any, settings: dict) -> Any:
@@ -114,10 +119,9 @@ def _tws_rows(batch: Any, settings: dict) -> Any:
                                                      prefer_int_ext_dtype=settings["prefer_int_ext_dtype"]), axis=1)
 
 
-def tws_offsets(batch: Any, settings: dict, columns: list) -> list | None:
-    """Where a handed DataFrame's `columns` are among the columns PySpark builds its rows with
-    (their namedtuple's fields, unique), or None where one is not there."""
-    row = next(_tws_rows(batch.slice(0, 1), settings).itertuples(index=False))
+def tws_offsets(row: Any, columns: list) -> list | None:
+    """Where a handed DataFrame's `columns` are among a row's fields (its namedtuple's, unique:
+    the columns PySpark builds its rows with), or None where one is not there."""
     fields = list(getattr(type(row), "_fields", range(len(row))))
     try:
         return [fields.index(c) for c in columns]

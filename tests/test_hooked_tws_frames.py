@@ -99,7 +99,8 @@ def test_a_task_whose_first_frame_is_not_rebuilt_the_same_logs_its_frames():
 
 @pytest.mark.parametrize("columns", [["k", "missing"]])
 def test_offsets_of_a_column_pyspark_does_not_build_are_none(columns):
-    assert frames.tws_offsets(_batches()[0], SETTINGS, columns) is None
+    row = frames.tws_rows([(0, _batches()[0])], 0, 1, SETTINGS, None)[0]
+    assert frames.tws_offsets(row, ["v", "k"]) == [1, 0] and frames.tws_offsets(row, columns) is None
 
 
 def test_a_replay_with_other_libraries_than_the_recording_workers_refuses_to_rebuild():
