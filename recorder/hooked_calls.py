@@ -67,6 +67,21 @@ class TaskFeed:
         self.task_end = task_end   # an accumulator: the worker pickles its value when the task ends
         self._task: StageTask | None = None
         self._context: Any = None   # the TaskContext of the task attempt `_task` runs
+        self._connecting: tuple[Any, Any] | None = None   # (TaskContext, Connecting) started ahead (`connect_ahead`)
+
+    def connect_ahead(self) -> None:
+        """Start the handshake of this worker's task attempt with the coordinator now, while
+        PySpark reads the task's input: two round trips to the driver, 8 ms a task on a busy
+        machine, which a job at Spark's default 200 shuffle partitions would otherwise wait
+        for 200 times. Only where the task surely opens (a batch query's processor: `init` is
+        called in every task)."""
+        from .task import connect
+
+        tc = _task_context()
+        if self.recording is None or tc is None or micro_batch(tc) is not None:
+            return
+        attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), "spark_stage": tc.stageId()}
+        self._connecting = (tc, connect(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt))
 
     def feed(self, unit: Any, attach: Any = None, run: int = 0, logged: tuple | None = None) -> list:
         """One unit into this task attempt's stage (opened at its first unit). `attach`: what
@@ -78,7 +93,9 @@ class TaskFeed:
         if self._task is None or tc is not self._context:   # (a worker makes a TaskContext per task)
             attempt = {"spark_attempt": tc.taskAttemptId(), "number": tc.attemptNumber(), "spark_stage": tc.stageId(),
                        **_slot(tc, run)}
-            self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt)
+            ahead, self._connecting = self._connecting, None
+            connecting = ahead[1] if ahead is not None and ahead[0] is tc and not run else None
+            self._task = StageTask(self.graph, self.stage_id, tc.partitionId(), self.recording, attempt, connecting)
             self._context = tc
             self._task.open_units()
             self.task_end._value = _TaskEnd(self)
@@ -97,7 +114,7 @@ class TaskFeed:
             task.end_units()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_task": None, "_context": None}
+        return {**self.__dict__, "_task": None, "_context": None, "_connecting": None}
 
 
 _TaskContext: Any = None
@@ -259,12 +276,14 @@ class HookedProcessor:
         self._tee: Any = None                     # the Tee of this task (recorder/teed_batches.py)
 
     def __setstate__(self, state: dict) -> None:
-        """Unpickled in a Python worker, before PySpark reads the task's input: arm the Tee."""
+        """Unpickled in a Python worker, before PySpark reads the task's input: arm the Tee,
+        and start the task's handshake (`TaskFeed.connect_ahead`)."""
         self.__dict__.update(state)
         if self._tee_settings is not None and self.feed.recording is not None:
             from .teed_batches import arm
 
             self._tee = arm(self._tee_settings)
+        self.feed.connect_ahead()
 
     def _processor(self) -> Any:
         """The user's processor, as the stage's graph carries it."""
