@@ -7,14 +7,16 @@ context, the run keeps it per attempt, and a replayed step gets that attempt's
 (core/task_context.py). The oracle is what the job's own `collect()` returned, TaskContext
 values and all, against what the replay emits.
 
-Its sink writes through `os.open` and pyarrow's `write_table`, past the patched `open`: a replay
-wrote the job's files again, and one stopped part way through a writer's steps left them cut
-short. Now both go to the replay's scratch copy, as `open` does (core/outside_effects.py). Its
+Its sink writes through `os.open` and pyarrow's Parquet, CSV, Feather and IPC writers, past the
+patched `open`: a replay wrote the job's files again, and one stopped part way through a
+writer's steps left them cut short. Now they go to the replay's scratch copy, as `open` does
+(core/outside_effects.py). Its
 temporary file, moved onto its name with `os.replace`, was a scratch copy that the real
 `os.replace` did not find: the replay raised `FileNotFoundError`, as `os.remove` of a file it
 wrote did, and `os.makedirs` of its folder `FileExistsError`; `tempfile.NamedTemporaryFile` left
 its file in the job's folder, and `shutil.rmtree` of a folder an earlier run left emptied the
-job's folder. Now all of them act on the copies.
+job's folder; `os.truncate` cut the job's file short again, and `os.link` of a name the
+recording made raised `FileExistsError`. Now all of them act on the copies.
 """
 
 from __future__ import annotations
