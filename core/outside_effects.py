@@ -188,11 +188,11 @@ def _changing(original: Callable, users_step: Callable[..., bool], copy: bool) -
     truncated it cut the job's output short."""
     @functools.wraps(original)
     def change(path, *args, **kwargs):
-        if (kwargs.get("dir_fd") is None and not isinstance(path, int) and _replayed_step(path, users_step)):
+        if kwargs.get("dir_fd") is None and _replayed_step(path, users_step):   # (a path, not a descriptor)
             here = scratch(os.path.abspath(os.fsdecode(path)), "+") if copy else _scratched(path)
             if here is None or not os.path.lexists(here):
                 return None
-            return original(here, *args, **{k: v for k, v in kwargs.items() if k != "dir_fd"})
+            return original(here, *args, **kwargs)
         return original(path, *args, **kwargs)
     return change
 
@@ -210,11 +210,10 @@ def _linking(original: Callable, users_step: Callable[..., bool], hard: bool) ->
                 source = scratch(os.path.abspath(os.fsdecode(src)), "+")
                 if not os.path.lexists(source):
                     raise FileNotFoundError(2, "No such file or directory", os.fsdecode(src))
-                return original(source, here)
-            return original(src, here, **{k: v for k, v in kwargs.items() if k == "target_is_directory"})
+                return original(source, here, **kwargs)
+            return original(src, here, **kwargs)
         return original(src, dst, *args, **kwargs)
     return link
-
 
 
 #: pyarrow's writers that open a local path in C++, past `open`: (module, function or class, the
@@ -258,7 +257,7 @@ def _writing(original: Callable, parameter: str, at: int, filesystem: int | None
         where = kwargs.get(parameter) if parameter in kwargs else args[at] if len(args) > at else None
         given = kwargs.get("filesystem") if filesystem is None or len(args) <= filesystem else args[filesystem]
         if isinstance(where, (str, os.PathLike)) and "://" not in os.fspath(where) and given is None:
-            where = written(where, "w", users_step, depth=3)
+            where = written(where, "w", users_step)
             if parameter in kwargs:
                 kwargs[parameter] = where
             else:

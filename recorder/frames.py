@@ -82,20 +82,20 @@ def build(table: Any, settings: dict) -> Any:
 
 # --- transformWithStateInPandas: a key's DataFrame from the task's batches (recorder/teed_batches.py)
 
-def tws_frame(batches: list, start: int, n: int, settings: dict, offsets: list, converted: dict | None) -> Any:
-    """The DataFrame PySpark's worker hands a StatefulProcessor for rows `start`…`start + n` of
-    a task's stream of rows, `batches` being `(first row, RecordBatch)` that hold them: each batch
-    converted whole and its rows taken as namedtuples, the frame built from them and its value
-    columns picked (pyspark/worker.py, `SQL_TRANSFORM_WITH_STATE_PANDAS_UDF`, step for step).
-    `converted` keeps each batch's rows by its first row, for the next frames; None: a frame
-    alone (the worker's check), whose rows only are taken."""
+def tws_frame(rows: list, offsets: list) -> Any:
+    """The DataFrame PySpark's worker hands a StatefulProcessor, built from its rows as
+    namedtuples (`tws_rows`) and its value columns picked (pyspark/worker.py,
+    `SQL_TRANSFORM_WITH_STATE_PANDAS_UDF`, step for step)."""
     import pandas as pd
 
-    return pd.DataFrame(tws_rows(batches, start, n, settings, converted)).iloc[:, offsets]
+    return pd.DataFrame(rows).iloc[:, offsets]
 
 
 def tws_rows(batches: list, start: int, n: int, settings: dict, converted: dict | None) -> list:
-    """The rows, as namedtuples, `tws_frame` builds a frame from."""
+    """Rows `start`…`start + n` of a task's stream of rows as PySpark's worker takes them,
+    `batches` being `(first row, RecordBatch)` that hold them: each batch converted whole, its
+    rows as namedtuples. `converted` keeps each batch's rows by its first row, for the next
+    frames; None: one frame's rows alone (the worker's check)."""
     rows: list = []
     for first, batch in batches:
         a, b = max(start - first, 0), min(start + n - first, batch.num_rows)
@@ -175,4 +175,4 @@ class TwsBatches:
 
 def tws_chunk(window: TwsBatches, start: int, n: int) -> Any:
     """One logged DataFrame of a StatefulProcessor (`teed_batches.TeedRows`), rebuilt."""
-    return tws_frame(window.batches, start, n, window.settings, window.offsets, window.converted)
+    return tws_frame(tws_rows(window.batches, start, n, window.settings, window.converted), window.offsets)

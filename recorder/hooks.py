@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.hooked import GROUP_STATE_KIND, PROCESSOR_KINDS, name_of
+from . import frames
 from .spark_edges import rdd_upstream, spark_upstream
 
 
@@ -120,8 +121,9 @@ def install(session: Any) -> Callable[[], None]:
                     return original(self, *args, **kwargs)
                 initial = bound.arguments.get("initialState")
                 upstream = spark_upstream(session, [self] + ([initial] if initial is not None else []))
-                tee = self.session if kind == "transformWithStateInPandas" and initial is None else None
-                bound.arguments[argument] = session.hook(user, kind, site, self.session.sparkContext, upstream, tee=tee)
+                teed = kind == "transformWithStateInPandas" and initial is None and frames.available() is None
+                bound.arguments[argument] = session.hook(user, kind, site, self.session.sparkContext, upstream,
+                                                         tee=frames.conversion(self.session) if teed else None)
                 if streaming:
                     session.watch_micro_batches(self.session)
                 return original(*bound.args, **bound.kwargs)
@@ -258,6 +260,7 @@ def install(session: Any) -> Callable[[], None]:
     patch(UserDefinedTableFunction, "__call__", per_use(
         lambda u: "udtf" if isinstance(u.func, type) and not u.func.__dict__.get("_tt_hooked") else None,
         "_judtf_placeholder"))
+
     def barrier(original):
         """`rdd.barrier().mapPartitions(f)`: a barrier stage's tasks start together and may wait
         for each other (`BarrierTaskContext.barrier()`), which a replay of one task alone cannot

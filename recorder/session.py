@@ -28,7 +28,7 @@ from ..core.graph import Graph
 from ..store import blobs, schema
 from ..store.trust import module_code, sign_run
 from ..store.writer import Writer
-from . import frames, job_modules
+from . import job_modules
 from .coordinator import Coordinator
 from .task import Recording
 
@@ -212,9 +212,10 @@ class RecordingSession:
         of the run and return what Spark runs in place of `fn`. The first call begins the run.
         `upstream`: the hooked operators whose rows reach this one through Spark, and what
         Spark did to them on the way (the DAG's opaque edges). `shared`: PySpark runs it for
-        every query that names it (a UDF or UDTF registered for SQL). `tee`: the SparkSession of
-        a transformWithStateInPandas without an initial state, whose tasks keep their input
-        batches and log each key's DataFrame as its place in them (recorder/teed_batches.py)."""
+        every query that names it (a UDF or UDTF registered for SQL). `tee`: for a
+        transformWithStateInPandas without an initial state, the settings PySpark converts its
+        batches with (`frames.conversion`): its tasks keep their input batches and log each key's
+        DataFrame as its place in them (recorder/teed_batches.py)."""
         from ..core.graph import SOURCE
         from ..core.hooked import SINK_KINDS, name_of, operator_for
         from ..core.operator import Source
@@ -265,8 +266,7 @@ class RecordingSession:
                 kind in (GROUP_STATE_KIND, "udtf"):   # many calls a task
             feed = TaskFeed(g.for_stage(stage.id), stage.id, self.recording, sc.accumulator(0))
             if kind in PROCESSOR_KINDS:
-                teed = tee is not None and frames.available() is None
-                return HookedProcessor(feed, frames.conversion(tee) if teed else None)
+                return HookedProcessor(feed, tee)
             if kind == GROUP_STATE_KIND:
                 return HookedGroupStateFunction(feed)
             if kind in GROUP_ITER_KINDS:
@@ -320,7 +320,7 @@ class RecordingSession:
         with the settings it ran with, recorder/frames.py). Returns the DataFrame Spark should
         map over: `df`, or `df` with position columns where they cannot be counted (the task
         strips them). Any other `df` is copied, and `source_scans` says why (`tt inspect`)."""
-        from . import sources
+        from . import frames, sources
         from .hooked_calls import HookedCall
 
         if not isinstance(call, HookedCall) or df.isStreaming:   # (unrecorded; a stream's files change)

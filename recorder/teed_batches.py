@@ -71,13 +71,11 @@ class Tee:
     def check(self, frame: Any, start: int) -> bool:
         """Whether PySpark's conversion, run on the kept batches, gives `frame` back exactly."""
         try:
-            import pandas as pd
-
             rows = frames.tws_rows(self._overlapping(start, start + len(frame)), start, len(frame), self.settings, None)
             self.offsets = frames.tws_offsets(rows[0], list(frame.columns))
             if self.offsets is None:
                 return False
-            rebuilt = pd.DataFrame(rows).iloc[:, self.offsets]
+            rebuilt = frames.tws_frame(rows, self.offsets)
             return (list(rebuilt.columns) == list(frame.columns) and list(rebuilt.dtypes) == list(frame.dtypes)
                     and rebuilt.index.equals(frame.index) and rebuilt.equals(frame))
         except Exception:  # noqa: BLE001  (whatever this PySpark does otherwise: log the frames themselves)
