@@ -14,7 +14,10 @@ repetition (one SparkSession, one process):
           timers, a `processingTime="1 second"` trigger over five files): its sessions per user,
           recorded, must be what it prints with recording off.
 
-Each workload runs once each way before the measured repetitions, which alternate the order
+Both ways run the job file as its user would: off as `python tws_overhead.py --job ...` runs it
+(`run_plain`: the module executed as `__main__`, its answer written to a file), 10s as `tt record`
+runs that same command (`record_job`), so that what the job itself does besides its query counts
+on both sides. Each workload runs once each way before the measured repetitions, which alternate the order
 (off first in the first, 10s first in the second, and so on). Prints median wall times, their
 ratio, the median of each repetition's own ratio with a 95 % bootstrap interval and whether it
 tells the goal met or missed (benches/reporting.py), CPU (this process and every process under
@@ -138,6 +141,20 @@ def sessions_job(out: str) -> list[tuple]:
     return sorted((u, 0.0, int(n)) for u, n in re.findall(r"(\w+) (\d+)", line.split("(", 1)[1]))
 
 
+def run_plain(job: Path, argv: list[str]) -> None:
+    """`python JOB ARGV...` in this process (its SparkSession is this one's): what `tt record`
+    runs, without tt."""
+    import runpy
+
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(job), *argv]
+    sys.path.insert(0, str(job.parent))
+    try:
+        runpy.run_path(str(job), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -165,14 +182,11 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="tt-bench-tws-"))
     me = Path(__file__).resolve()
-    workloads = {
-        "keyed": (lambda d: keyed_job(args.rows, args.keys),
-                  lambda d: ["--job", "keyed", str(d / "answer.json"), str(args.rows), str(args.keys)], want_keyed),
-        "stream": (lambda d: stream_job(str(d / "in"), str(d / "ck"), args.files, args.keys),
-                   lambda d: ["--job", "stream", str(d / "answer.json"), str(d / "in"), str(d / "ck"),
+    workloads = {   # each: the job's command line in folder d, and its oracle's answer
+        "keyed": (lambda d: ["--job", "keyed", str(d / "answer.json"), str(args.rows), str(args.keys)], want_keyed),
+        "stream": (lambda d: ["--job", "stream", str(d / "answer.json"), str(d / "in"), str(d / "ck"),
                               str(args.files), str(args.keys)], want_stream),
-        "sessions": (lambda d: sessions_job(str(d / "data")),
-                     lambda d: ["--job", "sessions", str(d / "answer.json"), str(d / "data")], None),
+        "sessions": (lambda d: ["--job", "sessions", str(d / "answer.json"), str(d / "data")], None),
     }
     workloads = {w: workloads[w] for w in args.workloads.split(",")}
     times = {(w, v): [] for w in workloads for v in ("off", "10s")}
@@ -182,22 +196,22 @@ def main() -> None:
     # Warm-up, outside the figures: each workload once each way at full size. The JVM's compiled
     # code and the Python workers' imports (tt's among them) then serve every measured run alike;
     # with a small warm-up, recording off sped up from 10.6 to 8.1 s over seven repetitions.
-    for w, (plain, argv, want) in workloads.items():
+    for w, (argv, want) in workloads.items():
         d = work / f"{w}-warm"
-        d.mkdir()
-        plain(d / "off")
+        (d / "off").mkdir(parents=True)   # (each way its own folder: a stream's checkpoint would skip its files)
+        run_plain(me, argv(d / "off"))
         if record_job(me, argv(d), d / "run.db", every=10.0, force=True).status != "complete":
             raise SystemExit(f"{w}: the warm-up recording failed")
         shutil.rmtree(d, ignore_errors=True)
     for rep in range(args.reps):
-        for w, (plain, argv, want) in workloads.items():
+        for w, (argv, want) in workloads.items():
             # off first in the first repetition, 10s first in the second, and so on: a drift left over favours neither
             for variant in (("off", "10s") if rep % 2 == 0 else ("10s", "off")):   # (a workload without an oracle: off's answer is 10s's)
                 d = work / f"{w}-{rep}-{variant}"
                 d.mkdir()
                 t, cpu, wcpu = time.perf_counter(), cpu_seconds(), cpu_seconds(WORKERS)
                 if variant == "off":
-                    got = plain(d)
+                    run_plain(me, argv(d))
                 else:
                     outcome = record_job(me, argv(d), d / "run.db", every=10.0, force=True)
                     if outcome.status != "complete":
@@ -205,8 +219,8 @@ def main() -> None:
                 times[(w, variant)].append(time.perf_counter() - t)
                 cpus[(w, variant)].append(cpu_seconds() - cpu)
                 workers[(w, variant)].append(cpu_seconds(WORKERS) - wcpu)
+                got = [tuple(r) for r in json.loads((d / "answer.json").read_text())]
                 if variant != "off":
-                    got = [tuple(r) for r in json.loads((d / "answer.json").read_text())]
                     reader = RunReader(d / "run.db")
                     sizes[w] = reader.sizes()["file"]
                     reader.close()

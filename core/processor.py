@@ -63,9 +63,9 @@ class ProcessorOperator(HookedOperator):
         observer = self._handle.observer
         if observer is not None and what in _CALL_STEPS:
             observer(_CALL_STEPS[what], "locals", shown(unit[1]) if what == "rows" else self._handle.shown_key)
-        if what == "one_row":   # (most keys of a batch query: one DataFrame each)
-            key, tv = self._keyed(unit)
-            return outputs(p.handleInputRows(key, iter(unit[3:4]), tv))
+        if what == "one_row":   # (most keys of a batch query: one DataFrame each; `_keyed`'s lines)
+            self._handle.key = key = unit[1]
+            return outputs(p.handleInputRows(key, iter(unit[3:4]), TimerValues(*unit[2])))
         if what == "row":
             group = self._group
             return [] if group.finished else group.feed(unit[1])   # it may stop pulling early

@@ -180,9 +180,10 @@ class Runner:
     def log_result(self, fn, args, kwargs):
         return fn(*args, **kwargs)
 
-    def log_value(self, name: str, value: Any) -> None:
+    def log_value(self, name: str, value: Any, immutable: bool = False) -> None:
         """Log what a call named `name` gave, where the caller made the call itself (a hooked
-        state handle: core/state_handle.py). An instance outside G(θ) logs nothing."""
+        state handle: core/state_handle.py; `immutable`: the caller knows nothing can change
+        `value`, which is then kept as it is). An instance outside G(θ) logs nothing."""
 
     environ_reads: tuple[int, dict] | None = None   # (position, {name: reads of it in that step}): `environ_reads`
     reads_logged = False   # whether `read_environ` logs (an instance in G(θ)) or serves (a replay) what it reads
@@ -391,13 +392,13 @@ class RecordingRunner(Runner):
         self.log_value(callable_name(fn), value)
         return value
 
-    def log_value(self, name, value):
+    def log_value(self, name, value, immutable=False):
         log, position = self.log, self.count
         if position != log._call_pos:   # the input's first (counted here, not in a call: two a key of a processor)
             log._call_pos, log._call_n = position, 0
         else:
             log._call_n += 1
-        log.results.append((position, log._call_n, name, kept_apart(value)))   # as `pack_results` packs it
+        log.results.append((position, log._call_n, name, value if immutable else kept_apart(value)))   # as `pack_results` packs it
 
     environ_read: dict | None = None   # name -> the value this instance's steps last read (`read_environ`)
     network_note: str | None = None   # a step's first connection, until sent; then "" (core/outside_effects.py)
@@ -740,7 +741,7 @@ class ReplayRunner(Runner):
         one's, or a large one `tt pack` copied in (core/files_read.py); None where it does not."""
         return self.results.file_contents(digest)
 
-    def log_value(self, name, value):
+    def log_value(self, name, value, immutable=False):
         """Only a handle with Spark behind it logs values: in replay there is none."""
         raise ReplayDivergence(f"{self.label} input #{self.count}: {name} asked Spark in replay",
                                op=self.name, instance=self.instance, position=self.count)

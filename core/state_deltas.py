@@ -92,13 +92,15 @@ class StateEncoder:
 
         `changed`: the operator's `changed_keys()` since the previous call, if it keeps them.
         Bytes are empty when nothing changed since the instance's last snapshot."""
-        memo = self.memo.get(key)
+        memo, fields = self.memo.get(key), None
         if memo is not None and type(state) is dict and self._may_chain(memo):
             with values.gc_paused():   # encoding many changed values: see values.dumps
                 change, size, fields = delta(memo["fields"], state, changed)
             if change is None:
                 return memo["hash"], b"", memo["size"]
-            if change is not _WHOLE and size < memo["size"] // 2:
+            if change is _WHOLE:
+                fields = None   # (the last ones, unchanged)
+            elif size < memo["size"] // 2:
                 change["base"] = memo["hash"]
                 # parts are encoded already; the wrapper must not be (encode would escape it)
                 data = orjson.dumps({"$delta": change}, option=orjson.OPT_SORT_KEYS)
@@ -107,7 +109,8 @@ class StateEncoder:
                             chained=memo["chained"] + len(data))
                 return h, data, memo["size"]
         h, data, size = whole(state)
-        fields = remember(state, changed) if type(state) is dict else {}
+        if fields is None:   # (else what `delta` found to remember of this state: a big field's JSON made once)
+            fields = remember(state, changed) if type(state) is dict else {}
         self.memo[key] = {"hash": h, "chain": 0, "size": size, "fields": fields, "full": size, "chained": 0}
         return h, data, size
 

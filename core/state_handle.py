@@ -22,6 +22,7 @@ from typing import Any
 
 from .errors import ReplayDivergence
 from .operator import CONTEXT, log_result
+from .values import immutable
 
 class TimerValues:
     """What PySpark's `TimerValues` tells a processor (the same two methods)."""
@@ -235,6 +236,7 @@ class Handle:
     key's value (lineage's tracked replay sets it)."""
 
     observer: Any = None
+    _key_frozen = False   # whether nothing can change the plain key (a handle saved before it was kept)
 
     def __init__(self, view: StoreView, backend: Any = None):
         self.view = view
@@ -247,9 +249,11 @@ class Handle:
 
     @key.setter
     def key(self, key: Any) -> None:
-        """The key the processor runs under from now on (plain and shown once, not per call)."""
+        """The key the processor runs under from now on (plain, shown and known immutable or
+        not once, not per call)."""
         self._key, self._plain_key = key, plain(key)
         self._shown_key = _one(self._plain_key)
+        self._key_frozen = immutable(self._plain_key)
 
     @property
     def shown_key(self) -> Any:
@@ -258,15 +262,18 @@ class Handle:
 
     def call(self, var: str, method: str, real: Any, args: tuple, as_list: bool = False) -> Any:
         """Run, log (or, in replay, take from the log) and check one call."""
-        key, plain_args = self._plain_key, plain(args)
+        key, plain_args = self._plain_key, plain(args) if args else args   # (a get takes no argument)
         runner = CONTEXT.runner
         if self.backend is not None:   # Spark answers; logged as `log_result` would, without its round
             answer = real(*args)
             if as_list and answer is not None:
                 answer = list(answer)   # an iterator over Spark's socket
-            answer = plain(answer)
-            if runner is not None:
-                runner.log_value(f"{var}.{method}", (key, plain_args, answer))
+            if type(answer) not in _SCALARS:   # (None: a key's first get)
+                answer = plain(answer)
+            if runner is not None:   # logged as it is where nothing can change it (no copy to check for)
+                runner.log_value(f"{var}.{method}", (key, plain_args, answer),
+                                 self._key_frozen and (not plain_args or immutable(plain_args))
+                                 and (type(answer) in _SCALARS or immutable(answer)))
         else:
             logged_key, logged_args, answer = log_result(_Call(f"{var}.{method}"))
             if runner is not None and not same((logged_key, logged_args), (key, plain_args)):

@@ -134,14 +134,26 @@ def _plain_rows(rows: Any) -> bool:
     return operator.countOf(map(type, rows), list) == len(rows) and _plain_scalars(list(chain.from_iterable(rows)))
 
 
-def _int_keyed_plain(value: dict) -> bool:
-    """A dict whose keys are int64s and whose values are all `_plain_scalars` (an Aggregate's
-    running sums per customer) or all `_plain_rows`: its encoding is its items as pairs
-    (`{"$dict": [[key, value], ...]}`), made in C."""
+def _plain_tuples(rows: Any) -> bool:
+    """Whether every one of `rows` is a tuple of `_plain_scalars`: a StatefulProcessor's value
+    state of several columns, as a task's view holds it per key (the keyed bench's `(sum, n)`)."""
+    return operator.countOf(map(type, rows), tuple) == len(rows) and _plain_scalars(list(chain.from_iterable(rows)))
+
+
+def _int_keyed_pairs(value: dict) -> list | None:
+    """The encoding of a dict whose keys are int64s, as its `{"$dict": [[key, value], ...]}`
+    pairs, where its values are all `_plain_scalars` (an Aggregate's running sums per customer)
+    or all `_plain_rows` (made in C), or all `_plain_tuples` (`{"$tuple": [...]}` each, in one
+    comprehension: a view of 2,500 keys' `(sum, n)` took 2.6 ms walked value by value); None
+    for any other."""
     if set(map(type, value)) != {int} or not _plain_scalars(value):   # (its keys: int64s)
-        return False
+        return None
     values = list(value.values())
-    return _plain_scalars(values) or _plain_rows(values)
+    if _plain_scalars(values) or _plain_rows(values):
+        return list(map(list, value.items()))
+    if _plain_tuples(values):
+        return [[k, {"$tuple": list(v)}] for k, v in value.items()]
+    return None
 
 
 def encode(value: Any) -> Any:
@@ -163,8 +175,9 @@ def _encode(value: Any) -> Any:
     if (t is dict or t is list) and len(value) > 8:
         if _plain_container(value):
             return value
-        if t is dict and _int_keyed_plain(value):
-            return {"$dict": list(map(list, value.items()))}
+        pairs = _int_keyed_pairs(value) if t is dict else None
+        if pairs is not None:
+            return {"$dict": pairs}
     if t is str or t is bool or value is None:
         return value
     if t is int:

@@ -312,15 +312,18 @@ class HookedProcessor:
         return self.feed.feed(unit, logged=logged)
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator:
-        """A key whose rows are one element is one unit (`one_row`); any other key, a unit to
-        start, one per element and one to end (`_only` reads Spark's iterator ahead to know).
-        With a Tee, each DataFrame is logged as its rows' place in the task's batches."""
+        """A key whose rows are one element is one unit (`one_row`), run as Spark calls this (the
+        step's outputs are a list); any other key, a unit to start, one per element and one to
+        end, run as Spark pulls (`_only` reads Spark's iterator ahead to know). With a Tee, each
+        DataFrame is logged as its rows' place in the task's batches."""
         only, rows = _only(rows)
         times = _times(timerValues)
         if rows is None:
             unit = ("one_row", key, times, only)
-            yield from self._unit(unit, self._logged(unit))
-            return
+            return iter(self._unit(unit, self._logged(unit)))
+        return self._rows(key, times, rows)
+
+    def _rows(self, key: Any, times: tuple[int, int], rows: Iterator) -> Iterator:
         yield from self._unit(("rows", key, times))
         for row in rows:
             unit = ("row", row)

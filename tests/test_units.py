@@ -414,11 +414,21 @@ def test_a_flush_or_call_does_not_wait_out_the_writers_gathering(tmp_path):
     {i: (2**63 if i == 7 else 1) for i in range(20)},
     {i: (f"c{i}" if i % 2 else None) for i in range(20)},
     {i: ([i] if i % 2 else i) for i in range(20)},
+    {i: (i * 0.5, i) for i in range(20)},                              # int-keyed tuples (a processor's view)
+    {i: (f"c{i}", None, True, -(2**63), 2**63 - 1) for i in range(20)},
+    {i: () for i in range(20)},
+    {i: (i,) for i in range(20)},
+    {i: (float("nan") if i == 7 else 0.5, i) for i in range(20)},
+    {i: (2**63 if i == 7 else 1, i) for i in range(20)},
+    {i: ((i,) if i % 2 else [i]) for i in range(20)},
+    {i: ((i, (i,)) if i == 7 else (i, i)) for i in range(20)},
+    {i: (decimal.Decimal("1.0"), i) for i in range(20)},
+    {(True if i == 1 else i): (i, i) for i in range(20)},
 ])
 def test_fast_path_encodes_like_the_tagged_walk(container, monkeypatch):
     fast = values.dumps(container)
     monkeypatch.setattr(values, "_plain_container", lambda v: False)
-    monkeypatch.setattr(values, "_int_keyed_plain", lambda v: False)
+    monkeypatch.setattr(values, "_int_keyed_pairs", lambda v: None)
     assert values.dumps(container) == fast
     import orjson
     assert values.dumps(values.decode(orjson.loads(fast))) == fast   # and what is stored reads back as it was
