@@ -85,11 +85,20 @@ def verdict(low: float, high: float, goal: float) -> str:
     return "cannot tell"
 
 
+#: Repetitions below which a bench names no verdict: the bootstrap interval of one or two
+#: ratios is the ratios themselves (a `--reps 1` run said "met" of one lucky repetition).
+FEWEST_FOR_VERDICT = 3
+
+
 def interval_text(ratios: list[float], goal: float | None = None) -> str:
     """`×1.042 (95 % interval 0.981–1.102; goal ×1.02: cannot tell)` of per-repetition ratios."""
     med, low, high = paired_interval(ratios)
     text = f"×{med:.3f} (95 % interval {low:.3f}–{high:.3f}"
-    return text + (f"; goal ×{goal:g}: {verdict(low, high, goal)})" if goal is not None else ")")
+    if goal is None:
+        return text + ")"
+    told = (verdict(low, high, goal) if len(ratios) >= FEWEST_FOR_VERDICT
+            else f"cannot tell from {len(ratios)} repetition{'s' if len(ratios) != 1 else ''}")
+    return text + f"; goal ×{goal:g}: {told})"
 
 
 def revision() -> str:

@@ -29,6 +29,10 @@ def test_the_interval_holds_the_median_and_says_when_repetitions_cannot_tell():
     assert reporting.paired_interval([1.3]) == (1.3, 1.3, 1.3)
     assert reporting.paired_interval(spread) == reporting.paired_interval(spread)   # a fixed seed
     assert reporting.interval_text(tight, 1.05).endswith("goal ×1.05: not met)")
+    # one or two repetitions name no verdict: their interval is the ratios themselves
+    assert reporting.interval_text([0.99], 1.05).endswith("goal ×1.05: cannot tell from 1 repetition)")
+    assert reporting.interval_text([0.99, 1.0], 1.05).endswith("cannot tell from 2 repetitions)")
+    assert reporting.interval_text([0.99, 1.0, 0.98], 1.05).endswith("goal ×1.05: met)")
 
 
 def test_a_second_run_the_same_day_keeps_the_first_below_it(tmp_path, monkeypatch):
