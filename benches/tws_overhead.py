@@ -17,12 +17,13 @@ repetition (one SparkSession, one process):
 Both ways run the job file as its user would: off as `python tws_overhead.py --job ...` runs it
 (`run_plain`: the module executed as `__main__`, its answer written to a file), 10s as `tt record`
 runs that same command (`record_job`), so that what the job itself does besides its query counts
-on both sides. Each workload runs once each way before the measured repetitions, which alternate the order
-(off first in the first, 10s first in the second, and so on). Prints median wall times, their
-ratio, the median of each repetition's own ratio with a 95 % bootstrap interval and whether it
-tells the goal met or missed (benches/reporting.py), CPU (this process and every process under
-it; and the Python workers' alone, where tt's work runs) and the run file's size; writes the
-same as markdown to benches/results/. Goal (issue 14): on ≤ 1.05 × off for each.
+on both sides. Each workload runs once each way before the measured repetitions, which
+alternate the order (off first in the first, 10s first in the second, and so on). Prints
+median wall times, their ratio, the median of each repetition's own ratio with a 95 %
+bootstrap interval and whether it tells the goal met or missed (benches/reporting.py), CPU
+(this process and every process under it; and the Python workers' alone, where tt's work runs)
+and the run file's size; writes the same as markdown to benches/results/. Goal (issue 14): on
+≤ 1.05 × off for each.
 
     python benches/tws_overhead.py [--reps 3] [--rows 1000000] [--keys 10000] [--files 4] [--workloads keyed,stream,sessions]
 """
