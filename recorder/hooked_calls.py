@@ -324,6 +324,7 @@ class HookedProcessor:
         return self._rows(key, times, rows)
 
     def _rows(self, key: Any, times: tuple[int, int], rows: Iterator) -> Iterator:
+        """A key of several DataFrames: its units, each fed as Spark pulls the outputs before it."""
         yield from self._unit(("rows", key, times))
         for row in rows:
             unit = ("row", row)
