@@ -126,24 +126,20 @@ def _plain_scalars(items: Any) -> bool:
     return True
 
 
-def _plain_rows(rows: Any) -> bool:
-    """Whether every one of `rows` is a list of `_plain_scalars`: each its own encoding, however
-    short. An Aggregate's accumulators (TPC-H Q10's: `[custkey, revenue, name, balance, nation]`
-    under each customer) are such lists, too short for `_plain_container`; walked item by item
-    the state of a W2 task's last snapshot (9,500 customers) took 27 ms to store, 9 ms so."""
-    return operator.countOf(map(type, rows), list) == len(rows) and _plain_scalars(list(chain.from_iterable(rows)))
-
-
-def _plain_tuples(rows: Any) -> bool:
-    """Whether every one of `rows` is a tuple of `_plain_scalars`: a StatefulProcessor's value
+def _plain_rows(rows: Any, kind: type = list) -> bool:
+    """Whether every one of `rows` is a list (or a `kind`) of `_plain_scalars`. A list of them is
+    its own encoding, however short: an Aggregate's accumulators (TPC-H Q10's: `[custkey,
+    revenue, name, balance, nation]` under each customer) are such lists, too short for
+    `_plain_container`; walked item by item the state of a W2 task's last snapshot (9,500
+    customers) took 27 ms to store, 9 ms so. Tuples of them are a StatefulProcessor's value
     state of several columns, as a task's view holds it per key (the keyed bench's `(sum, n)`)."""
-    return operator.countOf(map(type, rows), tuple) == len(rows) and _plain_scalars(list(chain.from_iterable(rows)))
+    return operator.countOf(map(type, rows), kind) == len(rows) and _plain_scalars(list(chain.from_iterable(rows)))
 
 
 def _int_keyed_pairs(value: dict) -> list | None:
     """The encoding of a dict whose keys are int64s, as its `{"$dict": [[key, value], ...]}`
     pairs, where its values are all `_plain_scalars` (an Aggregate's running sums per customer)
-    or all `_plain_rows` (made in C), or all `_plain_tuples` (`{"$tuple": [...]}` each, in one
+    or all `_plain_rows` (made in C), or all such rows as tuples (`{"$tuple": [...]}` each, in one
     comprehension: a view of 2,500 keys' `(sum, n)` took 2.6 ms walked value by value); None
     for any other."""
     if set(map(type, value)) != {int} or not _plain_scalars(value):   # (its keys: int64s)
@@ -151,7 +147,7 @@ def _int_keyed_pairs(value: dict) -> list | None:
     values = list(value.values())
     if _plain_scalars(values) or _plain_rows(values):
         return list(map(list, value.items()))
-    if _plain_tuples(values):
+    if _plain_rows(values, tuple):
         return [[k, {"$tuple": list(v)}] for k, v in value.items()]
     return None
 
