@@ -159,9 +159,7 @@ def _position_at(session, instance: str, k: int | None) -> int | None:
     key = session.parse_instance(instance)
     snap = session.reader.instances_at(k)
     if snap is None:
-        known = [i.k for i in session.reader.interactions()]
-        raise UsageError(f"interaction {k} is not a complete interaction of this run (complete: "
-                         f"{', '.join(map(str, known[:12]))}{' …' if len(known) > 12 else ''})")
+        raise UsageError(session.reader.no_states_at(k))
     return snap[key].position
 
 

@@ -672,7 +672,7 @@ class Engine:
     def jump(self, k: int, progress: Callable[[int], None] | None = None) -> None:
         snap = self.reader.instances_at(k)
         if snap is None:
-            raise RunFileError(f"interaction {k} is not complete in this run file")
+            raise RunFileError(self.reader.no_states_at(k))
         targets = {key: at.position for key, at in snap.items()}
         if any(self.instances[key].count > t for key, t in targets.items()):
             self.reset()

@@ -195,9 +195,7 @@ def interactions(reader: RunReader) -> list[dict]:
 def states_at(reader: RunReader, k: int, op: str | None = None) -> dict:
     snap = reader.instances_at(k)
     if snap is None:
-        known = [i.k for i in reader.interactions()]
-        raise UsageError(f"interaction {k} is not complete in {reader.path}; complete ones: "
-                         f"{_ranges(known) or 'none'}")
+        raise UsageError(reader.no_states_at(k))
     op_id = reader.operator(op).id if op is not None else None
     if op_id is not None and not reader.operators[op_id].in_g:
         raise UsageError(f"{op} is not in G(θ) (θ = {reader.theta.name}); its state is not recorded")
@@ -215,19 +213,6 @@ def states_at(reader: RunReader, k: int, op: str | None = None) -> dict:
 def _iso(t: float | None) -> str | None:
     return dt.datetime.fromtimestamp(t).isoformat(timespec="milliseconds") if t else None
 
-
-def _ranges(ks: list[int]) -> str:
-    if not ks:
-        return ""
-    parts, start, prev = [], ks[0], ks[0]
-    for k in ks[1:] + [None]:
-        if k is not None and k == prev + 1:
-            prev = k
-            continue
-        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-        if k is not None:
-            start = prev = k
-    return ",".join(parts)
 
 
 def parse_instance(reader: RunReader, text: str) -> tuple[int, int]:

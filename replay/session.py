@@ -430,9 +430,7 @@ class DebugSession:
              cancel: threading.Event | None = None) -> StepResult:
         at = self.reader.instances_at(k)
         if at is None:
-            complete = [i.k for i in self.reader.interactions()]
-            raise UsageError(f"interaction {k} is not complete; choose one of {complete[0]}..{complete[-1]}"
-                             if complete else "this run has no complete interaction")
+            raise UsageError(self.reader.no_states_at(k))
         targets = {key: a.position for key, a in at.items()}
         self._jumped = k
         return self._act("jump", str(k), targets, None, progress=progress, cancel=cancel, clear_scopes=True)

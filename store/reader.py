@@ -63,6 +63,21 @@ class OperatorInfo:
     is_theta: bool
 
 
+def ranges(ks: list[int]) -> str:
+    """Ascending interaction numbers as runs: `0-3,5,7-9`."""
+    if not ks:
+        return ""
+    parts, start, prev = [], ks[0], ks[0]
+    for k in ks[1:] + [None]:
+        if k is not None and k == prev + 1:
+            prev = k
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if k is not None:
+            start = prev = k
+    return ",".join(parts)
+
+
 class RunReader:
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -347,6 +362,15 @@ class RunReader:
     def interactions(self) -> list[Interaction]:
         """The complete interactions, in order (I_0 is the initial state)."""
         return [i for i in self.interactions_all if self.instances_at(i.k) is not None]
+
+    def no_states_at(self, k: int) -> str:
+        """Why interaction k has no states to show (`instances_at` gave None), in one line: it
+        was never taken, or not every instance of G(θ) reached it (a run that stopped first)."""
+        complete = ranges([i.k for i in self.interactions()]) or "none"
+        if all(i.k != k for i in self.interactions_all):
+            return f"{self.path} has no interaction {k}; its complete ones: {complete}"
+        return (f"interaction {k} is not complete in {self.path} (the run stopped before every "
+                f"instance of G(θ) reached it); complete ones: {complete}")
 
     def instances_at(self, k: int) -> dict[tuple[int, int], InstanceAt] | None:
         """Per G(θ) instance, its position and state at interaction k; None if incomplete."""

@@ -181,12 +181,12 @@ def test_unknown_operator_and_interaction_in_inspect(record, capsys):
     assert main(["inspect", str(path), "state", "--at", "1", "--op", "NOPE"]) == 2
     _one_line(capsys, "unknown operator 'NOPE'", "A, B")
     assert main(["inspect", str(path), "state", "--at", "9999"]) == 2
-    _one_line(capsys, "interaction 9999 is not complete")
+    _one_line(capsys, f"{path} has no interaction 9999; its complete ones: 0-")   # (not "not complete": it never was)
     big = "9" * 25   # past SQLite's 64-bit integers: it was an internal error (exit 70)
     assert main(["inspect", str(path), "state", "--at", big]) == 2
-    _one_line(capsys, f"interaction {big} is not complete")
+    _one_line(capsys, f"has no interaction {big}")
     assert main(["replay", str(path), "--jump", big]) == 2
-    _one_line(capsys, f"interaction {big} is not complete")
+    _one_line(capsys, f"has no interaction {big}")
 
 
 # --- the job itself fails (Spark is running) ---------------------------------------------------

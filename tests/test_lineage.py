@@ -303,7 +303,7 @@ def test_a_state_value_at_an_earlier_interaction(fraud_when, capsys):
             break
     assert grew, "some customer paid again after interaction K"
     assert main(["lineage", str(fraud_when), f"FE:{i}.highest.Bob", "--back", "--at", "999"]) != 0
-    assert "interaction 999 is not a complete interaction of this run" in capsys.readouterr().err
+    assert f"{fraud_when} has no interaction 999; its complete ones: 0-" in capsys.readouterr().err
     assert main(["lineage", str(fraud_when), f"FE:{i}:0", "--back", "--at", str(k)]) != 0
     assert "--at chooses when a state value is read" in capsys.readouterr().err
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tt.cli.main import main
-from tt.store.reader import RunReader
+from tt.store.reader import RunReader, ranges
 
 JOBS = Path(__file__).parent / "jobs"
 
@@ -248,7 +248,7 @@ def test_ctrl_c_prints_one_line_and_keeps_the_run(tmp_path):
 # --- interactions that stay incomplete in a complete run ----------------------------------------
 
 @pytest.mark.slow
-def test_warning_for_interactions_left_incomplete(record, tmp_path):
+def test_warning_for_interactions_left_incomplete(record, tmp_path, capsys):
     import workloads
 
     from tt.cli.record import incomplete_warning
@@ -272,6 +272,13 @@ def test_warning_for_interactions_left_incomplete(record, tmp_path):
     warning = incomplete_warning(path)
     assert warning is not None and warning.startswith(f"1 of {total} interactions stayed incomplete")
     assert f"k = {k})" in warning
+    # asked for its states, tt says it is incomplete, not that it is missing, and names the others
+    capsys.readouterr()
+    assert main(["inspect", str(path), "state", "--at", str(k)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"interaction {k} is not complete in {path}" in err[0], err
+    others = [i for i in range(total) if i != k]
+    assert err[0].endswith(f"complete ones: {ranges(others)}"), err
 
 
 # --- an unknown --watch: refused when the plan is known, before any task runs ------------------

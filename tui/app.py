@@ -37,7 +37,7 @@ from textual.worker import get_current_worker
 from ..core.errors import RunFileError, TTError, UsageError
 from ..core.scopes import TupleRef, operator_of
 from ..replay import facts
-from ..store.reader import RunReader
+from ..store.reader import RunReader, ranges
 from . import actions, layout
 from .actions import When
 from .help_screen import HelpScreen
@@ -761,7 +761,7 @@ class DebuggerApp(App):
         # is. The highlighted row's k is filled in (typing replaces it), so `j Enter` jumps there.
         timeline = self.query_one(InteractionTimeline)
         complete = [r["k"] for r in self.interactions if r["complete"]]
-        hint = f"complete interactions: {facts._ranges(complete) or 'none'}"
+        hint = f"complete interactions: {ranges(complete) or 'none'}"
         default = timeline.highlighted_k
         self._ask(PromptScreen("Jump to interaction", hint, "" if default is None else str(default)),
                   self._jump_answer)
