@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -75,7 +76,7 @@ def install(session: Any) -> Callable[[], None]:
                 site = _user_site()
                 if site is None or not callable(f):
                     return original(self, f, *args, **kwargs)
-                hooked = session.hook(f, kind, site, self.context, rdd_upstream(self))
+                hooked = session.hook(f, kind, site, self.context, rdd_upstream(session, self))
                 if kind == "rdd.filter":  # PySpark's filter keeps the partitioning, and so does the hook
                     args, kwargs = (True,), {}
                 out = with_index(self, hooked, *args, **kwargs)
@@ -247,9 +248,27 @@ def install(session: Any) -> Callable[[], None]:
     for name in ("mapPartitions", "mapPartitionsWithIndex", "map", "flatMap", "filter"):
         patch(RDD, name, rdd_map(f"rdd.{name}"))
     for name in ("foreachPartition", "foreach"):
-        patch(RDD, name, foreach(f"rdd.{name}", rdd_upstream))
+        patch(RDD, name, foreach(f"rdd.{name}", lambda rdd: rdd_upstream(session, rdd)))
         patch(DataFrame, name, foreach(f"rdd.{name}", lambda df: spark_upstream(session, [df])))
     patch(DataStreamWriter, "foreach", stream_foreach)
+
+    def dataframe_rdd(original):
+        """`df.rdd` (a `cached_property`): the RDD marked with its DataFrame, so that a hooked
+        RDD function over it is linked to the hooked operators the DataFrame's plan runs
+        (`rdd_upstream`)."""
+        def rdd(self):
+            out = original.func(self)
+            out._tt_dataframe = self
+            return out
+        rdd.__doc__ = original.__doc__
+        marked = functools.cached_property(rdd)
+        marked.__set_name__(DataFrame, "rdd")
+        return marked
+
+    original_rdd = DataFrame.__dict__.get("rdd")
+    if isinstance(original_rdd, functools.cached_property):   # (PySpark 4's; another PySpark: no such edge)
+        originals.append((DataFrame, "rdd", original_rdd))
+        DataFrame.rdd = dataframe_rdd(original_rdd)
     for name in ("applyInPandas", "applyInArrow"):
         patch(GroupedData, name, grouped(name, lambda gd: gd.session, lambda gd: [gd]))
         patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session,

@@ -42,30 +42,38 @@ def spark_upstream(session: Any, inputs: list) -> list[tuple[str, str]]:
         except Exception:  # noqa: BLE001
             continue
         for name in names:
-            label = plan_path_label(text, name)
+            label = plan_path_label(text, name, [n for n in names if n != name])
             if label is not None:
                 out.append((name, ", ".join(w for w in (first, label) if w) or "as is"))
     return out
 
 
-def rdd_upstream(rdd: Any) -> list[tuple[str, str]]:
+def rdd_upstream(session: Any, rdd: Any) -> list[tuple[str, str]]:
     """The hooked operator an RDD call is pipelined after, if any (PySpark chains the
-    Python functions of one stage as `PipelinedRDD.prev`)."""
+    Python functions of one stage as `PipelinedRDD.prev`); or, where the chain starts at a
+    DataFrame's `.rdd` (`df.rdd.mapPartitions(f)`: the hook of `DataFrame.rdd` marks the RDD
+    with its DataFrame), the hooked operators that DataFrame's plan runs (`spark_upstream`)."""
     seen = 0
     while rdd is not None and seen < 32:
         name = getattr(rdd, "_tt_operator", None)
         if name is not None:
             return [(name, "pipelined" if seen == 0 else "pipelined through PySpark's own functions")]
+        df = getattr(rdd, "_tt_dataframe", None)
+        if df is not None:
+            return spark_upstream(session, [df])
         rdd, seen = getattr(rdd, "prev", None), seen + 1
     return []
 
 
-def plan_path_label(plan: str, name: str) -> str | None:
+def plan_path_label(plan: str, name: str, others: Any = ()) -> str | None:
     """What lies between the root of an analyzed plan (its tree text) and the node that runs
     the hooked function `name`: the kinds of the nodes on that path, as words. None when
-    the plan does not run `name`."""
+    the plan does not run `name`, or where a node on that path runs one of the hooked
+    functions `others`: `name`'s rows reach the root through that one, whose own edge says so
+    (`df.mapInPandas(f).groupBy(k).applyInPandas(g)` then `.rdd.mapPartitions(h)`: g's rows
+    feed h, f's feed g)."""
     lines = plan.splitlines()
-    at = next((i for i, line in enumerate(lines) if f" {name}(" in line or f"], {name}(" in line), None)
+    at = next((i for i, line in enumerate(lines) if _runs(line, name)), None)
     if at is None:
         return None
     depth, words = _plan_depth(lines[at]), []
@@ -73,11 +81,18 @@ def plan_path_label(plan: str, name: str) -> str | None:
         d = _plan_depth(line)
         if d < depth:
             depth = d
+            if any(_runs(line, other) for other in others):
+                return None
             kind = line[d:].split(" ", 1)[0]
             word = PLAN_WORDS.get(kind, kind.lower())
             if kind not in _QUIET and word not in words:
                 words.append(word)
     return ", ".join(words)
+
+
+def _runs(line: str, name: str) -> bool:
+    """Whether a plan node's line runs the hooked function `name`."""
+    return f" {name}(" in line or f"], {name}(" in line
 
 
 def _plan_depth(line: str) -> int:

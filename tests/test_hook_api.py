@@ -150,6 +150,14 @@ def test_what_spark_did_between_two_hooked_functions_is_read_from_its_plan():
     assert plan_path_label(plan, "FeatureEnrichment") == "filter, join"
     assert plan_path_label(plan, "detect") is None
     assert plan_path_label("MapInPandas Enrich(id#0L)#2, [id#3L], false\n+- Range (0, 1)", "Enrich") == ""
+    # rows that reach the root through another hooked function come by that one's edge, not their own
+    chain = """FlatMapGroupsInPandas [customer#4], tally(id#3L, customer#4)#9, [customer#10, n#11L]
++- Project [customer#4, id#3L]
+   +- MapInPandas Tag(id#0L, customer#1)#2, [id#3L, customer#4], false
+      +- Range (0, 10, step=1, splits=Some(1))"""
+    assert plan_path_label(chain, "tally", ["Tag"]) == ""
+    assert plan_path_label(chain, "Tag", ["tally"]) is None
+    assert plan_path_label(chain, "Tag") == "flatmapgroupsinpandas"
 
 
 def test_hooked_kinds_never_name_a_dataflow_operator_kind():

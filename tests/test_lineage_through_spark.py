@@ -96,6 +96,34 @@ def test_rows_spark_made_link_to_nothing(recorded, capsys):
     assert entered["at"] == "keep" and entered["source"]
 
 
+def test_an_rdd_of_a_dataframes_rows_links_back_to_the_group_that_emitted_each(recorded, capsys):
+    """`tallied.rdd.mapPartitions(scale)`: the RDD PySpark makes of a DataFrame's rows is fed by
+    the hooked function that DataFrame's plan runs last, tally ("as is"), and not by Tag below
+    it (the edges in the run file: the first had none, the second was shown). Back from each
+    row `scale` emitted, (customer, first_id, 10 n), lineage goes through Spark to tally's row
+    (customer, first_id, n) in that customer's group: the job's own output pairs them."""
+    from tt.store.reader import RunReader
+
+    run, on, _ = recorded
+    reader = RunReader(run)
+    names = {o.id: o.name for o in reader.operators}
+    edges = {(names[e["src"]], names[e["dst"]], e["label"]) for e in reader.plan["spark_edges"]}
+    reader.close()
+    assert {e for e in edges if e[1] == "scale.in"} == {("tally", "scale.in", "as is")}, edges
+    tallied = {(c, f): n for c, f, n in on["tallied"]}
+    assert len(on["scaled"]) == len(tallied)
+    for customer, first_id, ten_n in on["scaled"][:6]:
+        assert ten_n == 10 * tallied[(customer, first_id)]
+        (doc,) = lineage_json(capsys, run, "scale", "--where", f"row == ({customer!r}, {first_id}, {ten_n})",
+                              "--back", "--depth", "3")
+        rows = {t["tuple"]: t["row"] for t in doc["tuples"]}
+        (call,) = [link["to"] for link in doc["links"] if link["from"] == doc["root"] and link["kind"] == "emitted"]
+        (through,) = [link for link in doc["links"] if link["from"] == call and link["kind"] == "spark"]
+        assert through["spark"] == "as is" and through["rows"] == 1 and through["to"].startswith("tally:"), through
+        (group,) = [link["to"] for link in doc["links"] if link["from"] == through["to"] and link["kind"] == "emitted"]
+        assert rows[group]["$tuple"][0]["$tuple"][0] == customer, rows[group]   # the call on that customer's group
+
+
 def test_the_text_view_says_through_spark(recorded, capsys):
     run, on, _ = recorded
     capsys.readouterr()

@@ -6,7 +6,9 @@
 - `tally` (applyInPandas, after Spark's shuffle by customer) emits, per customer, how many
   of its rows came from each batch, as plain data;
 - `keep` (applyInPandas, after Spark's aggregate of the tagged rows) gets rows Spark made: a
-  `total` no batch holds.
+  `total` no batch holds;
+- `scale` (rdd.mapPartitions over `tallied.rdd`, a DataFrame turned RDD of Rows) emits each of
+  tally's rows with its count times ten.
 
 Usage: python hooked_spark_lineage.py OUT.json
 """
@@ -39,6 +41,11 @@ def keep(pdf):
     return pdf
 
 
+def scale(rows):
+    for r in rows:
+        yield r.customer, r.first_id, r.n * 10
+
+
 def main(out: str) -> None:
     spark = SparkSession.builder.master("local[2]").appName("hooked-spark-lineage").getOrCreate()
     settings = {"spark.sql.shuffle.partitions": "3", "spark.sql.adaptive.enabled": "false",
@@ -53,7 +60,8 @@ def main(out: str) -> None:
         totals = tagged.groupBy("customer").agg(F.sum("amount").alias("total")).groupBy("customer") \
             .applyInPandas(keep, "customer string, total double")
         result = {"tallied": sorted(tuple(r) for r in tallied.collect()),
-                  "totals": sorted(tuple(r) for r in totals.collect())}
+                  "totals": sorted(tuple(r) for r in totals.collect()),
+                  "scaled": sorted(tallied.rdd.mapPartitions(scale).collect())}
     finally:
         for k in settings:
             spark.conf.unset(k)
