@@ -214,7 +214,6 @@ def _iso(t: float | None) -> str | None:
     return dt.datetime.fromtimestamp(t).isoformat(timespec="milliseconds") if t else None
 
 
-
 def parse_instance(reader: RunReader, text: str) -> tuple[int, int]:
     """'FD:1' -> (op id, 1)."""
     name, _, inst = text.partition(":")

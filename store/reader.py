@@ -365,12 +365,13 @@ class RunReader:
 
     def no_states_at(self, k: int) -> str:
         """Why interaction k has no states to show (`instances_at` gave None), in one line: it
-        was never taken, or not every instance of G(θ) reached it (a run that stopped first)."""
+        was never taken, or not every instance of G(θ) recorded its state there (a run that
+        stopped first, a task's end that never came)."""
         complete = ranges([i.k for i in self.interactions()]) or "none"
         if all(i.k != k for i in self.interactions_all):
             return f"{self.path} has no interaction {k}; its complete ones: {complete}"
-        return (f"interaction {k} is not complete in {self.path} (the run stopped before every "
-                f"instance of G(θ) reached it); complete ones: {complete}")
+        return (f"interaction {k} is not complete in {self.path} (not every instance of G(θ) "
+                f"recorded its state there); complete ones: {complete}")
 
     def instances_at(self, k: int) -> dict[tuple[int, int], InstanceAt] | None:
         """Per G(θ) instance, its position and state at interaction k; None if incomplete."""
