@@ -15,7 +15,7 @@ repetition (one SparkSession, one process):
           recorded, must be what it prints with recording off.
 
 Both ways run the job file as its user would: off as `python tws_overhead.py --job ...` runs it
-(`run_plain`: the module executed as `__main__`, its answer written to a file), 10s as `tt record`
+(`run_as_main`: the module executed as `__main__`, its answer written to a file), 10s as `tt record`
 runs that same command (`record_job`), so that what the job itself does besides its query counts
 on both sides. Each workload runs once each way before the measured repetitions, which
 alternate the order (off first in the first, 10s first in the second, and so on). Prints
@@ -142,20 +142,6 @@ def sessions_job(out: str) -> list[tuple]:
     return sorted((u, 0.0, int(n)) for u, n in re.findall(r"(\w+) (\d+)", line.split("(", 1)[1]))
 
 
-def run_plain(job: Path, argv: list[str]) -> None:
-    """`python JOB ARGV...` in this process (its SparkSession is this one's): what `tt record`
-    runs, without tt."""
-    import runpy
-
-    old_argv, old_path = sys.argv[:], sys.path[:]
-    sys.argv = [str(job), *argv]
-    sys.path.insert(0, str(job.parent))
-    try:
-        runpy.run_path(str(job), run_name="__main__")
-    finally:
-        sys.argv, sys.path[:] = old_argv, old_path
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -167,7 +153,7 @@ def main() -> None:
     bytecode_cached()   # the workers read tt's modules compiled, as from an installed package
 
     import tt
-    from tt.recorder.job import record_job
+    from tt.recorder.job import record_job, run_as_main
     from tt.store.reader import RunReader
 
     spark = tt.spark_session("tt-bench-tws", master="local[2]",
@@ -200,7 +186,7 @@ def main() -> None:
     for w, (argv, want) in workloads.items():
         d = work / f"{w}-warm"
         (d / "off").mkdir(parents=True)   # (each way its own folder: a stream's checkpoint would skip its files)
-        run_plain(me, argv(d / "off"))
+        run_as_main(me, argv(d / "off"))
         if record_job(me, argv(d), d / "run.db", every=10.0, force=True).status != "complete":
             raise SystemExit(f"{w}: the warm-up recording failed")
         shutil.rmtree(d, ignore_errors=True)
@@ -212,7 +198,7 @@ def main() -> None:
                 d.mkdir()
                 t, cpu, wcpu = time.perf_counter(), cpu_seconds(), cpu_seconds(WORKERS)
                 if variant == "off":
-                    run_plain(me, argv(d))
+                    run_as_main(me, argv(d))
                 else:
                     outcome = record_job(me, argv(d), d / "run.db", every=10.0, force=True)
                     if outcome.status != "complete":

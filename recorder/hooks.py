@@ -260,15 +260,12 @@ def install(session: Any) -> Callable[[], None]:
             out = original.func(self)
             out._tt_dataframe = self
             return out
-        rdd.__doc__ = original.__doc__
         marked = functools.cached_property(rdd)
-        marked.__set_name__(DataFrame, "rdd")
+        marked.__set_name__(DataFrame, "rdd")   # (not called by `setattr` on a class)
         return marked
 
-    original_rdd = DataFrame.__dict__.get("rdd")
-    if isinstance(original_rdd, functools.cached_property):   # (PySpark 4's; another PySpark: no such edge)
-        originals.append((DataFrame, "rdd", original_rdd))
-        DataFrame.rdd = dataframe_rdd(original_rdd)
+    if isinstance(DataFrame.__dict__.get("rdd"), functools.cached_property):   # (PySpark 4's; another: no such edge)
+        patch(DataFrame, "rdd", dataframe_rdd)
     for name in ("applyInPandas", "applyInArrow"):
         patch(GroupedData, name, grouped(name, lambda gd: gd.session, lambda gd: [gd]))
         patch(PandasCogroupedOps, name, grouped(f"cogroup.{name}", lambda cg: cg._gd1.session,

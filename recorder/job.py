@@ -79,16 +79,13 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
         on_session(session)
     outcome = RecordOutcome("complete")
     redirect = _StderrToFile(spark_log) if spark_log is not None else None
-    old_argv, old_path = sys.argv[:], sys.path[:]
-    sys.argv = [str(job), *args]
-    sys.path.insert(0, str(job.resolve().parent))
     old_usr1 = _install_user_signal(session)
     quiet_py4j = None if debug else _QuietPy4J()
     try:
         with session:
             uninstall = hooks.install(session)
             try:
-                runpy.run_path(str(job.absolute()), run_name="__main__")   # absolute, as `python job.py` makes __file__ and tracebacks
+                run_as_main(job, args)
             finally:
                 uninstall()
         if session.graph is None:
@@ -110,7 +107,6 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
     finally:
         if redirect is not None:
             redirect.restore()
-        sys.argv, sys.path[:] = old_argv, old_path
         if old_usr1 is not None:
             signal.signal(signal.SIGUSR1, old_usr1)
         if quiet_py4j is not None:
@@ -128,6 +124,19 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
     if session.interrupted:  # Ctrl-C cancelled Spark's jobs: what the job then raised is not the story
         return RecordOutcome("interrupted", "interrupted", 130)
     return outcome
+
+
+def run_as_main(job: Path, args: list[str]) -> None:
+    """`python JOB ARGS...` in this process: the file run as `__main__` with those arguments and
+    its folder first on `sys.path` (its own modules import), both put back after. What `tt
+    record` runs inside a recording, and benches and tests with recording off."""
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = [str(job), *args]
+    sys.path.insert(0, str(job.resolve().parent))
+    try:
+        runpy.run_path(str(job.absolute()), run_name="__main__")   # absolute, as `python job.py` makes __file__ and tracebacks
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
 
 
 def _nothing_recorded(job: Path) -> str:
@@ -251,4 +260,4 @@ def _job_error(e: BaseException, job: Path, session: RecordingSession) -> str:
     return f"the job raised {type(e).__name__}{': ' + first[:300] if first else ''}{where}"
 
 
-__all__ = ["record_job", "RecordOutcome", "JobError"]
+__all__ = ["record_job", "run_as_main", "RecordOutcome", "JobError"]

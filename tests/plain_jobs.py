@@ -10,23 +10,16 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import runpy
-import sys
 from pathlib import Path
 
 from tt.core import values
-from tt.recorder.job import record_job
+from tt.recorder.job import record_job, run_as_main
 from tt.replay.session import DebugSession
 
 
 def run_plain(job: Path, args: list[str]) -> None:
     """The job as `python job.py ARGS` runs it: nothing patched, nothing recorded."""
-    argv = sys.argv[:]
-    sys.argv = [str(job), *args]
-    try:
-        runpy.run_path(str(job), run_name="__main__")
-    finally:
-        sys.argv = argv
+    run_as_main(job, args)
 
 
 def record_on_and_off(job: Path, where: Path, args: list[str] = (), **options) -> tuple[Path, object, object]:
