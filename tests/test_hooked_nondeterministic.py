@@ -161,6 +161,29 @@ def test_only_globals_shipped_by_value_are_pointed_at_the_stand_ins():
     assert type(shipped()) is datetime.datetime   # outside a step: the real answer, unlogged
 
 
+def test_a_module_loaded_or_replaced_since_the_last_prepare_keeps_the_real_datetime(monkeypatch):
+    """`prepare` lists the loaded modules' namespaces again only where a module came, went or was
+    replaced since it last did (a worker's tasks each call it): a module loaded since, or put in
+    another's place under the same name (as many modules as before), is still left alone."""
+    import sys
+    import types
+
+    def loaded_module() -> types.ModuleType:
+        module = types.ModuleType("tt_test_loaded_since")
+        exec("import datetime\ndef stamp():\n    return datetime.datetime.now()\n", module.__dict__)
+        return module
+
+    nondeterministic.prepare(stamp)   # (the modules listed)
+    first = loaded_module()
+    monkeypatch.setitem(sys.modules, first.__name__, first)
+    nondeterministic.prepare(first.stamp)
+    assert first.stamp.__globals__["datetime"] is datetime
+    second = loaded_module()
+    monkeypatch.setitem(sys.modules, second.__name__, second)   # in its place
+    nondeterministic.prepare(second.stamp)
+    assert second.stamp.__globals__["datetime"] is datetime and type(second.stamp()) is datetime.datetime
+
+
 def make_generator() -> random.Random:
     return random.Random()
 

@@ -20,7 +20,7 @@ import pytest
 
 from plain_jobs import record_on_and_off, replayed_outputs, verified
 
-from tt.recorder import frames
+from tt.recorder import frames, teed_batches
 from tt.recorder.teed_batches import Tee, TeedRows
 from tt.store import blobs
 from tt.store.reader import RunReader
@@ -95,6 +95,36 @@ def test_a_task_whose_first_frame_is_not_rebuilt_the_same_logs_its_frames():
     assert tee.logged(wrong) is wrong and tee.batches == []
     next(read)
     assert tee.batches == [] and tee.logged(_handed(batches, 2, 3)).shape == (3, 2)   # frames, kept by the log
+
+
+def test_a_worker_rebuilds_one_first_frame_a_shape_and_still_finds_a_frame_placed_wrong(monkeypatch):
+    """Each task's first DataFrame is checked; a worker rebuilds it with PySpark's conversion
+    once a shape (settings, schema, columns, dtypes), and in a later task of that shape
+    compares its rows with their place in the batches instead. A frame whose rows are not
+    where the Tee places them is then rebuilt, found different, and logged as it is."""
+    monkeypatch.setattr(teed_batches, "_rebuilt", {})
+    checked = []   # the rows each check rebuilt
+    rebuild = frames.tws_rows
+    monkeypatch.setattr(frames, "tws_rows", lambda batches, start, n, settings, converted:
+                        (converted is None and checked.append((start, n))) or rebuild(batches, start, n, settings, converted))
+    batches = _batches()
+
+    def task(handed):
+        tee = Tee(SETTINGS)
+        read = tee.take(iter(batches))
+        next(read), next(read)
+        return tee.logged(handed)
+
+    first = _handed(batches, 0, 2)
+    assert type(task(first)) is TeedRows and checked == [(0, 2)]
+    again = task(_handed(batches, 0, 2))          # another task of the same shape: not rebuilt
+    assert type(again) is TeedRows and checked == [(0, 2)]
+    assert pickle.loads(pickle.dumps(again)).equals(first)
+    shifted = _handed(batches, 1, 2)              # rows 1-2 handed where the Tee places rows 0-1
+    assert str(shifted.dtypes["v"]) == "int64" and task(shifted) is shifted
+    assert checked == [(0, 2), (0, 2)]            # rebuilt, found different: logged as it is
+    with_null = _handed(batches, 0, 5)            # v float64 (a null in the second batch): another shape
+    assert type(task(with_null)) is TeedRows and checked == [(0, 2), (0, 2), (0, 5)]
 
 
 def test_offsets_of_a_column_pyspark_does_not_build_are_none():

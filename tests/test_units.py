@@ -1837,3 +1837,11 @@ def test_the_libraries_loaded_are_asked_once_and_listed_while_loaded(monkeypatch
     assert libraries.loaded()["ttfakepkg"] == "1.2"
     monkeypatch.delitem(sys.modules, "ttfakepkg")
     assert libraries.loaded() == before
+    answer = libraries.loaded()   # (given again while no module came or went: a copy each time)
+    answer["ttfakepkg"] = "1.2"
+    assert libraries.loaded() == before
+    other = types.ModuleType("ttotherpkg")   # one gone and another come: as many modules, another list
+    other.__version__ = "3"
+    monkeypatch.delitem(sys.modules, "ttfakepkg.sub")
+    monkeypatch.setitem(sys.modules, "ttotherpkg", other)
+    assert libraries.loaded() == dict(sorted({**before, "ttotherpkg": "3"}.items()))
