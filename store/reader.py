@@ -229,12 +229,19 @@ class RunReader:
 
     def task_context(self, attempt: int) -> dict | None:
         """What the attempt's `TaskContext` told (core/task_context.py); None in a run file from
-        before tt kept it."""
+        before tt kept it. Local properties the recorder stored once for many attempts
+        (`schema.SAME_AS`) are read from the attempt that holds them."""
         try:
             row = self.conn.execute("SELECT context FROM task_contexts WHERE attempt=?", (attempt,)).fetchone()
         except sqlite3.OperationalError:
             return None
-        return orjson.loads(row[0]) if row and row[0] else None
+        context = orjson.loads(row[0]) if row and row[0] else None
+        properties = context.get("localProperties") if isinstance(context, dict) else None
+        same_as = properties.get(schema.SAME_AS) if isinstance(properties, dict) else None
+        if same_as is not None:
+            held = self.task_context(same_as) if same_as != attempt else None
+            context["localProperties"] = (held or {}).get("localProperties", {})
+        return context
 
     @property
     def status(self) -> str:

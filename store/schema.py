@@ -26,7 +26,8 @@ from typing import Iterator
 from ..core.errors import RunFileError
 
 APP_ID = 0x74740001  # "tt" + format 1, in SQLite's application_id header field
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+SAME_AS = "$same_as"   # a task context's localProperties that name the attempt holding the same ones (`task_contexts`)
 #: The oldest format this tt reads without migrating: later formats only add tables, which
 #: readers treat as empty when a file lacks them.
 READS_FROM = 1
@@ -131,8 +132,8 @@ CREATE TABLE IF NOT EXISTS reruns (   -- committed tasks Spark ran again, run in
 );
 CREATE TABLE IF NOT EXISTS task_contexts (   -- what each attempt's TaskContext told (core/task_context.py)
     attempt INTEGER PRIMARY KEY,
-    context TEXT                   -- JSON, in the shape of PySpark's TaskContext.from_json
-);
+    context TEXT                   -- JSON, in the shape of PySpark's TaskContext.from_json; its
+);                                 -- localProperties {"$same_as": A} where attempt A's are the same
 """ + _SOURCES + """
 CREATE INDEX IF NOT EXISTS log_chunks_by_instance ON log_chunks (op, instance, kind, attempt, start);
 CREATE INDEX IF NOT EXISTS entry_chunks_by_channel ON entry_chunks (op, instance, port, src, attempt, start);
@@ -148,7 +149,10 @@ CREATE VIEW IF NOT EXISTS visible_attempts AS
 
 # Migrations from version N to N+1, applied in order when an older file is opened
 # for writing. Version 1 is the first; add (version, sql) pairs here.
-MIGRATIONS: list[tuple[int, str]] = [(2, _SOURCES)]
+# Version 3: a task context's localProperties may name the attempt that holds the same ones
+# (`SAME_AS`), which a tt reading up to version 2 would hand a replayed step as they are; a file
+# of version 2 needs no change.
+MIGRATIONS: list[tuple[int, str]] = [(2, _SOURCES), (3, "")]
 
 
 def create(path: str | Path):

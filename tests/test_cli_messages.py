@@ -218,9 +218,10 @@ def test_migrate(copy, capsys, monkeypatch):
     assert f"already in the current format ({schema.SCHEMA_VERSION})" in capsys.readouterr().out
 
 
-def test_a_format_1_file_opens_unmigrated_and_migrates_to_2(copy, capsys):
-    """Format 2 only adds the tables of sources read by reference: a format-1 run (which
-    has none) is read as it is, and `tt migrate` adds the tables."""
+def test_a_format_1_file_opens_unmigrated_and_migrates_to_the_current_format(copy, capsys):
+    """Format 2 only adds the tables of sources read by reference, format 3 only lets a task
+    context's local properties name another attempt's: a format-1 run (which has neither) is
+    read as it is, and `tt migrate` adds the tables."""
     path = copy("v1.db")
     conn = sqlite3.connect(path)
     conn.executescript("DROP TABLE source_scans; DROP TABLE source_files; PRAGMA user_version=1;")
@@ -228,8 +229,8 @@ def test_a_format_1_file_opens_unmigrated_and_migrates_to_2(copy, capsys):
     assert main(["inspect", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "complete"
     assert main(["migrate", str(path)]) == 0
-    assert "migrated from format 1 to 2" in capsys.readouterr().out
+    assert f"migrated from format 1 to {schema.SCHEMA_VERSION}" in capsys.readouterr().out
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'source_%'").fetchone()[0] == 2
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 3
     conn.close()

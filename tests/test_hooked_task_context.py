@@ -21,6 +21,7 @@ recording made raised `FileExistsError`. Now all of them act on the copies.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from plain_jobs import record_on_and_off, replayed_outputs
 from tt.cli.main import main
 from tt.replay.engine import Engine
 from tt.store.reader import RunReader
+from tt.store.schema import SAME_AS
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hooked_task_context.py"
 
@@ -122,7 +124,8 @@ def test_a_folder_the_recording_cleared_is_left_as_the_job_left_it(spark, tmp_pa
 
 def test_outside_a_replayed_step_the_context_is_pysparks(spark, tmp_path):
     """The patched `get()` answers as PySpark's outside a replayed step: None on the driver.
-    The run keeps each task attempt's context."""
+    The run keeps each task attempt's context, local properties the same as an earlier
+    attempt's stored once (named by the others)."""
     from pyspark import TaskContext
 
     run, on, _ = record_on_and_off(JOB, tmp_path)
@@ -137,6 +140,12 @@ def test_outside_a_replayed_step_the_context_is_pysparks(spark, tmp_path):
         sites = {c["localProperties"].get("callSite.short") for c in kept}
         assert f"foreachPartition at {JOB}:{_line_of('.foreachPartition(sink)')}" in sites, sites
         assert not [s for s in sites if s and "hooks.py" in s], sites
+        stored = dict(reader.conn.execute("SELECT attempt, context FROM task_contexts"))
+        named = {a: json.loads(c)["localProperties"].get(SAME_AS) for a, c in stored.items()}
+        firsts = {first for first in named.values() if first is not None}
+        assert firsts and all(named[first] is None for first in firsts)   # held in full by the attempt named
+        read = {a: reader.task_context(a)["localProperties"] for a in stored}
+        assert all(read[a] == read[first] and SAME_AS not in read[a] for a, first in named.items() if first is not None)
     finally:
         reader.close()
 
