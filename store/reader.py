@@ -237,8 +237,8 @@ class RunReader:
             return None
         context = orjson.loads(row[0]) if row and row[0] else None
         properties = context.get("localProperties") if isinstance(context, dict) else None
-        same_as = properties.get(schema.SAME_AS) if isinstance(properties, dict) else None
-        if same_as is not None:
+        same_as = properties.get(schema.SAME_AS) if isinstance(properties, dict) and len(properties) == 1 else None
+        if type(same_as) is int:
             held = self.task_context(same_as) if same_as != attempt else None
             context["localProperties"] = (held or {}).get("localProperties", {})
         return context
