@@ -19,7 +19,7 @@ shape (conversion settings, batch schema, the frame's columns and dtypes) once: 
 converts the frame's whole batch, 1.1 ms on a quiet machine and 2.3-2.9 ms in the keyed bench's
 tasks on a busy one, in every task, 200 a query at Spark's default shuffle partitions. A later
 task's first frame of a shape already rebuilt is compared with its rows' place in the batches
-(`_aligned`: a numeric column, no conversion; 0.12 ms and 0.5-0.6 ms), so a task whose frames
+(`_aligned`: its numeric columns, no conversion; 0.12 ms and 0.5-0.6 ms), so a task whose frames
 would be placed wrong is still found; a frame without such a column is rebuilt as the first was.
 """
 
@@ -119,14 +119,15 @@ def _shape(settings: dict, batches: list, frame: Any) -> tuple:
 
 
 def _aligned(frame: Any, batches: list, start: int, offsets: list) -> bool:
-    """Whether `frame`'s first numeric column holds the values of its rows' place in
-    `batches` (`(first row, RecordBatch)`, whose columns are the rows' fields: `offsets` index
-    both): the rows were read where the Tee places them. False where no column can tell so
-    without PySpark's conversion (the frame is then rebuilt)."""
+    """Whether `frame`'s numeric columns hold the values of its rows' place in `batches`
+    (`(first row, RecordBatch)`, whose columns are the rows' fields: `offsets` index both):
+    the rows were read where the Tee places them. Every such column, as a key's column holds
+    one value in all its rows. False where none can tell so without PySpark's conversion (the
+    frame is then rebuilt)."""
     import numpy as np
     import pyarrow as pa
 
-    n = len(frame.index)
+    n, compared = len(frame.index), 0
     for j, field in enumerate(offsets):
         types = [b.schema.types[field] for _, b in batches]
         if frame.dtypes.iloc[j].kind not in "iuf" or not all(pa.types.is_integer(t) or pa.types.is_floating(t)
@@ -136,10 +137,12 @@ def _aligned(frame: Any, batches: list, start: int, offsets: list) -> bool:
             held = np.concatenate([b.column(field).slice(max(start - first, 0), min(start + n - first, b.num_rows)
                                                          - max(start - first, 0)).to_numpy(zero_copy_only=False)
                                    for first, b in batches])
-            return held.shape == (n,) and np.array_equal(frame.iloc[:, j].to_numpy(), held, equal_nan=True)
+            if held.shape != (n,) or not np.array_equal(frame.iloc[:, j].to_numpy(), held, equal_nan=True):
+                return False
         except (TypeError, ValueError):   # (a nullable extension dtype's NA)
             return False
-    return False
+        compared += 1
+    return compared > 0
 
 
 class Window:

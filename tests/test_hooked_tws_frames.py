@@ -125,6 +125,10 @@ def test_a_worker_rebuilds_one_first_frame_a_shape_and_still_finds_a_frame_place
     assert checked == [(0, 2), (0, 2)]            # rebuilt, found different: logged as it is
     with_null = _handed(batches, 0, 5)            # v float64 (a null in the second batch): another shape
     assert type(task(with_null)) is TeedRows and checked == [(0, 2), (0, 2), (0, 5)]
+    batches = [pa.record_batch({"g": [7, 7], "v": [1, 2]}), pa.record_batch({"g": [7, 7], "v": [3, 4]})]   # g: a key's
+    assert type(task(_handed(batches, 0, 2))) is TeedRows and len(checked) == 4
+    within = _handed(batches, 1, 2)               # shifted within the key: only v tells
+    assert task(within) is within and len(checked) == 5
 
 
 def test_offsets_of_a_column_pyspark_does_not_build_are_none():
