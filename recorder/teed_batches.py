@@ -127,11 +127,10 @@ def _aligned(frame: Any, batches: list, start: int, offsets: list) -> bool:
     import numpy as np
     import pyarrow as pa
 
-    n, compared = len(frame.index), 0
+    n, compared, dtypes = len(frame.index), 0, list(frame.dtypes)   # (`frame.dtypes` builds a Series each time)
     for j, field in enumerate(offsets):
         types = [b.schema.types[field] for _, b in batches]
-        if frame.dtypes.iloc[j].kind not in "iuf" or not all(pa.types.is_integer(t) or pa.types.is_floating(t)
-                                                              for t in types):
+        if dtypes[j].kind not in "iuf" or not all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in types):
             continue
         try:
             held = np.concatenate([b.column(field).slice(max(start - first, 0), min(start + n - first, b.num_rows)
