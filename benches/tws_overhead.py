@@ -26,6 +26,7 @@ and the run file's size; writes the same as markdown to benches/results/. Goal (
 ≤ 1.05 × off for each.
 
     python benches/tws_overhead.py [--reps 3] [--rows 1000000] [--keys 10000] [--files 4] [--workloads keyed,stream,sessions]
+                                   [--shuffle-partitions 4]
 """
 
 from __future__ import annotations
@@ -149,6 +150,9 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--workloads", default="keyed,stream,sessions", help="which to run, comma-separated")
+    ap.add_argument("--shuffle-partitions", type=int, default=4,
+                    help="spark.sql.shuffle.partitions: the keyed and stream workloads' tasks a query (a job "
+                         "that leaves it has Spark's 200, and pays each task's cost of recording 200 times)")
     args = ap.parse_args()
     bytecode_cached()   # the workers read tt's modules compiled, as from an installed package
 
@@ -157,7 +161,7 @@ def main() -> None:
     from tt.store.reader import RunReader
 
     spark = tt.spark_session("tt-bench-tws", master="local[2]",
-                             conf={"spark.sql.shuffle.partitions": 4,
+                             conf={"spark.sql.shuffle.partitions": args.shuffle_partitions,
                                    "spark.sql.streaming.stateStore.providerClass": ROCKSDB})
     want_keyed = keyed_answer(spark, args.rows, args.keys)
     ids = range(args.files * STREAM_ROWS)
@@ -222,7 +226,8 @@ def main() -> None:
     spark_version = spark.version
     spark.stop()
 
-    described = {"keyed": f"keyed: {args.rows:,} rows over {args.keys:,} keys, 4 partitions",
+    described = {"keyed": f"keyed: {args.rows:,} rows over {args.keys:,} keys, 4 partitions, "
+                          f"{args.shuffle_partitions} shuffle partitions (tasks a query)",
                  "stream": f"stream: {args.files} files × {STREAM_ROWS:,} rows, one a micro-batch",
                  "sessions": "sessions: the sessions_streaming sample, five files, processingTime 1 s"}
     head = "; ".join(described[w] for w in workloads) + f"; median of {args.reps}"
