@@ -16,10 +16,11 @@ The first DataFrame of each task is checked against the batches (`Tee.check`): w
 conversion, run on them, does not give it back (another PySpark that builds them otherwise),
 the task logs its DataFrames frozen, as before. A worker rebuilds the first frame of each
 shape (conversion settings, batch schema, the frame's columns and dtypes) once: a rebuild
-converts the frame's whole batch, 1.1 ms on a quiet machine and 2.3-2.9 ms in the keyed bench's
-tasks on a busy one, in every task, 200 a query at Spark's default shuffle partitions. A later
+converts the frame's whole batch, 1.1 ms on a quiet machine and 1.5 ms of CPU in the tasks of
+the keyed job (benches/tws_overhead.py's processor) on a busy one, in every task: 200 a query at
+Spark's default shuffle partitions. A later
 task's first frame of a shape already rebuilt is compared with its rows' place in the batches
-(`_aligned`: its numeric columns, no conversion; 0.12 ms and 0.5-0.6 ms), so a task whose frames
+(`_aligned`: its numeric columns, no conversion; 0.12 ms and 0.55 ms), so a task whose frames
 would be placed wrong is still found; a frame without such a column is rebuilt as the first was.
 """
 
