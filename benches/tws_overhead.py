@@ -228,7 +228,8 @@ def main() -> None:
 
     described = {"keyed": f"keyed: {args.rows:,} rows over {args.keys:,} keys, 4 partitions, "
                           f"{args.shuffle_partitions} shuffle partitions (tasks a query)",
-                 "stream": f"stream: {args.files} files × {STREAM_ROWS:,} rows, one a micro-batch",
+                 "stream": f"stream: {args.files} files × {STREAM_ROWS:,} rows, one a micro-batch, "
+                           f"{args.shuffle_partitions} shuffle partitions",
                  "sessions": "sessions: the sessions_streaming sample, five files, processingTime 1 s"}
     head = "; ".join(described[w] for w in workloads) + f"; median of {args.reps}"
     table = ["| workload | off s | 10s s | × off | median of ratios | CPU × off | workers' CPU × off | run file |",

@@ -22,7 +22,16 @@ _DISTRIBUTIONS = {"dateutil": "python-dateutil", "sklearn": "scikit-learn", "yam
 
 
 _seen: dict[str, str | None] = {}   # module name -> the version it said when first seen (None: none, or not a package's)
-_last: tuple[int, dict[str, str]] = (-1, {})   # (modules loaded, `loaded()`'s answer) when it last listed them
+_last: tuple[tuple[int, int], dict[str, str]] = ((-1, 0), {})   # (`modules_stamp()`, `loaded()`'s answer) when it last listed them
+
+
+def modules_stamp() -> tuple[int, int]:
+    """What changes when a module is loaded, unloaded or put in another's place under its name:
+    how many there are and the sum of their ids (in C: 25 µs over 718 modules). A worker asks
+    `loaded` and `nondeterministic._loaded_namespaces` at every task; each lists the modules
+    again only where this changed."""
+    modules = list(sys.modules.values())
+    return len(modules), sum(map(id, modules))
 
 
 def loaded() -> dict[str, str]:
@@ -30,18 +39,18 @@ def loaded() -> dict[str, str]:
     but the standard library's and tt: {name: version}. A module is asked once per process,
     when it is first seen loaded: a worker runs many tasks, each asking twice, and the modules
     it has loaded (738, 176 of them top-level, in a PySpark 4.3 worker running a `mapInPandas`
-    function) change little between them; where none came or went since the last answer, that
-    answer is given again (listing them took 74 µs, twice a task)."""
+    function) change little between them; while none came, went or was replaced
+    (`modules_stamp`), the last answer is given again (listing them took 74 µs, twice a task)."""
     global _last
-    new = sys.modules.keys() - _seen.keys()   # (the set difference in C)
-    if not new and len(sys.modules) == _last[0]:
+    stamp = modules_stamp()
+    if stamp == _last[0]:
         return dict(_last[1])
-    for name in new:
+    for name in sys.modules.keys() - _seen.keys():   # (the set difference in C)
         module = sys.modules.get(name)
         skip = "." in name or name.startswith("_") or name == "tt" or name in sys.stdlib_module_names
         _seen[name] = None if skip or module is None else _own_version(module)
     answer = dict(sorted((name, v) for name, v in list(_seen.items()) if v is not None and name in sys.modules))
-    _last = (len(sys.modules), answer)
+    _last = (stamp, answer)
     return dict(answer)
 
 

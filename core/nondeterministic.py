@@ -79,7 +79,7 @@ import types
 import uuid
 from typing import Any, Callable, Iterator
 
-from . import file_info, files_read, outside_effects
+from . import file_info, files_read, libraries, outside_effects
 from .operator import CONTEXT, log_result
 
 #: The frames that call the user's code while a hooked operator takes a step, as
@@ -552,7 +552,7 @@ def prepare(user_code: Any) -> None:
                 g[name] = swap   # (`from time import time`, `from datetime import datetime`)
 
 
-_namespaces: tuple[tuple[int, int], frozenset[int]] = ((-1, 0), frozenset())   # ((modules, sum of their ids), namespaces)
+_namespaces: tuple[tuple[int, int], frozenset[int]] = ((-1, 0), frozenset())   # (`libraries.modules_stamp()`, namespaces)
 
 
 def _loaded_namespaces() -> frozenset[int]:
@@ -561,13 +561,12 @@ def _loaded_namespaces() -> frozenset[int]:
     (its `type(v) is datetime` stays true) nor the job's live one in its driver or a notebook,
     which a task run on the driver (an empty partition's) would otherwise change; and the same
     code in the executor and in replay. Listed again only where a module came, went or was
-    replaced since the last list (the sum of the modules' ids, in C, tells): a worker's tasks
-    asked each time: 104 µs over a worker's modules, 0.4 ms a task on a busy machine."""
+    replaced since the last list (`libraries.modules_stamp`): a worker's tasks asked each time,
+    104 µs over a worker's modules, 0.4 ms a task on a busy machine."""
     global _namespaces
-    modules = list(sys.modules.values())
-    seen = (len(modules), sum(map(id, modules)))
-    if seen != _namespaces[0]:
-        _namespaces = (seen, frozenset(id(getattr(m, "__dict__", None)) for m in modules))
+    stamp = libraries.modules_stamp()
+    if stamp != _namespaces[0]:
+        _namespaces = (stamp, frozenset(id(getattr(m, "__dict__", None)) for m in list(sys.modules.values())))
     return _namespaces[1]
 
 
