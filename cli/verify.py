@@ -35,7 +35,9 @@ def verify(
     recomputed partition), what that run emitted must equal what the replay emits, or
     it exits 1 too: the rows Spark took from that run are not the ones tt shows.
     Also exits 1 when an interaction is incomplete for any other reason than the run
-    having been cut off (only those after the last complete one may be). Needs no Spark.
+    having been cut off (only those after the last complete one may be). A run that failed
+    in an operator of G(θ) is replayed on to the tuple it failed on, which must raise the
+    same exception again, or it exits 1. Needs no Spark.
 
     With --statestore, a streaming run is also checked against a second oracle that reads
     none of tt's logs: Spark's state store in the query's checkpoint (recorded with the run;
@@ -66,7 +68,9 @@ def verify(
         progress = _progress(len(reader.interactions())) if sys.stderr.isatty() and not json else None
         try:
             outputs: dict = {}   # what the instances Spark ran again emitted, digested on the way
-            results = run_verify(reader, trust=trust, progress=progress.update if progress else None, outputs=outputs)
+            failure: dict = {}   # whether the replay fails where a failed run failed
+            results = run_verify(reader, trust=trust, progress=progress.update if progress else None, outputs=outputs,
+                                 failure=failure)
         finally:
             if progress:
                 progress.close()
@@ -93,7 +97,8 @@ def verify(
             via = f"; again from the checkpoints for {via_checkpoints}" if via_checkpoints else ""
             text = f"{run}: {done}{via} — every replayed state equals the recorded one{note}"
             compared = [r for r in results if r["ok"] and not r.get("checkpoint") and "empty" in r]
-            empty = sorted(set.intersection(*(set(r["empty"]) for r in compared))) if compared else []
+            empty = sorted(op for op in {op for r in compared for op in r.get("moved", ())}   # (after some input)
+                           if all(op in r["empty"] for r in compared if op in r.get("moved", ())))
             if empty:   # "equals" compared nothing of theirs: say so (what they emitted: by count only)
                 data["empty_states"] = empty
                 text += (f"\n{run}: {', '.join(empty)}: {'its' if len(empty) == 1 else 'their'} recorded state was "
@@ -104,6 +109,17 @@ def verify(
             if by_rows:   # what "equals" meant for their stored rows (core/kept_inputs.py `ROWS`)
                 text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "
                          f"keys and rows at interactions and by their digest at each task's end")
+        if failure:   # a failed run: and the replay fails where it failed, as it failed
+            data["failure"] = failure
+            if not failure["ok"]:
+                data["ok"] = False
+                text += f"\n{run}: but the recorded failure does not reproduce: {failure['text']}"
+            elif failure["checked"]:
+                text += (f"\n{run}: the recorded failure reproduces: {failure['label']} raises {failure['error']} "
+                         f"in replay too")
+            else:
+                text += (f"\n{run}: the recorded failure ({failure['label']} raised {failure['error']}) was not "
+                         f"replayed: {failure['reason']}")
         if not failed:   # and the runs Spark made again of recorded tasks emitted what the replay emits
             reruns = verify_reruns(reader, trust=trust, digested=outputs)
             data["reruns"] = reruns

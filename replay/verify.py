@@ -10,6 +10,7 @@ that `engine.py` is only the replay machinery and nothing imports in a circle.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Sequence
 
 import cloudpickle
@@ -25,12 +26,12 @@ from ..store import blobs
 from ..store.reader import RunReader
 from .checkpoints import Restorer
 from . import reruns
-from .engine import Engine, Instance, Key
+from .engine import Engine, Instance, Key, RecordedFailure
 from .facts import stored_state
 
 
 def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, int], None] | None = None,
-           outputs: dict | None = None) -> list[dict]:
+           outputs: dict | None = None, failure: dict | None = None) -> list[dict]:
     """Replay every complete interaction and compare states with the stored ones.
 
     Returns one result per interaction: `{"k", "ok", ...}`; a failed one names the
@@ -47,6 +48,9 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
 
     `outputs`, a dict, gets on the way what the instances Spark ran again emitted (`reruns.watch`),
     for `reruns.verify_reruns`, which then need not replay them again.
+
+    `failure`, a dict, gets what `_reproduce_failure` found of a failed run's failing tuples, once
+    every interaction matched: the replay goes on from the last one to where the run failed.
     """
 
     reader.sources().check_all()  # a changed source file: one line now, not a divergence later
@@ -88,10 +92,12 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
             bad.update(found)
             results.append(bad)
             break
+        moved = {op for (op, _), at in snap.items() if at.state is not None and at.position}
         result = {"k": interaction.k, "ok": True, "instances": len(snap),
-                  # (compared, but empty in every instance: a generator that ended, a function keeping nothing)
-                  "empty": sorted({reader.operators[op].name for (op, _), at in snap.items()
-                                   if at.state is not None and op not in held})}
+                  # (compared after some input, but empty in every instance: a generator that ended, a
+                  # function keeping nothing; before any input every state is empty, and says nothing)
+                  "empty": sorted({reader.operators[op].name for op in moved if op not in held}),
+                  "moved": sorted({reader.operators[op].name for op in moved})}
         if by_rows:
             result["rows_only"] = sorted({reader.operators[op].name for op, _ in by_rows})
         results.append(result)
@@ -104,11 +110,60 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
         if progress is not None:
             progress(n + 1, len(interactions))
     results.extend(_gaps(reader, interactions))
+    if failure is not None and all(r["ok"] for r in results):
+        failure.update(_reproduce_failure(reader, engine) or {})
     if outputs is not None:
         outputs.update(reruns.finished(engine, watched))
     if all(r["ok"] for r in results) and reader.active_plan() is not None:
         results.extend(_verify_checkpoints(reader, engine, interactions))
     return results
+
+
+def _reproduce_failure(reader: RunReader, engine: Engine) -> dict | None:
+    """Whether the replay fails where the recorded run failed, as it failed: every instance goes
+    on to where its log ends, each failed one to just before the tuple it raised on, which it is
+    then fed (`Instance._feed_failing`). A failed run's interactions may all precede its failure
+    (a run without --every has only its start): without this, verify compared nothing of it and
+    said so in a line that read as a pass. None for a run that did not fail in an operator.
+
+    `{"ok", "label", "error", "checked"}`: `checked` False where no failing tuple can be replayed
+    (the failing operator is outside G(θ), or an older tt did not keep its tuple; `reason`);
+    `ok` False where the replay raised otherwise, or not at all (`text`)."""
+    points = reader.failure_points()
+    if not points:
+        return None
+    label = lambda f: f"{reader.operators[f['op']].name}:{f['instance']}:{f['position']}"   # noqa: E731
+    failing = [(f, engine.instances.get((f["op"], f["instance"]))) for f in points]
+    failing = [(f, inst) for f, inst in failing if inst is not None and inst.failed_at == f["position"]]
+    if not failing:
+        f = points[0]
+        name = reader.operators[f["op"]].name
+        reason = (f"{name} is not in G(θ) (θ = {reader.theta.name}): record with --watch {name} to replay it"
+                  if (f["op"], f["instance"]) not in engine.instances
+                  else "the run file does not hold the failing tuple (an older tt recorded it)")
+        return {"ok": True, "checked": False, "label": label(f), "error": f["error"], "reason": reason}
+    f = failing[0][0]
+    found = {"ok": True, "checked": True, "label": label(f), "error": f["error"], "instances": len(failing)}
+    try:
+        engine.advance_to({key: inst.failed_at if inst.failed_at is not None else inst.total
+                           for key, inst in engine.instances.items()})
+        for f, inst in failing:
+            try:
+                engine.step(inst)
+            except RecordedFailure as e:
+                got = f"{e.error_type}: {e.error}"
+                if _ADDRESS.sub("0x…", got) != _ADDRESS.sub("0x…", f["error"]):
+                    return {**found, "ok": False, "label": label(f),
+                            "text": f"{label(f)} raised {f['error']} when recorded, but {got} in replay"}
+    except ReplayDivergence as e:
+        return {**found, "ok": False, "text": str(e)}
+    except OperatorFailure as e:   # an instance raised on the way, on a tuple it did not raise on when recorded
+        return {**found, "ok": False, "text": f"{e} in replay, before the recorded failure"}
+    return found
+
+
+#: an object's address in an exception's message (`<Foo object at 0x7f…>`), which differs run to run
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
 def differing_state(reader: RunReader, engine: Engine, k: int, snap: dict | None = None,

@@ -176,7 +176,7 @@ def test_lineage_chooses_a_pandas_processors_rows_by_their_columns(recorded, cap
 
 
 @pytest.mark.parametrize("bad, unit_kind", [("c2", "rows"), ("c5", "one_row")])
-def test_a_processor_raising_on_one_key_is_debuggable_post_mortem(spark, tmp_path, bad, unit_kind):
+def test_a_processor_raising_on_one_key_is_debuggable_post_mortem(spark, tmp_path, bad, unit_kind, capsys):
     """Totals raises on one key in handleInputRows (c2, of many chunks; c5, of one): the run
     fails naming it, and the replay stops just before that key's rows, every earlier key of
     its instance complete."""
@@ -194,3 +194,8 @@ def test_a_processor_raising_on_one_key_is_debuggable_post_mortem(spark, tmp_pat
     result = session.step_into(session.parse_ref(failure.label))
     assert result.raised is not None and result.raised["message"] == f"bad customer {bad}"
     session.reader.close()
+    from tt.cli.main import main
+
+    assert main(["verify", str(tmp_path / "failed.db")]) == 0   # and the replay fails there, so
+    assert (f"the recorded failure reproduces: {failure.label} raises ValueError: bad customer {bad} in replay too"
+            in capsys.readouterr().out)

@@ -24,13 +24,11 @@ from tt.store.reader import RunReader
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-@pytest.fixture(scope="module")
-def failed_run(spark, tmp_path_factory):
-    """Recorded once for the module (a failing job costs Spark four task attempts)."""
+def _record_failing(spark, out: Path, watch: str) -> Path:
+    """`workloads.build_failing` recorded into `out` with θ = `watch`: the run fails (FE raises)."""
     from tt.recorder.session import RecordingSession
 
-    out = tmp_path_factory.mktemp("postmortem") / "run.db"
-    session = RecordingSession(out, Path(__file__), [], watch="FE")
+    session = RecordingSession(out, Path(__file__), [], watch=watch)
     with pytest.raises(JobError, match="ZeroDivisionError"):
         try:
             with session:
@@ -38,6 +36,12 @@ def failed_run(spark, tmp_path_factory):
         finally:
             session.close()
     return out
+
+
+@pytest.fixture(scope="module")
+def failed_run(spark, tmp_path_factory):
+    """Recorded once for the module (a failing job costs Spark four task attempts)."""
+    return _record_failing(spark, tmp_path_factory.mktemp("postmortem") / "run.db", "FE")
 
 
 def _oracle_before_failure(spark) -> tuple[int, int, dict]:
@@ -134,8 +138,8 @@ def _readme_block() -> list[str]:
 def test_the_readme_commands(failed_run, monkeypatch, capsys):
     monkeypatch.chdir(failed_run.parent)
     commands = _readme_block()
-    assert [c.split()[:2] for c in commands] == [["tt", "inspect"], ["tt", "replay"], ["tt", "debug"]]
-    inspect_cmd, replay_cmd, _ = commands
+    assert [c.split()[:2] for c in commands] == [["tt", "inspect"], ["tt", "replay"], ["tt", "verify"], ["tt", "debug"]]
+    inspect_cmd, replay_cmd, verify_cmd, _ = commands
     assert main(shlex.split(inspect_cmd)[1:]) == 0
     assert "FE:1 input #999 raised ZeroDivisionError: division by zero (4 attempts)" in capsys.readouterr().out
     assert main(shlex.split(replay_cmd)[1:]) == 1  # the step re-raised: see `tt replay --help`
@@ -143,6 +147,22 @@ def test_the_readme_commands(failed_run, monkeypatch, capsys):
     assert "goto_failure FE:1:999: ok" in out
     assert "step_into FE:1:999: not possible" in out
     assert "FE:1:999 raised ZeroDivisionError: division by zero (as in the recording)" in out
+    assert main(shlex.split(verify_cmd)[1:]) == 0
+    assert ("run.db: the recorded failure reproduces: FE:1:999 raises ZeroDivisionError: division by zero in "
+            "replay too") in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_verify_says_whether_the_failure_reproduces(spark, failed_run, tmp_path, capsys):
+    """`tt verify` of a failed run replays on from its last interaction to the failing tuple and
+    feeds it; where the failing operator is outside G(θ) it says why that tuple was not replayed."""
+    assert main(["verify", str(failed_run)]) == 0
+    assert (f"{failed_run}: the recorded failure reproduces: FE:1:999 raises ZeroDivisionError: division by zero "
+            f"in replay too") in capsys.readouterr().out
+    out = _record_failing(spark, tmp_path / "fd.db", "FD")
+    assert main(["verify", str(out)]) == 0
+    assert (f"{out}: the recorded failure (FE:1:999 raised ZeroDivisionError: division by zero) was not replayed: "
+            f"FE is not in G(θ) (θ = FD): record with --watch FE to replay it") in capsys.readouterr().out
 
 
 @pytest.mark.slow

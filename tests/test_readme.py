@@ -682,6 +682,15 @@ def _replay_failed(r: Result, c: Ctx) -> None:
     assert "next FE:1:999 " in step and "→" not in step, "no state changed; the tuple still waits"
 
 
+@runs(FAILED, "tt verify run.db", where="failed")
+def _verify_failed(r: Result, c: Ctx) -> None:
+    # the interactions, then on to FE:1:999: the failure reproduces
+    ok(r)
+    assert r.out.splitlines()[0].startswith("run.db: verified "), str(r)
+    assert ("run.db: the recorded failure reproduces: FE:1:999 raises ZeroDivisionError: division by zero in "
+            "replay too") in r.out.splitlines(), str(r)
+
+
 # --- the tests ----------------------------------------------------------------------------------
 
 def _test_exists(ref: str) -> bool:

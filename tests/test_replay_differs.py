@@ -195,3 +195,66 @@ def test_verify_names_the_libraries_of_other_versions_here(rated_run, monkeypatc
     assert main(["inspect", str(run)]) == 0
     assert f"libraries  pandas 1.5.3 (here {pandas.__version__}): a replay runs this machine's; " \
            f"{others} others as here" in capsys.readouterr().out
+
+
+class RatedCheck(tt.Operator):
+    """Raises on id 150 while the rate read from the environment (1 where it is unset) is
+    below 3, saying the rate: replayed with another rate it raises otherwise, or not at all."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def process(self, row, port=0):
+        self.seen += 1
+        rate = float(os.environ.get(RATE, "1"))
+        if row["id"] == 150 and rate < 3:
+            raise ValueError(f"rate {rate:g} on id 150")
+        yield row
+
+
+def test_verify_replays_a_failed_run_up_to_its_failure_and_says_whether_it_fails_so(spark, tmp_path, monkeypatch,
+                                                                                      capsys):
+    """A failed run recorded without --every has one interaction, its start, where every state is
+    empty: verify compared nothing of what led to the failure and said 'verified 1 of 1', then
+    that the operator's state 'was empty at every interaction (a generator that had ended...)'.
+    It now replays on to the failing tuple and feeds it: the same exception says the failure
+    reproduces, another one or none is a divergence (exit 1) that names both."""
+    from pathlib import Path
+
+    from tt.core.errors import JobError
+    from tt.recorder.session import RecordingSession
+
+    assert RATE not in os.environ
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    run = tmp_path / "failed.db"
+    df = spark.createDataFrame([(i, float(i % 10)) for i in range(400)], "id long, v double").coalesce(1)
+    flow = tt.Dataflow("checked")
+    flow.source("U", df).process(RatedCheck(), name="R").collect("out")
+    session = RecordingSession(run, Path(__file__), [], watch="R")
+    with pytest.raises(JobError, match="rate 1 on id 150"):
+        try:
+            with session:
+                flow.run()
+        finally:
+            session.close()
+
+    assert main(["verify", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1:] == [f"{run}: the recorded failure reproduces: R:0:150 raises ValueError: rate 1 on "
+                                    f"id 150 in replay too"], out
+    assert "empty at every interaction" not in out   # (nothing had been consumed at the one interaction)
+    assert main(["verify", str(run), "--json"]) == 0
+    failure = json.loads(capsys.readouterr().out)["failure"]
+    assert failure == {"ok": True, "checked": True, "label": "R:0:150", "error": "ValueError: rate 1 on id 150",
+                       "instances": 1}
+
+    monkeypatch.setenv(RATE, "2")
+    assert main(["verify", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert (f"{run}: but the recorded failure does not reproduce: R:0:150 raised ValueError: rate 1 on id 150 "
+            f"when recorded, but ValueError: rate 2 on id 150 in replay") in out, out
+    monkeypatch.setenv(RATE, "5")
+    assert main(["verify", str(run)]) == 1
+    out = capsys.readouterr().out
+    assert (f"{run}: but the recorded failure does not reproduce: R:0:150 raised ValueError: rate 1 on id 150 "
+            f"when recorded, but not in replay") in out, out

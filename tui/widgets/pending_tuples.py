@@ -51,25 +51,24 @@ class PendingTuples(DataTable):
         from ...core.values import render
 
         self._current = selected
-        if True:
-            self.clear()
-            self.refs, self.labels = [], []
-            for p in pending:
-                if p.ref == default:
-                    mark = Text("▶", style="bold yellow")
-                elif p.next:
-                    mark = Text("•", style="cyan")
-                else:
-                    mark = Text("")
-                sender = "end" if p.end else ("free" if p.free and p.sender != "recorded" else p.sender)
-                row = "(end of input: finish())" if p.end else render(p.row, 300)
-                style = "" if p.next else "dim"
-                self.add_row(mark, Text(p.label, style=style), Text(sender, style=style),
-                             Text(row, style=style), key=p.label)
-                self.refs.append(p.ref)
-                self.labels.append(p.label)
-            if selected in self.refs:
-                self.move_cursor(row=self.refs.index(selected), animate=False)
+        self.clear()
+        self.refs, self.labels = [], []
+        for p in pending:
+            if p.ref == default:
+                mark = Text("▶", style="bold yellow")
+            elif p.next:
+                mark = Text("•", style="cyan")
+            else:
+                mark = Text("")
+            sender = "end" if p.end else ("free" if p.free and p.sender != "recorded" else p.sender)
+            row = "(end of input: finish())" if p.end else render(p.row, 300)
+            style = "" if p.next else "dim"
+            self.add_row(mark, Text(p.label, style=style), Text(sender, style=style),
+                         Text(row, style=style), key=p.label)
+            self.refs.append(p.ref)
+            self.labels.append(p.label)
+        if selected in self.refs:
+            self.move_cursor(row=self.refs.index(selected), animate=False)
 
     @property
     def selected_ref(self) -> TupleRef | None:
