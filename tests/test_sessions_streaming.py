@@ -202,7 +202,12 @@ def test_tt_debug_stops_where_alices_timer_is_set_in_seconds_and_steps_back(samp
     from test_tui import answer, drive, keys, message, state_text, until
     from tt.tui.app import DebuggerApp
     from tt.tui.widgets.state_inspector import StateInspector
+    from tt.tui.widgets.timeline import InteractionTimeline
 
+    reader = RunReader(sample[0])
+    batches = [i.detail["batch"] for i in reader.interactions() if i.trigger == "micro-batch"]
+    reader.close()
+    assert batches
     app = DebuggerApp(sample[0])
     first = buggy(sample[3]).iloc[0]
     assert first.user == "alice"
@@ -214,6 +219,11 @@ def test_tt_debug_stops_where_alices_timer_is_set_in_seconds_and_steps_back(samp
 
     async def script(pilot):
         assert not any(t for _, t in alice()), alice()
+        # the timeline names each micro-batch's end by its batch (a 9-wide trigger column cut "micro-batch")
+        timeline = app.query_one(InteractionTimeline)
+        shown = [(str(timeline.get_row(str(r["k"]))[3]), str(timeline.get_row(str(r["k"]))[5]))
+                 for r in timeline.rows_data if r["trigger"] == "micro-batch"]
+        assert shown == [("batch", f"micro-batch {b} ended") for b in batches], shown
         await keys(pilot, "c")
         await answer(pilot, CONDITION)
         assert "stopped after SessionProcessor:" in message(app), message(app)

@@ -106,6 +106,8 @@ class InteractionTimeline(DataTable):
             text = f"{condition_tuple(detail) or '?'} {detail.get('row', '')}".rstrip()
         elif trig == "user":
             text = f"via {detail.get('via', 'user')}"
+        elif trig == "micro-batch" and r["complete"]:   # (the column is 9 wide: "micro-bat" read as cut)
+            trig, text = "batch", f"micro-batch {detail.get('batch', '?')} ended"
         elif not r["complete"]:
             text = "(pending: not every instance has taken it yet)" if self.live else \
                 "(incomplete: not every instance took it)"
