@@ -201,7 +201,7 @@ def test_tt_debug_opens_before_the_failing_tuple_and_s_re_raises(failed_run):
 
 
 @pytest.mark.slow
-def test_a_failure_after_a_shuffle(spark, tmp_path):
+def test_a_failure_after_a_shuffle(spark, tmp_path, capsys):
     """FD (fed by a shuffle) raises: its failing tuple is logged and re-raised the same way."""
     from tt.recorder.session import RecordingSession
 
@@ -231,6 +231,10 @@ def test_a_failure_after_a_shuffle(spark, tmp_path):
     result = s.step_into(label)
     assert not result.ok and result.note.startswith(f"{label} raised KeyError: 'no score for {bad}' (as in the recording)")
     assert s.states() == before
+    s.reader.close()
+    assert main(["verify", str(out)]) == 0   # FE's tasks replayed whole, FD fed through the shuffle up to it
+    assert (f"{out}: the recorded failure reproduces: {label} raises KeyError: 'no score for {bad}' in replay too"
+            in capsys.readouterr().out)
 
 
 @pytest.mark.slow
