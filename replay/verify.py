@@ -58,6 +58,8 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
     watched = reruns.watch(reader, engine) if outputs is not None else {}
     results = []
     interactions = reader.interactions()
+    # (the progress: each interaction, and a failed run's replay on to its failure, one step more)
+    steps = len(interactions) + (1 if failure is not None and reader.failure_points() else 0)
     prev_k: int | None = None
     digested: dict[Key, int] = {}   # per instance, the last k its whole state (digests too) matched
     by_rows_since: set[Key] = set()   # the instances compared by rows since
@@ -108,10 +110,12 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
                 by_rows_since.discard(key)
         prev_k = interaction.k
         if progress is not None:
-            progress(n + 1, len(interactions))
+            progress(n + 1, steps)
     results.extend(_gaps(reader, interactions))
     if failure is not None and all(r["ok"] for r in results):
         failure.update(_reproduce_failure(reader, engine) or {})
+        if progress is not None:
+            progress(steps, steps)
     if outputs is not None:
         outputs.update(reruns.finished(engine, watched))
     if all(r["ok"] for r in results) and reader.active_plan() is not None:

@@ -156,9 +156,16 @@ def test_the_readme_commands(failed_run, monkeypatch, capsys):
 def test_verify_says_whether_the_failure_reproduces(spark, failed_run, tmp_path, capsys):
     """`tt verify` of a failed run replays on from its last interaction to the failing tuple and
     feeds it; where the failing operator is outside G(θ) it says why that tuple was not replayed."""
+    from tt.replay.verify import verify
+
     assert main(["verify", str(failed_run)]) == 0
     assert (f"{failed_run}: the recorded failure reproduces: FE:1:999 raises ZeroDivisionError: division by zero "
             f"in replay too") in capsys.readouterr().out
+    reader, steps, failure = RunReader(failed_run), [], {}
+    verify(reader, progress=lambda done, total: steps.append((done, total)), failure=failure)
+    n = len(reader.interactions())
+    reader.close()
+    assert failure["checked"] and steps == [(i, n + 1) for i in range(1, n + 2)], steps   # the failure: one step more
     out = _record_failing(spark, tmp_path / "fd.db", "FD")
     assert main(["verify", str(out)]) == 0
     assert (f"{out}: the recorded failure (FE:1:999 raised ZeroDivisionError: division by zero) was not replayed: "
