@@ -32,8 +32,9 @@ def record(
     when: Optional[str] = typer.Option(None, "--when", metavar="EXPR",
                                        help="Take an interaction after each θ input where EXPR holds, "
                                             "e.g. \"row['amount'] > 1000\"."),
-    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL [default: the job's, "
-                                         "else local[2,4]]."),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL [default: the job's; where "
+                                         "it sets none, local[2,4] for tt.spark_session and PySpark's local[*] "
+                                         "for a SparkSession builder, as with python job.py]."),
     checkpoint: Optional[str] = typer.Option(None, "--checkpoint", metavar="online",
                                              help="Checkpoint while recording (online policy); needs --tau. "
                                                   "Without it, nothing is checkpointed during the run: "
