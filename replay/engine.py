@@ -20,6 +20,7 @@ import collections
 import time
 from array import array
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import cloudpickle
@@ -55,6 +56,39 @@ class RecordedFailure(TTError):
         same = recorded.split(":", 1)[0].strip() == self.error_type
         super().__init__(f"{label} raised {self.error_type}: {error} "
                          + ("(as in the recording)" if same else f"(when recorded: {recorded})"))
+
+
+@dataclass
+class Failure:
+    """Where a failed run failed (post-mortem): input #position of an instance raised."""
+
+    label: str             # FE:1:999
+    op: str
+    instance: int
+    position: int
+    error: str             # "ZeroDivisionError: division by zero", as recorded
+    traceback: str
+    row: str               # the tuple, rendered when recorded
+    steppable: bool        # the run file holds the failing tuple, in G(θ): replay can re-raise it
+    reason: str = ""       # why it is not steppable
+    in_g: bool = True      # its instance is replayed (the reason then is not "not in G(θ)")
+
+
+def recorded_failures(engine: "Engine") -> list[Failure]:
+    """The operator failures a failed run's log ends with, first first, each saying whether the
+    replay holds its failing tuple (`steppable`: `Instance._feed_failing` then re-raises) and why
+    not: the debugger opens just before one, `tt verify` feeds every steppable one."""
+    reader, out = engine.reader, []
+    for f in reader.failure_points():
+        name = engine.graph.nodes[f["op"]].name
+        inst = engine.instances.get((f["op"], f["instance"]))
+        steppable = inst is not None and inst.failed_at == f["position"]
+        reason = ("" if steppable else
+                  f"{name} is not in G(θ) (θ = {reader.theta.name}): record with --watch {name}" if inst is None
+                  else "the run file does not hold the failing tuple (it was recorded by an older tt)")
+        out.append(Failure(f"{name}:{f['instance']}:{f['position']}", name, f["instance"], f["position"],
+                           f["error"], f["traceback"] or "", f["row"] or "", steppable, reason, inst is not None))
+    return out
 
 
 class EntryReader:

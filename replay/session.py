@@ -34,7 +34,7 @@ from ..store.reader import NumpyLogArrays, RunReader
 from . import conditions, partition_store
 from .changes import ChangeTracker
 from .conditions import Condition, EvalError, Search
-from .engine import Engine, Instance, Key, RecordedFailure, SavedPosition
+from .engine import Engine, Failure, Instance, Key, RecordedFailure, SavedPosition, recorded_failures
 from .restore_points import RestorePoints
 from .state_paths import lookup_dotted
 from .stepping import INTO, OUT, OVER, Availability, Planner
@@ -81,21 +81,6 @@ class StepResult:
     def as_dict(self) -> dict:
         """JSON-able fields (`stopped_at` is a `TupleRef`: name it with `DebugSession.label`)."""
         return {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "stopped_at"}
-
-
-@dataclass
-class Failure:
-    """Where a failed run failed (post-mortem): input #position of an instance raised."""
-
-    label: str             # FE:1:999
-    op: str
-    instance: int
-    position: int
-    error: str             # "ZeroDivisionError: division by zero", as recorded
-    traceback: str
-    row: str               # the tuple, rendered when recorded
-    steppable: bool        # the run file holds the failing tuple, in G(θ): replay can re-raise it
-    reason: str = ""       # why it is not steppable
 
 
 @dataclass
@@ -166,26 +151,13 @@ class DebugSession:
         return out
 
     def _failure(self) -> Failure | None:
-        """The operator failure a failed run's log ends with, if any (the first one, when
+        """The operator failure a failed run's log ends with, if any (the first one in G(θ), when
         several tasks failed; every failing instance re-raises when replay reaches it)."""
-        points = self.reader.failure_points()
-        if not points:
-            return None
-        in_g = [f for f in points if (f["op"], f["instance"]) in self.engine.instances]
-        f = (in_g or points)[0]
-        key = (f["op"], f["instance"])
-        name = self.graph.nodes[f["op"]].name
-        inst = self.engine.instances.get(key)
-        steppable = inst is not None and inst.failed_at == f["position"]
-        if inst is None:
-            reason = (f"{name} is not in G(θ) (θ = {self.reader.theta.name}): record with --watch {name} "
-                      f"to step the failing tuple")
-        elif not steppable:
-            reason = "the run file does not hold the failing tuple (it was recorded by an older tt)"
-        else:
-            reason = ""
-        return Failure(f"{name}:{f['instance']}:{f['position']}", name, f["instance"], f["position"],
-                       f["error"], f["traceback"] or "", f["row"] or "", steppable, reason)
+        failures = recorded_failures(self.engine)
+        f = next((f for f in failures if f.in_g), failures[0] if failures else None)
+        if f is not None and not f.in_g:
+            f.reason += " to step the failing tuple"
+        return f
 
     def failure_targets(self) -> dict[Key, int]:
         """Where the recorded run stopped: every instance as far as its log goes, and each

@@ -26,7 +26,7 @@ from ..store import blobs
 from ..store.reader import RunReader
 from .checkpoints import Restorer
 from . import reruns
-from .engine import Engine, Instance, Key, RecordedFailure
+from .engine import Engine, Instance, Key, RecordedFailure, recorded_failures
 from .facts import stored_state
 
 
@@ -131,34 +131,29 @@ def _reproduce_failure(reader: RunReader, engine: Engine) -> dict | None:
     said so in a line that read as a pass. None for a run that did not fail in an operator.
 
     `{"ok", "label", "error", "checked"}`: `checked` False where no failing tuple can be replayed
-    (the failing operator is outside G(θ), or an older tt did not keep its tuple; `reason`);
-    `ok` False where the replay raised otherwise, or not at all (`text`)."""
-    points = reader.failure_points()
-    if not points:
+    (`engine.recorded_failures`' reason); `ok` False where the replay raised otherwise, or not at
+    all (`text`)."""
+    failures = recorded_failures(engine)
+    if not failures:
         return None
-    label = lambda f: f"{reader.operators[f['op']].name}:{f['instance']}:{f['position']}"   # noqa: E731
-    failing = [(f, engine.instances.get((f["op"], f["instance"]))) for f in points]
-    failing = [(f, inst) for f, inst in failing if inst is not None and inst.failed_at == f["position"]]
+    failing = [f for f in failures if f.steppable]
     if not failing:
-        f = points[0]
-        name = reader.operators[f["op"]].name
-        reason = (f"{name} is not in G(θ) (θ = {reader.theta.name}): record with --watch {name} to replay it"
-                  if (f["op"], f["instance"]) not in engine.instances
-                  else "the run file does not hold the failing tuple (an older tt recorded it)")
-        return {"ok": True, "checked": False, "label": label(f), "error": f["error"], "reason": reason}
-    f = failing[0][0]
-    found = {"ok": True, "checked": True, "label": label(f), "error": f["error"], "instances": len(failing)}
+        f = failures[0]
+        return {"ok": True, "checked": False, "label": f.label, "error": f.error,
+                "reason": f.reason + ("" if f.in_g else " to replay it")}
+    found = {"ok": True, "checked": True, "label": failing[0].label, "error": failing[0].error,
+             "instances": len(failing)}
     try:
         engine.advance_to({key: inst.failed_at if inst.failed_at is not None else inst.total
                            for key, inst in engine.instances.items()})
-        for f, inst in failing:
+        for f in failing:
             try:
-                engine.step(inst)
+                engine.step(engine.instances[(reader.operator(f.op).id, f.instance)])
             except RecordedFailure as e:
                 got = f"{e.error_type}: {e.error}"
-                if _ADDRESS.sub("0x…", got) != _ADDRESS.sub("0x…", f["error"]):
-                    return {**found, "ok": False, "label": label(f),
-                            "text": f"{label(f)} raised {f['error']} when recorded, but {got} in replay"}
+                if _ADDRESS.sub("0x…", got) != _ADDRESS.sub("0x…", f.error):
+                    return {**found, "ok": False, "label": f.label,
+                            "text": f"{f.label} raised {f.error} when recorded, but {got} in replay"}
     except ReplayDivergence as e:
         return {**found, "ok": False, "text": str(e)}
     except OperatorFailure as e:   # an instance raised on the way, on a tuple it did not raise on when recorded
