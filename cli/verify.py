@@ -101,10 +101,7 @@ def verify(
                            if all(op in r["empty"] for r in compared if op in r.get("moved", ())))
             if empty:   # "equals" compared nothing of theirs: say so (what they emitted: by count only)
                 data["empty_states"] = empty
-                text += (f"\n{run}: {', '.join(empty)}: {'its' if len(empty) == 1 else 'their'} recorded state was "
-                         f"empty at every interaction (a generator that had ended, or a function keeping nothing "
-                         f"between its steps), so for {'it' if len(empty) == 1 else 'them'} verify compared only how "
-                         f"many outputs each input gave (a generator's state shows mid-run: record with --every or --when)")
+                text += _empty_states(run, empty, {op for r in compared for op in r.get("inside", ())})
             by_rows = sorted({op for r in results for op in r.get("rows_only", ())})
             if by_rows:   # what "equals" meant for their stored rows (core/kept_inputs.py `ROWS`)
                 text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "
@@ -148,6 +145,30 @@ def verify(
         for store in stores:
             store.close()
         reader.close()
+
+
+def _empty_states(run: Path, empty: list[str], inside: set[str]) -> str:
+    """The lines that say what "equals" meant for operators whose recorded state was empty at
+    every interaction after their first input: those caught inside a task kept nothing between
+    their steps; the others were only seen before a task's first input or after its last (each
+    task ran whole between two interactions), where a generator's state is gone, so a shorter
+    period would not help as much as a condition, which stops at a tuple."""
+    lines = []
+    kept_nothing = [op for op in empty if op in inside]
+    between = [op for op in empty if op not in inside]
+    what = "so for {} verify compared only how many outputs each input gave"
+    if kept_nothing:
+        one = len(kept_nothing) == 1
+        lines.append(f"{run}: {', '.join(kept_nothing)}: {'its' if one else 'their'} recorded state was empty at "
+                     f"every interaction, inside {'its' if one else 'their'} tasks too (a function keeping nothing "
+                     f"between its steps), " + what.format('it' if one else 'them'))
+    if between:
+        one = len(between) == 1
+        lines.append(f"{run}: {', '.join(between)}: no interaction fell inside any of {'its' if one else 'their'} tasks "
+                     f"(each ran whole between two), and {'its' if one else 'their'} recorded state was empty before "
+                     f"and after each (a generator's state is gone once it ends), " + what.format('it' if one else 'them')
+                     + ": to see a generator's state mid-run, record with --when, which stops at a tuple")
+    return "".join(f"\n{line}" for line in lines)
 
 
 def _open_stores(reader, checkpoints: list[str], stores: list) -> list[dict]:

@@ -63,6 +63,7 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
     prev_k: int | None = None
     digested: dict[Key, int] = {}   # per instance, the last k its whole state (digests too) matched
     by_rows_since: set[Key] = set()   # the instances compared by rows since
+    finals: dict[Key, int] = {}   # each instance's position at its task's end
     for n, interaction in enumerate(interactions):
         snap = reader.instances_at(interaction.k)
         try:
@@ -99,7 +100,10 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
                   # (compared after some input, but empty in every instance: a generator that ended, a
                   # function keeping nothing; before any input every state is empty, and says nothing)
                   "empty": sorted({reader.operators[op].name for op in moved if op not in held}),
-                  "moved": sorted({reader.operators[op].name for op in moved})}
+                  "moved": sorted({reader.operators[op].name for op in moved}),
+                  # (and those caught inside a task: between its first input and its last)
+                  "inside": sorted({reader.operators[op].name for (op, i), at in snap.items()
+                                    if op in moved and 0 < at.position < _last_position(reader, finals, op, i)})}
         if by_rows:
             result["rows_only"] = sorted({reader.operators[op].name for op, _ in by_rows})
         results.append(result)
@@ -121,6 +125,16 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
     if all(r["ok"] for r in results) and reader.active_plan() is not None:
         results.extend(_verify_checkpoints(reader, engine, interactions))
     return results
+
+
+def _last_position(reader: RunReader, finals: dict[Key, int], op: int, instance: int) -> int:
+    """How many inputs the instance took in all (its task's end), remembered in `finals`; 0 when
+    the run file has no end for it (a task cut off: no interaction of it is then said inside)."""
+    key = (op, instance)
+    if key not in finals:
+        end = reader.final(op, instance)
+        finals[key] = end.position if end is not None else 0
+    return finals[key]
 
 
 def _reproduce_failure(reader: RunReader, engine: Engine) -> dict | None:

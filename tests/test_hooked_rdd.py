@@ -125,7 +125,16 @@ def test_verify_replays_every_interaction(recorded, capsys):
 
     assert main(["verify", str(recorded[0])]) == 0
     n = len(RunReader(recorded[0]).interactions())
-    assert f"verified {n} of {n} interactions" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"verified {n} of {n} interactions" in said
+    # what "equals" compared of the operators whose state was empty: the stateless `map`, caught
+    # inside its tasks by --when, keeps nothing; `tagged` (a generator) and `flatMap` ran in a later
+    # action, whole between two interactions, so --when is what would show tagged's `n` mid-run
+    lines = {line.split(": ")[1]: line for line in said.splitlines()[1:]}
+    assert sorted(lines) == ["flatMap, tagged", "map"], said
+    assert "empty at every interaction, inside its tasks too (a function keeping nothing" in lines["map"]
+    assert "no interaction fell inside any of their tasks" in lines["flatMap, tagged"]
+    assert lines["flatMap, tagged"].endswith("record with --when, which stops at a tuple")
 
 
 def test_steps_over_elements_and_back(recorded):

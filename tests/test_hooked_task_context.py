@@ -54,7 +54,7 @@ def test_a_replayed_step_gets_its_recorded_tasks_context(spark, tmp_path, capsys
     assert code == 0, said
     assert "verified" in said and "diverges" not in said
     # their generators had ended at every interaction: "equals" compared empty states, and says so
-    empty = next(line for line in said.splitlines() if "recorded state was empty at every interaction" in line)
+    empty = next(line for line in said.splitlines() if "no interaction fell inside any of their tasks" in line)
     assert empty.split(": ")[1] == "numbered, sink, tagged", empty
     assert "verify compared only how many outputs each input gave" in empty
 
