@@ -52,7 +52,9 @@ def lineage(
     the run with the state tracked; the link names the instance, field and key). In a job
     tt recorded unchanged, "through Spark" links a unit a hooked function was handed to the
     outputs of the hooked function before it whose rows it holds, Spark's shuffle or filter
-    between them (matched by value); "passed on by PySpark (pipelined)" links two RDD
+    between them (matched by value), or, across one aggregate by columns that function
+    emitted, its rows with the group's key (matched by key); "passed on by PySpark
+    (pipelined)" links two RDD
     functions PySpark runs one after the other (exact).
     Backward lineage stops at the tuples that entered G(θ): θ's inputs and the other side of
     a join, with the source row's file and row number when the source was read by
@@ -168,10 +170,8 @@ def _link_text(lineage, link, back: bool) -> str:
         return "consumed at"
     if link.kind == "emitted":
         return "emitted while processing" if back else "emitted as"
-    if link.kind == "spark" and link.spark == "pipelined":   # (an exact link: PySpark passed the row on)
-        return "passed on by PySpark (pipelined) from" if back else "passed on by PySpark (pipelined) to"
     if link.kind == "spark":
-        return f"through Spark ({link.spark}), {link.rows:,} row{'s' if link.rows != 1 else ''} matched by value in"
+        return link.spark_text(back)
     if back:
         return f"through state {link.state}, written by"
     return f"through state {link.state}, read by {lineage.label(link.by)}, as"

@@ -305,11 +305,14 @@ class RecordingSession:
                 f"micro-batch; take what differs from the rows, or keep it out of the function, for one operator")})
         return None
 
-    def _add_spark_edges(self, upstream: list[tuple[str, str]], source: int) -> None:
-        """The DAG's opaque edges into the hooked source `source` (each once)."""
+    def _add_spark_edges(self, upstream: list[tuple[str, str, list[str] | None]], source: int) -> None:
+        """The DAG's opaque edges into the hooked source `source` (each once); `keys` where one
+        aggregate lies between (recorder/spark_edges.py `aggregate_keys`)."""
         by_name = {n.name: n.id for n in self.graph.nodes}
-        for up, label in upstream:
+        for up, label, keys in upstream:
             edge = {"src": by_name.get(up), "dst": source, "label": label}
+            if keys is not None:
+                edge["keys"] = keys
             if edge["src"] is not None and edge not in self.spark_edges:
                 self.spark_edges.append(edge)
 

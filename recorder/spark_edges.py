@@ -21,10 +21,11 @@ PLAN_WORDS = {"Filter": "filter", "Join": "join", "Aggregate": "aggregate", "Rep
 _QUIET = {"Project", "SubqueryAlias", "LocalLimit", "View", "ResolvedHint"}
 
 
-def spark_upstream(session: Any, inputs: list) -> list[tuple[str, str]]:
-    """(hooked operator, what Spark did to its rows) for each hooked operator whose output
-    reaches this call through `inputs` (DataFrames, or grouped data), from Spark's own
-    analyzed plan. Best effort: a plan tt cannot read gives no edge, never an error."""
+def spark_upstream(session: Any, inputs: list) -> list[tuple[str, str, list[str] | None]]:
+    """(hooked operator, what Spark did to its rows, the keys of the one aggregate between them
+    or None: `aggregate_keys`) for each hooked operator whose output reaches this call through
+    `inputs` (DataFrames, or grouped data), from Spark's own analyzed plan. Best effort: a plan
+    tt cannot read gives no edge, never an error."""
     names = session.hooked_names()
     if not names:
         return []
@@ -44,11 +45,12 @@ def spark_upstream(session: Any, inputs: list) -> list[tuple[str, str]]:
         for name in names:
             label = plan_path_label(text, name, [n for n in names if n != name])
             if label is not None:
-                out.append((name, ", ".join(w for w in (first, label) if w) or "as is"))
+                # (in the order the rows went: the plan's nodes, then the shuffle by the call's keys)
+                out.append((name, ", ".join(w for w in (label, first) if w) or "as is", aggregate_keys(text, name)))
     return out
 
 
-def rdd_upstream(session: Any, rdd: Any) -> list[tuple[str, str]]:
+def rdd_upstream(session: Any, rdd: Any) -> list[tuple[str, str, list[str] | None]]:
     """The hooked operator an RDD call is pipelined after, if any (PySpark chains the
     Python functions of one stage as `PipelinedRDD.prev`); or, where the chain starts at a
     DataFrame's `.rdd` (`df.rdd.mapPartitions(f)`: the hook of `DataFrame.rdd` marks the RDD
@@ -57,7 +59,7 @@ def rdd_upstream(session: Any, rdd: Any) -> list[tuple[str, str]]:
     while rdd is not None and seen < 32:
         name = getattr(rdd, "_tt_operator", None)
         if name is not None:
-            return [(name, "pipelined" if seen == 0 else "pipelined through PySpark's own functions")]
+            return [(name, "pipelined" if seen == 0 else "pipelined through PySpark's own functions", None)]
         df = getattr(rdd, "_tt_dataframe", None)
         if df is not None:
             return spark_upstream(session, [df])
@@ -90,6 +92,77 @@ def plan_path_label(plan: str, name: str, others: Any = ()) -> str | None:
     return ", ".join(words)
 
 
+#: nodes that pass every row on with its values, between a hooked function and an aggregate
+_MOVES = _QUIET | {"Repartition", "RepartitionByExpression", "Sort"}
+#: ... and between an aggregate and the hooked function after it: each row there is one group's
+_KEEPS_GROUPS = _MOVES | {"Filter", "GlobalLimit"}
+_ATTRIBUTE = re.compile(r"^([A-Za-z_]\w*)#\d+L?$")
+
+
+def aggregate_keys(plan: str, name: str) -> list[str] | None:
+    """The grouping columns of the one aggregate between the hooked function `name` and the root
+    of an analyzed plan, where each row the root gives is one group of rows the function emitted:
+    every grouping expression is a column the function emitted (its attribute, `cust#5`, is on
+    the function's node, and no node between recomputes it), nothing between the function and
+    the aggregate drops or changes a row (a filter there would drop rows of a group), and the
+    nodes above the aggregate keep each key as it is (a filter: fewer groups; a projection that
+    renames a key or drops it: no keys). [] for an aggregate of all rows. None otherwise, or
+    where the plan is not one tt reads: then rows are matched by value alone (replay/spark_links.py)."""
+    lines = plan.splitlines()
+    at = next((i for i, line in enumerate(lines) if _runs(line, name)), None)
+    if at is None:
+        return None
+    path, depth = [], _plan_depth(lines[at])
+    for line in reversed(lines[:at]):   # up the tree, from the function to the root
+        d = _plan_depth(line)
+        if d < depth:
+            depth = d
+            path.append(line[d:])
+    kinds = [node.split(" ", 1)[0] for node in path]
+    if kinds.count("Aggregate") != 1:
+        return None
+    agg = kinds.index("Aggregate")
+    if any(k not in _MOVES for k in kinds[:agg]) or any(k not in _KEEPS_GROUPS for k in kinds[agg + 1:]):
+        return None
+    grouping = _bracketed(path[agg][len("Aggregate "):])
+    if grouping is None:
+        return None
+    attributes = [a.strip() for a in _split_top(grouping)] if grouping.strip() else []
+    keys = []
+    for a in attributes:
+        m = _ATTRIBUTE.match(a)
+        if m is None or not re.search(re.escape(a) + r"(?![\w#])", lines[at]):
+            return None   # a computed key (`id % 2`), or a column the function did not emit
+        for node in path[:agg] + path[agg + 1:]:
+            if node.startswith("Project ") and not re.search(re.escape(a) + r"(?![\w#])(?! AS )", node):
+                return None   # dropped, renamed or made anew on the way
+        keys.append(m.group(1))
+    return keys
+
+
+def _bracketed(text: str) -> str | None:
+    """What the bracket `text` starts with holds: `cust#5, x#6` of `[cust#5, x#6], [...]`."""
+    if not text.startswith("["):
+        return None
+    level = 0
+    for i, c in enumerate(text):
+        level += {"[": 1, "(": 1, "]": -1, ")": -1}.get(c, 0)
+        if level == 0:
+            return text[1:i]
+    return None
+
+
+def _split_top(text: str) -> list[str]:
+    """`text` split at its commas outside brackets."""
+    parts, level, start = [], 0, 0
+    for i, c in enumerate(text):
+        level += {"[": 1, "(": 1, "]": -1, ")": -1}.get(c, 0)
+        if c == "," and level == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
 def _runs(line: str, name: str) -> bool:
     """Whether a plan node's line runs the hooked function `name`."""
     return f" {name}(" in line or f"], {name}(" in line
@@ -105,4 +178,4 @@ def _grouping_keys(text: str) -> str:
     return ", ".join(k.split(":")[0].strip() for k in m.group(1).split(",")) if m else ""
 
 
-__all__ = ["spark_upstream", "rdd_upstream", "plan_path_label"]
+__all__ = ["spark_upstream", "rdd_upstream", "plan_path_label", "aggregate_keys"]

@@ -43,7 +43,7 @@ from . import partition_store
 from .conditions import BUILTINS
 from .engine import Engine, Instance, Key
 from .lineage_index import LineageIndex, MadeIndex, OutputRows
-from .spark_links import Rows, UnitRows, columns_of, frame_of
+from .spark_links import KeyRows, Rows, UnitRows, columns_of, frame_of
 from .state_access import StateAccess, path_text, positions
 
 _MISSING = object()
@@ -75,6 +75,17 @@ class StateValue:
 Node = TupleRef | Output | StateValue
 
 
+def _spark_label(edge: dict) -> str:
+    """What Spark did between two hooked operators, as a link says it: the plan's words, its
+    aggregate named with the columns it grouped by where rows were matched by them."""
+    label = edge["label"] or "as is"
+    keys = edge.get("keys")
+    if keys is None:
+        return label
+    by = f"aggregate by {', '.join(keys)}" if keys else "aggregate of all rows"
+    return ", ".join(by if w == "aggregate" else w for w in label.split(", "))
+
+
 @dataclass(frozen=True)
 class Link:
     """Backward: `src` was made from `to`; forward: `to` was made from `src`."""
@@ -86,6 +97,16 @@ class Link:
     by: TupleRef | None = None    # forward through state: the call that read it
     spark: str | None = None      # through Spark: what Spark did between the two ("shuffle by customer")
     rows: int = 0                 # through Spark: how many of the unit's rows the output holds
+    keys: tuple[str, ...] | None = None   # through Spark's aggregate: its grouping columns, the rows matched by them
+
+    def spark_text(self, back: bool) -> str:
+        """How a through-Spark link reads before the row it leads to."""
+        if self.spark == PIPELINED:   # (an exact link: PySpark passed the row on)
+            return f"passed on by PySpark (pipelined) {'from' if back else 'to'}"
+        rows = f"{self.rows:,} row{'s' if self.rows != 1 else ''}"
+        if self.keys is None:
+            return f"through Spark ({self.spark}), {rows} matched by value in"
+        return f"through Spark ({self.spark}), {rows} matched by key in"
 
 
 WRITERS_SHOWN = 5   # writers of one state path a tree view lists under a row (--json lists all)
@@ -181,7 +202,7 @@ class Lineage:
             self._spark_into[e["dst"]].append(e)
             self._spark_from[e["src"]].append(e)
         self._replayed_outputs: dict[int, list] = {}   # (--no-index) what each such operator emitted
-        self._spark_units: dict[tuple[int, int], UnitRows] = {}   # (operator, edge) -> the units it got, by row
+        self._spark_units: dict[tuple, UnitRows] = {}   # (operator, edge, keys) -> the units it got, by row
 
     # --- the index ------------------------------------------------------------------------
 
@@ -545,11 +566,14 @@ class Lineage:
             return links
         rows = Rows(frame, columns_of(frame))
         for e in matched:
+            keys = e.get("keys")
+            held_by = rows.held_by if keys is None else KeyRows(frame, keys).held_by
             for out, value in self._emitted(e["src"]):
                 held = frame_of(value)
-                n = rows.held_by(held) if held is not None else 0
+                n = held_by(held) if held is not None else 0
                 if n:
-                    links.append(Link(t, out, SPARK, spark=e["label"] or "as is", rows=n))
+                    links.append(Link(t, out, SPARK, spark=_spark_label(e), rows=n,
+                                      keys=None if keys is None else tuple(keys)))
         return links
 
     def _into_spark(self, out: Output, tree: Tree) -> list[Link]:
@@ -566,13 +590,15 @@ class Lineage:
                     unit = self._pipelined_into(out, self.graph.edges[eid].dst, eid)
                     links += [Link(out, unit, SPARK, spark=PIPELINED, rows=1)] if unit is not None else []
                     continue
-                held = self._unit_rows(self.graph.edges[eid].dst, eid).holding(frame) if frame is not None else ()
+                keys = e.get("keys")
+                held = self._unit_rows(self.graph.edges[eid].dst, eid, keys).holding(frame) if frame is not None else ()
                 for (unit, readable), n in held:
-                    links.append(Link(out, unit, SPARK, spark=e["label"] or "as is", rows=n))
+                    links.append(Link(out, unit, SPARK, spark=_spark_label(e), rows=n,
+                                      keys=None if keys is None else tuple(keys)))
                     self._rows.setdefault(unit, readable)
         if not links:
             tree.ends[out] = {"end": "spark", "at": ", ".join(sorted(set(into))),
-                              "spark": ", ".join(e["label"] or "as is" for e in edges)}
+                              "spark": ", ".join(_spark_label(e) for e in edges)}
         return links
 
     def _pipelined_from(self, op: int, instance: int, seq: int) -> Output | None:
@@ -598,12 +624,12 @@ class Lineage:
         position = idx.position_of(channels[0], g) if len(channels) == 1 else None
         return None if position is None else TupleRef(op, out.call.instance, position)
 
-    def _unit_rows(self, op: int, eid: int) -> UnitRows:
-        """The units `op` got over edge `eid`, by their rows, read once a query (each with how
-        the tree shows it)."""
-        found = self._spark_units.get((op, eid))
+    def _unit_rows(self, op: int, eid: int, keys: list[str] | None = None) -> UnitRows:
+        """The units `op` got over edge `eid`, by their rows (or by their groups' `keys`), read
+        once a query (each with how the tree shows it)."""
+        found = self._spark_units.get((op, eid, None if keys is None else tuple(keys)))
         if found is None:
-            found = self._spark_units[(op, eid)] = UnitRows()
+            found = self._spark_units[(op, eid, None if keys is None else tuple(keys))] = UnitRows(keys)
             for unit, value, frame in self._units_into(op, eid):
                 found.add(frame, (unit, values.encode_readable(value)))
         return found
@@ -699,6 +725,8 @@ class Lineage:
                 d["read_by"] = self.label(link.by)
             if link.kind == SPARK:
                 d["spark"], d["rows"] = link.spark, link.rows
+                if link.keys is not None:
+                    d["keys"] = list(link.keys)
             links.append(d)
         doc = {"direction": tree.direction, "root": self.label(tree.root), "tuples": tuples, "links": links}
         stops = self.stops(tree)

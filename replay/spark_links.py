@@ -14,6 +14,11 @@ the upstream output (`row_keys`: numpy scalars as Python's, NaN and NaT as None,
 tuples). Where Spark made new values (an aggregate, a join's other side, a computed column)
 the columns or the values differ and no link is made: a missing link, never one between rows
 whose values differ. A row that several upstream outputs hold (equal rows) links to each.
+
+One aggregate between the two, by columns the upstream function emitted and nothing else that
+drops or changes rows before it (recorder/spark_edges.py `aggregate_keys`), makes each
+downstream row one group: it links to every upstream row with its key (`KeyRows`), the links
+saying they were matched by key.
 """
 
 from __future__ import annotations
@@ -49,9 +54,11 @@ def columns_of(frame: Any) -> list[str]:
 
 def row_keys(frame: Any, columns: list[str]) -> list[tuple] | None:
     """Each row of `frame` as a comparable tuple of its values in `columns` (None when the frame
-    lacks one of them)."""
+    lacks one of them; no columns: an empty tuple a row)."""
     if not set(columns) <= set(columns_of(frame)):
         return None
+    if not columns:
+        return [()] * _rows_in(frame)
     try:
         if hasattr(frame, "column_names"):   # Arrow
             cols = [frame.column(c).to_pylist() for c in columns]
@@ -63,6 +70,15 @@ def row_keys(frame: Any, columns: list[str]) -> list[tuple] | None:
     except (KeyError, TypeError, ValueError, AttributeError):   # a name twice, a label not a str: no match
         return None
     return [tuple(map(_comparable, row)) for row in zip(*cols)]
+
+
+def _rows_in(frame: Any) -> int:
+    """How many rows what `frame_of` gave holds."""
+    if hasattr(frame, "num_rows"):
+        return frame.num_rows
+    if hasattr(frame, "columns") and not isinstance(frame, dict):
+        return len(frame)
+    return 1
 
 
 def _comparable(v: Any) -> Any:
@@ -133,6 +149,22 @@ class Rows:
         return sum(min(n, self.counts[k]) for k, n in found.items())
 
 
+class KeyRows:
+    """The groups of one unit that an aggregate made (recorder/spark_edges.py `aggregate_keys`),
+    by its values in the grouping columns: every row an upstream output holds with one of those
+    keys went into it (`held_by` counts them). No keys: an aggregate of all rows, one group."""
+
+    def __init__(self, frame: Any, keys: list[str]):
+        self.keys = keys
+        self.groups = set(row_keys(frame, keys) or ())
+
+    def held_by(self, frame: Any) -> int:
+        """How many of `frame`'s rows went into these groups."""
+        if not self.groups:
+            return 0
+        return sum(1 for k in row_keys(frame, self.keys) or () if k in self.groups)
+
+
 class UnitRows:
     """Every unit a hooked operator got over one edge, by the rows it holds: which units hold a
     row and how often, on each unit's own columns. A forward query from an output that Spark
@@ -140,26 +172,28 @@ class UnitRows:
     and the later batches its state reached), so the units are read once, here, not once an
     output."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: list[str] | None = None) -> None:
+        self.keys = keys   # an aggregate's grouping columns (`KeyRows`): units by their groups
         self.units: list[Any] = []   # what `add` was given with each unit, in order
         self._holders: dict[tuple, dict[tuple, list[tuple[int, int]]]] = {}   # columns -> row -> [(unit, count)]
 
     def add(self, frame: Any, unit: Any) -> None:
-        columns = tuple(columns_of(frame))
+        columns = tuple(columns_of(frame) if self.keys is None else self.keys)
         i, by_row = len(self.units), self._holders.setdefault(columns, {})
         self.units.append(unit)
         for row, n in row_counts(frame, list(columns)).items():
             by_row.setdefault(row, []).append((i, n))
 
     def holding(self, frame: Any) -> list[tuple[Any, int]]:
-        """The units holding rows of `frame`, each with how many (as `Rows.held_by` counts them),
-        in the order they were added."""
+        """The units holding rows of `frame`, each with how many (as `Rows.held_by` counts them;
+        by keys, as `KeyRows.held_by`: every row of `frame` in one of the unit's groups), in the
+        order they were added."""
         found: collections.Counter = collections.Counter()
         for columns, by_row in self._holders.items():
             for row, n in row_counts(frame, list(columns)).items():
                 for i, have in by_row.get(row, ()):
-                    found[i] += min(n, have)
+                    found[i] += n if self.keys is not None else min(n, have)
         return [(self.units[i], found[i]) for i in sorted(found)]
 
 
-__all__ = ["frame_of", "columns_of", "row_keys", "row_counts", "Rows", "UnitRows"]
+__all__ = ["frame_of", "columns_of", "row_keys", "row_counts", "Rows", "KeyRows", "UnitRows"]

@@ -160,6 +160,39 @@ def test_what_spark_did_between_two_hooked_functions_is_read_from_its_plan():
     assert plan_path_label(chain, "Tag") == "flatmapgroupsinpandas"
 
 
+def test_an_aggregates_keys_are_read_only_where_each_row_after_it_is_one_group_of_the_functions_rows():
+    """`aggregate_keys`: the grouping columns of the one aggregate between a hooked function and
+    the call's input, where lineage may link a group to every upstream row with its key
+    (replay/spark_links.py `KeyRows`); None wherever that would link a row that did not go in."""
+    from tt.recorder.spark_edges import aggregate_keys
+
+    tag = "MapInPandas Tag(id#0L, customer#1, amount#2)#3, [id#4L, customer#5, amount#6], false"
+
+    def plan(*above: str) -> str:
+        lines = [*above, tag, "+- Range (0, 100, step=1, splits=Some(1))"]
+        return "\n".join("   " * i + ("+- " if i else "") + line.removeprefix("+- ") for i, line in enumerate(lines))
+
+    by_customer = "Aggregate [customer#5], [customer#5, sum(amount#6) AS total#7]"
+    assert aggregate_keys(plan(by_customer), "Tag") == ["customer"]
+    assert aggregate_keys(plan("Filter (total#7 > 10.0)", by_customer), "Tag") == ["customer"]   # fewer groups
+    assert aggregate_keys(plan("Project [customer#5, total#7]", by_customer, "Repartition 3, true",
+                               "Project [customer#5, amount#6]"), "Tag") == ["customer"]
+    assert aggregate_keys(plan("Aggregate [], [sum(amount#6) AS total#7]"), "Tag") == []   # one group of all
+    assert aggregate_keys(plan("Aggregate [customer#5, id#4L], [customer#5, id#4L, count(1) AS n#8L]"),
+                          "Tag") == ["customer", "id"]
+    # a group that took only some of the rows with its key, or whose key is not a column Tag emitted
+    assert aggregate_keys(plan(by_customer, "Filter (amount#6 > 3.0)"), "Tag") is None
+    assert aggregate_keys(plan("Aggregate [(id#4L % 2)], [(id#4L % 2) AS k#9L, count(1) AS n#8L]"), "Tag") is None
+    assert aggregate_keys(plan("Aggregate [customer#9], [customer#9, sum(amount#6) AS total#7]",
+                               "Project [upper(customer#5) AS customer#9, amount#6]"), "Tag") is None
+    # a key renamed or dropped above the aggregate, two aggregates, no aggregate, another function
+    assert aggregate_keys(plan("Project [customer#5 AS who#10, total#7]", by_customer), "Tag") is None
+    assert aggregate_keys(plan("Project [total#7]", by_customer), "Tag") is None
+    assert aggregate_keys(plan("Aggregate [], [count(1) AS n#11L]", by_customer), "Tag") is None
+    assert aggregate_keys(plan("Project [customer#5]"), "Tag") is None
+    assert aggregate_keys(plan(by_customer), "Other") is None
+
+
 def test_hooked_kinds_never_name_a_dataflow_operator_kind():
     """A tt.Dataflow's built-in `map` and `filter` are not hooked RDD functions: a shared
     kind would make them take barriers and look hooked (the RDD's are `rdd.`-prefixed)."""

@@ -82,18 +82,34 @@ def test_each_batch_links_forward_through_spark_to_the_groups_that_hold_its_rows
         (doc,) = docs
         rows = {t["tuple"]: t["row"] for t in doc["tuples"]}
         links = [link for link in doc["links"] if link["kind"] == "spark"]
-        assert {link["to"].split(":")[0] for link in links} == {"tally"}
-        got = {rows[link["to"]]["$tuple"][0]["$tuple"][0]: link["rows"] for link in links}
-        assert got == customers, batch
+        assert {(link["to"].split(":")[0], "keys" in link) for link in links} == {("tally", False), ("keep", True)}
+        for op in ("tally", "keep"):   # tally's groups hold its rows; keep's were made of them (by key)
+            got = {rows[link["to"]]["$tuple"][0]["$tuple"][0]: link["rows"] for link in links
+                   if link["to"].startswith(f"{op}:")}
+            assert got == customers, (batch, op)
 
 
-def test_rows_spark_made_link_to_nothing(recorded, capsys):
-    """`keep`'s units hold a `total` that no batch of Tag holds: lineage stops where they entered."""
-    run, *_ = recorded
-    (doc,) = lineage_json(capsys, run, "keep", "--where", "customer == 'c3'", "--back")
-    assert doc["links"] and not [link for link in doc["links"] if link["kind"] == "spark"]
-    (entered,) = [t["entered"] for t in doc["tuples"] if "entered" in t]
-    assert entered["at"] == "keep" and entered["source"]
+def test_an_aggregates_group_links_back_by_its_key_to_the_rows_it_was_made_of(recorded, capsys):
+    """`keep`'s units hold a `total` that no batch of Tag holds: Spark's aggregate by customer made
+    it of every row of that customer Tag emitted. So each group links back by its key, not by
+    value, to the batches that held the customer's rows, with how many: the counts `tally`
+    emitted as plain data (its groups are the same customers' rows, counted by batch)."""
+    run, on, _ = recorded
+    want: dict[str, dict[str, int]] = collections.defaultdict(dict)
+    for customer, first_id, n in on["tallied"]:
+        want[customer][unit_of(first_id)] = n
+    for customer in ("c3", "c0"):
+        (doc,) = lineage_json(capsys, run, "keep", "--where", f"customer == {customer!r}", "--back", "--depth", "3")
+        (call,) = [link["to"] for link in doc["links"] if link["from"] == doc["root"] and link["kind"] == "emitted"]
+        through = [link for link in doc["links"] if link["from"] == call and link["kind"] == "spark"]
+        assert {link["to"]: link["rows"] for link in through} == want[customer], customer
+        assert {(link["spark"], tuple(link["keys"])) for link in through} == \
+            {("aggregate by customer, shuffle by customer", ("customer",))}
+    capsys.readouterr()
+    assert main(["lineage", str(run), "keep", "--where", "customer == 'c0'", "--back", "--depth", "2"]) == 0
+    n = want["c0"]["Tag:0:0/0"]
+    assert f"through Spark (aggregate by customer, shuffle by customer), {n} rows matched by key in Tag:0:0/0" in \
+        capsys.readouterr().out
 
 
 def test_an_rdd_of_a_dataframes_rows_links_back_to_the_group_that_emitted_each(recorded, capsys):

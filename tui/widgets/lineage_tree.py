@@ -95,8 +95,7 @@ def outline(lineage, tree) -> Line:
                                      style="dim")))
                 continue
             how = Text("emitted while processing " if link.kind == "emitted" else
-                       "passed on by PySpark (pipelined) from " if link.kind == "spark" and link.spark == "pipelined" else
-                       f"through Spark ({link.spark}), {link.rows:,} rows matched by value in " if link.kind == "spark"
+                       link.spark_text(back=True) + " " if link.kind == "spark"
                        else f"through {link.state}, by ", style="dim")
             if link.to in shown:
                 out.append(Line(how + Text(f"{lineage.label(link.to)} (shown above)", style="dim")))
