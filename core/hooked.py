@@ -32,7 +32,7 @@ from . import values
 from .nondeterministic import VERSION
 from .operator import CONTEXT, Operator
 from .pulled import Pulled
-from .written_globals import is_code, written_globals
+from .written_globals import class_shared_writes, is_code, shared_class_attributes, written_globals
 
 #: The kind of a hooked operator in the DAG (the PySpark method it was handed to; the RDD's
 #: are `rdd.`-prefixed, apart from the built-in `map` and `filter` of a tt.Dataflow), and the
@@ -83,7 +83,9 @@ class HookedOperator(Operator):
     #: UDTF's too), and a function wrapped in `functools.partial` seen through (its closure, its
     #: instance's attributes). 2: the globals its code writes into as well (`CACHE[k] = v`:
     #: core/written_globals.py), the arguments a `functools.partial` binds (`arguments`), and a
-    #: plain function's own attributes (`dedupe.seen = set()`).
+    #: plain function's own attributes (`dedupe.seen = set()`). 3: the class attributes an
+    #: object's methods write into through `self` (`self.totals[k] += 1` on `totals = {}` in the
+    #: class body), which every task of a Python worker shares (`shared_class_attributes`).
     state_version = 0
 
     def __init__(self, fn: Callable, kind: str, site: str = ""):
@@ -105,6 +107,8 @@ class HookedOperator(Operator):
         if owner is not None and isinstance(own, dict) and (not inspect.isroutine(owner) or (
                 version >= 2 and isinstance(owner, types.FunctionType))):   # (a function's own: `f.seen = set()`)
             out.update(values.public_attrs(own))
+            if version >= 3:
+                out.update(shared_class_attributes(owner))
         cells = _closure(fn)
         if cells:
             out["closure"] = cells
@@ -121,6 +125,11 @@ class HookedOperator(Operator):
         if found:
             out["globals"] = found
         return out
+
+    def shared_attributes(self) -> list[str]:
+        """Its class's attributes that its code writes into, shared by every instance and every
+        task of a Python worker (`shared_attributes_of`): state no task owns."""
+        return shared_attributes_of(self._fn)
 
     def __repr__(self) -> str:
         return f"<{self._kind} {self._tt_name or name_of(self._fn)}>"
@@ -187,10 +196,19 @@ class UdtfOperator(HookedOperator):
         out = method(self._handler, *unit[1], **unit[2]) if unit[0] == "eval" else method(self._handler)
         return outputs(out)
 
+    @property
+    def fields_known(self) -> bool:
+        """Its state is the handler's attributes: before the first handler is made, any field
+        may still come (a condition on one was refused at a replay's start)."""
+        return self._handler is not None
+
     def state(self) -> dict:
         h = self._handler
         attrs = getattr(h, "__dict__", None)
-        return self._with_globals(values.public_attrs(attrs) if isinstance(attrs, dict) else {}, self._fn)
+        out = values.public_attrs(attrs) if isinstance(attrs, dict) else {}
+        if self.state_version >= 3:
+            out.update(shared_class_attributes(h))
+        return self._with_globals(out, self._fn)
 
 
 class IteratorOperator(HookedOperator):
@@ -379,6 +397,21 @@ def name_of(fn: Any) -> str:
     return name
 
 
+def shared_attributes_of(fn: Any) -> list[str]:
+    """The class attributes the hooked `fn`'s methods write into through `self`, which every
+    task of a Python worker shares (core/written_globals.py `shared_class_attributes`): a
+    UDTF's class, a processor or callable object, the instance a bound method has. Code tt
+    cannot read has none."""
+    try:
+        fn = _unwrapped(fn)
+        if isinstance(fn, type):
+            return class_shared_writes(fn)
+        owner = fn.__self__ if inspect.ismethod(fn) else fn
+        return sorted(shared_class_attributes(owner))
+    except Exception:  # noqa: BLE001
+        return []
+
+
 def _unwrapped(fn: Any) -> Any:
     """The function a `functools.partial` binds arguments to (`mapInPandas(partial(score, t=3))`)."""
     while isinstance(fn, functools.partial):
@@ -415,7 +448,7 @@ def _closure(fn: Any) -> dict:
 
 
 #: What a new recording's hooked operators show as their state (`HookedOperator.state_version`).
-STATE_VERSION = 2
+STATE_VERSION = 3
 
 
 def operator_for(fn: Callable, kind: str, site: str) -> HookedOperator:

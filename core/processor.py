@@ -35,6 +35,7 @@ from . import values
 from .hooked import HookedOperator, outputs
 from .pulled import Pulled
 from .state_handle import STATE_VARIABLES, ExpiredTimerInfo, Handle, StoreView, TimerValues, shown
+from .written_globals import shared_class_attributes
 
 #: For row lineage, how each step of a key's `handleInputRows` of several units touches its
 #: `locals` (the generator's variables, which carry what earlier elements gave to later outputs):
@@ -130,8 +131,11 @@ class ProcessorOperator(HookedOperator):
         """The processor object's public attributes but its state variables: the state kept in
         Python, beside what the handle keeps per key."""
         attrs = getattr(self._fn, "__dict__", None)
-        return {k: v for k, v in values.public_attrs(attrs).items()
-                if not isinstance(v, STATE_VARIABLES)} if isinstance(attrs, dict) else {}
+        out = {k: v for k, v in values.public_attrs(attrs).items()
+               if not isinstance(v, STATE_VARIABLES)} if isinstance(attrs, dict) else {}
+        if self.state_version >= 3:   # (its class's attributes that its methods write into: core/hooked.py)
+            out.update(shared_class_attributes(self._fn))
+        return out
 
     def watch_state_calls(self, observer: Any) -> None:
         """Row lineage's tracked replay (replay/state_access.py): `observer(kind, variable, key)`

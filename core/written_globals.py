@@ -94,11 +94,66 @@ def written_attributes(fn: Any) -> list[str]:
     writes into a global, from `self` (the methods' first argument); `__init__` and pickling's
     methods aside. A function or a class: none."""
     if inspect.ismethod(fn):
-        functions = [fn.__func__]
-    elif isinstance(fn, (types.FunctionType, type)):
+        return _self_writes((fn.__func__,))
+    if isinstance(fn, (types.FunctionType, type)):
         return []
-    else:
-        functions = _methods(type(fn), skip=_NOT_CALLED_THERE)
+    return list(_class_self_writes(type(fn)))
+
+
+def shared_class_attributes(obj: Any) -> dict:
+    """The attributes `obj`'s methods write into through `self` (`self.totals[k] += 1`) that are
+    its class's, not its own (`totals = {}` in the class body), with their values: one object
+    that every instance of the class shares, and in PySpark every task one Python worker runs
+    (cloudpickle makes a job's class once a process), so a task finds there what the worker's
+    earlier tasks left. An attribute the object has of its own (`self.n += 1` made one; `__init__`
+    set it) is its own state, and code is none."""
+    if obj is None or isinstance(obj, type) or inspect.isroutine(obj):
+        return {}
+    own = getattr(obj, "__dict__", None)
+    if not isinstance(own, dict):
+        return {}
+    out: dict = {}
+    for name in _class_self_writes(type(obj)):
+        if name in own or name.startswith("_"):
+            continue
+        for c in type(obj).__mro__:
+            if name in vars(c):
+                value = vars(c)[name]
+                if not is_code(value) and not hasattr(type(value), "__get__"):   # (a property, a method: no state)
+                    out[name] = value
+                break
+    return out
+
+
+def class_shared_writes(cls: type) -> list[str]:
+    """`shared_class_attributes` read from a class alone, before any instance (a UDTF is handed
+    over as its class): the attributes its methods write into through `self` that the class
+    holds and `__init__` does not make the instance's own (`self.totals = {}`)."""
+    made = set(_self_stores(cls.__dict__.get("__init__")))
+    return [name for name in _class_self_writes(cls) if name not in made and not name.startswith("_")
+            and any(name in vars(c) and not is_code(vars(c)[name]) and not hasattr(type(vars(c)[name]), "__get__")
+                    for c in cls.__mro__)]
+
+
+@functools.lru_cache(maxsize=256)
+def _class_self_writes(cls: type) -> tuple[str, ...]:
+    """`written_attributes` of an instance of `cls` (read once a class: `state()` asks at every
+    interaction)."""
+    return tuple(_self_writes(tuple(_methods(cls, skip=_NOT_CALLED_THERE))))
+
+
+def _self_stores(init: Any) -> list[str]:
+    """The attributes a method assigns on `self` (`self.totals = {}`)."""
+    if not isinstance(init, types.FunctionType) or not init.__code__.co_argcount:
+        return []
+    me = init.__code__.co_varnames[0]
+    instructions = [i for i in dis.get_instructions(init.__code__) if i.opname != "CACHE"]
+    return [i.argval for at, i in enumerate(instructions) if i.opname == "STORE_ATTR" and at
+            and instructions[at - 1].opname in ("LOAD_FAST", "LOAD_FAST_CHECK") and instructions[at - 1].argval == me]
+
+
+def _self_writes(functions: tuple) -> list[str]:
+    """The attributes of `self` that `functions` (methods) write (`written_attributes`)."""
     out: list[str] = []
     for f in functions:
         code = f.__code__
@@ -195,4 +250,5 @@ def _writes(instructions: list, at: int) -> bool:
     return False
 
 
-__all__ = ["written_globals", "is_code", "MUTATORS"]
+__all__ = ["written_globals", "written_attributes", "shared_class_attributes", "class_shared_writes", "is_code",
+           "MUTATORS"]

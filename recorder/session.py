@@ -217,7 +217,7 @@ class RecordingSession:
         batches with (`frames.conversion`): its tasks keep their input batches and log each key's
         DataFrame as its place in them (recorder/teed_batches.py)."""
         from ..core.graph import SOURCE
-        from ..core.hooked import SINK_KINDS, name_of, operator_for
+        from ..core.hooked import SINK_KINDS, name_of, operator_for, shared_attributes_of
         from ..core.operator import Source
 
         with self._hook_lock:
@@ -249,6 +249,16 @@ class RecordingSession:
                 self.on_event("begin", {"theta": name, "address": self.coordinator.address})
             self.writer.submit(self._operator_rows([source, node]))
             self.on_event("hooked", {"name": name, "kind": kind, "site": site})
+            shared_attributes = shared_attributes_of(fn)
+            if shared_attributes:   # (state no task owns: a replay runs it otherwise, verify says where)
+                one = len(shared_attributes) == 1
+                self.on_event("warning", {"message": (
+                    f"{name} ({kind.split('.')[-1]} at {site}) keeps state in {'an attribute' if one else 'attributes'} "
+                    f"of its class ({', '.join(shared_attributes)}), which every instance shares, and with them every "
+                    f"task one Python worker runs: a task starts from what the worker's earlier tasks left there, and "
+                    f"a replay runs its instances in one process, so it may differ from the run (tt verify says "
+                    f"where). Make {'it' if one else 'them'} the instance's, in __init__, to keep {'it' if one else 'them'} "
+                    f"per {'handler' if kind == 'udtf' else 'task'}")})
             if kind in SINK_KINDS:   # (what it writes is seen by no log: core/outside_effects.py says a file)
                 self.on_event("warning", {"message": f"{name} ({kind.split('.')[-1]} at {site}) is a sink: a replay "
                                                      f"(tt debug, tt verify) runs it again; a file it opens for writing is then a scratch copy, "

@@ -19,7 +19,7 @@ import orjson
 from ..core import kept_inputs, libraries, values
 from ..core.errors import ReplayDivergence, RunFileError, TTError, UsageError
 from ..core.group_state import NO_TIMESTAMP, GroupStateOperator
-from ..core.hooked import GROUP_STATE_KIND
+from ..core.hooked import GROUP_STATE_KIND, HookedOperator
 from ..core.runtime import OperatorFailure
 from ..core.state_handle import StoreView, same, shown
 from ..store import blobs
@@ -271,6 +271,13 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
     the diverging field in the replay is named instead. Returns {"text": …} and, when an input
     was found, "tuple", "input", "row" and "found_by"."""
     label = engine.instances[key].label
+    op = engine.instances[key].runner.op
+    field = re.split(r"[.\[]", path, maxsplit=1)[0]
+    if isinstance(op, HookedOperator) and field in op.shared_attributes():   # (no input is to blame)
+        return {"text": f"; {field} is an attribute of {reader.operator(key[0]).name}'s class, which its code writes into and every "
+                        f"instance shares: in the run each Python worker's tasks shared it, in the replay every "
+                        f"instance does, in another order, so what it holds is no one task's (keep it per "
+                        f"instance: set it in __init__)"}
     other = Engine(reader, trust=trust)
     start = "the start"
 

@@ -10,6 +10,7 @@ definition, which reads none of tt's logs.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -280,3 +281,59 @@ def test_a_udtf_registered_for_sql_and_used_by_two_queries_is_said_recorded_for_
     finally:
         reader.close()
     assert totals == {"Count": 1, "Count_2": 7}
+
+
+def test_a_udtf_keeping_state_in_its_class_is_said_shown_and_caught_by_verify(spark, tmp_path, capsys):
+    """`rows = {"n": 0}` in the class body, `self.rows["n"] += 1` in `eval`: one dict that every
+    handler writes into, and, since cloudpickle makes a job's class once a Python worker, every
+    task that worker runs. tt showed only the handler's own attributes: a replay, which runs its
+    instances in one process, added both tasks' rows into it, its outputs were not Spark's, and
+    `tt verify` said "verified" (found by a user with a class-level total that was never reset
+    per key). Now the recording warns, the state shows `rows` beside the handler's own `mine`,
+    and verify names it where the replay differs, without blaming an input."""
+    from tt.cli.main import main
+    from tt.recorder.job import record_job
+
+    job = tmp_path / "shared.py"
+    job.write_text("import json, sys\n"
+                   "from pyspark.sql import SparkSession\n"
+                   "from pyspark.sql.functions import udtf\n"
+                   "spark = SparkSession.builder.getOrCreate()\n"
+                   "@udtf(returnType='mine int, shared int')\n"
+                   "class Tally:\n"
+                   "    rows = {'n': 0}\n"
+                   "    def __init__(self):\n"
+                   "        self.mine = 0\n"
+                   "    def eval(self, i: int):\n"
+                   "        self.mine += 1\n"
+                   "        self.rows['n'] += 1\n"
+                   "    def terminate(self):\n"
+                   "        yield self.mine, self.rows['n']\n"
+                   "spark.udtf.register('tally', Tally)\n"
+                   "spark.range(0, 400, numPartitions=2).createOrReplaceTempView('nums')\n"
+                   "out = spark.sql('SELECT t.* FROM nums, LATERAL tally(id) t').collect()\n"
+                   "json.dump(sorted(list(r) for r in out), open(sys.argv[1], 'w'))\n")
+    events = []
+    outcome = record_job(job, [str(tmp_path / "on.json")], tmp_path / "run.db",
+                         when="row[0] == 'eval' and row[1][0] % 50 == 0", on_event=lambda kind, info: events.append((kind, info)))
+    assert outcome.status == "complete", outcome.error
+    assert [info["message"] for kind, info in events if kind == "warning" and "class" in info["message"]] == [
+        "Tally (udtf at shared.py:5) keeps state in an attribute of its class (rows), which every instance shares, "
+        "and with them every task one Python worker runs: a task starts from what the worker's earlier tasks left "
+        "there, and a replay runs its instances in one process, so it may differ from the run (tt verify says "
+        "where). Make it the instance's, in __init__, to keep it per handler"]
+    mine = [r[0] for r in json.loads((tmp_path / "on.json").read_text())]
+    assert sorted(mine) == [200, 200]   # each task's handler counted its own rows
+    reader = RunReader(tmp_path / "run.db")
+    try:
+        op = reader.operator("Tally")
+        shown = [values.decode(reader.state(at.state)) for x in reader.interactions()
+                 for (o, _), at in reader.instances_at(x.k).items() if o == op.id and at.position > 1]
+    finally:
+        reader.close()
+    assert shown and all(set(s) == {"mine", "rows"} and s["rows"]["n"] >= s["mine"] for s in shown)
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "run.db")]) == 1   # (two tasks' rows in one dict: not as they ran)
+    said = capsys.readouterr().out
+    assert "differs at interaction" in said and " in rows.n: recorded " in said, said
+    assert "rows is an attribute of Tally's class, which its code writes into and every instance shares" in said
