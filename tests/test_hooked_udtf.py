@@ -138,6 +138,21 @@ def test_a_partition_by_call_replays_every_customers_handler(recorded):
     assert reached == set(sums) and inits == len(sums)   # one handler per customer, each ran to its sum
 
 
+def test_a_condition_on_a_handlers_field_runs_from_the_start(recorded):
+    """Before its first `init`, a UDTF has no handler and its state no field: a condition on one
+    (`Totals.customer == 'c3'`) was refused there as naming an unknown field, so a user had to
+    step once before `--run-until`. It now runs, and stops where the condition first holds."""
+    session = DebugSession(recorded[0])
+    try:
+        result = session.run_until("Totals.customer == 'c3' and Totals.total > 100")
+        assert result.ok, result
+        totals = session.reader.operator("Totals").id
+        held = [s for (op, _), s in session.engine.states().items() if op == totals and s.get("customer") == "c3"]
+        assert held and held[0]["total"] > 100
+    finally:
+        session.reader.close()
+
+
 def test_the_udtf_class_is_pysparks_own_after_the_job(recorded):
     from pyspark.sql.udtf import UserDefinedTableFunction
 
