@@ -1021,6 +1021,45 @@ def test_a_crash_in_the_debugger_exits_non_zero(fraud_run, monkeypatch, capsys):
     assert main(["debug", str(fraud_run)]) == 0
 
 
+def test_a_jump_selects_the_tuple_marked_next_and_the_header_says_which_interaction_it_is_past(fraud_run):
+    """A tuple picked at one position may be waiting at the position a jump lands on too (an
+    instance that had not started): the selection stayed on it while ▶ marked another, and `n`
+    stepped the one the user no longer saw marked (found in a streaming run: `]` then `[`
+    stepped the next micro-batch's key at the earlier interaction). A jump now selects ▶'s
+    tuple. And the header's "after interaction K" is the last interaction every instance is
+    past, not the last whose summed positions are below the replay's."""
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, "0")
+        default = app.shown.default
+        other = next(p.ref for p in app.shown.pending if p.next and p.ref != default and not p.end)
+        pending = app.query_one(PendingTuples)
+        pending.focus()
+        await pilot.pause()
+        while pending.selected_ref != other:
+            await pilot.press("down")
+        await until(pilot, lambda: app.shown.selected == other, what="the selection")
+        await idle(pilot)
+        await keys(pilot, "j")
+        await answer(pilot, "0")
+        assert app.shown.selected == app.shown.default == default
+        label = app.shown.selected_label
+        await keys(pilot, "n")
+        assert message(app).startswith(f"✓ step over {label}"), message(app)
+
+        # one instance far ahead, the others where they started: past interaction 0 alone
+        assert app._last_interaction(dict(app.shown.position)) == 0
+        later = next(r for r in app.interactions if r["complete"] and all(r["positions"].values()))
+        first = next(iter(later["positions"]))
+        ahead = {lb: 10 ** 6 if lb == first else 0 for lb in later["positions"]}
+        assert sum(ahead.values()) > sum(later["positions"].values())   # (which the sums took for past it)
+        assert app._last_interaction(ahead) == 0
+        assert app._last_interaction(later["positions"]) >= later["k"]
+    drive(app, script)
+
+
 def test_evaluate_watch_and_step_back_after_a_jump(fraud_run):
     """Issue 11 (Also): `e` evaluates an expression once, `+` watches it after every action, `-`
     removes it; `N` at a fresh position (after a jump) steps back over θ's previous input."""

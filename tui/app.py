@@ -385,7 +385,7 @@ class DebuggerApp(App):
     def _show_where(self, shown: Shown) -> None:
         """The progress line: where the replay stands."""
         p = shown.progress
-        last = self._last_interaction(sum(shown.position.values())) if shown.interaction is None else None
+        last = self._last_interaction(shown.position) if shown.interaction is None else None
         note = f"inside {' › '.join(shown.scope_stack)}" if shown.scope_stack else ""
         self.query_one(ProgressLine).show_position(shown.interaction, last, p["tuples"], p["total"], p["percent"], note)
 
@@ -415,11 +415,13 @@ class DebuggerApp(App):
         self.query_one(RunPlots).mark(shown.interaction)
         self._sync_bindings()
 
-    def _last_interaction(self, steps: int) -> int | None:
-        """The last interaction at or before `steps` (positions summed over every instance)."""
+    def _last_interaction(self, position: dict[str, int]) -> int | None:
+        """The last interaction the replay is past: every instance at or after where it stood
+        there. (Summed over the instances, a replay that ran one operator ahead, which a run-until
+        on another may do, was said to be after interactions the other had not reached.)"""
         best = None
         for r in self.interactions:
-            if r["complete"] and sum(r["positions"].values()) <= steps:
+            if r["complete"] and all(position.get(label, 0) >= n for label, n in r["positions"].items()):
                 best = r["k"]
         return best
 
@@ -778,23 +780,22 @@ class DebuggerApp(App):
 
     def _jump(self, k: int) -> None:
         self.query_one(InteractionTimeline).highlight(k)
-        self._start(f"jump to {k}", lambda s, p, c: s.jump(k, progress=p, cancel=c), cancellable=True)
+        self._start(f"jump to {k}", lambda s, p, c: s.jump(k, progress=p, cancel=c), select_after=_after_step,
+                    cancellable=True)
 
     def _neighbour(self, direction: int) -> int | None:
         complete = [r for r in self.interactions if r["complete"]]
         if not complete:
             return None
         at = self.shown.interaction if self.shown else None
-        tuples = sum(self.shown.position.values()) if self.shown else 0   # (positions, as the rows count)
         ks = [r["k"] for r in complete]
         if at is not None and at in ks:
             i = ks.index(at) + direction
             return ks[i] if 0 <= i < len(ks) else None
-        sums = [(r["k"], sum(r["positions"].values())) for r in complete]
+        last = self._last_interaction(self.shown.position) if self.shown else None   # (between two: the one it is past)
         if direction < 0:
-            before = [k for k, n in sums if n <= tuples]
-            return before[-1] if before else None
-        after = [k for k, n in sums if n > tuples]
+            return last
+        after = [k for k in ks if last is None or k > last]
         return after[0] if after else None
 
     def action_prev_interaction(self) -> None:
@@ -1240,7 +1241,9 @@ class DebuggerApp(App):
 
 
 def _after_step(session, result) -> tuple[str | None, TupleRef | None]:
-    """After a step, let the model pick the default tuple (θ's next, or the next one in the scope)."""
+    """After a step or a jump, let the model pick the default tuple (θ's next, or the next one in
+    the scope), the one ▶ marks: a tuple picked at another position may be waiting here too (an
+    instance that had not started), and `n` stepped it, not the one marked."""
     return None, None
 
 
