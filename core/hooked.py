@@ -202,6 +202,13 @@ class UdtfOperator(HookedOperator):
         may still come (a condition on one was refused at a replay's start)."""
         return self._handler is not None
 
+    @staticmethod
+    def replaces_state(unit: Any) -> bool:
+        """`("init",)` makes a fresh handler, which reads nothing the one before held: row
+        lineage through its state starts there (replay/state_access.py). With `PARTITION BY`,
+        a key's summary linked back through every earlier key's rows of the task."""
+        return type(unit) is tuple and bool(unit) and unit[0] == "init"
+
     def state(self) -> dict:
         h = self._handler
         attrs = getattr(h, "__dict__", None)

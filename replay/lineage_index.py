@@ -47,8 +47,9 @@ from ..store.trust import Sealer
 from .engine import Key
 from .state_access import Made
 
-FORMAT = 4   # 2: with the joins outside G(θ) (`joined`); 3: a chunk's outputs in one pickle;
-             # 4: a StatefulProcessor's and a GroupState's state per key (3 traced it per instance)
+FORMAT = 5   # 2: with the joins outside G(θ) (`joined`); 3: a chunk's outputs in one pickle;
+             # 4: a StatefulProcessor's and a GroupState's state per key (3 traced it per instance);
+             # 5: a UDTF's state written anew by each handler's init (4 chained a task's handlers)
 CHUNK = 4096              # calls per chunk of outputs
 _KIND = "lineage index"   # the sealed blobs' kind
 

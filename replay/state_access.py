@@ -16,7 +16,8 @@ their operator instead (`watch_state_calls`, `state_call`). A *slot* is `(field,
   delete;
 * a write in a call that read the slot before adds the call to the slot's writers; a
   write without a read, or a deletion, replaces them: the value no longer depends on
-  the earlier writers;
+  the earlier writers; so does a call that the operator says makes its state anew
+  (`replaces_state`: a UDTF's `init`, which makes the next key's handler);
 * an item appended to a list value is written by the call that appended it alone;
 * output j of a call is made from the writers of the slots the call read before
   emitting it (for a generator: since its previous output) and of every non-dict
@@ -348,7 +349,8 @@ class StateAccess:
             made = self._made(row, port, len(self.outputs))
             if any(made):
                 self.made[self.position] = made
-        self._settle()
+        replaces = getattr(self.op, "replaces_state", None)
+        self._settle(fresh=replaces is not None and replaces(row))
 
     # --- reports from TrackedDict -----------------------------------------------------------
 
@@ -475,9 +477,11 @@ class StateAccess:
                 return items[path[2]]
         return self.writers.get(slot)
 
-    def _settle(self) -> None:
+    def _settle(self, fresh: bool = False) -> None:
         """The writes a call made in place (a key's value changed without `d[k] = v`), and
-        fields it changed, replaced, added or removed."""
+        fields it changed, replaced, added or removed. `fresh`: the call made the operator's
+        state anew (a UDTF's `init`, a new handler: `replaces_state`), reading none of it, so
+        the fields it changed depend on it alone."""
         fields = self._slot_fields()
         for slot, (before, length, writers) in self._before.items():
             d = self._dicts.get(slot[0])
@@ -498,7 +502,10 @@ class StateAccess:
             self._dicts.pop(name, None)
             fp = fingerprint(value)
             if self._plain.get(name, _MISSING) != fp:
-                self._add_writer((name,))   # every call reads a plain field
+                if fresh:
+                    self.writers[(name,)] = (self.position, None)
+                else:
+                    self._add_writer((name,))   # every call reads a plain field
                 self._plain[name] = fp
         for name in [n for n in (*self._dicts, *self._plain) if n not in fields]:
             self.writers[(name,)] = (self.position, None)

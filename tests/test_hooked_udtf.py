@@ -153,6 +153,30 @@ def test_a_condition_on_a_handlers_field_runs_from_the_start(recorded):
         session.reader.close()
 
 
+def test_a_keys_total_links_back_through_its_handlers_state_to_that_keys_rows_alone(recorded, capsys):
+    """With PARTITION BY, PySpark makes a handler per key: its `terminate` reads what that
+    handler's `eval`s wrote, since its `init`. Row lineage took every call of the task as reading
+    the state the one before wrote, so a customer's total linked back through every earlier
+    customer's rows. The `init` now writes the state anew: the writers are the customer's rows
+    that changed its total and its handler's making, as many as pandas counts."""
+    import json as json_
+    from tt.cli.main import main
+
+    rows = payments()
+    for customer in ("c3", "c6"):
+        capsys.readouterr()
+        assert main(["lineage", str(recorded[0]), "Totals", "--where", f"row[0] == {customer!r}", "--back",
+                     "--depth", "1", "--json"]) == 0
+        (doc,) = json_.loads(capsys.readouterr().out)
+        rows_of = {t["tuple"]: t["row"] for t in doc["tuples"]}
+        writers = [link["to"] for link in doc["links"] if link["kind"] == "state"]
+        units = [rows_of[w]["$tuple"][0] for w in writers]
+        changed = int(((rows["customer"] == customer) & (rows["amount"] != 0)).sum())   # (adding 0 writes nothing)
+        assert sorted(units) == ["eval"] * changed + ["init"], (customer, units)
+        evals = [rows_of[w]["$tuple"][1]["$tuple"][0] for w in writers if rows_of[w]["$tuple"][0] == "eval"]
+        assert {e["customer"] for e in evals} == {customer}
+
+
 def test_the_udtf_class_is_pysparks_own_after_the_job(recorded):
     from pyspark.sql.udtf import UserDefinedTableFunction
 
