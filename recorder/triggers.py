@@ -7,6 +7,7 @@ import re
 from typing import Any, Callable
 
 from ..core.errors import UsageError
+from ..core.expressions import free_names
 
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 _LONGEST = 365 * 24 * 3600.0  # longer than any run; beyond it timers overflow (threading.TIMEOUT_MAX)
@@ -31,8 +32,7 @@ def check_condition(source: str) -> None:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
         raise UsageError(f"bad --when expression {source!r}: {e.msg} (at column {e.offset})") from None
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    unknown = names - {"row"} - set(_SAFE_BUILTINS)
+    unknown = free_names(tree) - {"row"} - set(_SAFE_BUILTINS)
     if unknown:
         raise UsageError(f"bad --when expression {source!r}: unknown name(s) {', '.join(sorted(unknown))}; "
                          f"the tuple is called `row`, e.g. --when \"row['amount'] > 1000\"")

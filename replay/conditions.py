@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..core import values
 from ..core.errors import UsageError
+from ..core.expressions import free_names
 from ..core.hooked import HookedOperator
 from ..core.scopes import Provenance, TupleRef
 from .engine import Engine, Instance, Key, RecordedFailure
@@ -61,7 +62,7 @@ def parse(source: str, op_names: set[str], what: str, names_allowed: tuple[str, 
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
         raise UsageError(f"bad {what} {source!r}: {e.msg}") from None
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names = free_names(tree)
     refs = names & op_names
     unknown = names - refs - {*names_allowed, "True", "False", "None", *BUILTINS}
     if unknown:
@@ -113,7 +114,7 @@ class Condition:
         for r in p.operators:
             env[r] = _OperatorProxy(r, inst if r == name else None, self._instances)
         try:
-            held = bool(eval(p.code, {"__builtins__": p.builtins}, env))
+            held = bool(eval(p.code, {"__builtins__": p.builtins, **env}))   # (globals: a generator sees them)
         except _NotThisStep:
             return False
         except Exception as e:  # noqa: BLE001  (the user's expression: any error counts as false, reported once)
@@ -151,7 +152,7 @@ def evaluate(parsed: Parsed, each: list[Instance | None], instances: Callable[[s
                for r in parsed.operators}
         env["row"] = row
         try:
-            value = eval(parsed.code, {"__builtins__": parsed.builtins}, env)
+            value = eval(parsed.code, {"__builtins__": parsed.builtins, **env})
         except Exception as e:  # noqa: BLE001  (the user's expression)
             value = EvalError(_describe(e))
         out.append((inst.label if inst is not None else parsed.source, value))

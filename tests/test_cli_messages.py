@@ -88,6 +88,27 @@ def test_a_condition_that_sometimes_raises_says_so_once(chain_run, capsys):
     assert "it raised KeyError: 'nope' on " in last["note"] and "those count as false" in last["note"]
 
 
+def test_a_condition_binds_its_own_names(chain_run, capsys):
+    """A generator's `for k, v in ...`, a lambda's parameter and `:=` bind names of the condition's
+    own: they were refused as unknown names, and a generator, once let through, could not see the
+    operators (evaluated as locals, which a generator's scope does not read). Each stops where the
+    same condition written without them stops; an unbound name is still refused."""
+    stops = []
+    for condition in ("max(A.highest.values(), default=0) > 300",
+                      "any(v > 300 for k, v in A.highest.items())",
+                      "(lambda h: max(h.values(), default=0))(A.highest) > 300",
+                      "(m := max(A.highest.values(), default=0)) > 300 and m > 0"):
+        assert main(["replay", str(chain_run), "--run-until", condition, "--json"]) == 0, condition
+        out, err = _err(capsys)
+        assert not err, err
+        step = json.loads(out)[-1]
+        assert step["ok"] and "raised" not in step.get("note", ""), step
+        stops.append(json.dumps(step["stopped_at"], sort_keys=True))
+    assert len(set(stops)) == 1 and json.loads(stops[0]), stops
+    assert main(["replay", str(chain_run), "--run-until", "any(v > w for v in A.highest.values())"]) == 2
+    _one_line(capsys, "unknown name(s) w")
+
+
 def test_unknown_fields_and_instances_are_refused_before_running(chain_run, capsys):
     assert main(["replay", str(chain_run), "--run-until", "A.nope > 3"]) == 2
     _one_line(capsys, "unknown field 'nope' of A (fields: highest, seen)")

@@ -305,6 +305,12 @@ def test_conditions():
         compile_condition("__import__('os').system('true')")
     with pytest.raises(UsageError, match="unknown name"):
         compile_condition("_failed(row) or rows")   # (the names of the compiled functions' own)
+    # names the condition binds itself are its own
+    when = compile_condition("any(v > 1000 for k, v in row.items() if k != 'id')")
+    assert when({"id": 5000, "amount": 2000}) and not when({"id": 5000, "amount": 3})
+    assert compile_condition("(lambda r: r['amount'])(row) > 1000")({"amount": 5000})
+    with pytest.raises(UsageError, match=r"unknown name\(s\) limit"):
+        compile_condition("any(v > limit for v in row.values())")
 
 
 def test_a_conditions_first_hit_is_the_first_row_it_holds_for():
