@@ -373,6 +373,27 @@ def test_run_until_then_last_change_show_the_bug(fraud_run):
     drive(app, script)
 
 
+def test_brackets_in_a_condition_and_in_a_prompts_hint_are_shown_as_typed(fraud_run):
+    """The message line and the prompts took their text for Textual markup: `run until
+    any(... FD.blacklist[k] ...)` was shown without its `[k]`, and `e`'s hint said "OP.field
+    is each instance, OP.field one" for "OP[i].field one". What the screen draws is checked."""
+    app = DebuggerApp(fraud_run)
+    condition = "any(FD.blacklist[k] > 0 for k in FD.blacklist) or [k for k in FD.blacklist]"
+
+    async def script(pilot):
+        await keys(pilot, "e")
+        await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the prompt")
+        hint = app.screen.query_one("#prompt-hint").render().plain
+        assert "OP[i].field one" in hint, hint
+        await pilot.press("escape")
+        await idle(pilot)
+        await keys(pilot, "e")
+        await answer(pilot, condition)
+        drawn = app.query_one(MessageLine).render().plain
+        assert drawn.startswith(f"{condition} = "), drawn
+    drive(app, script)
+
+
 def test_search_the_state_tree(fraud_run):
     k = condition_k(fraud_run)
     app = DebuggerApp(fraud_run)

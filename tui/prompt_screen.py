@@ -7,6 +7,7 @@ example drawn from the run, so a user never has to remember the syntax.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -37,10 +38,10 @@ class PromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question)
+            yield Label(Text(self.question))
             yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
             if self.hint:
-                yield Static(self.hint, id="prompt-hint")
+                yield Static(Text(self.hint), id="prompt-hint")   # (OP[i].field is no markup)
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()

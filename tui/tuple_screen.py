@@ -105,9 +105,9 @@ class TupleScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="tuple-box"):
-            yield Static(self.title_text, id="tuple-title")
+            yield Static(Text(self.title_text) if isinstance(self.title_text, str) else self.title_text, id="tuple-title")
             yield Static(self.table, id="tuple-fields")
-            yield Static(self.note or "Esc returns", id="tuple-note")
+            yield Static(Text(self.note or "Esc returns"), id="tuple-note")
 
     def action_close(self) -> None:
         self.dismiss(None)

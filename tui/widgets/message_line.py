@@ -45,7 +45,7 @@ class MessageLine(Static):
         self.plain = text.plain if isinstance(text, Text) else str(text)
         self.set_class(level == "error", "-error")
         self.set_class(level == "warning", "-warning")
-        self.update(text)
+        self.update(text if isinstance(text, Text) else Text(str(text)))   # (a condition's [k] is no markup)
 
     def result(self, r, timings: bool = True, first: str | None = None) -> None:
         """A `StepResult`."""

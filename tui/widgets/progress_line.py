@@ -48,7 +48,7 @@ class ProgressLine(Horizontal):
         self.query_one("#where", Static).update(t)
 
     def show_text(self, text: str | Text) -> None:
-        self.query_one("#where", Static).update(text)
+        self.query_one("#where", Static).update(text if isinstance(text, Text) else Text(text))
 
     @property
     def text(self) -> str:
