@@ -87,7 +87,8 @@ def check_fields(parsed: Parsed, engine: Engine, operator, what: str) -> None:
             continue
         if any(getattr(inst.runner.op, "fields_known", True) is False for inst in insts):
             continue   # a processor names its state variables in init, which has not run yet
-        fields = sorted({f for inst in insts for f in _state_fields(inst.runner.op)})
+        fields = sorted({f for inst in insts for f in (*_state_fields(inst.runner.op),
+                                                       *getattr(inst.runner.op, "empty_fields", ()))})
         raise UsageError(f"bad {what} {parsed.source!r}: unknown field {attr!r} of "
                          f"{name if index is None else f'{name}[{index}]'} "
                          f"(fields: {', '.join(fields) or 'none, its state is empty'})")

@@ -603,7 +603,13 @@ class DebugSession:
             return self._refused("last_change", target, f"{partition_store.FIELD} is put together from the views of "
                                                         f"the partition's micro-batches, for reading: go back to the "
                                                         f"last change of a state variable of one micro-batch's task")
-        current = lookup_dotted(self.engine.instances[key].state(), field_path)
+        state = self.engine.instances[key].state()
+        op = self.engine.instances[key].runner.op
+        top = field_path.split(".")[0]
+        fields = {*state, *getattr(op, "empty_fields", ())}
+        if state and top not in fields and getattr(op, "fields_known", True) is not False:
+            raise UsageError(f"unknown field {top!r} of {instance} (fields: {', '.join(sorted(map(str, fields)))})")
+        current = lookup_dotted(state, field_path)
         with self.lock:
             t0 = time.perf_counter()
             undo = self._begin(f"last_change {target}", self.engine.instances)

@@ -118,6 +118,9 @@ def test_unknown_fields_and_instances_are_refused_before_running(chain_run, caps
     _one_line(capsys, "unknown field 'nope' of B (fields: buckets)")
     assert main(["replay", str(chain_run), "--run-until", "NOPE.x > 3"]) == 2
     _one_line(capsys, "unknown name(s) NOPE")
+    # and the last change of a field the state has not: it said the field "never changed"
+    assert main(["replay", str(chain_run), "--to", "1", "--last-change", "A:0.nope.x"]) == 2
+    _one_line(capsys, "unknown field 'nope' of A:0 (fields: highest, seen)")
 
 
 # --- --states none ----------------------------------------------------------------------------------------

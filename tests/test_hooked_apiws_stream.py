@@ -363,7 +363,11 @@ def test_the_debugger_says_where_each_instance_ran(recorded):
 def test_a_condition_on_timeouts_before_any_is_set_reads_none(recorded):
     """`timeouts` is shown only once a key has one; a condition reads it as empty before, with
     no error (and the first instance's first call sets u1's)."""
+    from tt.core.errors import UsageError
+
     session = DebugSession(recorded[0])
+    with pytest.raises(UsageError, match=r"unknown field 'nosuch' of sessions \(fields: state, timeouts\)"):
+        session.run_until("sessions.nosuch")   # (the fields a condition may read, timeouts too)
     result = session.run_until("'u1' in sessions.timeouts")
     assert result.ok and "raised" not in result.note, result
     session.reader.close()
