@@ -207,6 +207,29 @@ def _report(session, result, states: str, rows: dict, method: str, arg: str | No
     return {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else len(order))}
 
 
+def _set_change(ch: dict) -> str | None:
+    """A set's change as the items it gained and lost, with its sizes (`+{1150} (157 → 158
+    items)`): both sets cut to 60 characters showed the same first items, not the new one."""
+    import orjson
+
+    from ..core import values
+
+    old, new = ch.get("old"), ch.get("new")
+    tags = ("$set", "$frozenset")
+    if not (type(old) is dict and type(new) is dict and len(old) == len(new) == 1
+            and next(iter(old)) in tags and next(iter(new)) in tags):
+        return None
+    before, after = next(iter(old.values())), next(iter(new.values()))
+    def key(x):   # (the items as stored, compared by their JSON)
+        return orjson.dumps(x, option=orjson.OPT_SORT_KEYS)
+    was, now = {key(x): x for x in before}, {key(x): x for x in after}
+    gained = [now[k] for k in now if k not in was]
+    lost = [was[k] for k in was if k not in now]
+    parts = ([f"+{values.render({'$set': gained}, 60)}"] if gained else []) + \
+            ([f"-{values.render({'$set': lost}, 60)}"] if lost else [])
+    return f"{' '.join(parts) or 'the same items'} ({len(before)} → {len(after)} items)"
+
+
 def _note_field(field: str) -> bool:
     return field == "…" or field.endswith(".…")
 
@@ -287,6 +310,8 @@ def _text(r: dict) -> tuple[str, bool]:
         for f, ch in items[:_FIELDS_SHOWN]:
             if "note" in ch:
                 lines.append(f"  {inst}.{f.rstrip('.…') or '…'}: … {ch['note']}")
+            elif _set_change(ch) is not None:
+                lines.append(f"  {inst}.{f}: {_set_change(ch)}")
             else:
                 old = val(ch["old"], 60) if "old" in ch else "(absent)"
                 new = val(ch["new"], 60) if "new" in ch else "(absent)"

@@ -784,7 +784,9 @@ def _render(v: Any) -> str:
                 return str(inner)
             if tag == "$tuple":
                 return "(" + ", ".join(_render(x) for x in inner) + ("," if len(inner) == 1 else "") + ")"
-            if tag in ("$set", "$frozenset"):
+            if tag in ("$set", "$frozenset"):   # (stored in the order of their JSON; numbers shown as numbers sort)
+                if inner and all(type(x) in (int, float) for x in inner):
+                    inner = sorted(inner)
                 return "{" + ", ".join(_render(x) for x in inner) + "}" if inner else "set()"
             if tag == "$dict":
                 return "{" + ", ".join(f"{_render(k)}: {_render(x)}" for k, x in inner) + "}"

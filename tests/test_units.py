@@ -1851,3 +1851,20 @@ def test_the_libraries_loaded_are_asked_once_and_listed_while_loaded(monkeypatch
     monkeypatch.delitem(sys.modules, "ttfakepkg.sub")
     monkeypatch.setitem(sys.modules, "ttotherpkg", other)
     assert libraries.loaded() == dict(sorted({**before, "ttotherpkg": "3"}.items()))
+
+
+def test_a_set_of_numbers_shows_in_order_and_a_changed_set_shows_what_it_gained():
+    """A set is stored in the order of its items' JSON, so numbers showed as '{1031, 112, 1150}';
+    and `tt replay` cut the old and the new set to 60 characters, which showed the same first
+    items and not the one added (a UDTF's `seen` set of event ids). Neither changes the stored
+    state, whose bytes runs already hold."""
+    from tt.cli.replay import _set_change
+
+    assert values.render(values.encode({1031, 112, 5, 1150})) == "{5, 112, 1031, 1150}"
+    assert values.render(values.encode({"b", "a"})) == "{'a', 'b'}"
+    assert values.dumps({1031, 112}) == values.dumps({112, 1031})
+    big = set(range(1000, 1200))
+    assert _set_change({"old": values.encode(big), "new": values.encode(big | {5})}) == "+{5} (200 → 201 items)"
+    assert _set_change({"old": values.encode({1, 2}), "new": values.encode({2, 3})}) == "+{3} -{1} (2 → 2 items)"
+    assert _set_change({"old": values.encode([1]), "new": values.encode([1, 2])}) is None
+    assert _set_change({"new": values.encode({1})}) is None
