@@ -39,10 +39,17 @@ class PendingTuples(DataTable):
         self.refs: list[TupleRef] = []
         self.labels: list[str] = []
         self._current: TupleRef | None = None
+        self._tuple_width = 0
 
     def on_mount(self) -> None:
+        self._columns(14)
+
+    def _columns(self, width: int) -> None:
+        """The columns, the tuple's as wide as `width` (its labels': `UserSummary:0:` hid the input)."""
+        self.clear(columns=True)
+        self._tuple_width = width
         self.add_column("", key="mark", width=1)
-        self.add_column("tuple", key="tuple", width=14)
+        self.add_column("tuple", key="tuple", width=width)
         self.add_column("from", key="from", width=9)
         self.add_column("row", key="row")
 
@@ -51,7 +58,12 @@ class PendingTuples(DataTable):
         from ...core.values import render
 
         self._current = selected
-        self.clear()
+        width = max([14] + [len(p.label) for p in pending])
+        width = min(width, 28)   # (beyond, the row's values matter more; Enter shows the tuple whole)
+        if width != self._tuple_width:
+            self._columns(width)
+        else:
+            self.clear()
         self.refs, self.labels = [], []
         for p in pending:
             if p.ref == default:
