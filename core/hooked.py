@@ -49,6 +49,14 @@ UNITS = {"mapInPandas": "batch", "mapInArrow": "batch",
          "transformWithStateInPandas": "chunk", "transformWithState": "row",
          "applyInPandasWithState": "chunk"}
 HOOKED_KINDS = frozenset(UNITS)
+#: What `--when` is handed as `row` where θ's unit is no row of named values, for the warning of
+#: a condition that raised on it (`row['amount'] > 1000`, `tt record --help`'s example, on a UDTF)
+WHEN_ROWS = {"mapInPandas": "a pandas DataFrame, a batch: e.g. \"bool((row['amount'] > 1000).any())\"",
+             "mapInArrow": "an Arrow RecordBatch: e.g. \"pc.max(row['amount']).as_py() > 1000\"",
+             "applyInPandas": "(key, DataFrame): e.g. \"row[0] == ('Bob',)\"",
+             "applyInArrow": "(key, Arrow table): e.g. \"row[0] == ('Bob',)\"",
+             "udtf": "('init',), ('eval', args, kwargs) or ('terminate',): e.g. "
+                     "\"row[0] == 'eval' and row[1][0]['amount'] > 1000\""}
 #: The APIs whose function is run for its effects (PySpark counts its outputs, and drops them).
 SINK_KINDS = frozenset({"rdd.foreachPartition", "rdd.foreach", "writeStream.foreach"})
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).

@@ -1104,7 +1104,10 @@ class StageTask:
             self.warning = None
         when = getattr(self.theta, "when", None)
         if when is not None and when.first_error and not self.warned:
-            warnings.append(when.first_error)
+            from ..core.hooked import WHEN_ROWS   # (here: a Dataflow's task need not import the hooks)
+            kind = self.g.nodes[self.g.theta].kind
+            shape = WHEN_ROWS.get(kind)
+            warnings.append(when.first_error + (f"; θ is a {kind}, whose unit `row` is {shape}" if shape else ""))
             self.warned = True
         if warnings:
             header["warnings"] = warnings

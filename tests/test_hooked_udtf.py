@@ -376,3 +376,21 @@ def test_a_udtf_keeping_state_in_its_class_is_said_shown_and_caught_by_verify(sp
     said = capsys.readouterr().out
     assert "differs at interaction" in said and " in rows.n: recorded " in said, said
     assert "rows is an attribute of Tally's class, which its code writes into and every instance shares" in said
+
+
+def test_a_when_written_for_rows_says_what_a_udtfs_unit_is(spark, tmp_path):
+    """`tt record --help`'s `--when "row['amount'] > 1000"` raises on a UDTF's unit, a tuple: the
+    warning said only TypeError. It now says what θ hands `--when`, with an example."""
+    from tt.recorder.job import record_job
+
+    job = tmp_path / "when.py"
+    job.write_text(COUNT_JOB + "json.dump([list(r) for r in Count(lit(3)).collect()], open(sys.argv[1], 'w'))\n")
+    events = []
+    outcome = record_job(job, [str(tmp_path / "on.json")], tmp_path / "run.db", when="row['amount'] > 1000",
+                         on_event=lambda kind, info: events.append((kind, info)))
+    assert outcome.status == "complete", outcome.error
+    warned = [info["message"] for kind, info in events if kind == "warning" and "--when" in info["message"]]
+    assert warned == ["--when \"row['amount'] > 1000\" raised TypeError: tuple indices must be integers or slices, "
+                      "not str (such tuples count as false); θ is a udtf, whose unit `row` is ('init',), ('eval', "
+                      "args, kwargs) or ('terminate',): e.g. \"row[0] == 'eval' and row[1][0]['amount'] > 1000\""], \
+        events
