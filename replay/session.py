@@ -212,9 +212,13 @@ class DebugSession:
             raise UsageError(f"bad tuple {text!r}; instance and position are numbers") from None
         if not 0 <= i < op.instances:
             raise UsageError(f"{op.name} has instances 0..{op.instances - 1}, not {i}")
-        total = self.engine.instances[(op.id, i)].total if op.in_g else self.provenance.index(op.id, i).total
+        inst = self.engine.instances[(op.id, i)] if op.in_g else None
+        total = inst.total if inst is not None else self.provenance.index(op.id, i).total
         if not 0 <= pos < total:
-            raise UsageError(f"{op.name}:{i} has inputs #0..#{total - 1}, not #{pos}")
+            ends = inst is not None and bool(inst.runs) and (inst.runs[-1][0], inst.runs[-1][1]) == END
+            inputs = "no inputs" if total - ends <= 0 else f"inputs #0..#{total - ends - 1}"
+            raise UsageError(f"{op.name}:{i} has {inputs}" + (f" and its end of input #{total - 1}" if ends else "")
+                             + f", not #{pos}")
         return TupleRef(op.id, i, pos)
 
     def parse_instance(self, text: str) -> Key:

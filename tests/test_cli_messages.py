@@ -14,7 +14,9 @@ import pytest
 import workloads
 from tt.cli.main import main
 from tt.recorder.session import RecordingSession
+from tt.core.logs import END
 from tt.store import schema
+from tt.store.reader import RunReader
 
 
 def _err(capsys) -> tuple[str, list[str]]:
@@ -118,6 +120,16 @@ def test_unknown_fields_and_instances_are_refused_before_running(chain_run, caps
     _one_line(capsys, "unknown field 'nope' of B (fields: buckets)")
     assert main(["replay", str(chain_run), "--run-until", "NOPE.x > 3"]) == 2
     _one_line(capsys, "unknown name(s) NOPE")
+    # a tuple past the end names the end of input apart (it was counted among the inputs)
+    assert main(["replay", str(chain_run), "--step-over", "A:0:99999"]) == 2
+    line = _one_line(capsys, "A:0 has inputs #0..#")
+    last, end = map(int, re.search(r"inputs #0\.\.#(\d+) and its end of input #(\d+), not #99999$", line).groups())
+    reader = RunReader(chain_run)
+    try:
+        runs = reader.input_runs(reader.operator("A").id, 0)
+    finally:
+        reader.close()
+    assert last + 1 == sum(n for port, src, n in runs if (port, src) != END) and end == last + 1
     # and the last change of a field the state has not: it said the field "never changed"
     assert main(["replay", str(chain_run), "--to", "1", "--last-change", "A:0.nope.x"]) == 2
     _one_line(capsys, "unknown field 'nope' of A:0 (fields: highest, seen)")
