@@ -168,10 +168,12 @@ class Search:
     """Forward runs in the original execution's order: θ's inputs by (epoch, instance,
     position), each followed by whatever it makes possible downstream."""
 
-    def __init__(self, engine: Engine, provenance: Provenance, points: RestorePoints):
+    def __init__(self, engine: Engine, provenance: Provenance, points: RestorePoints,
+                 cuts: dict[Key, list[int | None]] | None = None):
         self.engine = engine
         self.provenance = provenance
         self.points = points
+        self.cuts = cuts or {}   # each instance's position at each interaction after the start (`_within`)
 
     def in_order(self, after: Callable[[Instance, int, Any], None] | None = None, tick=None,
                  stop_before: int | None = None, stop_at: TupleRef | None = None, failure_ends: bool = True) -> None:
@@ -193,10 +195,22 @@ class Search:
             if stop_at is not None and pos == stop_at.position and inst.key == (stop_at.op, stop_at.instance):
                 raise Stop
             steps[0] += 1
+        cuts = self.cuts
+
+        def within(inst: Instance, epoch: int | None) -> bool:
+            """Whether `inst` may take its next input while θ's next is in `epoch`: not past its
+            position at the interaction that ends the epoch. An operator θ does not feed (a
+            hooked job's other functions, each with its own logged input) was run to its end
+            before θ's first input, so a run-until stopped in a state that never was: the other
+            done, θ not started."""
+            cut = cuts.get(inst.key)
+            if epoch is None or cut is None or epoch >= len(cut) or cut[epoch] is None:
+                return True
+            return inst.count < cut[epoch]
         stopping = stop_before is not None or stop_at is not None
         with engine.hooks(on_consume=before if stopping else None, after_consume=after):
             try:
-                engine.run_in_order(rank, sources, tick)
+                engine.run_in_order(rank, sources, tick, within=within if cuts else None)
             except Stop:
                 pass
             except RecordedFailure:

@@ -647,22 +647,37 @@ class Engine:
             steps = report(steps + 1)
 
     def run_in_order(self, rank: Callable[[Instance], Any], sources: list[Instance],
-                     progress: Callable[[int], None] | None = None) -> None:
+                     progress: Callable[[int], None] | None = None,
+                     within: Callable[[Instance, Any], bool] | None = None) -> None:
         """Go forward as the original execution did: one input of a source instance at
         a time, the one of lowest `rank`, each followed by whatever it makes possible
-        downstream. Ends when every instance has consumed all its logged inputs."""
+        downstream. Ends when every instance has consumed all its logged inputs.
+        `within(instance, epoch)`: whether another instance may take its next input while the
+        next source input's rank begins with `epoch` (None once every source is done)."""
         sources_set = set(sources)
         others = [x for x in self.order if x not in sources_set]
         dirty = self.dirty
         dirty.update(others)
         steps = 0
         report = _Reporter(progress)
+        held: set[Instance] = set()   # others `within` stopped, to try again once the epoch moves
+        epoch = None
         while True:
+            live = [x for x in sources if x.count < x.total]
+            nxt = min(live, key=rank) if live else None
+            now = rank(nxt)[0] if nxt is not None and within is not None else None
+            if now != epoch:
+                epoch = now
+                dirty.update(held)
+                held.clear()
             while dirty:
                 x = dirty.pop()
                 if x in sources_set:
                     continue
                 while x.count < x.total and x.available():
+                    if within is not None and not within(x, epoch):
+                        held.add(x)
+                        break
                     x.consume()
                     steps += 1
                     if steps & 255 == 0:
@@ -671,6 +686,8 @@ class Engine:
             if not live:
                 if any(x.count < x.total and x.available() for x in others):
                     dirty.update(others)
+                    held.clear()
+                    epoch = None
                     continue
                 return
             nxt = min(live, key=rank)

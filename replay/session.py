@@ -113,6 +113,7 @@ class DebugSession:
         self.last_result: StepResult | None = None
         self._jumped: int | None = None            # the interaction last jumped to (see `at_interaction`)
         self._compared: dict[int, dict | None] = {}   # interaction -> where its replayed states differ
+        self._cut_positions: dict[Key, list[int | None]] | None = None   # (`_cuts`)
         self._build(Engine(self.reader, trust=trust))
         self.failure: Failure | None = self._failure()
 
@@ -123,7 +124,7 @@ class DebugSession:
         self.provenance = Provenance(self.graph, self._logs, self._barriers(), arrays=NumpyLogArrays)
         self.points = RestorePoints(engine)
         self.planner = Planner(self.graph, self.provenance, lambda: self.engine.position)
-        self.search = Search(engine, self.provenance, self.points)
+        self.search = Search(engine, self.provenance, self.points, self._cuts())
         self.changes = ChangeTracker(engine)
         self._chains: dict[Key, list[Key] | None] = {}   # `partition_chain`, per instance
 
@@ -140,15 +141,21 @@ class DebugSession:
 
     def _barriers(self) -> dict[Key, list[int]]:
         theta = self.graph.theta
-        out: dict[Key, list[int]] = {}
-        for inter in self.reader.interactions():
-            if inter.k == 0 or inter.trigger == "end":
-                continue
-            snap = self.reader.instances_at(inter.k)
-            for (op, i), at in snap.items():
-                if op == theta:
-                    out.setdefault((op, i), []).append(at.position)
-        return out
+        return {key: [p for p in cut if p is not None] for key, cut in self._cuts().items() if key[0] == theta}
+
+    def _cuts(self) -> dict[Key, list[int | None]]:
+        """Every instance's position at each interaction after the start (the end aside), in
+        their order: None where an interaction lists it not. (A forward run keeps each instance
+        within the epoch θ is in: `Search.in_order`.)"""
+        if self._cut_positions is None:
+            inters = [x for x in self.reader.interactions() if x.k != 0 and x.trigger != "end"]
+            out: dict[Key, list[int | None]] = {key: [None] * len(inters) for key in self.engine.instances}
+            for e, inter in enumerate(inters):
+                for key, at in (self.reader.instances_at(inter.k) or {}).items():
+                    if key in out:
+                        out[key][e] = at.position
+            self._cut_positions = out
+        return self._cut_positions
 
     def _failure(self) -> Failure | None:
         """The operator failure a failed run's log ends with, if any (the first one in G(θ), when

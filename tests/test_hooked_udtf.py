@@ -394,3 +394,31 @@ def test_a_when_written_for_rows_says_what_a_udtfs_unit_is(spark, tmp_path):
                       "not str (such tuples count as false); θ is a udtf, whose unit `row` is ('init',), ('eval', "
                       "args, kwargs) or ('terminate',): e.g. \"row[0] == 'eval' and row[1][0]['amount'] > 1000\""], \
         events
+
+
+def test_a_run_until_keeps_the_other_functions_where_the_recording_had_them(spark, tmp_path):
+    """The job runs Words' query to its end, then Totals'. A run-until on Words ran Totals, a
+    hooked function θ does not feed (its input is logged), to its end before Words' first call,
+    and stopped in a state that never was: Words mid-run, Totals done. Between interactions a
+    forward run now keeps every instance within its position at the interaction that ends θ's
+    epoch: where the condition holds, Totals has not started, as in the recording."""
+    from plain_jobs import record_on_and_off
+
+    run, on, off = record_on_and_off(JOB, tmp_path, when="row[0] == 'eval' and row[1][0].endswith('7')")
+    assert on == off
+    session = DebugSession(run)
+    try:
+        reader = session.reader
+        words, totals = reader.operator("Words").id, reader.operator("Totals").id
+        cuts = [reader.instances_at(x.k) for x in reader.interactions()[1:-1]]
+        assert len(cuts) >= 2 and all(at.position == 0 for snap in cuts[:2] for (op, _), at in snap.items()
+                                      if op == totals), "the recording: Totals had not started"
+        result = session.run_until("Words.count > 30")
+        assert result.ok, result
+        counts = {key: inst.count for key, inst in session.engine.instances.items()}
+        assert any(n for (op, _), n in counts.items() if op == words)
+        assert all(n == 0 for (op, _), n in counts.items() if op == totals), counts
+        session.run_until("Totals.total > 0")   # and it runs on into Totals' query
+        assert any(inst.count for (op, _), inst in session.engine.instances.items() if op == totals)
+    finally:
+        session.reader.close()
