@@ -29,7 +29,7 @@ def lineage(
     back: bool = typer.Option(False, "--back", help="What the row was made from, down to where it entered G(θ)."),
     forward: bool = typer.Option(False, "--forward", help="What the row became, up to where each path ended."),
     where: Optional[str] = typer.Option(None, "--where", help="A Python expression over a row's fields (a "
-                                        "dict's keys, a named Row's fields, a DataFrame's columns, where one of its "
+                                        "dict's keys, a named Row's fields, a UDTF's returnType, a DataFrame's columns, where one of its "
                                         "rows holds; the whole row is `row`): one tree per row it holds for."),
     depth: Optional[int] = typer.Option(None, "--depth", min=0, help="Follow at most N links from the row."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="At most N of the rows --where chooses: "

@@ -96,6 +96,10 @@ class HookedOperator(Operator):
     #: class body), which every task of a Python worker shares (`shared_class_attributes`).
     state_version = 0
 
+    #: The names of the columns of the tuples it yields, where its API declares them (a UDTF's
+    #: `returnType`): `tt lineage --where` reads a row's values by them.
+    output_columns: list[str] | None = None
+
     def __init__(self, fn: Callable, kind: str, site: str = ""):
         self._fn = fn
         self._kind = kind

@@ -184,7 +184,8 @@ def install(session: Any) -> Callable[[], None]:
             from pyspark.sql import SparkSession
 
             sc = SparkSession._getActiveSessionOrCreate().sparkContext
-            return original(self, session.hook(func, "udtf", _definition_site(func), sc, shared=True))
+            return original(self, session.hook(func, "udtf", _definition_site(func), sc, shared=True,
+                                               columns=_udtf_columns(self)))
         return patched
 
     iter_udf_kinds = {PythonEvalType.SQL_SCALAR_PANDAS_ITER_UDF: "pandas_udf.iter",
@@ -208,7 +209,8 @@ def install(session: Any) -> Callable[[], None]:
                 from pyspark.sql import SparkSession
 
                 spark = SparkSession._getActiveSessionOrCreate()
-                call = session.hook(self.func, kind, site, spark.sparkContext)
+                call = session.hook(self.func, kind, site, spark.sparkContext,
+                                    columns=_udtf_columns(self) if kind == "udtf" else None)
                 if call is self.func:   # (the job records a tt.Dataflow: it runs unrecorded, said)
                     return original(self, *args, **kwargs)
                 use = copy.copy(self)
@@ -371,6 +373,16 @@ def _user_site() -> str | None:
     if _library(frame):
         return None
     return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
+
+
+def _udtf_columns(udtf: Any) -> list[str] | None:
+    """The names of the columns a UDTF's rows have (its `returnType`), which its `eval` and
+    `terminate` yield as plain tuples: `tt lineage --where` names them. None where it declares
+    none (`analyze()` decides) or PySpark cannot say."""
+    try:
+        return [f.name for f in udtf.returnType.fields]
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _say_unrecorded_state(session: Any, func: Any, eval_type: int, said: dict[int, Any]) -> None:

@@ -206,8 +206,8 @@ class RecordingSession:
 
     # --- hooked PySpark calls (docs/HOOKS.md) -----------------------------------
 
-    def hook(self, fn: Any, kind: str, site: str, sc: Any, upstream: list[tuple[str, str]] = (),
-             shared: bool = False, tee: Any = None) -> Any:
+    def hook(self, fn: Any, kind: str, site: str, sc: Any, upstream: list[tuple[str, str, Any]] = (),
+             shared: bool = False, tee: Any = None, columns: list[str] | None = None) -> Any:
         """A patched PySpark method was called by the job: make its call site an operator
         of the run and return what Spark runs in place of `fn`. The first call begins the run.
         `upstream`: the hooked operators whose rows reach this one through Spark, and what
@@ -215,7 +215,8 @@ class RecordingSession:
         every query that names it (a UDF or UDTF registered for SQL). `tee`: for a
         transformWithStateInPandas without an initial state, the settings PySpark converts its
         batches with (`frames.conversion`): its tasks keep their input batches and log each key's
-        DataFrame as its place in them (recorder/teed_batches.py)."""
+        DataFrame as its place in them (recorder/teed_batches.py). `columns`: the names of the
+        columns of the rows it yields as tuples (a UDTF's `returnType`)."""
         from ..core.graph import SOURCE
         from ..core.hooked import SINK_KINDS, name_of, operator_for, shared_attributes_of
         from ..core.operator import Source
@@ -229,6 +230,8 @@ class RecordingSession:
                 return fn
             g = self.graph
             op, batch = operator_for(fn, kind, site), sc.getLocalProperty("streaming.sql.batchId")
+            if columns:
+                op.output_columns = list(columns)
             again = self._again(op, batch)
             if again is not None:   # foreachBatch's call of the micro-batch before, made again
                 self._hook_batches[again.id] = batch

@@ -330,7 +330,8 @@ class Lineage:
         """The rows operator `name` emitted for which `where` holds: its outputs, for an
         operator of G(θ); the tuples it sent into G(θ), for one outside it (a source)."""
         node = self.graph.node(name)
-        test = Where(where)
+        inst = self.engine.instances.get((node.id, 0))
+        test = Where(where, getattr(inst.runner.op if inst is not None else node.op, "output_columns", None))
         if node.id in self.graph.in_g:
             found, checked = self._outputs_where(node, test)
         else:
@@ -936,11 +937,12 @@ class Where:
     does (each a dict of its columns, `row` that dict). A row it raises on does not match; the
     first error is kept."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, columns: list[str] | None = None):
         try:
             tree = ast.parse(source, mode="eval")
         except SyntaxError as e:
             raise UsageError(f"bad --where expression {source!r}: {e.msg}") from None
+        self.columns = columns   # the names of a plain tuple row's values, where its operator declares them
         self.code = compile(tree, "<--where>", "eval")
         self.globals = {"__builtins__": {k: getattr(builtins, k) for k in BUILTINS}, "row": None}
         # a row that is not a dict has no fields to name: the expression as a function of `row`
@@ -977,8 +979,8 @@ class Where:
         in one comprehension where no row is a dict and none raises."""
         found = None
         types = set(map(type, rows))
-        if self._scan is not None and not any(issubclass(t, dict) or (t is not tuple and issubclass(t, tuple))
-                                              or values.is_table(t) for t in types):   # (those bind their fields)
+        if self._scan is not None and not any(issubclass(t, dict) or (issubclass(t, tuple) and (
+                t is not tuple or self.columns)) or values.is_table(t) for t in types):   # (those bind their fields)
             try:
                 found = self._scan(rows)
             except Exception:  # noqa: BLE001  (row by row, to keep the first error as __call__ does)
@@ -995,6 +997,8 @@ class Where:
         names: dict = {}
         try:
             fields = None if isinstance(row, dict) else values.field_names(row)
+            if fields is None and type(row) is tuple and self.columns and len(row) == len(self.columns):
+                fields = self.columns   # (a UDTF's row: its returnType's names)
             if fields is None and not isinstance(row, dict):
                 held = bool(self._of_row(row))
             else:   # a dict's keys, or a named row's fields, are names
