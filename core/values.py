@@ -776,6 +776,25 @@ def render(value: Any, limit: int | None = 80) -> str:
     return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
 
 
+def render_apart(a: Any, b: Any, limit: int = 60) -> tuple[str, str]:
+    """`render` of two values that differ, each cut to `limit`; where the cuts would read the
+    same (two DataFrames whose digests differ, at the end of `<DataFrame: 1000 rows × 7 columns
+    (…), xxh3 …>`), each from a little before where their texts first differ, '…' first."""
+    cut_a, cut_b = render(a, limit), render(b, limit)
+    if cut_a != cut_b:
+        return cut_a, cut_b
+    whole_a, whole_b = render(a, None), render(b, None)
+    if whole_a == whole_b:
+        return cut_a, cut_b
+    at = next((i for i, (x, y) in enumerate(zip(whole_a, whole_b)) if x != y), min(len(whole_a), len(whole_b)))
+    start = max(0, at - 12)
+
+    def cut(text: str) -> str:
+        text = "…" + text[start:]
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+    return cut(whole_a), cut(whole_b)
+
+
 def _render(v: Any) -> str:
     if isinstance(v, dict):
         if len(v) == 1:

@@ -200,11 +200,11 @@ def differing_state(reader: RunReader, engine: Engine, k: int, snap: dict | None
         if diff is not None:
             inst = engine.instances[key]
             path, a, b = diff
+            (long_a, long_b), (short_a, short_b) = values.render_apart(a, b, 120), values.render_apart(a, b, 60)
             return {"k": k, "ok": False, "op": inst.node.name, "instance": inst.i,
-                    "position": at.position, "field": path,
-                    "recorded": values.render(a, 120), "replayed": values.render(b, 120),
-                    "error": f"{inst.label} differs at interaction {k} in {path}: recorded "
-                             f"{values.render(a, 60)}, replayed {values.render(b, 60)}"}
+                    "position": at.position, "field": path, "recorded": long_a, "replayed": long_b,
+                    "error": f"{inst.label} differs at interaction {k} in {path}: recorded {short_a}, "
+                             f"replayed {short_b}"}
     return None
 
 
@@ -333,7 +333,9 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
             ref = f"{label}:{pos}"
             differ = libraries.differing(reader.libraries)
             suspects = (f"libraries of other versions here than the workers had: {libraries.described(differ)}; "
-                        if differ else "") + (f"{engine.zone_note}; " if engine.zone_note else "")
+                        if differ else "") + (f"{engine.zone_note}; " if engine.zone_note else "") + (
+                "a value rewritten in place in a file read by reference, its size, time and footer kept "
+                "(docs/SOURCES.md §8); " if reader.referenced() else "")
             return {"tuple": ref, "input": pos, "row": values.render(row, 200), "found_by": "first change",
                     "text": f"; the first input that changed {path} in the replay from {start} is {ref} "
                             f"{values.render(row, 120)} (two replays agree with each other, so what differs "

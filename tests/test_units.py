@@ -1868,3 +1868,14 @@ def test_a_set_of_numbers_shows_in_order_and_a_changed_set_shows_what_it_gained(
     assert _set_change({"old": values.encode({1, 2}), "new": values.encode({2, 3})}) == "+{3} -{1} (2 → 2 items)"
     assert _set_change({"old": values.encode([1]), "new": values.encode([1, 2])}) is None
     assert _set_change({"new": values.encode({1})}) is None
+
+
+def test_two_values_that_differ_are_shown_where_they_differ():
+    """tt verify cut both values to 60 characters: two DataFrames whose digests differ read the
+    same, '<DataFrame: 1000 rows × 7 columns (order_id, customer, amo…' twice."""
+    a = {"$repr": "<DataFrame: 1000 rows × 7 columns (order_id, customer, amount, a, b, c, d), xxh3 5f0c1234>"}
+    b = {"$repr": "<DataFrame: 1000 rows × 7 columns (order_id, customer, amount, a, b, c, d), xxh3 77aa9999>"}
+    shown = values.render_apart(a, b, 60)
+    assert shown == ("…c, d), xxh3 5f0c1234>", "…c, d), xxh3 77aa9999>")
+    assert values.render_apart(1, 2) == ("1", "2") and values.render_apart("x" * 99, "x" * 99) == (
+        values.render("x" * 99, 60),) * 2
