@@ -133,6 +133,17 @@ class EntryReader:
             return None
         return self.reader.entry_place(rowid, seq - start)
 
+    def spans(self, seq: int) -> list[tuple[str, int, int, int]] | None:
+        """Where the seq-th tuple's rows are in the files, when it is a hooked unit recorded by
+        reference (a mapInPandas batch: one chunk of positions): (file, first row, last row, rows)."""
+        idx = bisect.bisect_right(self.starts, seq) - 1
+        if idx < 0:
+            return None
+        start, n, codec, rowid = self.chunks[idx]
+        if codec not in (blobs.REF_PANDAS, blobs.REF_BATCH) or seq >= start + n:
+            return None
+        return self.reader.entry_spans(rowid)
+
     def __len__(self) -> int:
         return max((s + n for s, n, _, _ in self.chunks), default=0)
 

@@ -126,5 +126,9 @@ class ShuffledEntryReader:
             return None
         return self.shared.reader.entry_place(rowid, g - start)
 
+    def spans(self, seq: int) -> None:
+        """(rows, not hooked units, come through a shuffle: `place` says where each is)"""
+        return None
+
     def __len__(self) -> int:
         return len(self.outputs)

@@ -75,6 +75,14 @@ class StateValue:
 Node = TupleRef | Output | StateValue
 
 
+def _span_text(file: str, span: dict) -> str:
+    """`orders_0.parquet rows 1000–1999` (or `…, 1,000 of rows 0–4999` where they are not all)."""
+    a, b, n = span["first"], span["last"], span["rows"]
+    if n == 1:
+        return f"{file} row {a}"
+    return f"{file} rows {a}–{b}" if b - a + 1 == n else f"{file}, {n:,} of rows {a}–{b}"
+
+
 def _spark_label(edge: dict) -> str:
     """What Spark did between two hooked operators, as a link says it: the plan's words, its
     aggregate named with the columns it grouped by where rows were matched by them."""
@@ -157,7 +165,8 @@ class Tree:
                 by = "" if e["at"] == e["from"] else f" read by {e['at']}"
                 return f"← a row of source {e['from']}{by}: {where}"
             how = "θ's input" if e["as"] == "theta input" else "a free tuple"
-            where = f"{shown(e['file'])} row {e['row']}" if "file" in e else \
+            where = ", ".join(_span_text(shown(s["file"]), s) for s in e["spans"]) if "spans" in e else \
+                f"{shown(e['file'])} row {e['row']}" if "file" in e else \
                 "copied into the run file" if e["source"] else "lineage stops here"
             return f"← entered G(θ) at {e['at']} ({how}) from {'source ' if e['source'] else ''}{e['from']}: {where}"
         end = self.ends.get(node)
@@ -484,8 +493,10 @@ class Lineage:
     def _made_of(self, node: Node, tree: Tree) -> list[Link]:
         """Backward links of a row: the call that emitted it, and the writers of the state it was made from."""
         if isinstance(node, StateValue):
-            state = self.label(node)
-            writers = self.access[(node.op, node.instance)].writers_of(node.path)
+            access = self.access[(node.op, node.instance)]
+            whole = access.traced_whole(node.path)   # (a hooked function's field: its writers, not the key's)
+            state = self.label(node) if whole is None else self.label(StateValue(node.op, node.instance, whole, 0))
+            writers = access.writers_of(node.path)
             return [Link(node, TupleRef(node.op, node.instance, w), STATE, state) for w in positions(writers)]
         if isinstance(node, Output):
             call, j = node.call, node.index
@@ -794,7 +805,13 @@ class Lineage:
     def _file_row(self, inst: Instance, channel: tuple[int, int], seq: int) -> dict:
         entry = inst.entry.get(channel)
         place = entry.place(seq) if entry is not None else None
-        return {} if place is None else {"file": place[0], "row": place[1]}
+        if place is not None:
+            return {"file": place[0], "row": place[1]}
+        spans = entry.spans(seq) if entry is not None else None   # a hooked unit read by reference: its rows
+        if spans:
+            return {"file": spans[0][0], "spans": [{"file": f, "first": a, "last": b, "rows": n}
+                                                   for f, a, b, n in spans]}
+        return {}
 
     def stops(self, tree: Tree) -> str | None:
         """Where backward lineage stopped short of the sources: tuples from operators outside G(θ)

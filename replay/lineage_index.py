@@ -47,9 +47,10 @@ from ..store.trust import Sealer
 from .engine import Key
 from .state_access import Made
 
-FORMAT = 5   # 2: with the joins outside G(θ) (`joined`); 3: a chunk's outputs in one pickle;
+FORMAT = 6   # 2: with the joins outside G(θ) (`joined`); 3: a chunk's outputs in one pickle;
              # 4: a StatefulProcessor's and a GroupState's state per key (3 traced it per instance);
-             # 5: a UDTF's state written anew by each handler's init (4 chained a task's handlers)
+             # 5: a UDTF's state written anew by each handler's init (4 chained a task's handlers);
+             # 6: a hooked function's state traced field by field (5: as one slot, `state()`)
 CHUNK = 4096              # calls per chunk of outputs
 _KIND = "lineage index"   # the sealed blobs' kind
 

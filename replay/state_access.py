@@ -3,8 +3,9 @@
 Row lineage (replay/lineage.py) needs it; it is computed while lineage replays a run,
 never while recording. Each public dict field of the operator is replaced by a
 `TrackedDict`, which reports reads and writes of its keys; every other public field
-(or, for an operator with its own `state()`, that whole state) is one slot that every
-call reads and that a call writes when its value changed. A StatefulProcessor's state
+(or, for an operator with its own `state()`, a hooked function, each field of that state: its
+attributes, closure, globals, locals; a key of one is traced as the whole field) is one slot
+that every call reads and that a call writes when its value changed. A StatefulProcessor's state
 variables and an applyInPandasWithState function's GroupStates are reported per key by
 their operator instead (`watch_state_calls`, `state_call`). A *slot* is `(field, key)` or
 `(field,)`. The rules (docs/LINEAGE.md):
@@ -412,10 +413,8 @@ class StateAccess:
     def fields(self) -> dict[str, Any]:
         """The fields as tracked (the whole `state()`, for an operator that has its own; for
         one that reports its keyed state, its `state()` with those keys among it)."""
-        if self._by_calls:
+        if self._by_calls or self._own_state:   # (a hooked function's: its attributes, closure, globals, locals)
             return self.op.state()
-        if self._own_state:
-            return {"state()": self.op.state()}
         return values.public_attrs(vars(self.op))
 
     def _slot_fields(self) -> dict[str, Any]:
@@ -468,6 +467,11 @@ class StateAccess:
                       if s not in self._counters and (w := self.writers.get((s,))) is not None)
         return [m + plain for m in self._per_output]
 
+    def traced_whole(self, path: tuple) -> tuple | None:
+        """The field `path` lies in, where that field is traced whole (a hooked function's: a
+        call that changed any of its keys wrote it); None where the path is traced itself."""
+        return path[:1] if len(path) > 1 and path[0] in self._plain else None
+
     def writers_of(self, path: tuple) -> Writers | None:
         """The calls that wrote `path` ((field,), (field, key) or (field, key, item)), newest first."""
         slot = path[:2]
@@ -475,6 +479,8 @@ class StateAccess:
             items = self.items.get(slot)
             if items is not None and path[2] < len(items):
                 return items[path[2]]
+        if self.traced_whole(path) is not None:   # a key of a field traced whole (a hooked function's)
+            return self.writers.get(path[:1])
         return self.writers.get(slot)
 
     def _settle(self, fresh: bool = False) -> None:
@@ -494,7 +500,7 @@ class StateAccess:
                 self._add_writer(slot)   # changed in place: read first, or it could not be reached
             self._settle_items(slot, now, length, before, writers)
         for name, value in fields.items():
-            if self._dicts.get(name) is value:
+            if self._dicts.get(name, _MISSING) is value:   # (a field set to None is no tracked dict)
                 continue
             if type(value) is dict and not self._own_state and not self._by_calls:
                 self._replaced(name, value)

@@ -620,6 +620,11 @@ class RunReader:
         """(file URI, row number) of a chunk recorded by reference's `offset`-th row."""
         return self.sources().where(blobs.decompress(self.entry_data(rowid)), offset)
 
+    def entry_spans(self, rowid: int) -> list[tuple[str, int, int, int]]:
+        """Where a hooked unit recorded by reference came from: (file URI, first row, last row,
+        rows) per file (`Sources.spans`)."""
+        return self.sources().spans(blobs.decompress(self.entry_data(rowid)))
+
     def entry_data(self, rowid: int) -> bytes:
         """One chunk's data for `blobs.unpack_tuples`; a pickled chunk is checked (`open_blob`)."""
         codec, data = self.conn.execute("SELECT codec, data FROM entry_chunks WHERE rowid=?", (rowid,)).fetchone()

@@ -455,6 +455,12 @@ class SourceReader:
         fid, rows, k = _locate(parts, offset)
         return self.files[fid].uri, int(rows[k])
 
+    def spans(self, data: bytes) -> list[tuple[str, int, int, int]]:
+        """(file URI, first row, last row, rows) per file of a chunk's positions: where a hooked
+        unit read by reference (a mapInPandas batch) came from, as lineage says it."""
+        _, parts = self.parts(data)
+        return [(self.files[fid].uri, int(rows.min()), int(rows.max()), len(rows)) for fid, rows in parts if len(rows)]
+
     def parts(self, data: bytes) -> tuple[int, list[tuple[int, Any]]]:
         """(source node, [(file id, positions)]) of a chunk: as stored, or a counted chunk's
         rows of its task (`task_rows`). The last few are kept: lineage asks for a chunk's row and

@@ -296,3 +296,37 @@ def test_a_dataframe_rebuilt_otherwise_stops_replay_with_one_line(pair, tmp_path
     assert main(["verify", str(altered)]) != 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.search(refused, err) and "part-" in err, err
+
+
+def test_lineage_names_the_file_rows_a_unit_read_by_reference_came_from(pair, capsys):
+    """Back from a row the function emitted, the unit it was handed entered G(θ) from the files:
+    lineage said it was 'copied into the run file'. It now names the file and rows of each unit
+    (`spans`), and those rows, read with pyarrow and kept by the job's filter, are the unit's."""
+    name, data, run, copied, *_ = pair
+    op = "PandasRunningTotals" if name.startswith("mapInPandas") else "RunningTotals"
+    capsys.readouterr()
+    assert main(["lineage", str(run), f"{op}:0:0/0", "--back", "--depth", "1", "--json"]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    (entered,) = [t["entered"] for t in doc["tuples"] if t["tuple"] == f"{op}:0:0"]
+    assert entered["as"] == "theta input" and entered["spans"], entered
+    reader = RunReader(copied)
+    try:
+        op_id = reader.operator(op).id
+    finally:
+        reader.close()
+    unit = next(us[0] for (o, i, *_), us in units(copied).items() if (o, i) == (op_id, 0))
+    ids = [int(x) for x in (unit["id"].tolist() if hasattr(unit, "iloc") else unit.column("id").to_pylist())]
+    named = []
+    for span in entered["spans"]:
+        table = pq.read_table(span["file"].removeprefix("file:"))
+        if "g" not in table.column_names:   # (partitioned by directory: `g` is in the path)
+            table = table.append_column("g", pa.array([int(span["file"].split("g=")[1].split("/")[0])] * len(table)))
+        rows = table.slice(span["first"], span["last"] - span["first"] + 1)
+        kept = rows.filter(LAYOUTS[name][2](rows))
+        assert kept.num_rows == span["rows"], (span, kept.num_rows)
+        named += kept.column("id").to_pylist()
+    assert named == ids, name
+    capsys.readouterr()
+    assert main(["lineage", str(run), f"{op}:0:0/0", "--back", "--depth", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "copied into the run file" not in text and f" rows {entered['spans'][0]['first']}–" in text, text

@@ -1879,3 +1879,27 @@ def test_two_values_that_differ_are_shown_where_they_differ():
     assert shown == ("…c, d), xxh3 5f0c1234>", "…c, d), xxh3 77aa9999>")
     assert values.render_apart(1, 2) == ("1", "2") and values.render_apart("x" * 99, "x" * 99) == (
         values.render("x" * 99, 60),) * 2
+
+
+def test_a_field_set_to_none_is_written_by_that_call():
+    """Row lineage's tracking (replay/state_access.py) took a plain field whose new value is None
+    for a tracked dict left as it was (`_dicts.get(name) is value`: None is None), so the call
+    that reset it was no writer, and a UDTF's handler made by `init` (customer None) chained a
+    key's rows to the earlier keys' first rows."""
+    from tt.replay.state_access import StateAccess, positions
+
+    class Last(Operator):
+        def __init__(self):
+            self.last = None
+
+        def process(self, row, port=0):
+            self.last = row
+            return []
+
+    op = Last()
+    access = StateAccess(op)
+    for position, row in enumerate(["a", None, "b", None]):
+        access.begin(position)
+        op.process(row)
+        access.end(row, 0)
+        assert list(positions(access.writers_of(("last",))))[0] == position, (position, row)
