@@ -237,3 +237,22 @@ def test_tt_debug_opens_a_failed_hooked_run_before_its_failing_batch(failed_run)
         assert "Enrich:1:2 raised ValueError: bad payment" in message(app), message(app)
         assert app.model.call(lambda s: s.states()) == before
     drive(app, script, size=(160, 45))
+
+
+def test_lineage_of_a_field_of_the_hooked_objects_state(recorded, capsys):
+    """`Enrich:0.highest.c3 --back`: a hooked function's state was one slot, 'state()', which no
+    field could name ("Enrich:0 has no field 'highest'"). Each field is a slot now, a key of one
+    traced as the whole field: its writers are the batches that changed `highest`, as the oracle
+    computes it from the data, and `batches`' are every batch."""
+    from tt.cli.main import main
+
+    run = recorded[0]
+    batches = ROWS // PARTITIONS // BATCH
+    changed = [b for b in range(batches) if oracle(0, b + 1)["highest"] != oracle(0, b)["highest"]]
+    for path, want in (("highest.c3", changed), ("batches", list(range(batches)))):
+        capsys.readouterr()
+        assert main(["lineage", str(run), f"Enrich:0.{path}", "--back", "--depth", "1", "--json"]) == 0
+        (doc,) = json.loads(capsys.readouterr().out)
+        got = sorted(int(link["to"].rsplit(":", 1)[1]) for link in doc["links"] if link["kind"] == "state")
+        assert got == want, (path, got, want)
+        assert {link["state"] for link in doc["links"]} == {f"Enrich:0 {path.split('.')[0]}"}
