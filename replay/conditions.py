@@ -103,12 +103,14 @@ class Condition:
         self.source = parsed.source
         self._instances = instances      # (operator name, i) -> that instance, for OP[i]
         self.evaluated = 0
+        self.steps = 0       # the steps it was asked about (it is evaluated only on those it reads)
         self.raised = 0
         self.first_error: tuple[str, int, str, int] | None = None
 
     def __call__(self, inst: Instance, pos: int, row: Any) -> bool:
         p = self.parsed
         name = inst.node.name
+        self.steps += 1
         if p.operators and name not in p.operators and "row" not in p.names:
             return False
         env = {"row": row, "op": name, "instance": inst.i, "position": pos}

@@ -593,6 +593,9 @@ class DebugSession:
             elif check.always_raised:
                 result.ok = False
                 result.note = check.errors(True)
+            elif not check.steps:   # (it is checked after a step: it may hold here, where no step is left)
+                result.ok = False
+                result.note = "no tuple is left to step here: the run ends at this position"
             else:
                 result.ok = False
                 result.note = "the condition never held before the end of the run" + check.errors(False)

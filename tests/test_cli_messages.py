@@ -90,6 +90,20 @@ def test_a_condition_that_sometimes_raises_says_so_once(chain_run, capsys):
     assert "it raised KeyError: 'nope' on " in last["note"] and "those count as false" in last["note"]
 
 
+def test_a_run_until_at_the_end_of_the_run_says_no_step_is_left(chain_run, capsys):
+    """A condition is checked after each step: at the end of the run there is none, and it was
+    said to have 'never held before the end of the run', of a condition that held there."""
+    reader = RunReader(chain_run)
+    try:
+        last = reader.interactions()[-1].k
+    finally:
+        reader.close()
+    assert main(["replay", str(chain_run), "--to", str(last), "--run-until", "A.seen > 0", "--json"]) == 1
+    out, _ = _err(capsys)
+    step = json.loads(out)[-1]
+    assert not step["ok"] and step["note"] == "no tuple is left to step here: the run ends at this position", step
+
+
 def test_a_condition_binds_its_own_names(chain_run, capsys):
     """A generator's `for k, v in ...`, a lambda's parameter and `:=` bind names of the condition's
     own: they were refused as unknown names, and a generator, once let through, could not see the
