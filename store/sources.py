@@ -334,9 +334,22 @@ class SourceReader:
     def check_all(self) -> None:
         """Every file still referenced, before a long replay starts (`tt verify`, `tt pack`);
         a packed source's rows are in the run file, its files only say where they came from."""
+        failed: list[tuple[int, SourceFileError]] = []
         for fid in sorted(self.files):
             if not self.scans[self.files[fid].source]["info"].get("packed"):
-                self.check(fid)
+                try:
+                    self.check(fid)
+                except SourceFileError as e:
+                    failed.append((fid, e))
+        if failed:   # the first, and how many more (one line: each of them needs restoring)
+            fid, first = failed[0]
+            if len(failed) == 1:
+                raise first
+            others = [shown(self.files[f].uri).rsplit("/", 1)[-1] for f, _ in failed[1:]]
+            more = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            e = SourceFileError(f"{first} ({len(others)} more file{'s' if len(others) > 1 else ''} too: {more})")
+            e.reason = getattr(first, "reason", None)
+            raise e from None
 
     def table(self, data: bytes, digest: Callable[[Any], bytes] = row_digest.digest) -> Any:
         """One chunk's rows as an Arrow table in the operator's schema. The chunk's digest of its

@@ -330,3 +330,21 @@ def test_lineage_names_the_file_rows_a_unit_read_by_reference_came_from(pair, ca
     assert main(["lineage", str(run), f"{op}:0:0/0", "--back", "--depth", "1"]) == 0
     text = capsys.readouterr().out
     assert "copied into the run file" not in text and f" rows {entered['spans'][0]['first']}–" in text, text
+
+
+def test_every_missing_file_is_counted_in_the_one_line(pair, capsys):
+    """With the data moved away, `tt verify` named the first file only: a user restoring it met the
+    next one at the next try. The one line now names the first and how many more."""
+    name, data, run, *_ = pair
+    files = sorted(p for p in data.rglob("*.parquet"))
+    away = data.parent / "data-away"
+    data.rename(away)
+    try:
+        capsys.readouterr()
+        assert main(["verify", str(run)]) == 1
+        err = capsys.readouterr().err.strip()
+    finally:
+        away.rename(data)
+    assert len(err.splitlines()) == 1 and "cannot be read from here (it is missing)" in err, err
+    assert len(files) > 1 and f"({len(files) - 1} more file{'s' if len(files) > 2 else ''} too: " in err, err
+    assert main(["verify", str(run)]) == 0
