@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from .main import app
+from ..core.hooked import ITERATOR_KINDS
 from .output import JSON, emit, require_dataflow, require_intact
 
 
@@ -101,7 +102,8 @@ def verify(
                            if all(op in r["empty"] for r in compared if op in r.get("moved", ())))
             if empty:   # "equals" compared nothing of theirs: say so (what they emitted: by count only)
                 data["empty_states"] = empty
-                text += _empty_states(run, empty, {op for r in compared for op in r.get("inside", ())})
+                text += _empty_states(run, empty, {op for r in compared for op in r.get("inside", ())},
+                                      {o.name for o in reader.operators if o.kind in ITERATOR_KINDS})
             by_rows = sorted({op for r in results for op in r.get("rows_only", ())})
             if by_rows:   # what "equals" meant for their stored rows (core/kept_inputs.py `ROWS`)
                 text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "
@@ -147,27 +149,29 @@ def verify(
         reader.close()
 
 
-def _empty_states(run: Path, empty: list[str], inside: set[str]) -> str:
+def _empty_states(run: Path, empty: list[str], inside: set[str], generators: set[str]) -> str:
     """The lines that say what "equals" meant for operators whose recorded state was empty at
     every interaction after their first input: those caught inside a task kept nothing between
-    their steps; the others were only seen before a task's first input or after its last (each
-    task ran whole between two interactions), where a generator's state is gone, so a shorter
-    period would not help as much as a condition, which stops at a tuple."""
+    their steps; a function that is no generator keeps nothing between its calls; a generator
+    (`generators`: the operators that run as one) seen only before a task's first input or
+    after its last (each task ran whole between two interactions) had no state there, and a
+    condition, which stops at a tuple, shows it better than a shorter period would."""
+    groups = [
+        ([op for op in empty if op in inside], "{its} recorded state was empty at every interaction, inside {its} "
+         "tasks too (a function keeping nothing between its steps)", ""),
+        ([op for op in empty if op not in inside and op not in generators], "{its} recorded state was empty at "
+         "every interaction (a function keeping nothing between its calls)", ""),
+        ([op for op in empty if op not in inside and op in generators], "no interaction fell inside any of {its} "
+         "tasks (each ran whole between two), and {its} recorded state was empty before and after each (a "
+         "generator's state is gone once it ends)", ": to see a generator's state mid-run, record with --when, which "
+         "stops at a tuple"),
+    ]
     lines = []
-    kept_nothing = [op for op in empty if op in inside]
-    between = [op for op in empty if op not in inside]
-    what = "so for {} verify compared only how many outputs each input gave"
-    if kept_nothing:
-        one = len(kept_nothing) == 1
-        lines.append(f"{run}: {', '.join(kept_nothing)}: {'its' if one else 'their'} recorded state was empty at "
-                     f"every interaction, inside {'its' if one else 'their'} tasks too (a function keeping nothing "
-                     f"between its steps), " + what.format('it' if one else 'them'))
-    if between:
-        one = len(between) == 1
-        lines.append(f"{run}: {', '.join(between)}: no interaction fell inside any of {'its' if one else 'their'} tasks "
-                     f"(each ran whole between two), and {'its' if one else 'their'} recorded state was empty before "
-                     f"and after each (a generator's state is gone once it ends), " + what.format('it' if one else 'them')
-                     + ": to see a generator's state mid-run, record with --when, which stops at a tuple")
+    for ops, why, advice in groups:
+        if ops:
+            one = len(ops) == 1
+            lines.append(f"{run}: {', '.join(ops)}: {why.format(its='its' if one else 'their')}, so for "
+                         f"{'it' if one else 'them'} verify compared only how many outputs each input gave{advice}")
     return "".join(f"\n{line}" for line in lines)
 
 

@@ -69,6 +69,10 @@ GROUP_ITER_KINDS = frozenset({"applyInPandas.iter", "applyInArrow.iter"})
 PROCESSOR_KINDS = frozenset({"transformWithStateInPandas", "transformWithState"})
 #: The API whose function gets a key's `GroupState` (core/group_state.py `GroupStateOperator`).
 GROUP_STATE_KIND = "applyInPandasWithState"
+#: The APIs whose function runs as a generator over its task's units, suspended between two
+#: (`IteratorOperator`, `GroupIterOperator`, a foreach writer): its state lives in its frame
+#: while it runs, gone once it returns.
+ITERATOR_KINDS = HOOKED_KINDS - GROUP_KINDS - ELEMENT_KINDS - PROCESSOR_KINDS - {"udtf", GROUP_STATE_KIND}
 
 
 class HookedOperator(Operator):

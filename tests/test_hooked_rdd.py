@@ -128,13 +128,16 @@ def test_verify_replays_every_interaction(recorded, capsys):
     said = capsys.readouterr().out
     assert f"verified {n} of {n} interactions" in said
     # what "equals" compared of the operators whose state was empty: the stateless `map`, caught
-    # inside its tasks by --when, keeps nothing; `tagged` (a generator) and `flatMap` ran in a later
-    # action, whole between two interactions, so --when is what would show tagged's `n` mid-run
+    # inside its tasks by --when, keeps nothing; `tagged` (a generator) and `flatMap` (a function)
+    # ran in a later action, whole between two interactions, so --when is what would show tagged's
+    # `n` mid-run, and flatMap has nothing to show
     lines = {line.split(": ")[1]: line for line in said.splitlines()[1:]}
-    assert sorted(lines) == ["flatMap, tagged", "map"], said
+    assert sorted(lines) == ["flatMap", "map", "tagged"], said
     assert "empty at every interaction, inside its tasks too (a function keeping nothing" in lines["map"]
-    assert "no interaction fell inside any of their tasks" in lines["flatMap, tagged"]
-    assert lines["flatMap, tagged"].endswith("record with --when, which stops at a tuple")
+    assert "empty at every interaction (a function keeping nothing between its calls)" in lines["flatMap"]
+    assert "no interaction fell inside any of its tasks" in lines["tagged"]
+    assert lines["tagged"].endswith("record with --when, which stops at a tuple")
+    assert "--when" not in lines["flatMap"] + lines["map"]
 
 
 def test_steps_over_elements_and_back(recorded):
