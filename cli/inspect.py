@@ -11,6 +11,7 @@ from ..core import kept_inputs, values
 from ..core.code_pickle import same_python
 from ..core.errors import UsageError
 from ..core.libraries import described
+from ..replay.facts import condition_tuple
 from ..store.sources import shown
 from .main import app
 from .output import CSV, JSON, NL, cut_hint, emit, human_bytes, only_one, require_intact, table
@@ -238,7 +239,7 @@ def _interactions_text(rows: list[dict]) -> str:
             if pos else "(incomplete)"
         detail = ""
         if r["trigger"] == "condition":
-            detail = " " + _condition_tuple(r["detail"])
+            detail = " " + (condition_tuple(r["detail"]) or "?")
         out.append([r["k"], f"{r['t']:.2f}s", r["trigger"] + detail, brief])
     return table(out, ["k", "t", "trigger", "positions"])
 
@@ -332,21 +333,12 @@ def facts_label(reader, key: tuple[int, int]) -> str:
 
 # --- the tuple that met a --when condition ------------------------------------------------------
 
-def _condition_tuple(detail: dict) -> str:
-    """The tuple that met the condition, as OP:INSTANCE:INPUT# (the interaction was taken just
-    after it, so the detail's position, a count, is one more than the tuple's number)."""
-    try:
-        return f"{detail['op']}:{int(detail['instance'])}:{int(detail['position']) - 1}"
-    except (KeyError, TypeError, ValueError):
-        return "?"
-
-
 def _condition_detail(reader, detail: dict, trust: bool) -> dict:
     """The detail of a condition interaction as JSON: the tuple's name and the tuple itself
     as an object (read from the recorded tuples into θ; recorded as text only, the recorder
     kept its first 200 characters, given as {"$repr": text} when it cannot be read)."""
     out = {k: detail.get(k) for k in ("op", "instance", "position")}
-    out["tuple"] = _condition_tuple(detail)
+    out["tuple"] = condition_tuple(detail) or "?"
     text = detail.get("row")
     row = None
     try:

@@ -18,6 +18,17 @@ from ..core.errors import RunFileError, TTError, UsageError
 from ..store.reader import RunReader
 
 
+def condition_tuple(detail: dict) -> str | None:
+    """The tuple that met a `--when` condition, as `OP:INSTANCE:INPUT#`. The recorder takes the
+    interaction right after θ consumed that tuple and stores its position then: a count of the
+    tuples consumed (1-based), one more than the tuple's input number (0-based), which is what
+    every view names tuples by (the logs view said `#10` of the timeline's `Enrich:1:9`)."""
+    try:
+        return f"{detail['op']}:{int(detail['instance'])}:{int(detail['position']) - 1}"
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def label(reader: RunReader, op_id: int, instance: int) -> str:
     return f"{reader.operators[op_id].name}:{instance}"
 

@@ -32,6 +32,7 @@ from ..core.errors import RunFileError
 from ..store import blobs
 from ..store.reader import RunReader
 from ..store.trust import is_trusted
+from .facts import condition_tuple
 
 PAGE = 200
 
@@ -159,9 +160,9 @@ def _clock(t: float | None) -> str:
 def _detail(d: dict) -> str:
     if not d:
         return ""
-    if "op" in d and "position" in d:
+    if "op" in d and "position" in d:   # a condition's: the tuple that met it, named as everywhere
         row = d.get("row", "")
-        return f"{d['op']}:{d.get('instance')} #{d['position']} {row}".strip()
+        return f"{condition_tuple(d) or '?'} {row}".strip()
     return " ".join(f"{k}={v}" for k, v in d.items())
 
 

@@ -1903,3 +1903,12 @@ def test_a_field_set_to_none_is_written_by_that_call():
         op.process(row)
         access.end(row, 0)
         assert list(positions(access.writers_of(("last",))))[0] == position, (position, row)
+
+
+def test_the_logs_view_names_a_conditions_tuple_as_every_view_does():
+    """The interactions log said `Enrich:1 #10` of the tuple the timeline and `tt inspect` name
+    `Enrich:1:9`: the detail holds a count, one more than the tuple's number."""
+    from tt.replay.logview import _detail
+
+    assert _detail({"op": "Enrich", "instance": 1, "position": 10, "row": "<DataFrame>"}) == "Enrich:1:9 <DataFrame>"
+    assert _detail({"batch": 3}) == "batch=3"

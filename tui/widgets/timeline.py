@@ -17,17 +17,7 @@ from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
 
-
-def condition_tuple(detail: dict) -> str | None:
-    """The tuple that met a `--when` condition, as `OP:INSTANCE:INPUT#`.
-
-    The recorder takes the interaction right after θ consumed that tuple and stores
-    its position then: a count of the tuples consumed (1-based), one more than the
-    tuple's input number (0-based), which is what every view names tuples by."""
-    try:
-        return f"{detail['op']}:{int(detail['instance'])}:{int(detail['position']) - 1}"
-    except (KeyError, TypeError, ValueError):
-        return None
+from ...replay.facts import condition_tuple
 
 
 class InteractionTimeline(DataTable):
