@@ -903,8 +903,10 @@ def test_layout_follows_each_resize_at_once(fraud_run):
         # 2 and 3 focus the timeline and the scope panes of the wide debug view
         await keys(pilot, "2")
         assert app.focused is app.query_one(InteractionTimeline)
+        assert message(app) == "at this size the timeline is the interactions pane of the debug view (1): it has the focus"
         await keys(pilot, "3")
         assert app.focused is app.query_one("#scope-tree")
+        assert message(app).startswith("at this size the scope is the scope pane"), message(app)
         await keys(pilot, "1")
         assert app.focused is app.query_one(PendingTuples)
         await pilot.resize_terminal(100, 30)

@@ -215,6 +215,9 @@ class DebuggerApp(App):
                 self.query_one(target).focus()
             except Exception:
                 pass
+        if self.wide and name in ("timeline", "scope"):   # (no view of its own to switch to: say where it is)
+            pane = "interactions" if name == "timeline" else "scope"
+            self._say(f"at this size the {name} is the {pane} pane of the debug view (1): it has the focus")
 
     # --- facts (no replay) ------------------------------------------------------------------------
 
