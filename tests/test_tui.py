@@ -734,6 +734,11 @@ def test_an_untrusted_run_still_shows_its_facts(fraud_run, tmp_path, monkeypatch
         await pilot.press("n")
         await until(pilot, lambda: "no replay" in message(app), what="the refusal")
         assert "no replay" in message(app)
+        for key in ("]", "c", "w"):   # (keys that need the replay said nothing)
+            app.query_one(MessageLine).say("")
+            await pilot.press(key)
+            await until(pilot, lambda: "no replay" in message(app), what=f"{key}'s refusal")
+            assert not isinstance(app.screen, PromptScreen)   # (c asks for no condition it cannot run)
     drive(app, script)
 
 

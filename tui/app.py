@@ -716,7 +716,8 @@ class DebuggerApp(App):
         return True
 
     def on_key(self, event: Key) -> None:
-        """A disabled step key (or `i` without a recording beside the app) says why instead of doing nothing."""
+        """A disabled key (a step, one that needs the replay engine, `i` without a recording beside
+        the app) says why instead of doing nothing."""
         action = actions.BY_KEY.get(event.key)
         if action is None or self.check_action(action.name, ()):
             return
@@ -724,6 +725,8 @@ class DebuggerApp(App):
             return
         if action.when.step is not None:
             self._explain(action.name)
+        elif action.when is When.ENGINE:   # (a jump, run-until, why: no replay here, or one under way)
+            self._can_act()
         elif action.when is When.LIVE and not isinstance(self.screen, TupleScreen):
             self._say(self._why_no_interaction(), "warning")
 
