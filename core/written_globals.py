@@ -119,10 +119,24 @@ def shared_class_attributes(obj: Any) -> dict:
         for c in type(obj).__mro__:
             if name in vars(c):
                 value = vars(c)[name]
-                if not is_code(value) and not hasattr(type(value), "__get__"):   # (a property, a method: no state)
+                if _shareable(value):
                     out[name] = value
                 break
     return out
+
+
+#: Values a write through `self` cannot change in place: `self.count += 1` on `count = 0` in the
+#: class body makes the instance an attribute of its own, and shares nothing.
+_IMMUTABLE = (int, float, complex, str, bytes, bool, tuple, frozenset, type(None), range)
+
+
+_NO_VALUE = ()   # (immutable: not shareable)
+
+
+def _shareable(value: Any) -> bool:
+    """A class attribute that writes through `self` would change for every instance: no code (a
+    method, a property: `__get__`), and nothing immutable."""
+    return not is_code(value) and not hasattr(type(value), "__get__") and not isinstance(value, _IMMUTABLE)
 
 
 def class_shared_writes(cls: type) -> list[str]:
@@ -131,8 +145,7 @@ def class_shared_writes(cls: type) -> list[str]:
     holds and `__init__` does not make the instance's own (`self.totals = {}`)."""
     made = set(_self_stores(cls.__dict__.get("__init__")))
     return [name for name in _class_self_writes(cls) if name not in made and not name.startswith("_")
-            and any(name in vars(c) and not is_code(vars(c)[name]) and not hasattr(type(vars(c)[name]), "__get__")
-                    for c in cls.__mro__)]
+            and _shareable(next((vars(c)[name] for c in cls.__mro__ if name in vars(c)), _NO_VALUE))]
 
 
 @functools.lru_cache(maxsize=256)

@@ -262,3 +262,36 @@ def test_written_attributes_are_those_a_callable_objects_methods_write_into_itse
     assert written_attributes(Numbering()) == ["n", "cache", "seen"]
     assert written_attributes(Numbering().__call__) == ["n", "cache"]
     assert written_attributes(Reading()) == written_attributes(Numbering) == written_attributes(lambda x: x) == []
+
+
+def test_class_attributes_written_through_self_are_the_shared_ones():
+    """What a recording warns of and a state shows as its class's (core/written_globals.py):
+    attributes in the class body that the methods change in place through `self`. An immutable
+    one (`count = 0`, then `self.count += 1`) becomes the instance's own at the first write, one
+    `__init__` sets is the instance's, and a property or a method is no state."""
+    from tt.core.written_globals import class_shared_writes, shared_class_attributes
+
+    class Handler:
+        count = 0
+        seen = []
+        totals = {}
+        mine = {}
+
+        def __init__(self):
+            self.mine = {}
+
+        @property
+        def size(self):
+            return len(self.seen)
+
+        def eval(self, x):
+            self.count += 1
+            self.seen.append(x)
+            self.totals[x] = self.totals.get(x, 0) + 1
+            self.mine[x] = 1
+
+    assert class_shared_writes(Handler) == ["seen", "totals"]
+    h = Handler()
+    h.eval(3)
+    assert shared_class_attributes(h) == {"seen": [3], "totals": {3: 1}}
+    assert h.__dict__ == {"mine": {3: 1}, "count": 1}
