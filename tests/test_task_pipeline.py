@@ -51,7 +51,7 @@ def test_a_chained_task_takes_interactions_only_with_the_task_before_it(spark, t
     session = RecordingSession(tmp_path / "run.db", tmp_path / "job.py", [], watch="running_total", every=3600.0)
     site, sc = "job.py:1", spark.sparkContext   # the call sites, as the patched PySpark methods hook them
     first = session.hook(running_total, "rdd.mapPartitions", site, sc)
-    second = session.hook(Threshold(), "rdd.filter", site, sc, upstream=[("running_total", "pipelined")])
+    second = session.hook(Threshold(), "rdd.filter", site, sc, upstream=[("running_total", "pipelined", None)])
     attempt = {"spark_attempt": 7, "number": 0}
     try:
         upstream = StageTask(first.graph, first.stage_id, 0, first.recording, attempt)
