@@ -96,6 +96,7 @@ def plan_path_label(plan: str, name: str, others: Any = ()) -> str | None:
 _MOVES = _QUIET | {"Repartition", "RepartitionByExpression", "Sort"}
 #: ... and between an aggregate and the hooked function after it: each row there is one group's
 _KEEPS_GROUPS = _MOVES | {"Filter", "GlobalLimit"}
+_DEPTH = {"[": 1, "(": 1, "]": -1, ")": -1}   # how a plan's text nests
 _ATTRIBUTE = re.compile(r"^([A-Za-z_]\w*)#\d+L?$")
 
 
@@ -146,7 +147,7 @@ def _bracketed(text: str) -> str | None:
         return None
     level = 0
     for i, c in enumerate(text):
-        level += {"[": 1, "(": 1, "]": -1, ")": -1}.get(c, 0)
+        level += _DEPTH.get(c, 0)
         if level == 0:
             return text[1:i]
     return None
@@ -156,7 +157,7 @@ def _split_top(text: str) -> list[str]:
     """`text` split at its commas outside brackets."""
     parts, level, start = [], 0, 0
     for i, c in enumerate(text):
-        level += {"[": 1, "(": 1, "]": -1, ")": -1}.get(c, 0)
+        level += _DEPTH.get(c, 0)
         if c == "," and level == 0:
             parts.append(text[start:i])
             start = i + 1

@@ -83,15 +83,21 @@ def check_fields(parsed: Parsed, engine: Engine, operator, what: str) -> None:
             raise UsageError(f"bad {what} {parsed.source!r}: {name} has instances 0..{op.instances - 1}, "
                              f"not {index}")
         insts = [inst for (o, i), inst in engine.instances.items() if o == op.id and (index is None or i == index)]
-        if attr is None or any(_has_field(inst.runner.op, attr) for inst in insts):
+        fields = None if attr is None else unknown_field([inst.runner.op for inst in insts], attr)
+        if fields is None:
             continue
-        if any(getattr(inst.runner.op, "fields_known", True) is False for inst in insts):
-            continue   # a processor names its state variables in init, which has not run yet
-        fields = sorted({f for inst in insts for f in (*_state_fields(inst.runner.op),
-                                                       *getattr(inst.runner.op, "empty_fields", ()))})
         raise UsageError(f"bad {what} {parsed.source!r}: unknown field {attr!r} of "
                          f"{name if index is None else f'{name}[{index}]'} "
                          f"(fields: {', '.join(fields) or 'none, its state is empty'})")
+
+
+def unknown_field(ops: list, attr: str) -> list[str] | None:
+    """The fields the operators `ops` have, where `attr` is none of them (to name in the
+    refusal); None where it is one, or may still come (a processor names its state variables in
+    init, a UDTF's handler is made by its first unit: `fields_known`)."""
+    if any(_has_field(op, attr) for op in ops) or any(getattr(op, "fields_known", True) is False for op in ops):
+        return None
+    return sorted({f for op in ops for f in (*_state_fields(op), *getattr(op, "empty_fields", ()))})
 
 
 class Condition:

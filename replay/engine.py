@@ -693,15 +693,11 @@ class Engine:
                     steps += 1
                     if steps & 255 == 0:
                         steps = report(steps)
-            live = [x for x in sources if x.count < x.total]
-            if not live:
+            if nxt is None:   # (the others take no source's input: `live` and `nxt` still hold)
                 if any(x.count < x.total and x.available() for x in others):
                     dirty.update(others)
-                    held.clear()
-                    epoch = None
                     continue
                 return
-            nxt = min(live, key=rank)
             nxt.consume()
             steps = report(steps + 1)
 

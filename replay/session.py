@@ -618,11 +618,10 @@ class DebugSession:
                                                         f"the partition's micro-batches, for reading: go back to the "
                                                         f"last change of a state variable of one micro-batch's task")
         state = self.engine.instances[key].state()
-        op = self.engine.instances[key].runner.op
         top = field_path.split(".")[0]
-        fields = {*state, *getattr(op, "empty_fields", ())}
-        if state and top not in fields and getattr(op, "fields_known", True) is not False:
-            raise UsageError(f"unknown field {top!r} of {instance} (fields: {', '.join(sorted(map(str, fields)))})")
+        fields = conditions.unknown_field([self.engine.instances[key].runner.op], top) if state else None
+        if fields is not None:   # (as a condition naming it is refused)
+            raise UsageError(f"unknown field {top!r} of {instance} (fields: {', '.join(map(str, fields))})")
         current = lookup_dotted(state, field_path)
         with self.lock:
             t0 = time.perf_counter()

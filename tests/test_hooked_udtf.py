@@ -263,6 +263,17 @@ COUNT_JOB = ("import json, sys\n"
              "        yield n, self.total\n")
 
 
+def _recorded_warnings(job: Path, tmp_path: Path, **options) -> list[str]:
+    """Record `job` (its output to tmp_path/on.json, the run to tmp_path/run.db): what it warned of."""
+    from tt.recorder.job import record_job
+
+    events = []
+    outcome = record_job(job, [str(tmp_path / "on.json")], tmp_path / "run.db",
+                         on_event=lambda kind, info: events.append((kind, info)), **options)
+    assert outcome.status == "complete", outcome.error
+    return [info["message"] for kind, info in events if kind == "warning"]
+
+
 def test_each_use_of_a_udtf_from_python_is_an_operator_of_its_own(spark, tmp_path, capsys):
     """A UDTF called twice from Python, over other rows: PySpark runs both uses through the one
     JVM function the UDTF makes at its first use, and tt took the second query's task for another
@@ -295,8 +306,6 @@ def test_a_udtf_registered_for_sql_and_used_by_two_queries_is_said_recorded_for_
     function it registered, and tt, which numbers a task by its partition, keeps the first
     query's. The recording says so (it said nothing), and a second registration, under another
     name, is an operator of its own."""
-    from tt.recorder.job import record_job
-
     job = tmp_path / "sql.py"
     job.write_text(COUNT_JOB +
         "spark.udtf.register('count_udtf', Count)\n"
@@ -305,12 +314,9 @@ def test_a_udtf_registered_for_sql_and_used_by_two_queries_is_said_recorded_for_
         "spark.udtf.register('count_again', Count)\n"
         "c = spark.sql('SELECT * FROM count_again(7)').collect()\n"
         "json.dump([list(a[0]), list(b[0]), list(c[0])], open(sys.argv[1], 'w'))\n")
-    events = []
-    outcome = record_job(job, [str(tmp_path / "on.json")], tmp_path / "run.db",
-                         on_event=lambda kind, info: events.append((kind, info)))
-    assert outcome.status == "complete", outcome.error
+    warned = _recorded_warnings(job, tmp_path)
     assert (tmp_path / "on.json").read_text() == "[[1, 1], [5, 5], [7, 7]]"
-    assert [info["message"] for kind, info in events if kind == "warning"] == [
+    assert warned == [
         "Count (registered for SQL) ran in another query: tt recorded the first query's run of each partition, not "
         "this one's; register it under another name for each query, or call it from Python, to record each"]
     reader = RunReader(tmp_path / "run.db")
@@ -332,8 +338,6 @@ def test_a_udtf_keeping_state_in_its_class_is_said_shown_and_caught_by_verify(sp
     per key). Now the recording warns, the state shows `rows` beside the handler's own `mine`,
     and verify names it where the replay differs, without blaming an input."""
     from tt.cli.main import main
-    from tt.recorder.job import record_job
-
     job = tmp_path / "shared.py"
     job.write_text("import json, sys\n"
                    "from pyspark.sql import SparkSession\n"
@@ -353,11 +357,8 @@ def test_a_udtf_keeping_state_in_its_class_is_said_shown_and_caught_by_verify(sp
                    "spark.range(0, 400, numPartitions=2).createOrReplaceTempView('nums')\n"
                    "out = spark.sql('SELECT t.* FROM nums, LATERAL tally(id) t').collect()\n"
                    "json.dump(sorted(list(r) for r in out), open(sys.argv[1], 'w'))\n")
-    events = []
-    outcome = record_job(job, [str(tmp_path / "on.json")], tmp_path / "run.db",
-                         when="row[0] == 'eval' and row[1][0] % 50 == 0", on_event=lambda kind, info: events.append((kind, info)))
-    assert outcome.status == "complete", outcome.error
-    assert [info["message"] for kind, info in events if kind == "warning" and "class" in info["message"]] == [
+    warned = _recorded_warnings(job, tmp_path, when="row[0] == 'eval' and row[1][0] % 50 == 0")
+    assert [w for w in warned if "class" in w] == [
         "Tally (udtf at shared.py:5) keeps state in an attribute of its class (rows), which every instance shares, "
         "and with them every task one Python worker runs: a task starts from what the worker's earlier tasks left "
         "there, and a replay runs its instances in one process, so it may differ from the run (tt verify says "
@@ -382,19 +383,12 @@ def test_a_udtf_keeping_state_in_its_class_is_said_shown_and_caught_by_verify(sp
 def test_a_when_written_for_rows_says_what_a_udtfs_unit_is(spark, tmp_path):
     """`tt record --help`'s `--when "row['amount'] > 1000"` raises on a UDTF's unit, a tuple: the
     warning said only TypeError. It now says what θ hands `--when`, with an example."""
-    from tt.recorder.job import record_job
-
     job = tmp_path / "when.py"
     job.write_text(COUNT_JOB + "json.dump([list(r) for r in Count(lit(3)).collect()], open(sys.argv[1], 'w'))\n")
-    events = []
-    outcome = record_job(job, [str(tmp_path / "on.json")], tmp_path / "run.db", when="row['amount'] > 1000",
-                         on_event=lambda kind, info: events.append((kind, info)))
-    assert outcome.status == "complete", outcome.error
-    warned = [info["message"] for kind, info in events if kind == "warning" and "--when" in info["message"]]
+    warned = [w for w in _recorded_warnings(job, tmp_path, when="row['amount'] > 1000") if "--when" in w]
     assert warned == ["--when \"row['amount'] > 1000\" raised TypeError: tuple indices must be integers or slices, "
                       "not str (such tuples count as false); θ is a udtf, whose unit `row` is ('init',), ('eval', "
-                      "args, kwargs) or ('terminate',): e.g. \"row[0] == 'eval' and row[1][0]['amount'] > 1000\""], \
-        events
+                      "args, kwargs) or ('terminate',): e.g. \"row[0] == 'eval' and row[1][0]['amount'] > 1000\""], warned
 
 
 def test_a_run_until_keeps_the_other_functions_where_the_recording_had_them(spark, tmp_path):
