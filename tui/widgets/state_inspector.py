@@ -262,7 +262,8 @@ class StateInspector(Vertical):
             if more is not None:
                 more.remove()
             return
-        label = Text(f"… {left:,} more (Enter shows {CHILD_LIMIT} more)", style="italic dim")
+        shows = "it" if left == 1 else "them" if left <= CHILD_LIMIT else f"{CHILD_LIMIT} more"
+        label = Text(f"… {left:,} more (Enter shows {shows})", style="italic dim")
         if more is None:
             node.add_leaf(label, data=Slot(inst, path, more=True))
         else:
