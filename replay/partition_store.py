@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..core.state_handle import StoreView
+from .state_paths import MISSING
 
 FIELD = "(partition store)"   # the field the debugger shows it under (no state variable or attribute is so named)
 
@@ -77,6 +78,24 @@ def group_state_store(layers: Iterable[tuple[dict, dict, set]]) -> dict:
     return {"state": store, "timeouts": timeouts} if timeouts else {"state": store}
 
 
+def store_changes(changed: dict, before: dict, after: dict) -> dict:
+    """A streaming task's step changes (`{field path: [old, new]}`, encoded), its store's fields
+    told by the partition's store before and after the step (both encoded) rather than by the
+    task's own view, which starts empty each micro-batch: a call starts from the value its key
+    held in the store (`state.u9: (absent) → …` read as if the state had been lost), and a key
+    a call removed that the task's view never held was no change at all (a timed-out session).
+    A field's changed keys are listed, with the old and new value of each."""
+    fields = {*before, *after}
+    out = {path: change for path, change in changed.items() if path.partition(".")[0] not in fields}
+    for name in fields:
+        was, now = before.get(name, {}), after.get(name, {})
+        for k in [*was, *(k for k in now if k not in was)]:
+            old, new = was.get(k, MISSING), now.get(k, MISSING)
+            if old != new:
+                out[f"{name}.{k}"] = [old, new]
+    return out
+
+
 def _lay_timers(view: StoreView, timers: dict[Any, set[int]]) -> None:
     listed, gone = view.timers_whole, view.timers_gone
     for k in {*view.timers, *listed, *gone}:
@@ -86,4 +105,4 @@ def _lay_timers(view: StoreView, timers: dict[Any, set[int]]) -> None:
             timers[k] = (timers.get(k, set()) - gone.get(k, set())) | set(view.timers.get(k, ()))
 
 
-__all__ = ["FIELD", "partition_store", "group_state_store"]
+__all__ = ["FIELD", "partition_store", "group_state_store", "store_changes"]

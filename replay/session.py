@@ -127,6 +127,7 @@ class DebugSession:
         self.search = Search(engine, self.provenance, self.points, self._cuts())
         self.changes = ChangeTracker(engine)
         self._chains: dict[Key, list[Key] | None] = {}   # `partition_chain`, per instance
+        self._stores_before: dict[Key, dict] = {}   # a step's streaming tasks: their partition's store before it
 
     # --- set-up -------------------------------------------------------------------
 
@@ -273,11 +274,14 @@ class DebugSession:
         state = self.engine.instances[key].state()
         chain = self.partition_chain(key)
         if chain is not None and isinstance(state, dict):
-            ops = [self.engine.instances[k].runner.op for k in chain]
-            store = (partition_store.partition_store([op.view for op in ops]) if _viewed(ops[-1])
-                     else partition_store.group_state_store([op.store_layer() for op in ops]))
-            state[partition_store.FIELD] = orjson.loads(values.dumps(store))
+            state[partition_store.FIELD] = orjson.loads(values.dumps(self._store_of(chain)))
         return state
+
+    def _store_of(self, chain: list[Key]) -> dict:
+        """The partition's store as the tasks of `chain` (oldest first) left it."""
+        ops = [self.engine.instances[k].runner.op for k in chain]
+        return (partition_store.partition_store([op.view for op in ops]) if _viewed(ops[-1])
+                else partition_store.group_state_store([op.store_layer() for op in ops]))
 
     def partition_chain(self, key: Key) -> list[Key] | None:
         """Of a streaming StatefulProcessor's task (one micro-batch on one partition), the tasks
@@ -732,6 +736,12 @@ class DebugSession:
         self._closed_scope = None
         for key in moving:
             self.changes.remember(key)
+        self._stores_before = {}
+        if 0 < len(moving) < len(self.engine.instances):   # (a step's targets; not a forward run's every instance)
+            for key in moving:
+                chain = self.partition_chain(key)
+                if chain is not None:
+                    self._stores_before[key] = orjson.loads(values.dumps(self._store_of(chain)))
         return undo
 
     def _abandon(self, undo: _Undo) -> None:
@@ -748,6 +758,15 @@ class DebugSession:
     def _finish(self, result: StepResult, before: dict[Key, int], t0: float) -> None:
         """Fill in the result: what changed in the states (changed keys only), where we are."""
         result.changed = self.changes.changed(before, self.label, diff=result.action != "jump")
+        for key, store in self._stores_before.items():   # a streaming task's step: its partition's store
+            if result.action != "jump" and self.engine.position[key] != before[key]:
+                label, after = self.label(key), orjson.loads(values.dumps(self._store_of(self.partition_chain(key))))
+                changed = partition_store.store_changes(result.changed.get(label, {}), store, after)
+                if changed:
+                    result.changed[label] = changed
+                else:
+                    result.changed.pop(label, None)
+        self._stores_before = {}
         result.position = self.position
         result.interaction = self.at_interaction()
         if result.ok and result.interaction is not None:

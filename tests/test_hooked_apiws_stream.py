@@ -148,6 +148,39 @@ def test_each_call_leaves_the_pandas_oracles_session_in_replay(recorded):
     assert {k for k, v in kinds.items() if k[2]} == {k for k, v in kinds.items() if k[2] and v == "one_chunk"}
 
 
+def test_a_steps_changes_start_from_what_earlier_micro_batches_left(recorded):
+    """A task of a later micro-batch starts with nothing of its own: its first call of a user
+    showed `state.u0: (absent) → …`, and a timed-out user's call, which removes the session,
+    showed no change at all. A step's changes now read the partition's store: a call that
+    ends changes the user's session from what pandas computes over the files before to what
+    it computes with this one; a timed-out call removes the session the store held; starting
+    a call changes no session."""
+    session = DebugSession(recorded[0])
+    slots = session.reader.plan["micro_batches"]["sessions"]
+    seen = set()
+    for i, unit, _ in each_step(session, "sessions"):
+        if unit is None or slots[i][0] == 0:
+            continue
+        changed = session.last_result.changed.get(f"sessions:{i}", {})
+        sessions = {p.split(".", 1)[1]: (old, new) for p, (old, new) in changed.items() if p.startswith("state.")}
+        batch, what = slots[i][0], unit[0]
+        user, timed_out = (unit[1][0], unit[2]["props"]["hasTimedOut"]) if what in ("key", "one_chunk") else (user, timed_out)
+        if what == "key":
+            assert sessions == {}, (i, unit, changed)
+        if what in ("key_end", "one_chunk"):
+            before = sessions_after(batch)[user]
+            old, new = sessions[user]
+            assert tuple(values.decode(old)) == before, (i, user, changed)
+            if timed_out:
+                assert new == "<missing>", (i, user, changed)
+            else:
+                assert tuple(values.decode(new)) == sessions_after(batch + 1)[user], (i, user, changed)
+            seen.add((batch, user, timed_out))
+    session.reader.close()
+    assert seen == {(1, "u0", False), (1, "u1", False), (2, "u0", False), (2, "u2", True), (2, "u3", True),
+                    (3, "u1", True)}
+
+
 def test_a_partitions_store_over_its_micro_batches_equals_the_pandas_oracle(recorded):
     """At every micro-batch end, each partition's latest task shows `(partition store)`: the
     GroupStates its partition's tasks so far left, a key's last call's standing, a removed one

@@ -98,6 +98,34 @@ def test_the_state_at_every_micro_batch_end_equals_the_pandas_oracle(recorded):
     reader.close()
 
 
+def test_a_steps_changes_start_from_what_earlier_micro_batches_left(recorded):
+    """A later micro-batch's task knows nothing of its own before its first call of a key, so a
+    step read `balance.c0: (absent) → …`. A step's changes now read the partition's store: each
+    key's balance goes from what pandas computes over the files before to what it computes with
+    this one, and each kind's count likewise."""
+    from plain_jobs import each_step
+
+    session = DebugSession(recorded[0])
+    slots = session.reader.plan["micro_batches"]["Balance"]
+    seen = set()
+    for i, unit, _ in each_step(session, "Balance"):
+        batch = slots[i][0]
+        changed = session.last_result.changed.get(f"Balance:{i}", {})
+        for path, (old, new) in changed.items():
+            var, _, customer = path.partition(".")
+            if var not in ("balance", "by_kind") or batch == 0:
+                continue
+            want_old = oracle(batch)[var].get(customer)
+            old, new = (None if x == "<missing>" else values.decode(x) if var == "by_kind" else tuple(values.decode(x))
+                        for x in (old, new))   # (a map's entries by kind; a balance (amount, n))
+            assert old == (tuple(want_old) if var == "balance" and want_old else want_old), (i, path, changed)
+            want_new = oracle(batch + 1)[var][customer]
+            assert new == (tuple(want_new) if var == "balance" else want_new), (i, path, changed)
+            seen.add((batch, var, customer))
+    session.reader.close()
+    assert {(b, v) for b, v, _ in seen} == {(b, v) for b in range(1, FILES) for v in ("balance", "by_kind")}
+
+
 def test_the_end_state_equals_sparks_own_state_store(recorded):
     """The second oracle: what Spark committed to its state store, read from the checkpoint."""
     from pyspark.sql import SparkSession
