@@ -91,8 +91,8 @@ def loads(data: bytes, what: str, folder: str | None = None) -> Any:
             return loads(data, what, folder)
         where = f"add the folder that holds it to PYTHONPATH (the job was in {folder})" if folder else \
             "add the folder that holds it to PYTHONPATH"
-        raise CodeImportError(f"{what}'s code needs the module {e.name!r}, which this Python cannot import: "
-                              f"{where}") from None
+        raise CodeImportError(f"{what}'s code needs the module {e.name!r}, which this Python cannot import and the "
+                              f"run does not store: {where}; a replay then runs it as its file reads now") from None
 
 
 def dumps(obj: Any) -> bytes:

@@ -1,13 +1,19 @@
 """The job's own modules, stored with the run so that replay imports them as they ran.
 
-A job's function that calls into a module beside it (`import helpers`, `helpers.to_usd(...)`)
+A job's function that calls into a module of the user's (`import helpers`, `helpers.to_usd(...)`)
 is pickled with a reference to that module, not its code, and replay imports it again. From
 the disk, that is whatever the file holds when the run is replayed: after the user fixed the
 bug in it, a jump showed a state the recording never had, without a word, and `tt verify`
 blamed "the environment". So the recorder stores the source of every module the job imported
-from its own folder (or a folder below it), under the file's path in `job_files` and its
-module name in `meta.job_modules`, and signs it with the operators' code; replay imports those
-modules from the run file (replay/recorded_modules.py), on a machine without the files too.
+that is not an installed package's, under the file's path in `job_files` and its module name
+in `meta.job_modules`, and signs it with the operators' code; replay imports those modules from
+the run file (replay/recorded_modules.py), on a machine without the files too. That is a module
+from the job's folder or a folder below it, and one the job imported from anywhere else but an
+installed package (the standard library, a site-packages, PySpark and py4j wherever they lie):
+a folder on PYTHONPATH (a project's `src/`), a zip Spark ships (`sc.addPyFile`, `--py-files`),
+which Spark deletes when the application ends. Those from outside the job's folder count only
+once imported after the recording began (`since`): a process that records a job beside other
+work (a test, a notebook) has imported modules of its own before.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import os
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -24,11 +31,14 @@ import orjson
 MAX_MODULES = 200
 
 
-def job_modules(folder: Path | None) -> tuple[dict[str, tuple[str, bool, str]], list[str]]:
+def job_modules(folder: Path | None, since: frozenset[str] = frozenset()
+                ) -> tuple[dict[str, tuple[str, bool, str]], list[str]]:
     """({module name: (path, package, source)}, names left out) of the modules this process
-    imported through `folder` on `sys.path`: `helpers` from folder/helpers.py, `pkg.util` from
-    folder/pkg/util.py. Not an installed package's (the folder a site-packages), not tt's, not
-    `__main__` (pickled by value already). The form `RunReader.job_modules` gives back."""
+    imported through `folder` on `sys.path` (`helpers` from folder/helpers.py, `pkg.util` from
+    folder/pkg/util.py), and of those not in `since` (the names imported before the recording
+    began) that are not an installed package's, from wherever they came (a folder on PYTHONPATH,
+    a zip). Not tt's, not `__main__` (pickled by value already). The form `RunReader.job_modules`
+    gives back."""
     if folder is None:
         return {}, []
     installed = _installed()
@@ -39,7 +49,7 @@ def job_modules(folder: Path | None) -> tuple[dict[str, tuple[str, bool, str]], 
     real_dirs: dict[str, str] = {}   # a folder as imported -> as resolved: modules share few folders
     found: dict[str, tuple[str, bool, str]] = {}
     for name, module in sorted(sys.modules.items()):
-        if name == "__main__" or name == "tt" or name.startswith("tt.") or module is None:
+        if name == "__main__" or name.partition(".")[0] in _NEVER or module is None:
             continue
         f = getattr(module, "__file__", None)
         if not isinstance(f, str) or not f.endswith(".py"):
@@ -48,17 +58,34 @@ def job_modules(folder: Path | None) -> tuple[dict[str, tuple[str, bool, str]], 
             real = _resolved(f, real_dirs)
         except OSError:
             continue
-        if not real.startswith(inside) or not _imported_through(real_path := Path(real), root, name) or \
-                _is_installed(real_path, installed):
+        real_path = Path(real)
+        if _is_installed(real_path, installed):
             continue
-        path = Path(f)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+        if not (real.startswith(inside) and _imported_through(real_path, root, name)) and name in since:
             continue
-        found[name] = (f, path.name == "__init__.py" and hasattr(module, "__path__"), text)
+        text = _source(module, name, Path(f))
+        if text is None:
+            continue
+        found[name] = (f, os.path.basename(f) == "__init__.py" and hasattr(module, "__path__"), text)
     names = list(found)
     return {n: found[n] for n in names[:MAX_MODULES]}, names[MAX_MODULES:]
+
+
+#: top-level packages never stored, wherever they lie (a Spark distribution's python/ folder, its zips)
+_NEVER = frozenset({"tt", "pyspark", "py4j"})
+
+
+def _source(module: Any, name: str, path: Path) -> str | None:
+    """A module's source: its file's, or what its loader gives (a zip's member: `zipimport`)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    try:
+        text = module.__loader__.get_source(name)
+    except Exception:  # noqa: BLE001  (a loader without sources, a zip gone since)
+        return None
+    return text if isinstance(text, str) else None
 
 
 def _resolved(file: str, real_dirs: dict[str, str]) -> str:

@@ -75,6 +75,8 @@ class RecordingSession:
         self._said_remade: set[tuple[str, str]] = set()   # (kind, site) of foreachBatch calls said to pickle otherwise
         self._scanned: set[int] = set()   # hooked sources whose reading (referenced or copied) is stored
         self._modules: dict[str, tuple] = {}  # the job's own modules, stored and signed (job_modules.py)
+        self._imported_before = frozenset(sys.modules)   # modules not the job's, unless from its folder
+        self._said_too_many = False
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
         self._stop_watching: Any = None          # a streaming query's micro-batch listener
         self.queries: dict[str, dict] = {}       # streaming query id -> {"checkpoint", "name"}
@@ -163,14 +165,26 @@ class RecordingSession:
         ])
 
     def _job_modules(self, folder: Path) -> dict[str, tuple]:
-        """The job's own modules (recorder/job_modules.py), said when there are too many to store."""
-        modules, left = job_modules.job_modules(folder)
-        if left:
+        """The job's own modules (recorder/job_modules.py), those seen before kept (`_note_modules`),
+        said once when there are too many to store."""
+        modules, left = job_modules.job_modules(folder, self._imported_before)
+        modules = {**modules, **self._modules}   # (a module stored is stored as it was first read)
+        if left and not self._said_too_many:
+            self._said_too_many = True
             self.on_event("warning", {"message": (
-                f"the job imports {len(modules) + len(left)} modules from its folder; the run stores the first "
+                f"the job imports {len(modules) + len(left)} modules of its own; the run stores the first "
                 f"{len(modules)}, and a replay imports the others ({', '.join(left[:3])}, …) as their files "
                 f"read then")})
         return modules
+
+    def _note_modules(self) -> None:
+        """Store the job's modules imported since they were last looked for: a hooked call's
+        function may come from a module the job imported after its first one (from a zip Spark
+        shipped with `addPyFile`, say)."""
+        modules = self._job_modules(self.job.parent)
+        if modules.keys() != self._modules.keys():
+            self._modules = modules
+            self.writer.submit(job_modules.rows(modules))
 
     def write_sources(self, refs: dict[int, Any], copied: dict[int, str]) -> None:
         """Store which sources are read by reference (their files) and why the others are copied."""
@@ -224,7 +238,9 @@ class RecordingSession:
         with self._hook_lock:
             if self.graph is None:
                 self._begin_hooked(sc)
-            elif not self.hooked:
+            elif self.hooked:
+                self._note_modules()
+            else:
                 self.on_event("warning", {"message": f"{kind} at {site} runs unrecorded: the job "
                                                      f"records a tt.Dataflow"})
                 return fn
@@ -428,6 +444,7 @@ class RecordingSession:
         """At the end of a hooked run: the whole DAG, θ and the signature over every operator."""
         g = self.graph
         self._learn_source_instances(self.coordinator)
+        self._note_modules()
         if g.theta is None:
             first = next(n for n in g.nodes if n.id in g.in_g)
             g.theta = first.id

@@ -74,9 +74,12 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
             break
         except OperatorFailure as f:  # recorded interactions were reached without this exception
             r = f.runner
+            missing = (f"; the module is neither importable here nor stored with the run (a function imported "
+                       f"it in Spark's workers alone): add the folder that holds it to PYTHONPATH"
+                       if isinstance(f.error, ModuleNotFoundError) else "")
             results.append({"k": interaction.k, "ok": False, "op": r.name, "instance": r.instance,
                             "position": r.count, "error": f"{r.label} raised {type(f.error).__name__}: "
-                            f"{f.error} on input #{r.count} in replay, but not when recorded"})
+                            f"{f.error} on input #{r.count} in replay, but not when recorded{missing}"})
             break
         except TTError:
             raise

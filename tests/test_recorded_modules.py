@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -36,16 +37,39 @@ HELPER = textwrap.dedent("""
                 yield x
 """)
 LIB = textwrap.dedent("""
-    def weight(x):
-        return x % 3
+    def keep(x):
+        return x % 5 != 0
+""")
+SHIPPED = textwrap.dedent("""
+    class Summer:
+        def __init__(self):
+            self.total = 0
+
+        def __call__(self, elements):
+            for x in elements:
+                self.total += x
+                yield x
+""")
+LAZY = textwrap.dedent("""
+    def double(x):
+        return 2 * x
 """)
 JOB = textwrap.dedent("""
+    import sys
     from pyspark.sql import SparkSession
-    from tt_test_helper_module import Counter     # beside the job: stored with the run
-    from tt_test_lib_module import weight          # from a folder on PYTHONPATH: imported at replay
+    from tt_test_helper_module import Counter     # beside the job
+    from tt_test_lib_module import keep            # from a folder on PYTHONPATH
 
     spark = SparkSession.builder.getOrCreate()
-    print(spark.sparkContext.parallelize(range(100), 2).map(weight).mapPartitions(Counter()).count())
+    spark.sparkContext.addPyFile(sys.argv[1])      # a zip Spark ships to its workers (and deletes at the end)
+    from tt_test_shipped_module import Summer
+
+    def doubled(x):
+        import tt_test_lazy_module                 # imported in the workers alone: not stored
+        return tt_test_lazy_module.double(x)
+
+    rdd = spark.sparkContext.parallelize(range(100), 2).filter(keep).mapPartitions(Counter())
+    print(rdd.mapPartitions(Summer()).map(doubled).count())
 """)
 
 
@@ -70,17 +94,26 @@ def _replayed_counts(run: Path) -> list:
 
 
 @pytest.mark.slow
-def test_a_module_beside_the_job_replays_as_it_ran_after_it_changed_or_went(tmp_path):
+def test_the_jobs_modules_replay_as_they_ran_after_they_changed_or_went(tmp_path):
+    """Beside the job, on PYTHONPATH and in a zip shipped with `addPyFile`: each stored with the
+    run. A module on PYTHONPATH was imported from the disk at replay, so after the user fixed it
+    a replay showed states its code never had (`Counter.n` 38 where the run had 40)."""
+    import zipfile
+
     job_dir, lib = tmp_path / "job", tmp_path / "lib"
     job_dir.mkdir()
     lib.mkdir()
     (job_dir / "tt_test_helper_module.py").write_text(HELPER)
     (job_dir / "job.py").write_text(JOB)
     (lib / "tt_test_lib_module.py").write_text(LIB)
+    (lib / "tt_test_lazy_module.py").write_text(LAZY)
+    shipped = tmp_path / "shipped.zip"
+    with zipfile.ZipFile(shipped, "w") as z:
+        z.writestr("tt_test_shipped_module.py", SHIPPED)
     run = tmp_path / "r.db"
-    recorded = _tt("record", "job.py", "-o", str(run), cwd=job_dir, pythonpath=lib)   # (its own Spark)
+    recorded = _tt("record", "job.py", "-o", str(run), "--", str(shipped), cwd=job_dir, pythonpath=lib)   # (its own Spark)
     assert recorded.returncode == 0, recorded.stderr[-2000:]
-    assert "100" in recorded.stdout.splitlines()
+    assert "80" in recorded.stdout.splitlines()
     elsewhere = tmp_path / "elsewhere"   # (python -m puts the working folder on sys.path)
     elsewhere.mkdir()
 
@@ -89,39 +122,43 @@ def test_a_module_beside_the_job_replays_as_it_ran_after_it_changed_or_went(tmp_
 
     found = verify()
     assert found.returncode == 0 and "every replayed state equals the recorded one" in found.stdout, found.stderr
-    assert {Path(p).name for p, in sqlite3.connect(run).execute("SELECT path FROM job_files")} == \
-        {"job.py", "tt_test_helper_module.py"}
+    stored = {Path(p).name: p for p, in sqlite3.connect(run).execute("SELECT path FROM job_files")}
+    assert stored.keys() == {"job.py", "tt_test_helper_module.py", "tt_test_lib_module.py", "tt_test_shipped_module.py"}
+    assert "shipped.zip" in stored["tt_test_shipped_module.py"]   # (Spark's copy of the zip, gone once it ended)
 
-    # the user changes the helper: the replay still runs what ran (it diverged at Counter.n)
+    # the user changes them all: the replay still runs what ran
     (job_dir / "tt_test_helper_module.py").write_text(HELPER.replace("STEP = 1", "STEP = 2"))
+    (lib / "tt_test_lib_module.py").write_text(LIB.replace("x % 5", "x % 4"))
     changed = verify()
     assert changed.returncode == 0 and "every replayed state equals the recorded one" in changed.stdout, \
         changed.stdout + changed.stderr
     shown = _tt("inspect", str(run), cwd=elsewhere).stdout.splitlines()
-    assert "modules  tt_test_helper_module (changed here since): the job's own, stored with the run; a replay " \
-           "runs them as recorded" in shown, shown
+    line = next(x for x in shown if x.startswith("modules  "))
+    assert "tt_test_helper_module (changed here since)" in line and "tt_test_lib_module (changed here since)" in line
+    assert "tt_test_shipped_module (missing here since)" in line and "a replay runs them as recorded" in line, line
     assert "tt_test_helper_module" not in sys.modules
     sys.path.append(str(lib))
     try:
-        assert _replayed_counts(run) == [50, 50]   # the input's 50 elements a partition, one by one
+        assert _replayed_counts(run) == [40, 40]   # the 40 of a partition's 50 elements `keep` kept, one by one
         helper = sys.modules["tt_test_helper_module"]
         assert helper.__file__ == str((job_dir / "tt_test_helper_module.py").resolve())
         assert helper.STEP == 1   # the recorded module, not the file
+        assert sys.modules["tt_test_lib_module"].keep(4)   # as recorded: `x % 4` would drop it
     finally:
         sys.path.remove(str(lib))
-        sys.modules.pop("tt_test_lib_module", None)
+        for name in ("tt_test_lib_module", "tt_test_helper_module", "tt_test_shipped_module", "tt_test_lazy_module"):
+            sys.modules.pop(name, None)
         recorded_modules.serve({})
 
-    # or it is gone with the job's folder (a laptop with the run only)
+    # or they are gone with the job's folder (a laptop with the run only): only the module the
+    # workers alone imported is needed, and named
     (job_dir / "tt_test_helper_module.py").unlink()
-    assert verify().returncode == 0
-
-    # a module from elsewhere is imported at replay as before, and named when it cannot be
     missing = verify(pythonpath=None)
     assert missing.returncode == 1
-    assert missing.stderr.splitlines() == [
-        f"tt: error: weight's code needs the module 'tt_test_lib_module', which this Python cannot import: "
-        f"add the folder that holds it to PYTHONPATH (the job was in {job_dir})"]
+    assert re.search(r"doubled:[01] raised ModuleNotFoundError", missing.stdout), missing.stdout
+    assert (" raised ModuleNotFoundError: No module named 'tt_test_lazy_module' on input #0 in replay, but "
+            "not when recorded; the module is neither importable here nor stored with the run (a function imported it "
+            "in Spark's workers alone): add the folder that holds it to PYTHONPATH") in missing.stdout, missing.stdout
 
     # the stored module is code: a run file whose copy was altered is not replayed without --trust
     with sqlite3.connect(run) as conn:
@@ -159,6 +196,7 @@ def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves
         for name in names:
             importlib.import_module(name)
         found, left = job_modules(folder)
+        found_before = job_modules(folder, frozenset(sys.modules))[0]
         monkeypatch.chdir(folder)   # a notebook's "job" is its kernel, in site-packages: its folder is the working one
         assert job_modules(site)[0].keys() == found.keys()
     finally:
@@ -170,13 +208,19 @@ def test_the_jobs_modules_are_those_its_folder_made_importable_and_replay_serves
         "ttm_plain": (str((folder / "ttm_plain.py").resolve()), False),
         "ttm_pkg": (str((folder / "ttm_pkg" / "__init__.py").resolve()), True),
         "ttm_pkg.ttm_sub": (str((folder / "ttm_pkg" / "ttm_sub.py").resolve()), False),
-        "ttm_through_link": (str(tmp_path / "via" / "job" / "ttm_through_link.py"), False)}
+        "ttm_through_link": (str(tmp_path / "via" / "job" / "ttm_through_link.py"), False),
+        # imported since the recording began, from outside an installed package: the job's too
+        "ttm_other": (str((folder / "ttm_pkg" / "ttm_other.py").resolve()), False),
+        "ttm_linked": (str(folder / "ttm_linked.py"), False)}
+    # imported before it began (a test's, a notebook's own modules): only those the job's folder made importable
+    assert {n for n in found_before if n.startswith("ttm_")} == {"ttm_plain", "ttm_pkg", "ttm_pkg.ttm_sub",
+                                                                 "ttm_through_link"}
     assert found["ttm_plain"][2] == "VALUE = 'recorded'\n"
 
     # edited and gone since: replay imports the recorded source, under its recorded path
     (folder / "ttm_plain.py").write_text("VALUE = 'edited'\n")
     (folder / "ttm_pkg" / "ttm_sub.py").unlink()
-    stored = {n: m for n, m in found.items() if n.startswith("ttm_")}
+    stored = {n: m for n, m in found_before.items() if n.startswith("ttm_")}
     try:
         assert sorted(recorded_modules.serve(stored)) == ["ttm_pkg", "ttm_pkg.ttm_sub", "ttm_plain", "ttm_through_link"]
         plain = importlib.import_module("ttm_plain")
