@@ -95,7 +95,7 @@ def replay(
         texts = [_text(r) for r in results]
         cut = any(c for _, c in texts)
         typer.echo("\n".join(t for t, _ in texts) + ("\n" + cut_hint("--json") if cut else ""))
-    return 0 if all(r["ok"] and not r.get("differs") for r in results) else 1
+    return 0 if all(r["ok"] and not r.get("differs") and not r.get("diverged") for r in results) else 1
 
 
 def _take(session, method: str, arg: str | None, states: str) -> dict:
@@ -202,7 +202,7 @@ def _report(session, result, states: str, rows: dict, method: str, arg: str | No
                           for inst, fields in changed.items()}
     if states == "all":
         out["states"] = session.states()
-    order = ("action", "target", "ok", "note", "differs", "consumed", "free_consumed", "stopped_at", "rows",
+    order = ("action", "target", "ok", "note", "differs", "diverged", "consumed", "free_consumed", "stopped_at", "rows",
              "changed", "states", "position", "interaction", "seconds", "raised", "pending")
     return {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else len(order))}
 

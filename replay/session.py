@@ -77,6 +77,9 @@ class StepResult:
     # from the recorded ones (the instance, field, both values: `verify.differing_state`); None
     # where they are equal, or where it stopped between interactions
     differs: dict | None = None
+    # an action that left the session past an interaction where it found the replay differing
+    # (what `differs` said there): the states shown are computed from that difference on
+    diverged: dict | None = None
 
     def as_dict(self) -> dict:
         """JSON-able fields (`stopped_at` is a `TupleRef`: name it with `DebugSession.label`)."""
@@ -438,8 +441,22 @@ class DebugSession:
         if differs is not None:
             result.differs = differs
             said = (f"the replay differs from the recording: {differs['error']}; what is shown is not "
-                    f"what ran (`tt verify {self.reader.path.name}` finds the input where they part)")
+                    f"what ran (`tt verify {self.reader.path}` finds the input where they part)")
             result.note = f"{said}; {result.note}" if result.note else said
+
+    def _past_divergence(self) -> dict | None:
+        """The first interaction this session found replaying otherwise than recorded
+        (`_compare_recorded`) whose differing instance now stands at or past its position there:
+        a step after a jump that differed leaves the difference in place, and must not read as
+        a replay of the run."""
+        for k, differs in sorted(self._compared.items()):
+            if differs is None:
+                continue
+            key = (self.reader.operator(differs["op"]).id, differs["instance"])
+            at = (self.reader.instances_at(k) or {}).get(key)
+            if at is not None and self.engine.position.get(key, -1) >= at.position:
+                return differs
+        return None
 
     def goto_before(self, ref: TupleRef | str, progress: Callable[[int, int], None] | None = None,
                     cancel: threading.Event | None = None) -> StepResult:
@@ -771,6 +788,12 @@ class DebugSession:
         result.interaction = self.at_interaction()
         if result.ok and result.interaction is not None:
             self._compare_recorded(result, result.interaction)
+        if result.ok and result.differs is None:
+            result.diverged = self._past_divergence()
+            if result.diverged is not None:
+                said = (f"past interaction {result.diverged['k']}, where the replay differs from the recording "
+                        f"({result.diverged['op']}:{result.diverged['instance']}): what is shown may not be what ran")
+                result.note = f"{said}; {result.note}" if result.note else said
         result.seconds = round(time.perf_counter() - t0, 4)
         self.last_result = result
 

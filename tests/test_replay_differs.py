@@ -128,8 +128,14 @@ def test_a_step_or_run_until_that_lands_on_an_interaction_checks_it_too(rated_ru
     differs_like_the_oracle(landed)
     off = session.step_over(session.pending("R:0", 1)[0].ref)
     assert off.ok and off.interaction is None and off.differs is None
+    # past it, the difference stays in the states: every step says so (it read as a replay of the run)
+    assert off.diverged == landed.differs
+    assert off.note.startswith(f"past interaction {k}, where the replay differs from the recording (R:0): what "
+                               f"is shown may not be what ran"), off.note
     back = session.step_back()
     assert back.interaction == k and back.differs == landed.differs
+    start = session.jump(0)
+    assert start.differs is None and start.diverged is None and not start.note   # before it: what ran
     session.reader.close()
 
     session = DebugSession(rated_run)
@@ -163,6 +169,11 @@ def test_the_debugger_shows_where_a_jump_differs(rated_run, monkeypatch):
         shown = message(app)
         assert shown.startswith(f"! jump {k}: the replay differs from the recording at R:0.total, recorded "), shown
         assert "what is shown is not what ran" in shown, shown
+        await keys(pilot, "n")   # a step on: the message line keeps saying it
+        shown = message(app)
+        assert shown.startswith("! step over R:0:"), shown
+        assert f"past interaction {k}, where the replay differs from the recording (R:0.total): what is shown " \
+               f"may not be what ran" in shown, shown
     drive(app, script)
 
 

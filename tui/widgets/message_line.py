@@ -67,6 +67,14 @@ class MessageLine(Static):
                      f"{short(d['replayed'])}: what is shown is not what ran (tt verify finds where)")
             self.say(t, "error")
             return
+        diverged = getattr(r, "diverged", None)
+        if diverged is not None:   # past an interaction where the replay differed: still not what ran
+            t.append(f"! {head}", style="bold red")
+            t.append(f" · past interaction {diverged['k']}, where the replay differs from the recording "
+                     f"({diverged['op']}:{diverged['instance']}.{diverged['field']}): what is shown may not be what ran",
+                     style="red")
+            self.say(t, "error")
+            return
         t.append(f"✓ {head}", style="bold green")
         if r.interaction is not None:
             t.append(f" → at interaction {r.interaction}")
