@@ -24,7 +24,7 @@ import workloads
 
 from tt.cli.main import main
 from tt.recorder.session import RecordingSession
-from tt.replay import logview
+from tt.replay import facts, logview
 from tt.store.reader import RunReader
 from tt.tui import actions
 from tt.tui.app import DebuggerApp, HelpScreen, LiveJob, PromptScreen
@@ -734,11 +734,22 @@ def test_an_untrusted_run_still_shows_its_facts(fraud_run, tmp_path, monkeypatch
         await pilot.press("n")
         await until(pilot, lambda: "no replay" in message(app), what="the refusal")
         assert "no replay" in message(app)
-        for key in ("]", "c", "w"):   # (keys that need the replay said nothing)
+        for key in ("c", "w"):   # (keys that need the replay said nothing)
             app.query_one(MessageLine).say("")
             await pilot.press(key)
             await until(pilot, lambda: "no replay" in message(app), what=f"{key}'s refusal")
             assert not isinstance(app.screen, PromptScreen)   # (c asks for no condition it cannot run)
+        # a jump shows what the recording stored at the interaction (it stayed on interaction 0)
+        reader = RunReader(fraud_run)
+        ks = [i.k for i in reader.interactions()]
+        for keys_pressed, k in (("]", ks[1]), ("]", ks[2]), ("[", ks[1])):
+            await pilot.press(keys_pressed)
+            await until(pilot, lambda: f"stored state at interaction {k}: no replay here" in message(app),
+                        what=f"interaction {k}'s stored state")
+            inspector = app.query_one(StateInspector)
+            assert inspector.states == {label: v["state"] for label, v in facts.states_at(reader, k, app.selected_op).items()}
+            assert inspector.states != {label: v["state"] for label, v in facts.states_at(reader, 0, app.selected_op).items()}
+        reader.close()
     drive(app, script)
 
 

@@ -18,6 +18,7 @@ class When(Enum):
 
     ALWAYS = "always"
     ENGINE = "engine"            # the replay engine has loaded and no action runs; greyed otherwise
+    STORED = "stored"            # as ENGINE, or no replay here (facts only): then the recorded states
     OVER = "over"                # the step the session allows or refuses from here (`Shown.availability`)
     INTO = "into"
     OUT = "out"
@@ -97,16 +98,16 @@ ACTIONS = (
            when=When.ENGINE, palette="Last change…", palette_help="C · back to just before a field last changed",
            help="go back to the last change of a field, e.g. FD:0.blacklist.Bob"),
     Action("j", "jump", "jump", "jump", "Jump to an interaction",
-           when=When.ENGINE, palette="Jump to interaction…", palette_help="j · replay to an interaction",
+           when=When.STORED, palette="Jump to interaction…", palette_help="j · replay to an interaction",
            help="jump to an interaction: asks for its number (the timeline's highlighted row filled in); "
                 "Enter on a timeline row jumps there"),
     Action("left_square_bracket", "prev-interaction", "prev_interaction", "prev",
            "Jump to the previous interaction", key_display="[", group="prev/next",
-           when=When.ENGINE, palette="Previous interaction", palette_help="[ · jump to the interaction before",
+           when=When.STORED, palette="Previous interaction", palette_help="[ · jump to the interaction before",
            help="previous / next interaction"),
     Action("right_square_bracket", "next-interaction", "next_interaction", "next",
            "Jump to the next interaction", key_display="]", group="prev/next",
-           when=When.ENGINE, palette="Next interaction", palette_help="] · jump to the interaction after"),
+           when=When.STORED, palette="Next interaction", palette_help="] · jump to the interaction after"),
     Action("slash", "search", "search", "find", "Search the state or the logs", key_display="/",
            palette="Search", palette_help="/ · the state tree or the logs",
            help="search: the state tree in the debug view, the logs elsewhere (Esc leaves the search box)"),

@@ -123,6 +123,7 @@ class DebuggerApp(App):
         self.selected_ref: TupleRef | None = None
         self.theta: str | None = None
         self._facts_loaded = False
+        self._stored_k: int | None = None   # facts only: the interaction whose stored states are shown
         self._series_loaded = False
         self._poll_timer = None
         self._poll_reader: RunReader | None = None
@@ -616,15 +617,34 @@ class DebuggerApp(App):
 
     def _initial_state_for(self, op: str) -> None:
         first = next((r for r in self.interactions if r["complete"]), None)
+        k = self._stored_k if self._stored_k is not None else first["k"] if first is not None else None
         states = {}
-        if first is not None:
+        if k is not None:
             try:
-                states = {k: v["state"] for k, v in facts.states_at(self.reader, first["k"], op).items()}
+                states = {key: v["state"] for key, v in facts.states_at(self.reader, k, op).items()}
             except TTError as e:
                 self.query_one(StateInspector).show(op, {}, {}, note=str(e))
                 return
-        self.query_one(StateInspector).show(op, states, {}, note=f"stored state at interaction {first['k']}"
-                                            if first else "")
+        self.query_one(StateInspector).show(op, states, {}, note=f"stored state at interaction {k}"
+                                            if k is not None else "")
+
+    def _show_stored(self, k: int) -> None:
+        """Facts only: interaction k as recorded (its instances' positions and stored states), where
+        a jump cannot replay to it."""
+        row = next((r for r in self.interactions if r["k"] == k), None)
+        if row is None or not row["complete"]:
+            complete = [r["k"] for r in self.interactions if r["complete"]]
+            return self._say(f"no complete interaction {k} (complete: {ranges(complete) or 'none'})", "warning")
+        self._stored_k = k
+        counts: dict[str, int] = {}
+        for label, n in row["positions"].items():
+            counts[operator_of(label)] = counts.get(operator_of(label), 0) + n
+        self.query_one(DagView).set_counts(counts)
+        self.query_one(InteractionTimeline).set_current(k)
+        if self.selected_op is not None:
+            self._initial_state_for(self.selected_op)
+        self._say(f"stored state at interaction {k}: no replay here, so no steps; what is shown is what the "
+                  f"recording stored", "warning")
 
     @on(PendingTuples.TupleSelected)
     def _tuple_selected(self, event: PendingTuples.TupleSelected) -> None:
@@ -703,6 +723,8 @@ class DebuggerApp(App):
             return True if self.shown.availability[when.step].ok else None
         if when is When.ENGINE:
             return None if (self.model is None or self.busy) else True
+        if when is When.STORED:
+            return True if self._facts_only() else None if (self.model is None or self.busy) else True
         if when is When.LIVE:
             if self.live is None:
                 return False
@@ -725,7 +747,7 @@ class DebuggerApp(App):
             return
         if action.when.step is not None:
             self._explain(action.name)
-        elif action.when is When.ENGINE:   # (a jump, run-until, why: no replay here, or one under way)
+        elif action.when in (When.ENGINE, When.STORED):   # (a jump, run-until, why: no replay here, or one under way)
             self._can_act()
         elif action.when is When.LIVE and not isinstance(self.screen, TupleScreen):
             self._say(self._why_no_interaction(), "warning")
@@ -762,8 +784,12 @@ class DebuggerApp(App):
     def action_step_back(self) -> None:
         self._start("step back", lambda s, p, c: s.step_back(p, c), select_after=_after_step, cancellable=True)
 
+    def _facts_only(self) -> bool:
+        """No replay engine here (it could not load): the app browses the recorded facts."""
+        return self.model is None and bool(self.session_error)
+
     def action_jump(self) -> None:
-        if not self._can_act():
+        if not self._facts_only() and not self._can_act():
             return
         # Always ask, even on the timeline: `j 0 Enter` must land on interaction 0 wherever the cursor
         # is. The highlighted row's k is filled in (typing replaces it), so `j Enter` jumps there.
@@ -786,6 +812,8 @@ class DebuggerApp(App):
 
     def _jump(self, k: int) -> None:
         self.query_one(InteractionTimeline).highlight(k)
+        if self._facts_only():
+            return self._show_stored(k)
         self._start(f"jump to {k}", lambda s, p, c: s.jump(k, progress=p, cancel=c), select_after=_after_step,
                     cancellable=True)
 
@@ -793,8 +821,8 @@ class DebuggerApp(App):
         complete = [r for r in self.interactions if r["complete"]]
         if not complete:
             return None
-        at = self.shown.interaction if self.shown else None
         ks = [r["k"] for r in complete]
+        at = self.shown.interaction if self.shown else self._stored_k if self._stored_k is not None else ks[0]
         if at is not None and at in ks:
             i = ks.index(at) + direction
             return ks[i] if 0 <= i < len(ks) else None
