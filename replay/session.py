@@ -430,7 +430,7 @@ class DebugSession:
         the recorded ones, once a session (a replay is deterministic, or it is this that says
         otherwise), and say where they differ: what replay computes is what the debugger shows,
         and a run that replays otherwise than it ran (an environment variable or a file its code
-        reads, a module from outside the job's folder edited since, hash order) must not look
+        reads, an installed package changed since, hash order) must not look
         like the run. Any action that lands on an interaction compares (a jump, a step, a run
         until, a step back), as early as the session can tell. W2 at scale 1, its last
         interaction: 1–2 s, beside a minute of replay."""

@@ -343,7 +343,7 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                     "text": f"; the first input that changed {path} in the replay from {start} is {ref} "
                             f"{values.render(row, 120)} (two replays agree with each other, so what differs "
                             f"from the recording is the same in every replay: {suspects}hash order, a clock, a module "
-                            f"imported from outside the job's folder that changed since, the environment?)"}
+                            f"only Spark's workers imported, an installed package changed since, the environment?)"}
     except (TTError, OperatorFailure, *_DAMAGE) as e:
         return {"text": f" (the input could not be found: {e})"}
 
