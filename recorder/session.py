@@ -77,6 +77,7 @@ class RecordingSession:
         self._modules: dict[str, tuple] = {}  # the job's own modules, stored and signed (job_modules.py)
         self._imported_before = frozenset(sys.modules)   # modules not the job's, unless from its folder
         self._said_too_many = False
+        self._modules_stamp: tuple[int, int] | None = None   # `_note_modules`: sys.modules when it last looked
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
         self._stop_watching: Any = None          # a streaming query's micro-batch listener
         self.queries: dict[str, dict] = {}       # streaming query id -> {"checkpoint", "name"}
@@ -180,7 +181,14 @@ class RecordingSession:
     def _note_modules(self) -> None:
         """Store the job's modules imported since they were last looked for: a hooked call's
         function may come from a module the job imported after its first one (from a zip Spark
-        shipped with `addPyFile`, say)."""
+        shipped with `addPyFile`, say). Only where a module came since (a streaming job's
+        foreachBatch makes its hooked calls again every micro-batch)."""
+        from ..core.libraries import modules_stamp
+
+        stamp = modules_stamp()
+        if stamp == self._modules_stamp:
+            return
+        self._modules_stamp = stamp
         modules = self._job_modules(self.job.parent)
         if modules.keys() != self._modules.keys():
             self._modules = modules
