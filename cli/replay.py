@@ -330,7 +330,8 @@ def _text(r: dict) -> tuple[str, bool]:
         else:
             lines.append(f"  next {p['tuple']} {val(p['row'])}" + (" (as logged)" if p["free"] else ""))
     if len(order) > _NEXT_SHOWN:
-        lines.append(f"  … and a tuple waiting at {len(order) - _NEXT_SHOWN} more instances (--json lists them)")
+        more = len(order) - _NEXT_SHOWN
+        lines.append(f"  … and a tuple waiting at {more} more instance{'' if more == 1 else 's'} (--json lists them)")
     return "\n".join(lines), cut
 
 
