@@ -179,13 +179,15 @@ def _open_stores(reader, checkpoints: list[str], stores: list) -> list[dict]:
     """The run's streaming queries, each with Spark's store in its checkpoint opened (appended
     to `stores`): before anything is replayed, so a missing checkpoint, pyspark or Java is
     reported at once, in one line."""
-    from ..recorder.statestore import check_checkpoint, open_store
+    from ..recorder.statestore import check_checkpoint, check_query, open_store
     from ..replay.verify import streaming_queries
 
     queries = streaming_queries(reader, checkpoints)
     for q in queries:   # every checkpoint is there before Spark starts
-        check_checkpoint(q["checkpoint"], "the checkpoint given with --checkpoint" if q.get("given") else
-                         f"the checkpoint of {_label(q)}")
+        what = "the checkpoint given with --checkpoint" if q.get("given") else f"the checkpoint of {_label(q)}"
+        check_checkpoint(q["checkpoint"], what)
+        if not q.get("given"):   # (one given is compared as asked: another run's, on purpose)
+            check_query(q["checkpoint"], q.get("id"), what)
     for q in queries:
         stores.append(open_store(q["checkpoint"]))
     return queries

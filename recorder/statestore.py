@@ -63,6 +63,32 @@ def check_checkpoint(checkpoint: str, what: str = "the checkpoint") -> None:
                               f"not the checkpoint of a streaming query with a stateful operator")
 
 
+def check_query(checkpoint: str, query: str | None, what: str) -> None:
+    """Refuse, in one line, a local checkpoint whose query is not the recorded one (its
+    `metadata` names another query id): a job that deleted its checkpoint and ran again since
+    the recording writes a new query's state there, which any replay would differ from."""
+    path = local_path(checkpoint)
+    if path is None or query is None:
+        return
+    try:
+        held = json.loads((path / "metadata").read_text()).get("id")
+    except (OSError, ValueError, AttributeError):
+        return   # (no metadata file: Spark's own read says what it finds)
+    if held and held != query:
+        raise StateStoreError(f"{what} now holds another query's state: {path}/metadata names query {held}, the "
+                              f"recording's was {query} (the job ran again with that checkpoint location since it was "
+                              f"recorded); record again, or give a copy of the recorded query's checkpoint with "
+                              f"--checkpoint PATH")
+
+
+def _timeout(value: Any) -> int:
+    """A stored GroupState's timeout timestamp (ms), or -1: a query with `NoTimeout` stores none
+    (its value is the `groupState` alone)."""
+    fields = value.asDict()
+    timeout = fields.get("timeoutTimestamp")
+    return -1 if timeout is None else int(timeout)
+
+
 def _condensed(e: BaseException) -> str:
     """Spark's error in a line: its condition and the first line of its message (for an error
     the JVM raised through py4j, the Java exception's, not py4j's "An error occurred while
@@ -205,7 +231,7 @@ class StateStore:
             try:
                 df = self._load("statestore", operatorId=operator, batchId=batch)
                 self._rows[cache] = [(int(r["partition_id"]), shown(r["key"]),
-                                      (shown(r["value"]["groupState"]), int(r["value"]["timeoutTimestamp"])))
+                                      (shown(r["value"]["groupState"]), _timeout(r["value"])))
                                      for r in df.collect()]
             except Exception as e:  # noqa: BLE001
                 raise StateStoreError(f"Spark cannot read the GroupStates of operator {operator} after micro-batch "
@@ -250,8 +276,7 @@ class StateStore:
         for r in rows:   # a partition's changes in the order it wrote them
             value = r["value"]
             write = ("delete",) if r["change_type"] == "delete" or value is None else (
-                "update", None if value["groupState"] is None else shown(value["groupState"]),
-                int(value["timeoutTimestamp"]))
+                "update", None if value["groupState"] is None else shown(value["groupState"]), _timeout(value))
             out.setdefault(int(r["batch_id"]), {})[shown(r["key"])] = write
         return out
 

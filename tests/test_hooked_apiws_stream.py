@@ -470,3 +470,31 @@ def test_the_change_feed_comparison_of_group_states_key_by_key():
     assert [(d["key"], d["replayed"] is None, d["store"] is None) for d in diffs] == [("u0", False, False),
                                                                                      ("u1", True, False)]
     assert "the replay wrote no GroupState for 'u1'" in diffs[1]["error"]
+
+
+def test_tt_verify_statestore_with_no_timeout_and_against_a_checkpoint_another_query_took(spark, tmp_path, capsys):
+    """A query with `NoTimeout` stores the GroupState alone (no `timeoutTimestamp` beside it):
+    `--statestore` failed on it ("Spark cannot read the GroupStates ...: timeoutTimestamp").
+    And a job run again after deleting its checkpoint writes another query's state into the
+    same place, which `--statestore` compared as the recorded query's and blamed the replay."""
+    import shutil
+
+    from tt.cli.main import main
+
+    out, in_dir, ckpt, run = tmp_path / "on.json", tmp_path / "in", tmp_path / "ck", tmp_path / "run.db"
+    outcome = record_job(JOB, [str(out), str(in_dir), str(ckpt), "-", "0", "-", "none"], run)
+    assert outcome.status == "complete", outcome.error
+    rows = json.loads(out.read_text())["rows"]
+    assert {status for *_, status in rows} == {"open"}   # no session closes without a timeout
+    assert main(["verify", "--statestore", str(run), "--json"]) == 0
+    store = json.loads(capsys.readouterr().out)["statestore"]
+    # the users' GroupStates after each micro-batch: 4 + 2 + 1, each as pandas computes it
+    assert store["ok"] and (store["keys"], store["micro_batches"]) == (7, 3), store
+
+    shutil.rmtree(ckpt)
+    shutil.rmtree(in_dir)
+    run_plain(JOB, [str(tmp_path / "again.json"), str(in_dir), str(ckpt), "-", "0", "-", "none"])
+    assert main(["verify", "--statestore", str(run)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "now holds another query's state" in err[0] and "record again" in err[0], err
+

@@ -15,7 +15,9 @@ compute every session with pandas. Sixteen rows an Arrow batch: a user's ten cli
 file 0 come as one DataFrame, the twenty or forty of the later files as several. With FAIL=u1 the function raises on u1's timeout.
 With PLUS=n every click's value is n more (the tests' store that disagrees); with EXTRA=user,
 file 1 has one click of that user more (a store that wrote a GroupState the recording did not).
-Usage: python hooked_apiws_stream.py OUT.json IN_DIR CKPT [FAIL or -] [PLUS] [EXTRA]
+With TIMEOUT=none the query has `NoTimeout`: no session closes, and Spark's store keeps no
+timeout beside the GroupState.
+Usage: python hooked_apiws_stream.py OUT.json IN_DIR CKPT [FAIL or -] [PLUS] [EXTRA or -] [TIMEOUT]
 """
 
 import json
@@ -36,6 +38,7 @@ BASE = 1_790_000_000   # seconds: Spark's first watermark is 0, and an event at 
 # the user still times out in micro-batch 2 (at 110 s, where the watermark is 139 s), as without it
 EXTRA_SECOND, EXTRA_VALUE = -50, 5
 FAIL = None
+TIMEOUT = True
 
 
 def sessions(key, chunks, state):
@@ -53,7 +56,8 @@ def sessions(key, chunks, state):
         total += int(chunk["value"].sum())
         last = max(last, int(chunk["ts"].max().timestamp() * 1000))
     state.update((clicks, total, last))
-    state.setTimeoutTimestamp(last + GAP_MS)
+    if TIMEOUT:
+        state.setTimeoutTimestamp(last + GAP_MS)
     yield pd.DataFrame({"user": [user], "clicks": [clicks], "total": [total], "status": ["open"]})
 
 
@@ -78,9 +82,11 @@ def write_files(in_dir: Path, plus: int = 0, extra: str | None = None) -> None:
         tmp.rename(in_dir / f"part-{f}.csv")   # whole files only: the stream lists the folder
 
 
-def main(out: str, in_dir: str, ckpt: str, fail: str | None = None, plus: str = "0", extra: str = "-") -> None:
-    global FAIL
+def main(out: str, in_dir: str, ckpt: str, fail: str | None = None, plus: str = "0", extra: str = "-",
+         timeout: str = "event") -> None:
+    global FAIL, TIMEOUT
     FAIL = None if fail == "-" else fail
+    TIMEOUT = timeout != "none"
     write_files(Path(in_dir), int(plus), None if extra == "-" else extra)
     spark = SparkSession.builder.master("local[2]").appName("hooked-apiws-stream").getOrCreate()
     settings = {"spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC",
@@ -91,7 +97,8 @@ def main(out: str, in_dir: str, ckpt: str, fail: str | None = None, plus: str = 
                   .withWatermark("ts", "10 seconds"))
         out_df = clicks.groupBy("user").applyInPandasWithState(
             sessions, "user string, clicks long, total long, status string",
-            "clicks long, total long, last long", "Append", GroupStateTimeout.EventTimeTimeout)
+            "clicks long, total long, last long", "Append",
+            GroupStateTimeout.EventTimeTimeout if TIMEOUT else GroupStateTimeout.NoTimeout)
         name = f"sessions_{Path(ckpt).name}"
         query = (out_df.writeStream.format("memory").queryName(name).outputMode("append")
                  .option("checkpointLocation", ckpt).trigger(availableNow=True).start())
@@ -103,4 +110,4 @@ def main(out: str, in_dir: str, ckpt: str, fail: str | None = None, plus: str = 
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:7])
+    main(*sys.argv[1:8])
