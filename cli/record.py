@@ -31,7 +31,9 @@ def record(
                                         help="Take an interaction periodically, e.g. 1s, 500ms, 2m."),
     when: Optional[str] = typer.Option(None, "--when", metavar="EXPR",
                                        help="Take an interaction after each θ input where EXPR holds, "
-                                            "e.g. \"row['amount'] > 1000\"."),
+                                            "e.g. \"row['amount'] > 1000\" (a tt.Dataflow row); a hooked "
+                                            "function's input is its unit: a DataFrame, a key's step "
+                                            "(docs/HOOKS.md)."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL [default: the job's; where "
                                          "it sets none, local[2,4] for tt.spark_session and PySpark's local[*] "
                                          "for a SparkSession builder, as with python job.py]."),

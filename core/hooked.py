@@ -56,7 +56,17 @@ WHEN_ROWS = {"mapInPandas": "a pandas DataFrame, a batch: e.g. \"bool((row['amou
              "applyInPandas": "(key, DataFrame): e.g. \"row[0] == ('Bob',)\"",
              "applyInArrow": "(key, Arrow table): e.g. \"row[0] == ('Bob',)\"",
              "udtf": "('init',), ('eval', args, kwargs) or ('terminate',): e.g. "
-                     "\"row[0] == 'eval' and row[1][0]['amount'] > 1000\""}
+                     "\"row[0] == 'eval' and row[1][0]['amount'] > 1000\"",
+             "transformWithStateInPandas": "('one_row', key, times, DataFrame) for a key of one DataFrame, else "
+                                           "('rows', key, times), ('row', DataFrame)…, ('rows_end',); ('timer', key, "
+                                           "times, expiry); ('init',), ('close',): e.g. \"row[0] in ('one_row', "
+                                           "'rows') and row[1] == ('Bob',)\"",
+             "transformWithState": "('one_row', key, times, rows) for a key of one batch of Rows, else ('rows', key, "
+                                   "times), ('row', Row)…, ('rows_end',); ('timer', key, times, expiry); ('init',), "
+                                   "('close',): e.g. \"row[0] in ('one_row', 'rows') and row[1] == ('Bob',)\"",
+             "applyInPandasWithState": "('one_chunk', key, GroupState, DataFrame) for a key of one DataFrame, else "
+                                       "('key', key, GroupState), ('chunk', DataFrame)…, ('key_end',): e.g. "
+                                       "\"row[0] in ('one_chunk', 'key') and row[1] == ('Bob',)\""}
 #: The APIs whose function is run for its effects (PySpark counts its outputs, and drops them).
 SINK_KINDS = frozenset({"rdd.foreachPartition", "rdd.foreach", "writeStream.foreach"})
 #: RDD APIs whose function takes one element, not an iterator (`ElementOperator`).

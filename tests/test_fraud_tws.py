@@ -100,3 +100,29 @@ def test_replay_shows_the_rows_handed_to_the_processor_by_their_fields(sample, c
     assert main(["replay", str(sample[0]), "--run-until", CONDITION]) == 0
     out = capsys.readouterr().out
     assert f"('row', {{id: {BOB_YEN_ID}, customer: 'Bob', amount: '¥5000', merchant: " in out, out
+
+
+def test_the_when_example_for_a_processor_takes_bobs_steps(spark, tmp_path):
+    """`tt record --help`'s `row['amount'] > 1000` is a Dataflow's row: a StatefulProcessor's
+    `--when` sees a key's step. The example its warning gives (`WHEN_ROWS`) takes an interaction
+    after each of Bob's steps and of no one else's."""
+    from tt.core.hooked import WHEN_ROWS
+    from tt.recorder.job import record_job
+    from tt.store.reader import RunReader
+
+    example = WHEN_ROWS["transformWithState"].rsplit("e.g. ", 1)[1].strip('"')
+    assert example == "row[0] in ('one_row', 'rows') and row[1] == ('Bob',)"
+    run = tmp_path / "when.db"
+    args = ["--data", str(tmp_path / "payments.parquet"), "--rows", "2000"]
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    try:
+        outcome = record_job(JOB, args, run, when=example)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert outcome.status == "complete", outcome.error
+    reader = RunReader(run)
+    try:
+        taken = [i.detail["row"] for i in reader.interactions() if i.trigger == "condition"]
+    finally:
+        reader.close()
+    assert taken and all(row.startswith(("('one_row', ('Bob',)", "('rows', ('Bob',)")) for row in taken), taken
