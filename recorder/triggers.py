@@ -31,7 +31,8 @@ def check_condition(source: str) -> None:
     try:
         tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
-        raise UsageError(f"bad --when expression {source!r}: {e.msg} (at column {e.offset})") from None
+        where = f"at column {e.offset}" if e.offset and e.offset <= len(source) else "at its end"   # (Python says 0 there)
+        raise UsageError(f"bad --when expression {source!r}: {e.msg} ({where})") from None
     unknown = free_names(tree) - {"row"} - set(_SAFE_BUILTINS)
     if unknown:
         raise UsageError(f"bad --when expression {source!r}: unknown name(s) {', '.join(sorted(unknown))}; "

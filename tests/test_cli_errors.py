@@ -73,7 +73,9 @@ def test_job_with_a_syntax_error(job, tmp_path, capsys):
     _one_line(capsys, "line 1")
 
 
-@pytest.mark.parametrize("expr, needle", [("row['amount'] >", "bad --when"), ("amount > 3", "unknown name")])
+@pytest.mark.parametrize("expr, needle", [("row['amount'] >", "invalid syntax (at its end)"),   # (Python says column 0)
+                                          ("row[1] == )", "unmatched ')' (at column 11)"),
+                                          ("amount > 3", "unknown name")])
 def test_bad_condition(job, tmp_path, capsys, expr, needle):
     assert main(["record", str(job(JOB_OK)), "--when", expr, "-o", str(tmp_path / "r.db")]) == 2
     _one_line(capsys, needle)
