@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from ..core.hooked import GROUP_STATE_KIND, PROCESSOR_KINDS, name_of
 from . import frames
-from .spark_edges import rdd_upstream, spark_upstream
+from .spark_edges import note_plan_node, rdd_upstream, spark_upstream
 
 
 def install(session: Any) -> Callable[[], None]:
@@ -123,11 +123,15 @@ def install(session: Any) -> Callable[[], None]:
                 initial = bound.arguments.get("initialState")
                 upstream = spark_upstream(session, [self] + ([initial] if initial is not None else []))
                 teed = kind == "transformWithStateInPandas" and initial is None and frames.available() is None
-                bound.arguments[argument] = session.hook(user, kind, site, self.session.sparkContext, upstream,
-                                                         tee=frames.conversion(self.session) if teed else None)
+                hooked = session.hook(user, kind, site, self.session.sparkContext, upstream,
+                                      tee=frames.conversion(self.session) if teed else None)
+                bound.arguments[argument] = hooked
                 if streaming:
                     session.watch_micro_batches(self.session)
-                return original(*bound.args, **bound.kwargs)
+                result = original(*bound.args, **bound.kwargs)
+                if hooked is not user:   # (PySpark's plan names a processor's node by its own wrapper)
+                    note_plan_node(session, getattr(hooked, "__name__", None), result)
+                return result
             return patched
         return make
 

@@ -79,6 +79,7 @@ class RecordingSession:
         self._said_too_many = False
         self._modules_stamp: tuple[int, int] | None = None   # `_note_modules`: sys.modules when it last looked
         self.spark_edges: list[dict] = []        # what Spark does between two hooked operators
+        self.plan_nodes: dict[str, str] = {}     # hooked operator -> its node in Spark's plans, where not its name
         self._stop_watching: Any = None          # a streaming query's micro-batch listener
         self.queries: dict[str, dict] = {}       # streaming query id -> {"checkpoint", "name"}
         self.recording: Recording | None = None

@@ -17,8 +17,23 @@ from typing import Any
 PLAN_WORDS = {"Filter": "filter", "Join": "join", "Aggregate": "aggregate", "Repartition": "shuffle",
               "RepartitionByExpression": "shuffle", "Sort": "sort", "Union": "union", "Window": "window",
               "Deduplicate": "distinct", "Distinct": "distinct", "GlobalLimit": "limit", "Sample": "sample",
-              "Expand": "expand", "Generate": "explode"}
+              "Expand": "expand", "Generate": "explode", "EventTimeWatermark": "watermark"}
 _QUIET = {"Project", "SubqueryAlias", "LocalLimit", "View", "ResolvedHint"}
+
+
+def note_plan_node(session: Any, name: str | None, df: Any) -> None:
+    """Where Spark's plans name a hooked operator otherwise than by its function: a
+    StatefulProcessor's node runs PySpark's `transformWithStateUDF(...)#N`, whatever the
+    processor. Its expression, unique to the call (`#N`), is noted for `name` from the plan of
+    the DataFrame the call made, so a later call downstream finds the edge from it. Best
+    effort: a plan tt cannot read notes nothing."""
+    try:
+        root = df._jdf.queryExecution().analyzed().toString().splitlines()[0]
+    except Exception:  # noqa: BLE001
+        return
+    m = re.match(r"\W*\w+ (\w+\((?:[^()]|\([^()]*\))*\)#\d+)", root)   # (a streaming plan's nodes start with ~)
+    if name and m is not None:
+        session.plan_nodes[name] = m.group(1)
 
 
 def spark_upstream(session: Any, inputs: list) -> list[tuple[str, str, list[str] | None]]:
@@ -30,6 +45,7 @@ def spark_upstream(session: Any, inputs: list) -> list[tuple[str, str, list[str]
     if not names:
         return []
     out: list[tuple[str, str]] = []
+    nodes = getattr(session, "plan_nodes", {})
     for x in inputs:
         try:
             df = x if hasattr(x, "_jdf") else None
@@ -43,10 +59,11 @@ def spark_upstream(session: Any, inputs: list) -> list[tuple[str, str, list[str]
         except Exception:  # noqa: BLE001
             continue
         for name in names:
-            label = plan_path_label(text, name, [n for n in names if n != name])
+            label = plan_path_label(text, name, [n for n in names if n != name], nodes)
             if label is not None:
                 # (in the order the rows went: the plan's nodes, then the shuffle by the call's keys)
-                out.append((name, ", ".join(w for w in (label, first) if w) or "as is", aggregate_keys(text, name)))
+                out.append((name, ", ".join(w for w in (label, first) if w) or "as is",
+                            aggregate_keys(text, name, nodes)))
     return out
 
 
@@ -67,15 +84,16 @@ def rdd_upstream(session: Any, rdd: Any) -> list[tuple[str, str, list[str] | Non
     return []
 
 
-def plan_path_label(plan: str, name: str, others: Any = ()) -> str | None:
+def plan_path_label(plan: str, name: str, others: Any = (), nodes: dict[str, str] | None = None) -> str | None:
     """What lies between the root of an analyzed plan (its tree text) and the node that runs
     the hooked function `name`: the kinds of the nodes on that path, as words. None when
     the plan does not run `name`, or where a node on that path runs one of the hooked
     functions `others`: `name`'s rows reach the root through that one, whose own edge says so
     (`df.mapInPandas(f).groupBy(k).applyInPandas(g)` then `.rdd.mapPartitions(h)`: g's rows
-    feed h, f's feed g)."""
+    feed h, f's feed g). `nodes`: the plan's name for an operator not named by its function
+    (`note_plan_node`)."""
     lines = plan.splitlines()
-    at = next((i for i, line in enumerate(lines) if _runs(line, name)), None)
+    at = next((i for i, line in enumerate(lines) if _runs(line, name, nodes)), None)
     if at is None:
         return None
     depth, words = _plan_depth(lines[at]), []
@@ -83,7 +101,7 @@ def plan_path_label(plan: str, name: str, others: Any = ()) -> str | None:
         d = _plan_depth(line)
         if d < depth:
             depth = d
-            if any(_runs(line, other) for other in others):
+            if any(_runs(line, other, nodes) for other in others):
                 return None
             kind = line[d:].split(" ", 1)[0]
             word = PLAN_WORDS.get(kind, kind.lower())
@@ -100,7 +118,7 @@ _DEPTH = {"[": 1, "(": 1, "]": -1, ")": -1}   # how a plan's text nests
 _ATTRIBUTE = re.compile(r"^([A-Za-z_]\w*)#\d+L?$")
 
 
-def aggregate_keys(plan: str, name: str) -> list[str] | None:
+def aggregate_keys(plan: str, name: str, nodes: dict[str, str] | None = None) -> list[str] | None:
     """The grouping columns of the one aggregate between the hooked function `name` and the root
     of an analyzed plan, where each row the root gives is one group of rows the function emitted:
     every grouping expression is a column the function emitted (its attribute, `cust#5`, is on
@@ -110,7 +128,7 @@ def aggregate_keys(plan: str, name: str) -> list[str] | None:
     renames a key or drops it: no keys). [] for an aggregate of all rows. None otherwise, or
     where the plan is not one tt reads: then rows are matched by value alone (replay/spark_links.py)."""
     lines = plan.splitlines()
-    at = next((i for i, line in enumerate(lines) if _runs(line, name)), None)
+    at = next((i for i, line in enumerate(lines) if _runs(line, name, nodes)), None)
     if at is None:
         return None
     path, depth = [], _plan_depth(lines[at])
@@ -164,8 +182,11 @@ def _split_top(text: str) -> list[str]:
     return parts + [text[start:]]
 
 
-def _runs(line: str, name: str) -> bool:
-    """Whether a plan node's line runs the hooked function `name`."""
+def _runs(line: str, name: str, nodes: dict[str, str] | None = None) -> bool:
+    """Whether a plan node's line runs the hooked function `name` (or the node `nodes` notes for it)."""
+    node = nodes.get(name) if nodes else None
+    if node is not None:
+        return f" {node}" in line
     return f" {name}(" in line or f"], {name}(" in line
 
 
@@ -179,4 +200,4 @@ def _grouping_keys(text: str) -> str:
     return ", ".join(k.split(":")[0].strip() for k in m.group(1).split(",")) if m else ""
 
 
-__all__ = ["spark_upstream", "rdd_upstream", "plan_path_label", "aggregate_keys"]
+__all__ = ["spark_upstream", "rdd_upstream", "plan_path_label", "aggregate_keys", "note_plan_node"]

@@ -230,3 +230,26 @@ def test_pipelined_rdd_functions_link_forward_to_where_each_number_ended(rdd_rec
             assert ("sink", "map", json.dumps(2 * x)) in ends and emitted, (x, ends)
         else:   # (its call still counted it in Threshold's state, which later calls read)
             assert not emitted and ("sink", "map", json.dumps(2 * x)) not in ends, (x, emitted)
+
+
+def test_a_processors_rows_link_through_spark_to_the_function_that_takes_them(spark, tmp_path, capsys):
+    """`per_tier` takes `Totals`' rows through Spark's shuffle by tier. Spark's plan names the
+    processor's node `transformWithStateUDF(...)`, so no edge was found and a tier's lineage
+    stopped at it. Each tier now links back to the steps of exactly its customers, by pandas'
+    totals (the oracle reads none of tt's logs)."""
+    import hooked_processor_chain as chain
+
+    run, on, off = record_on_and_off(Path(chain.__file__), tmp_path)
+    assert on == off
+    totals = chain.amounts()
+    want = {tier: sorted(c for c, t in totals.items() if (t >= 2500) == (tier == "high")) for tier in ("high", "low")}
+    assert {tier: customers.split(",") for tier, customers in on["tiers"]} == want
+    for tier, customers in want.items():
+        (found,) = lineage_json(capsys, run, "per_tier", "--where", f"tier == '{tier}'", "--back")
+        rows = {t["tuple"]: t["row"] for t in found["tuples"]}
+        through = [link for link in found["links"] if link["kind"] == "spark"]
+        assert through and {link["spark"] for link in through} == {"shuffle by tier"}, found["links"]
+        assert sorted(rows[link["to"]][0]["customer"] for link in through) == customers
+        steps = {link["to"] for link in found["links"] if link["kind"] == "emitted"
+                 and link["from"] in {t["to"] for t in through}}   # each output's step: its customer's key
+        assert sorted(rows[step]["$tuple"][1]["$tuple"][0] for step in steps) == customers
