@@ -80,7 +80,7 @@ def group_state_store(layers: Iterable[tuple[dict, dict, set]]) -> dict:
 
 def store_changes(changed: dict, before: dict, after: dict) -> dict:
     """A streaming task's step changes (`{field path: [old, new]}`, encoded), its store's fields
-    told by the partition's store before and after the step (both encoded) rather than by the
+    told by the partition's store before and after the step (`{field: {key: encoded value}}`) rather than by the
     task's own view, which starts empty each micro-batch: a call starts from the value its key
     held in the store (`state.u9: (absent) → …` read as if the state had been lost), and a key
     a call removed that the task's view never held was no change at all (a timed-out session).

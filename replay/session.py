@@ -96,6 +96,13 @@ class _Undo:
     saved: SavedPosition | None         # the engine saved there, when that was worth it
 
 
+def _keyed(store: dict) -> dict:
+    """A partition's store as `{field: {key: encoded value}}`: its keys as they are (an int, a
+    tuple), each value encoded once, so two stores compare key by key (`store_changes`)."""
+    return {name: {k: values.encode(v) for k, v in field.items()} if isinstance(field, dict) else {}
+            for name, field in store.items()}
+
+
 def _viewed(op: Any) -> bool:
     """Whether a hooked operator keeps a StatefulProcessor's state view (core/state_handle.py)."""
     return isinstance(getattr(op, "view", None), StoreView)
@@ -758,7 +765,7 @@ class DebugSession:
             for key in moving:
                 chain = self.partition_chain(key)
                 if chain is not None:
-                    self._stores_before[key] = orjson.loads(values.dumps(self._store_of(chain)))
+                    self._stores_before[key] = _keyed(self._store_of(chain))
         return undo
 
     def _abandon(self, undo: _Undo) -> None:
@@ -777,7 +784,7 @@ class DebugSession:
         result.changed = self.changes.changed(before, self.label, diff=result.action != "jump")
         for key, store in self._stores_before.items():   # a streaming task's step: its partition's store
             if result.action != "jump" and self.engine.position[key] != before[key]:
-                label, after = self.label(key), orjson.loads(values.dumps(self._store_of(self.partition_chain(key))))
+                label, after = self.label(key), _keyed(self._store_of(self.partition_chain(key)))
                 changed = partition_store.store_changes(result.changed.get(label, {}), store, after)
                 if changed:
                     result.changed[label] = changed

@@ -181,6 +181,23 @@ def test_a_steps_changes_start_from_what_earlier_micro_batches_left(recorded):
                     (3, "u1", True)}
 
 
+def test_store_changes_name_keys_of_any_type_as_the_tracker_does():
+    """Spark-free: a store keyed by ints or tuples (encoded as `$dict` whole) is compared key by
+    key, each change at `field.key` with the key as it is, as a task's own changes are named."""
+    from tt.replay.partition_store import store_changes
+    from tt.replay.session import _keyed
+
+    before = _keyed({"state": {1: (2, 3), 5: (1, 1), ("a", 1): 7}, "timeouts": {1: 100}})
+    after = _keyed({"state": {1: (4, 3), 5: (1, 1), 9: (0, 1)}, "timeouts": {1: 200}})
+    own = {"attempts": [1, 2], "state.1": ["<missing>", {"$tuple": [4, 3]}]}
+    assert store_changes(own, before, after) == {
+        "attempts": [1, 2],   # (a field of the task's own, not the store's: as the tracker said)
+        "state.1": [{"$tuple": [2, 3]}, {"$tuple": [4, 3]}],
+        "state.('a', 1)": [7, "<missing>"],
+        "state.9": ["<missing>", {"$tuple": [0, 1]}],
+        "timeouts.1": [100, 200]}
+
+
 def test_a_partitions_store_over_its_micro_batches_equals_the_pandas_oracle(recorded):
     """At every micro-batch end, each partition's latest task shows `(partition store)`: the
     GroupStates its partition's tasks so far left, a key's last call's standing, a removed one
