@@ -70,7 +70,8 @@ def replay(
 
     A step that ends at an interaction (a jump, or any step that lands on one)
     compares the replayed states with the recorded ones there and says where they
-    differ ("differs" in --json): what follows is then not what ran.
+    differ ("differs" in --json): what follows is then not what ran, and each later
+    step past it says so ("diverged").
 
     Exit status: 0 when every step was taken; 1 when a step was not possible,
     re-raised the operator's exception, or found the replay differing from the
