@@ -177,11 +177,12 @@ class Search:
     position), each followed by whatever it makes possible downstream."""
 
     def __init__(self, engine: Engine, provenance: Provenance, points: RestorePoints,
-                 cuts: dict[Key, list[int | None]] | None = None):
+                 cuts: dict[Key, list[int | None]] | None = None, after_theta: frozenset[int] = frozenset()):
         self.engine = engine
         self.provenance = provenance
         self.points = points
         self.cuts = cuts or {}   # each instance's position at each interaction after the start (`_within`)
+        self.after_theta = after_theta   # operators that take θ's rows through Spark (`spark_after`)
 
     def in_order(self, after: Callable[[Instance, int, Any], None] | None = None, tick=None,
                  stop_before: int | None = None, stop_at: TupleRef | None = None, failure_ends: bool = True) -> None:
@@ -203,16 +204,23 @@ class Search:
             if stop_at is not None and pos == stop_at.position and inst.key == (stop_at.op, stop_at.instance):
                 raise Stop
             steps[0] += 1
-        cuts = self.cuts
+        cuts, after_theta = self.cuts, self.after_theta
 
         def within(inst: Instance, epoch: int | None) -> bool:
             """Whether `inst` may take its next input while θ's next is in `epoch`: not past its
             position at the interaction that ends the epoch. An operator θ does not feed (a
             hooked job's other functions, each with its own logged input) was run to its end
             before θ's first input, so a run-until stopped in a state that never was: the other
-            done, θ not started."""
+            done, θ not started. One that takes θ's rows through Spark (a shuffle's other side)
+            only from the interaction that ends the epoch on, once θ's inputs of the epoch are in:
+            run up to it at the epoch's start, it stood far past θ, before θ's rows it takes."""
             cut = cuts.get(inst.key)
-            if epoch is None or cut is None or epoch >= len(cut) or cut[epoch] is None:
+            if epoch is None or cut is None:
+                return True
+            if inst.node.id in after_theta:
+                start = next((p for p in reversed(cut[:epoch]) if p is not None), 0)
+                return inst.count < start
+            if epoch >= len(cut) or cut[epoch] is None:
                 return True
             return inst.count < cut[epoch]
         stopping = stop_before is not None or stop_at is not None

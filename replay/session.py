@@ -96,6 +96,23 @@ class _Undo:
     saved: SavedPosition | None         # the engine saved there, when that was worth it
 
 
+def spark_after(reader: RunReader, graph: Any) -> frozenset[int]:
+    """The hooked operators that take θ's rows, or rows made from them, through Spark's own
+    operators (`plan["spark_edges"]`: from an operator to the source of the one after it), as
+    operator ids."""
+    edges: dict[int, list[int]] = {}
+    for e in reader.plan.get("spark_edges", []):
+        fed = [graph.edges[i].dst for i in graph.nodes[e["dst"]].outputs] if e["dst"] < len(graph.nodes) else []
+        edges.setdefault(e["src"], []).extend(fed)
+    found, todo = set(), [graph.theta]
+    while todo:
+        for op in edges.get(todo.pop(), []):
+            if op not in found:
+                found.add(op)
+                todo.append(op)
+    return frozenset(found)
+
+
 def _keyed(store: dict) -> dict:
     """A partition's store as `{field: {key: encoded value}}`: its keys as they are (an int, a
     tuple), each value encoded once, so two stores compare key by key (`store_changes`)."""
@@ -134,7 +151,7 @@ class DebugSession:
         self.provenance = Provenance(self.graph, self._logs, self._barriers(), arrays=NumpyLogArrays)
         self.points = RestorePoints(engine)
         self.planner = Planner(self.graph, self.provenance, lambda: self.engine.position)
-        self.search = Search(engine, self.provenance, self.points, self._cuts())
+        self.search = Search(engine, self.provenance, self.points, self._cuts(), spark_after(self.reader, engine.graph))
         self.changes = ChangeTracker(engine)
         self._chains: dict[Key, list[Key] | None] = {}   # `partition_chain`, per instance
         self._stores_before: dict[Key, dict] = {}   # a step's streaming tasks: their partition's store before it

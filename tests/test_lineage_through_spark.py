@@ -140,6 +140,28 @@ def test_an_rdd_of_a_dataframes_rows_links_back_to_the_group_that_emitted_each(r
         assert rows[group]["$tuple"][0]["$tuple"][0] == customer, rows[group]   # the call on that customer's group
 
 
+def test_a_run_until_keeps_what_takes_tags_rows_through_a_shuffle_after_tag(recorded):
+    """`tally` takes `Tag`'s rows through Spark's shuffle: in the job it ran once every `Tag`
+    batch was done. A run until a condition on `Tag` ran `tally` (its input logged) up to the
+    interaction that ends Tag's epoch first, so it stopped in a state that never was: Tag mid-way,
+    tally done. Now what takes θ's rows through Spark waits for θ's inputs of the epoch."""
+    from tt.replay.session import DebugSession
+
+    run, _, _ = recorded
+    session = DebugSession(run)
+    try:
+        result = session.run_until("Tag[0].batches == 2")
+        assert result.ok, result.note
+        at = result.position
+        assert at["Tag:0"] == 2 and all(n == 0 for label, n in at.items() if not label.startswith("Tag:")), at
+        done = session.run_until("tally[0].__class__ is not None")   # (tally's first step: Tag is done)
+        assert done.ok, done.note
+        ends = {label: n for label, n in session.position.items() if label.startswith("Tag:")}
+        assert all(n == session.engine.instances[session.parse_instance(label)].total for label, n in ends.items()), ends
+    finally:
+        session.reader.close()
+
+
 def test_the_text_view_says_through_spark(recorded, capsys):
     run, on, _ = recorded
     capsys.readouterr()
