@@ -96,6 +96,39 @@ def test_w_on_a_state_field_shows_who_wrote_it_and_enter_jumps_before_it(fraud_r
     drive(app, script, size=(160, 48))
 
 
+def test_enter_on_a_leaf_of_the_operator_shown_shows_its_state_there(fraud_run):
+    """Enter on a lineage leaf goes to just before it is consumed. Where the leaf is an input of
+    the operator already shown, its state tree kept the values of where the user was (the move
+    is a jump, which lists no changes, and the tree was patched with none): FE:2's highest said
+    120.95 for a customer FE had not seen there. The tree shows the state where it now stands."""
+    k, _, _ = bobs_blacklist(fraud_run)
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        assert app.shown.op == "FE"
+        state = app.query_one(StateInspector)
+        field = next(n for n in _nodes(state.tree) if n.data is not None and len(n.data.path) == 1
+                     and n.allow_expand and n.data.path[0] != "locals")
+        field.expand()
+        await until(pilot, lambda: any(c.data is not None and not c.data.more for c in field.children),
+                    what="the field's entries")
+        entry = next(c for c in field.children if c.data is not None and not c.data.more)
+        state.tree.focus()
+        state.tree.move_cursor(entry)
+        await keys(pilot, "w")
+        why = app.query_one(LineageTree)
+        leaf = next(n for n in _nodes(why) if n.data is not None)
+        why.move_cursor(leaf)
+        await keys(pilot, "enter")
+        assert app.shown.op == "FE" and app.shown.position[f"FE:{leaf.data.instance}"] == leaf.data.position
+        now = app.model.call(lambda s: {s.label(key): s.instance_state(key) for key in s.engine.instances
+                                        if s.label(key).startswith("FE:")})
+        assert state.states == now, "the state tree shows another position's values"
+    drive(app, script, size=(160, 48))
+
+
 def test_w_on_a_waiting_tuple_and_the_watch_keys_moved(fraud_run):
     """`w` with the waiting tuples focused traces the selected tuple; watching is now `+` and `-`."""
     app = DebuggerApp(fraud_run)

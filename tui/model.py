@@ -28,6 +28,11 @@ SCOPE_LIMIT = 400
 OVERLAP_TUPLE_LIMIT = 3_000_000   # above this many logged tuples, overlaps are computed on request only
 
 
+#: actions the session does not diff (`DebugSession._finish`): a jump, and a go-to-before, which
+#: is one (a lineage leaf's Enter): their states are encoded anew, not patched with no changes
+UNDIFFED = frozenset({"jump", "goto_before"})
+
+
 @dataclass
 class ScopeLine:
     ref: TupleRef
@@ -114,7 +119,7 @@ class Model:
         states = self._states(op, prev, result)
         if keep_changes and prev is not None and prev.op == op:
             changes = prev.changes
-        elif result is not None and result.action != "jump":
+        elif result is not None and result.action not in UNDIFFED:
             changes = _from_result(result, op)   # the session diffed the states it moved
         elif prev is not None and prev.op == op and prev.position != position:
             changes = {inst: state_paths.diff(prev.states.get(inst), st) for inst, st in states.items()
@@ -230,7 +235,7 @@ class Model:
         again (which costs a walk over the whole state)."""
         s = self.session
         out = {}
-        diffed = result is not None and result.action != "jump" and prev is not None and prev.op == op \
+        diffed = result is not None and result.action not in UNDIFFED and prev is not None and prev.op == op \
             and result.position == s.position
         for key, inst in s.engine.instances.items():
             if inst.node.name != op:
