@@ -67,6 +67,17 @@ def changed_prefixes(changes: dict[Path, tuple[Any, Any]]) -> set[Path]:
     return out
 
 
+def field_path(path: Path) -> Path:
+    """A tree path as a field path names it: cut before tt's own encoding (`$set`'s items are
+    in sorted order, a `$tuple`'s and a `$dict`'s pairs by place), so a member of a set, a
+    tuple's item or an int-keyed dict's entry names its container (`seen`), not a place in an
+    encoding that moves as the value changes (`seen.$set.1326`)."""
+    for i, part in enumerate(path):
+        if isinstance(part, str) and part[:1] == "$":
+            return path[:i]
+    return path
+
+
 def lookup(state: Any, path: Path) -> Any:
     value = state
     for part in path:

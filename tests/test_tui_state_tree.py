@@ -56,3 +56,32 @@ def test_the_more_line_says_what_enter_shows_and_enter_shows_it():
             assert _more_lines(inspector) == ["… 50 more (Enter shows them)"]
 
     asyncio.run(run())
+
+
+def test_a_set_members_node_names_its_set_as_a_field():
+    """`C` and `w` take the field under the state tree's cursor. `/` finds a member of a set
+    through tt's encoding (`seen.$set.1326`: its place among the sorted members), so `C` went
+    back to where some other member was at that place. The field a member names is its set;
+    an item of a tuple, the tuple."""
+    from tt.core import values
+    from tt.replay.state_paths import field_path
+
+    state = values.encode({"seen": {f"tx-{i:04}" for i in range(500)}, "dropped": 3, "by": {"u1": (1, "tx-zz")}})
+
+    async def run():
+        app = _Host()
+        async with app.run_test(size=(100, 40)) as pilot:
+            inspector = app.query_one(StateInspector)
+            inspector.show("Dedup", {"Dedup:0": state}, {})
+            await pilot.pause()
+            found = []
+            for text in ("tx-0123", "tx-zz"):
+                assert inspector.search(text)
+                await pilot.pause()
+                found.append(inspector.tree.cursor_node.data.path)
+            member, item = found
+            assert member[:2] == ("seen", "$set") and field_path(member) == ("seen",), member
+            assert item[:3] == ("by", "u1", "$tuple") and field_path(item) == ("by", "u1"), item
+            assert field_path(("dropped",)) == ("dropped",)
+
+    asyncio.run(run())

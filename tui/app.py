@@ -36,7 +36,7 @@ from textual.worker import get_current_worker
 
 from ..core.errors import RunFileError, TTError, UsageError
 from ..core.scopes import TupleRef, operator_of
-from ..replay import facts
+from ..replay import facts, state_paths
 from ..store.reader import RunReader, ranges
 from . import actions, layout
 from .actions import When
@@ -879,7 +879,7 @@ class DebuggerApp(App):
         node = self.query_one(StateInspector).tree.cursor_node
         if node is not None and node.data is not None and not node.data.more and node.data.path \
                 and node.data.path[-1] != "…":
-            default = ".".join([node.data.instance, *map(str, node.data.path)])
+            default = ".".join([node.data.instance, *map(str, state_paths.field_path(node.data.path))])
         self._ask(PromptScreen("Back to the last change of", "OP:INSTANCE.FIELD[.KEY], e.g. "
                                f"{(self.shown.op if self.shown else 'FD')}:0.{'field'} (the state tree's cursor "
                                "fills it in)", default), self._last_change_answer)
@@ -1010,7 +1010,8 @@ class DebuggerApp(App):
             target = ("log", picked)
         elif state.tree.has_focus and node is not None and node.data is not None and not node.data.more \
                 and node.data.path and node.data.path[-1] != "…":
-            target = ("state", node.data.instance, ".".join(map(str, node.data.path[:2])))
+            field = state_paths.field_path(node.data.path)[:2] or node.data.path[:1]
+            target = ("state", node.data.instance, ".".join(map(str, field)))
         else:
             ref = self._ref_for_step()
             if ref is not None:
