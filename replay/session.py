@@ -346,8 +346,19 @@ class DebugSession:
 
     # --- what waits -----------------------------------------------------------------
 
-    def pending(self, instance: str | None = None, limit: int = 20) -> list[Pending]:
-        """Per instance, the tuples waiting on its channels, in the order it will consume them."""
+    def waiting_row(self, ref: TupleRef | str) -> Any:
+        """The value of the tuple `ref` waiting at its instance, as its operator will get it (a
+        DataFrame, not the line that shows it: `e`'s `row` in tt debug); None where it waits no more."""
+        ref = self._ref(ref)
+        inst = self.engine.instances.get((ref.op, ref.instance))
+        if inst is None or ref.position < inst.count:
+            return None
+        waiting = self.pending(self.label((ref.op, ref.instance)), limit=ref.position - inst.count + 1, raw=True)
+        return next((p.row for p in waiting if p.ref == ref), None)
+
+    def pending(self, instance: str | None = None, limit: int = 20, raw: bool = False) -> list[Pending]:
+        """Per instance, the tuples waiting on its channels, in the order it will consume them
+        (`raw`: each row as its operator will get it, not encoded to be shown)."""
         keys = [self.parse_instance(instance)] if instance else list(self.engine.instances)
         out = []
         for key in keys:
@@ -380,7 +391,7 @@ class DebugSession:
                 sender = self.label((self.graph.edges[inst.node.inputs[ch[0]]].src, ch[1])) if internal \
                     else "recorded"
                 out.append(Pending(ref, self.label(ref), ch[0], sender, self.planner.free(ref),
-                                   values.encode_readable(row), pos == inst.count))
+                                   row if raw else values.encode_readable(row), pos == inst.count))
         return out
 
     # --- what each step can do (planned once per position) -------------------------------

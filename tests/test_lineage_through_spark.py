@@ -162,6 +162,26 @@ def test_a_run_until_keeps_what_takes_tags_rows_through_a_shuffle_after_tag(reco
         session.reader.close()
 
 
+def test_an_expression_gets_a_waiting_batch_as_tag_gets_it(recorded):
+    """`e` in tt debug evaluates over the selected tuple, `row`: it got the line that shows a
+    DataFrame (`row['id']` raised "string indices must be integers", `len(row)` was 52). It
+    gets the batch Tag will get: its ids by arithmetic on the job's shape."""
+    from tt.replay.session import DebugSession
+
+    run, _, _ = recorded
+    session = DebugSession(run)
+    try:
+        for ref, first in (("Tag:0:0", 0), ("Tag:1:1", PER_PARTITION + BATCH)):
+            row = session.waiting_row(ref)
+            assert type(row).__name__ == "DataFrame" and len(row) == BATCH, type(row)
+            assert session.evaluate("int(row['id'].iloc[0]), len(row)", row) == [
+                ("int(row['id'].iloc[0]), len(row)", (first, BATCH))]
+        session.step_over("Tag:0:0")
+        assert session.waiting_row("Tag:0:0") is None   # (consumed: it waits no more)
+    finally:
+        session.reader.close()
+
+
 def test_the_text_view_says_through_spark(recorded, capsys):
     run, on, _ = recorded
     capsys.readouterr()

@@ -904,15 +904,13 @@ class DebuggerApp(App):
 
     def _expression_hint(self) -> str:
         names = ", ".join(o.name for o in self.reader.operators if o.in_g) if self.reader else ""
-        return (f"over the states here: {names}; OP.field is each instance, OP[i].field one; row is the selected "
-                f"tuple.  e.g. len(FD.blacklist)   ·   FE[1].highest.get('Bob')")
-
-    def _selected_row(self) -> Any:
-        from ..core.values import decode
-
         shown = self.shown
-        row = next((p.row for p in shown.pending if p.ref == shown.selected), None) if shown else None
-        return None if row is None else decode(row)
+        state = next(iter(shown.states.values()), None) if shown is not None and shown.states else None
+        field = next((f for f in state if f != "locals"), None) if isinstance(state, dict) else None
+        example = (f"e.g. {shown.op}[0].{field}   ·   len({shown.op}[0].{field})" if field else
+                   "e.g. len(FD.blacklist)   ·   FE[1].highest.get('Bob')")
+        return (f"over the states here: {names}; OP.field is each instance, OP[i].field one; row is the selected "
+                f"tuple, as its operator gets it.  {example}")
 
     def action_evaluate(self) -> None:
         if not self._can_act():
@@ -923,12 +921,12 @@ class DebuggerApp(App):
     def _evaluate_answer(self, text: str | None) -> None:
         if text:
             self._last_expression = text
-            self._evaluate_worker(text, self._selected_row())
+            self._evaluate_worker(text, self.shown.selected if self.shown else None)
 
     @work(thread=True, group="evaluate", exit_on_error=False)
-    def _evaluate_worker(self, text: str, row: Any) -> None:
+    def _evaluate_worker(self, text: str, ref: TupleRef | None) -> None:
         try:
-            values = self.model.call(lambda s: s.evaluate(text, row))
+            values = self.model.call(lambda s: s.evaluate(text, s.waiting_row(ref) if ref is not None else None))
         except TTError as e:
             self._report(Say(str(e), "error"))
             return
