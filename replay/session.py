@@ -629,6 +629,7 @@ class DebugSession:
         check = Condition(parsed, self._instance)
         with self.lock:
             t0 = time.perf_counter()
+            held = self._holds_here(condition, parsed)
             undo = self._begin(f"run_until {condition}", self.engine.instances)
             hit, raised = None, None
             try:
@@ -642,6 +643,9 @@ class DebugSession:
             result = StepResult("run_until", condition, stopped_at=hit)
             if hit is not None:
                 result.note = f"stopped after {self.label(hit)}: the condition holds" + check.errors(False)
+                if held is not None:   # (a step on found it again: not where it came true)
+                    result.note += (f"; it held already where this run started ({held}): the last change of "
+                                    f"what it reads finds where it came true")
             elif raised is not None:
                 result.ok = False
                 result.note = f"the condition never held before {raised.label}, where the run failed: {raised}"
@@ -657,6 +661,17 @@ class DebugSession:
                 result.note = "the condition never held before the end of the run" + check.errors(False)
             self._finish(result, undo.position, t0)
             return result
+
+    def _holds_here(self, condition: str, parsed: Any) -> str | None:
+        """Where `condition` holds at this position already (an instance, or the expression), for
+        one that reads states alone (not the step's `row`, `op`, ...); None otherwise."""
+        if not parsed.operators or parsed.names & {"row", "op", "instance", "position"}:
+            return None
+        try:
+            found = self.evaluate(condition)
+        except UsageError:   # (several operators each by OP.field: a step names the instance)
+            return None
+        return next((who for who, value in found if not isinstance(value, EvalError) and value), None)
 
     def last_change(self, instance: str, field_path: str, progress=None,
                     cancel: threading.Event | None = None) -> StepResult:

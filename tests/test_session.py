@@ -309,6 +309,23 @@ def test_step_back_at_the_start_says_why(keyed_run):
     assert s.can_step_back() and s.step_back().ok
 
 
+def test_a_run_until_says_when_its_condition_held_where_it_started(keyed_run):
+    """Run until a condition that holds here already goes on to the next step where it holds,
+    which is not where it came true: it now says so (the condition reads states alone)."""
+    s = DebugSession(keyed_run)
+    s.jump(0)
+    step = s.run_until("'FD' == op and len(FD.blacklist) > 0")   # (reads the step: nothing to say before it)
+    assert step.ok and "held already" not in step.note, step.note
+    i = next(label for label, fields in step.changed.items() if any(f.startswith("blacklist") for f in fields))
+    condition = f"len(FD[{i.split(':')[1]}].blacklist) > 0"
+    s.jump(0)
+    first = s.run_until(condition)
+    assert first.ok and "held already" not in first.note, first.note
+    again = s.run_until(condition)
+    assert again.ok and again.note.endswith(f"; it held already where this run started ({condition}): the last "
+                                            f"change of what it reads finds where it came true"), again.note
+
+
 def test_last_change_after_run_until_searches_back_from_restore_points(keyed_run, monkeypatch):
     """Issue 11 item 8: a long run until leaves restore points behind (here at every tick), and
     `last_change` searches back from the nearest one; where it lands is the oracle's."""
