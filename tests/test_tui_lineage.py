@@ -152,6 +152,30 @@ def test_w_on_a_waiting_tuple_and_the_watch_keys_moved(fraud_run):
     drive(app, script, size=(160, 48))
 
 
+def test_enter_on_a_why_tree_of_one_tuple_goes_before_it(fraud_run):
+    """A θ input's why tree is the tuple alone, which entered G(θ) there: the message said
+    "Enter on a leaf (←) goes to just before it is consumed", and Enter did nothing."""
+    k, _, _ = bobs_blacklist(fraud_run)
+    app = DebuggerApp(fraud_run)
+
+    async def script(pilot):
+        await keys(pilot, "j")
+        await answer(pilot, str(k))
+        pending = app.query_one(PendingTuples)
+        pending.focus()
+        ref = app.shown.selected
+        assert ref is not None and app.shown.op == "FE"
+        await keys(pilot, "w")
+        why = app.query_one(LineageTree)
+        assert why.lines == why.lines[:1] and why.root.data == ref, why.lines
+        why.move_cursor(why.root)
+        await keys(pilot, "enter")
+        label = f"FE:{ref.instance}"
+        assert app.shown.position[label] == ref.position and app.shown.selected == ref
+        assert message(app).startswith(f"{label}:{ref.position} waits at {label}: interaction "), message(app)
+    drive(app, script, size=(160, 48))
+
+
 def test_w_on_a_sink_row_and_on_a_recorded_tuple_in_the_logs_view(fraud_run):
     """A sink's rows are its Input log: `w` on one opens, in the debug view, its tree; the sink
     row's source is the payment with the row's own id (the job carries ids end to end; the

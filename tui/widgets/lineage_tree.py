@@ -100,9 +100,13 @@ def outline(lineage, tree) -> Line:
             if link.to in shown:
                 out.append(Line(how + Text(f"{lineage.label(link.to)} (shown above)", style="dim")))
                 continue
-            leaf = link.to if isinstance(link.to, TupleRef) and link.to in tree.entered and \
-                link.to.op in lineage.graph.in_g and tree.entered[link.to]["as"] != "end of input" else None
-            out.append(Line(how + row(link.to), leaf, lines_under(link.to)))
+            out.append(Line(how + row(link.to), leaf(link.to), lines_under(link.to)))
         return out
 
-    return Line(row(tree.root), None, lines_under(tree.root))
+    def leaf(node) -> TupleRef | None:
+        """The tuple Enter goes to just before: one that entered G(θ) (the root too: a why tree
+        of one tuple, a θ input, whose Enter did nothing)."""
+        return node if isinstance(node, TupleRef) and node in tree.entered and node.op in lineage.graph.in_g \
+            and tree.entered[node]["as"] != "end of input" else None
+
+    return Line(row(tree.root), leaf(tree.root), lines_under(tree.root))
