@@ -46,7 +46,8 @@ class ScopeView(Vertical):
             return
         done = sum(1 for ln in lines if ln.consumed)
         head.append(f"scope of {target}", style="bold")
-        head.append(f": {len(lines)}{'+' if truncated else ''} tuples, {done} consumed")
+        head.append(f": {len(lines)}{'+' if truncated else ''} tuple{'' if len(lines) == 1 and not truncated else 's'}, "
+                    f"{done} consumed")
         if overlap_count is None:
             head.append(" · overlaps not computed yet", style="dim")
         elif overlap_count:
