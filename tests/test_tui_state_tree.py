@@ -19,6 +19,14 @@ class _Host(App):
         yield StateInspector()
 
 
+async def _showing(pilot, state: dict, op: str) -> StateInspector:
+    """The app's inspector, showing `state` as instance 0 of `op`."""
+    inspector = pilot.app.query_one(StateInspector)
+    inspector.show(op, {f"{op}:0": state}, {})
+    await pilot.pause()
+    return inspector
+
+
 def _more_lines(inspector: StateInspector) -> list[str]:
     return [line.strip() for line in inspector.visible_text().splitlines() if "more (Enter" in line]
 
@@ -35,9 +43,7 @@ def test_the_more_line_says_what_enter_shows_and_enter_shows_it():
     async def run():
         app = _Host()
         async with app.run_test(size=(100, 40)) as pilot:
-            inspector = app.query_one(StateInspector)
-            inspector.show("Op", {"Op:0": state}, {})
-            await pilot.pause()
+            inspector = await _showing(pilot, state, "Op")
             top = inspector.tree.root.children[0]
             for field in top.children:
                 field.expand()
@@ -71,9 +77,7 @@ def test_a_set_members_node_names_its_set_as_a_field():
     async def run():
         app = _Host()
         async with app.run_test(size=(100, 40)) as pilot:
-            inspector = app.query_one(StateInspector)
-            inspector.show("Dedup", {"Dedup:0": state}, {})
-            await pilot.pause()
+            inspector = await _showing(pilot, state, "Dedup")
             found = []
             for text in ("tx-0123", "tx-zz"):
                 assert inspector.search(text)

@@ -67,7 +67,7 @@ class MessageLine(Static):
                      f"{short(d['replayed'])}: what is shown is not what ran (tt verify finds where)")
             self.say(t, "error")
             return
-        diverged = getattr(r, "diverged", None)
+        diverged = r.diverged
         if diverged is not None:   # past an interaction where the replay differed: still not what ran
             t.append(f"! {head}", style="bold red")
             t.append(f" · past interaction {diverged['k']}, where the replay differs from the recording "
