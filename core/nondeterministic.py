@@ -15,7 +15,10 @@ real answer, unlogged. Nothing is paid per step: only a patched call looks.
 
 What is covered:
 - module functions, patched once per process (`install`) and passing through elsewhere:
-  `time.time`, `monotonic`, `perf_counter`, `process_time` (and their `_ns`), `random`'s module
+  `time.time`, `monotonic`, `perf_counter`, `process_time`, `thread_time` (and their `_ns`),
+  `clock_gettime(_ns)`, `os.times`, the calls that read the clock where no time is given
+  (`time.strftime(fmt)`, `localtime()`, `gmtime()`, `ctime()`, `asctime()`: handed the logged
+  `time.time()`), `random.SystemRandom`'s draws (its `_urandom`), `random`'s module
   functions (`choice`, `sample`, `choices` and `shuffle` log positions, so the objects handed
   back are the caller's own), `uuid.uuid1`/`uuid4`, `os.urandom`, `secrets`' functions, and
   numpy's legacy `numpy.random` functions (`default_rng()` without a seed logs the seed it drew);
@@ -101,12 +104,15 @@ _NOT_USERS = ("tt.", "pyspark", "py4j")
 #: reads (core/files_read.py, 2026-12-04); 6, also what a step asks of a path (`os.stat`,
 #: `os.path.exists`, `os.listdir`: core/file_info.py, 2026-12-04).
 #: A run replays the calls of its own version logged.
-VERSION = 6
+#: 7, also the clock read in other ways (`_LOGGED_SINCE_7`, `_NOW_WHERE_OMITTED`: `time.strftime`
+#: without a time, `clock_gettime`, `thread_time`, `os.times`) and `random.SystemRandom` (2026-12-07).
+VERSION = 7
 _SEEDS = 2   # the version that began logging system-seeded generators and pandas' clock reads
 _ENVIRON = 3   # ... and environment variables
 _PROCESS_FACTS = 4   # ... and the process's own facts
 _FILES = 5   # ... and the files a step reads
 _STATS = 6   # ... and what it asks of a path (stat results, listings)
+_MORE_CLOCKS = 7   # ... and the clock read in other ways, and `random.SystemRandom`'s draws
 
 
 def users_step(depth: int = 2, since: int = 1) -> bool:
@@ -142,6 +148,15 @@ _RANDOM = ("random", "uniform", "randint", "randrange", "getrandbits", "randbyte
 _SECRETS = ("token_bytes", "token_hex", "token_urlsafe", "randbelow", "randbits", "choice")
 #: (module, names): each name's call answered through `log_result` as it is
 LOGGED = ((time, _TIME), (random, _RANDOM), (uuid, ("uuid1", "uuid4")), (os, ("urandom",)), (secrets, _SECRETS))
+#: (module, names): logged as `LOGGED`'s are, in runs of `_MORE_CLOCKS` on. `random._urandom` is
+#: the `os.urandom` that `random.SystemRandom` draws from (bound when `random` was imported)
+_LOGGED_SINCE_7 = ((time, ("clock_gettime", "clock_gettime_ns", "thread_time", "thread_time_ns")),
+                   (os, ("times",)), (random, ("_urandom",)))
+#: (module, name, the place of its time argument): calls that read the clock where that argument
+#: is left out or None (`time.strftime("%H:%M")`, `time.localtime()`); there they are handed the
+#: logged `time.time()`, as a struct of local time where they take one (`strftime`, `asctime`)
+_NOW_WHERE_OMITTED = (("localtime", 0, False), ("gmtime", 0, False), ("ctime", 0, False),
+                      ("asctime", 0, True), ("strftime", 1, True))
 #: (module, names): calls without arguments whose answer is the process's own, logged by name as
 #: an environment variable is (`_process_fact`)
 _PROCESS = ((os, ("getpid", "getppid", "cpu_count")), (socket, ("gethostname",)), (platform, ("node",)))
@@ -156,12 +171,15 @@ def install() -> None:
     with _installed:
         if _ORIGINAL:
             return
-        for calls, wrap in ((LOGGED, _logged), (_PROCESS, _process_fact)):
+        for calls, wrap in ((LOGGED, _logged), (_PROCESS, _process_fact),
+                            (_LOGGED_SINCE_7, functools.partial(_logged, since=_MORE_CLOCKS))):
             for module, names in calls:
                 for name in names:
                     original = getattr(module, name, None)
                     if original is not None:
                         _patch(module, name, original, wrap(original, module.__name__, name))
+        for name, at, as_struct in _NOW_WHERE_OMITTED:
+            _patch(time, name, getattr(time, name), _now_where_omitted(getattr(time, name), name, at, as_struct))
         for name, wrapper in (("choice", _choice), ("choices", _choices), ("sample", _sample), ("shuffle", _shuffle)):
             _patch(random, name, getattr(random, name), wrapper)
         _ORIGINAL[("random", "Random.seed")] = random.Random.seed
@@ -215,17 +233,34 @@ def _patch(module: types.ModuleType, name: str, original: Callable, wrapper: Cal
     setattr(module, name, wrapper)
 
 
-def _logged(original: Callable, module: str, name: str) -> Callable:
-    """`original`, its answer logged when a hooked function's step calls it. It goes by the
-    module's name for it, so pickled by reference it is found again as that module's function
-    (`os.urandom` is `posix.urandom`, `random.random` is `Random.random` of a hidden instance)."""
+def _logged(original: Callable, module: str, name: str, since: int = 1) -> Callable:
+    """`original`, its answer logged when a hooked function's step calls it (in a run of version
+    `since` on). It goes by the module's name for it, so pickled by reference it is found again
+    as that module's function (`os.urandom` is `posix.urandom`, `random.random` is
+    `Random.random` of a hidden instance)."""
 
     @functools.wraps(original)
     def call(*args, **kwargs):
-        if users_step():
+        if users_step(since=since):
             return log_result(original, *args, **kwargs)
         return original(*args, **kwargs)
     call.__module__, call.__name__, call.__qualname__ = module, name, name
+    return call
+
+
+def _now_where_omitted(original: Callable, name: str, at: int, as_struct: bool) -> Callable:
+    """`time.<name>`, which reads the clock where its argument `at` is left out or None: there, in
+    a hooked function's step, it gets the logged `time.time()` instead (as a struct of local time
+    where `as_struct`), so `time.strftime("%H:%M:%S")` in a state or an output replays as it ran.
+    Local time is the workers' in replay too (core/local_time.py)."""
+
+    @functools.wraps(original)
+    def call(*args):
+        if (len(args) <= at or args[at] is None) and users_step(since=_MORE_CLOCKS):
+            now = log_result(_ORIGINAL[("time", "time")])
+            args = (*args[:at], _ORIGINAL[("time", "localtime")](now) if as_struct else now)
+        return original(*args)
+    call.__module__, call.__name__, call.__qualname__ = "time", name, name
     return call
 
 

@@ -434,8 +434,9 @@ class Coordinator:
                                   ("timezone_facts", orjson.dumps(hello.get("timezone_facts")).decode())])])
             if seed is None or not seed.isdigit():
                 self._warn_once("the job's Python workers hash strings with a random seed (PYTHONHASHSEED is "
-                                f"{'unset' if seed is None else repr(seed)}): a replay iterates over a set of strings "
-                                "in another order than they did, and `tt verify` says where that changes a state")
+                                f"{'unset' if seed is None else repr(seed)}): in a replay, hash() of a string gives other values "
+                                "and a set of strings iterates in another order than they did; `tt verify` says "
+                                "where that changes a state")
             return
         if seed != self.hash_seed:
             self._warn_once(f"the job's Python workers ran with different hash seeds ({self.hash_seed!r}, {seed!r}): "

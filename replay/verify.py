@@ -321,8 +321,8 @@ def _bisect(reader: RunReader, engine: Engine, key: Key, prev_k: int | None, k: 
                             f"{label}" if upstream else ", so processing it is not deterministic (wrap the "
                             "non-deterministic call in tt.log_result; of a plain PySpark job's functions, tt logs the "
                             "clock, random, numpy.random, uuid, os.urandom, secrets, pandas.Timestamp.now, process id "
-                            "and host name calls itself: "
-                            "docs/HOOKS.md §5)")
+                            "and host name calls itself, but not what comes of an object's address, id() or a set of "
+                            "objects: docs/HOOKS.md §5)")
                     ref = f"{label}:{pos}"
                     return {"tuple": ref, "input": pos, "row": values.render(ra, 200), "found_by": "replays",
                             "text": f"; it first diverges at input {ref} {values.render(ra, 120)}: {how}"}

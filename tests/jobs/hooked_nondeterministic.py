@@ -4,7 +4,9 @@ make ids, keep what they got in their state and emit it.
 - `stamped` (`rdd.mapPartitions`, a generator; θ) reads `time.time()`, `datetime.now()`
   (imported as `from datetime import datetime`), `perf_counter()`, `uuid.uuid4()`, and
   shuffles, chooses and samples with `random`, and draws from a `random.Random()` it makes
-  without a seed;
+  without a seed and from a `random.SystemRandom()`; and reads the clock where no time is
+  given (`time.strftime(fmt)`, `ctime()`, `localtime()`, …), by `clock_gettime`, `thread_time`
+  and `os.times`;
 - `StampBatches` (`mapInPandas`, a callable class) reads `time.time_ns()`,
   `datetime.datetime.utcnow()` (through `import datetime`), `os.urandom` and pandas'
   `Timestamp.now()`, `Timestamp.today()`, `Timestamp("now")` and `to_datetime("today")`, and
@@ -62,7 +64,12 @@ def make_stamped():
             seen["last"] = {"time": time.time(), "now": now.isoformat(), "id": str(uuid.uuid4()), "order": "".join(order),
                             "pick": random.choice(LETTERS) + "".join(random.sample(LETTERS, 2)) + random.choices(LETTERS)[0],
                             "draw": random.random() + random.randint(0, 9), "own": own.random(),
-                            "kinds": [isinstance(now, datetime), isinstance(now, dtmod.date), type(now).__name__]}
+                            "kinds": [isinstance(now, datetime), isinstance(now, dtmod.date), type(now).__name__],
+                            "clocks": [time.strftime("%Y-%m-%d %H:%M:%S"), time.ctime(), time.asctime(),
+                                       list(time.localtime())[:6], list(time.gmtime(None))[:6],
+                                       time.clock_gettime(time.CLOCK_REALTIME), time.clock_gettime_ns(time.CLOCK_MONOTONIC),
+                                       time.thread_time(), os.times().elapsed, random.SystemRandom().random(),
+                                       time.strftime("%H:%M", time.gmtime(0))]}
             seen["took"] += perf_counter() - started
             yield row.id, json.dumps(seen["last"])
     return stamped
