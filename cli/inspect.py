@@ -216,7 +216,8 @@ def _source_text(src: dict) -> str:
         return f"rows copied into the run file ({src['why']})"
     if src["stored"] == "packed":
         return f"rows copied into the run file by `tt pack` from {len(src['files'])} {src['format'].capitalize()} file(s)"
-    bad = [f for f in src["files"] if f["here"] != "unchanged"]
+    copies = [f for f in src["files"] if f["here"].startswith("a copy:")]
+    bad = [f for f in src["files"] if f["here"] != "unchanged" and f not in copies]
     n = len(src["files"])
     kept = "row counts" if src.get("positions") == "counted" else "positions"
     text = (f"by reference: {src['rows']:,} rows as {human_bytes(src['position_bytes'])} of "
@@ -225,6 +226,10 @@ def _source_text(src: dict) -> str:
     copied = src.get("copied_units", 0)
     also = (f"; {copied:,} of its units copied into the run file instead (their tasks' rows were not where "
             f"the tasks' partitions say: a union or a coalesce after the call?)" if copied else "")
+    if not bad and copies:   # (a later time, the recorded size and footer: store/sources.py `identity`)
+        which = "" if len(copies) == n else f"{len(copies):,} of them "
+        return (text + ("all " if n > 1 else "") + f"here, {which}copied since the recording (their times differ, "
+                f"not their sizes or footers: replay checks their rows by digest)" + also)
     if not bad:
         return text + ("all " if n > 1 else "") + "here and unchanged" + also
     return text + "; ".join(f"{shown(f['uri'])} {f['here']}" for f in bad[:3]) + (" …" if len(bad) > 3 else "") \

@@ -143,7 +143,7 @@ def sources(reader: RunReader) -> list[dict]:
     """How each recorded source's rows are kept: copied (and why), or by reference to files,
     each file checked from here (present and unchanged, changed, or unreadable)."""
     from ..core.errors import SourceFileError
-    from ..store.sources import FileRecord, describe_change
+    from ..store.sources import FileRecord, identity
 
     out = []
     referenced, copied = reader.referenced(), reader.copied_units()
@@ -169,8 +169,8 @@ def sources(reader: RunReader) -> list[dict]:
             rec = FileRecord(f["id"], scan["source"], f["uri"], f["size"], f["mtime_ms"],
                              bytes.fromhex(f["footer"]) if f["footer"] else None)
             try:
-                change = describe_change(rec)
-                here = "unchanged" if change is None else f"changed: {change}"
+                change, retimed = identity(rec)
+                here = f"changed: {change}" if change is not None else f"a copy: {retimed}" if retimed else "unchanged"
             except SourceFileError as e:
                 here = f"unreadable: {getattr(e, 'reason', e)}"
             files.append({"uri": f["uri"], "size": f["size"], "here": here})

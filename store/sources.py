@@ -84,8 +84,20 @@ def footer_digest(uri: str) -> bytes:
 
 
 def describe_change(rec: FileRecord, run: str = "RUN") -> str | None:
-    """What differs between a file now and when it was recorded, or None if nothing does.
-    Raises `SourceFileError` (naming the run file `run`) when it cannot be read from here."""
+    """What differs between a file now and when it was recorded, or None if nothing does
+    (`identity`). Raises `SourceFileError` (naming the run file `run`) when it cannot be read
+    from here."""
+    return identity(rec, run)[0]
+
+
+def identity(rec: FileRecord, run: str = "RUN") -> tuple[str | None, str | None]:
+    """(what differs between a file now and when it was recorded, or None; a note where only its
+    modification time does). A Parquet file of the recorded size and footer whose time alone
+    changed is the one recorded, copied (`cp`, `scp` and uploads stamp the time of the copy):
+    its rows are read, and each chunk of them checked against the digest the recording's task
+    took of their values (`SourceReader.table`), which proves the content where the time could
+    not (a rewrite in place keeps it: docs/SOURCES.md §8). Raises `SourceFileError` (naming the
+    run file `run`) when the file cannot be read from here."""
     from pyarrow import fs
 
     try:
@@ -99,15 +111,16 @@ def describe_change(rec: FileRecord, run: str = "RUN") -> str | None:
     if info.size != rec.size:
         changes.append(f"size {rec.size:,} → {info.size:,}")
     mtime = int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else None
-    if mtime is not None and mtime != rec.mtime_ms:
-        changes.append(f"modified {_when(rec.mtime_ms)} → {_when(mtime)}")
-    if not changes and rec.footer is not None:
-        try:
-            if footer_digest(rec.uri) != rec.footer:
-                changes.append("its Parquet footer differs")
-        except Exception as e:
-            raise unreadable(rec.uri, str(e).splitlines()[0], run) from None
-    return ", ".join(changes) or None
+    retimed = f"modified {_when(rec.mtime_ms)} → {_when(mtime)}" if mtime is not None and mtime != rec.mtime_ms \
+        else None
+    if changes or rec.footer is None:
+        return ", ".join([*changes, *([retimed] if retimed else [])]) or None, None
+    try:
+        if footer_digest(rec.uri) != rec.footer:
+            return ", ".join([*([retimed] if retimed else []), "its Parquet footer differs"]), None
+    except Exception as e:
+        raise unreadable(rec.uri, str(e).splitlines()[0], run) from None
+    return None, retimed and f"{retimed}, its size and Parquet footer as recorded"
 
 
 def unreadable(uri: str, why: str, run: str = "RUN") -> SourceFileError:
@@ -305,6 +318,7 @@ class SourceReader:
                 self.files[row[0]] = FileRecord(*row)
         self._opened: dict[int, Any] = {}
         self._schemas: dict[int, Any] = {}
+        self.retimed: dict[int, str] = {}   # file id -> how its time alone changed (a copy: `identity`)
         self._groups: collections.OrderedDict = collections.OrderedDict()
         self._tasks: collections.OrderedDict = collections.OrderedDict()
         self._parts: collections.OrderedDict = collections.OrderedDict()   # chunk data -> `parts`
@@ -325,11 +339,14 @@ class SourceReader:
         return reader
 
     def check(self, file_id: int) -> None:
-        """Raise `SourceFileError` unless the file is here and is the one recorded."""
+        """Raise `SourceFileError` unless the file is here and is the one recorded (`identity`);
+        a copy's time is noted, for `table` to prove its rows by their digest."""
         rec = self.files[file_id]
-        what = describe_change(rec, self.run)
+        what, retimed = identity(rec, self.run)
         if what is not None:
             raise changed(rec.uri, what, self.run)
+        if retimed is not None:
+            self.retimed[file_id] = retimed
 
     def check_all(self) -> None:
         """Every file still referenced, before a long replay starts (`tt verify`, `tt pack`);
@@ -361,10 +378,14 @@ class SourceReader:
         tables = [self._take(source, fid, rows) for fid, rows in parts]
         table = schema.empty_table() if not tables else tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         recorded = positions.content_digest(data)
+        if recorded is None and (retimed := [fid for fid, _ in parts if fid in self.retimed]):
+            raise changed(self.files[retimed[0]].uri, f"{self.retimed[retimed[0]]}, and the run's rows of it "
+                                                      f"carry no digest to prove them by: restore its time, or "
+                                                      f"record the job again", self.run)
         if digest is not None and recorded is not None and digest(table) != recorded:
             uris = ", ".join(dict.fromkeys(self.files[fid].uri for fid, _ in parts))
             raise changed(uris, f"the {table.num_rows:,} rows read back at the recorded positions hold other "
-                                f"values than the recording's task read, although the file's size, time and "
+                                f"values than the recording's task read, although the file's size and "
                                 f"footer are the recorded ones", self.run)
         return table
 

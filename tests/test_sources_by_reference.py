@@ -269,19 +269,43 @@ def moved(referenced, tmp_path):
 
 
 def test_a_changed_file_stops_replay_with_one_line(moved, capsys):
+    """A file written again (here with other row groups: its size and footer differ) is not the
+    one recorded: one line names it and what changed, and the way out."""
+    run, data, _ = moved
+    f = data / "part-0.parquet"
+    raw, st = f.read_bytes(), f.stat()
+    pq.write_table(pq.read_table(f), f, row_group_size=1_000)
+    try:
+        assert main(["verify", str(run)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert "part-0.parquet by reference and it changed since the recording (size " in err
+        assert f"tt pack {run.name}" in err
+    finally:
+        f.write_bytes(raw)
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(["verify", str(run)]) == 0
+
+
+def test_a_copy_of_the_files_with_new_times_replays(moved, capsys):
+    """`cp` without `-p`, `scp` and uploads stamp a copy with the time it was made: a file of the
+    recorded size and footer whose time alone differs is the one recorded, and its rows are
+    proved by the chunks' digests as they are read. (A byte-identical copy made `tt verify` and
+    `tt pack` refuse the run: "it changed since the recording (modified …)".)"""
     run, data, _ = moved
     f = data / "part-0.parquet"
     st = f.stat()
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
     try:
-        assert main(["verify", str(run)]) == 1
-        err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1
-        assert "part-0.parquet by reference and it changed since the recording (modified" in err
-        assert f"tt pack {run.name}" in err
+        assert main(["inspect", str(run)]) == 0
+        assert ("here, copied since the recording (their times differ, not their sizes or footers: replay "
+                "checks their rows by digest)") in capsys.readouterr().out
+        assert main(["verify", str(run)]) == 0
+        assert "every replayed state equals the recorded one" in capsys.readouterr().out
+        assert main(["pack", str(run), "-o", str(run.with_name("packed.db"))]) == 0
+        assert "packed 16,000 rows from 1 file" in capsys.readouterr().out
     finally:
         os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert main(["verify", str(run)]) == 0
 
 
 def test_a_missing_file_is_named_and_tt_pack_makes_the_run_travel(moved, capsys, tmp_path):
@@ -330,6 +354,9 @@ def test_a_value_rewritten_in_place_is_found_by_the_chunks_digest(spark, tmp_pat
     assert len(err.splitlines()) == 1, err
     assert "part-0.parquet by reference and it changed since the recording" in err
     assert "read back at the recorded positions hold other values" in err and f"tt pack {run.name}" in err
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))   # ... and as a copy would be, later
+    assert main(["verify", str(run)]) == 1
+    assert "read back at the recorded positions hold other values" in capsys.readouterr().err
     f.write_bytes(raw)
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert main(["verify", str(run)]) == 0
