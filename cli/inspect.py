@@ -9,7 +9,7 @@ import typer
 
 from ..core import kept_inputs, values
 from ..core.code_pickle import same_python
-from ..core.errors import UsageError
+from ..core.errors import UsageError, where_raised
 from ..core.libraries import described
 from ..replay.facts import condition_tuple
 from ..store.sources import shown
@@ -107,10 +107,12 @@ def interaction_rows(reader, *, tuples: bool = False, trust: bool = False) -> li
 
 def _failure_text(f: dict, run: Path) -> str:
     n = f["attempts"]
+    where = where_raised(f.get("traceback"))
     line = (f"{f['op']}:{f['instance']} input #{f['position']} raised {f['error']} "
-            f"({n} attempt{'s' if n != 1 else ''})\n  tuple: {f['row']}")
+            f"({n} attempt{'s' if n != 1 else ''})" + (f"\n  at {where}" if where else "") + f"\n  tuple: {f['row']}")
     if f["visible"] and f["in_g"]:
-        line += f"\n  debug it: tt replay {run} --step-into {f['op']}:{f['instance']}:{f['position']}"
+        line += (f"\n  debug it: tt debug {run} opens just before it; tt replay {run} --step-into "
+                 f"{f['op']}:{f['instance']}:{f['position']} re-raises it")
     elif f.get("unrecorded"):
         line += ("\n  in a run Spark made again of a recorded task, which tt did not record: the run it recorded "
                  "did not raise there")
@@ -128,7 +130,10 @@ def _summary_text(s: dict) -> str:
         lines.append("θ        none: the run has no operator")
         lines.append(f"sizes    file {human_bytes(s['sizes']['file'])}")
         return "\n".join(lines)
-    lines.append(f"θ        {s['theta']}   (G(θ) = {', '.join(o['name'] for o in s['operators'] if o['in_g'])})"
+    in_g = [o for o in s["operators"] if o["in_g"]]
+    # (a PySpark job's hooked functions are all recorded, whichever is θ: Spark owns what lies between them)
+    g = "every hooked function is in G(θ): " if all(o["site"] for o in in_g) else "G(θ) = "
+    lines.append(f"θ        {s['theta']}   ({g}{', '.join(o['name'] for o in in_g)})"
                  + (f"; {s['theta_tuples']:,} tuples into θ" if s.get("theta_tuples") is not None else ""))
     logged = [o["name"] for o in s["operators"] if o.get("lineage")]
     if logged:

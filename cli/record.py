@@ -100,8 +100,8 @@ def record(
                          debug=debugging(), spark_log=log, copy_sources=copy_sources, lineage=lineage)
     status.stop()
     if outcome.status != "complete":
-        kept = f"{out} keeps what was recorded (status {_status(out, outcome.status)})" if out.exists() \
-            else "nothing recorded"
+        kept = f"{out} keeps what was recorded (status {_status(out, outcome.status)}){_debuggable(out)}" \
+            if out.exists() else "nothing recorded"
         where = f"; Spark's output is in {log}" if log is not None and log.exists() else ""
         print(f"tt: error: {outcome.error}; {kept}{where}", file=sys.stderr)
         return outcome.exit_code or 1
@@ -131,6 +131,23 @@ def incomplete_warning(out: Path) -> str | None:
     shown = ", ".join(map(str, missing[:10])) + (", …" if len(missing) > 10 else "")
     return (f"{len(missing)} of {total} interactions stayed incomplete (k = {shown}): some instance in G(θ) "
             f"has no state there, so they cannot be jumped to or verified; this is a bug in tt, please report it")
+
+
+def _debuggable(out: Path) -> str:
+    """Where an operator in G(θ) raised on a tuple the run keeps: what opens the debugger there."""
+    from ..store.reader import RunReader
+
+    try:
+        reader = RunReader(out)
+    except Exception:
+        return ""
+    try:
+        steppable = [f for f in reader.failures() if f["visible"] and f["in_g"]]
+    except Exception:
+        return ""
+    finally:
+        reader.close()
+    return f"; `tt debug {out}` opens just before the tuple it raised on" if steppable else ""
 
 
 def _status(out: Path, said: str) -> str:

@@ -285,7 +285,7 @@ def _text(r: dict) -> tuple[str, bool]:
         return text
 
     head = f"{r['action']} {r['target'] or ''}".strip()
-    lines = [f"{head}: {'ok' if r['ok'] else 'not possible'}"
+    lines = [f"{head}: {'ok' if r['ok'] else 're-raised' if r.get('raised') else 'not possible'}"
              + (f" (interaction {r['interaction']})" if r["interaction"] is not None else "")
              + f"  [{r['seconds'] * 1000:.0f} ms]"]
     if r["note"]:

@@ -6,6 +6,9 @@ one, the way out. Anything else is a bug in tt and gets a traceback behind
 `--debug`.
 """
 
+import os
+import re
+
 
 class TTError(Exception):
     """A problem with the user's input, job or run file, described in one line."""
@@ -87,3 +90,41 @@ def first_line(error: BaseException) -> str:
         if raised:
             return raised[-1].strip()
     return lines[0].strip() if lines else ""
+
+
+_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>.+)$', re.M)
+
+
+def _library_folders() -> tuple[str, ...]:
+    """Where code that is not the user's lives: tt's own packages, the standard library, installed
+    packages (PySpark and py4j among them)."""
+    import sysconfig
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the tt package: the repository's root
+    own = [os.path.join(root, d) + os.sep for d in ("core", "recorder", "replay", "store", "tui", "cli")]
+    paths = sysconfig.get_paths()
+    return tuple(own + [os.path.join(paths[k], "") for k in ("stdlib", "platstdlib", "purelib", "platlib")])
+
+
+def users_traceback(error: BaseException) -> str:
+    """`error`'s traceback as Python prints it, from the first frame of the user's code on: an
+    operator's failure shows where the job's function raised, not tt's and PySpark's calls
+    above it (frames below it, in a library the function called, stay)."""
+    import traceback
+
+    te = traceback.TracebackException.from_exception(error)
+    folders = _library_folders()
+    first = next((i for i, fs in enumerate(te.stack) if not os.path.abspath(fs.filename).startswith(folders)), 0)
+    del te.stack[:first]
+    return "".join(te.format())
+
+
+def where_raised(tb: str | None) -> str | None:
+    """"job.py line 39, in summarize": the last frame of the user's code in a traceback's text
+    (`users_traceback`, or one a run file stored), or None where it has none."""
+    folders = _library_folders()
+    frames = [m for m in _FRAME.finditer(tb or "") if not os.path.abspath(m["file"]).startswith(folders)]
+    if not frames:
+        return None
+    last = frames[-1]
+    return f"{os.path.basename(last['file'])} line {last['line']}, in {last['name']}"

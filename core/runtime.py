@@ -14,14 +14,13 @@ kept short on purpose: it is the hot loop of every recorded job.
 
 from __future__ import annotations
 
-import traceback
 from array import array
 from bisect import bisect_right
 from time import perf_counter
 from typing import Any, Callable
 
 from . import nondeterministic
-from .errors import OperatorError, ReplayDivergence
+from .errors import OperatorError, ReplayDivergence, users_traceback
 from .logs import END, InputRuns, LoggedResult, callable_name, kept_apart, new_counts, new_dests
 from .operator import CONTEXT, Operator, Source, call_adapter
 from .values import INT64
@@ -43,7 +42,7 @@ class OperatorFailure(Exception):
         self.port = port
         self.row = row
         self.error = error
-        self.tb = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        self.tb = users_traceback(error)   # from the job's own frame on
 
     def to_error(self) -> OperatorError:
         return OperatorError(str(self), op=self.runner.name, instance=self.runner.instance,

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..core.errors import JobError, TTError, UsageError, first_line
+from ..core.errors import JobError, TTError, UsageError, first_line, where_raised
 from ..core.graph import Graph
 from . import session as sessions
 from .dataflow import Dataflow, Result, SinkSpec
@@ -380,7 +380,8 @@ def failure_message(session, error: BaseException) -> str:
     if failures:
         f = failures[0]
         name = session.graph.nodes[f["op"]].name if session.graph is not None else f["op"]
-        return f"operator {name}:{f['i']} raised {f['error']} on input #{f['position']}"
+        where = where_raised(f.get("traceback"))
+        return f"operator {name}:{f['i']} raised {f['error']} on input #{f['position']}" + (f" ({where})" if where else "")
     if isinstance(error, TTError):
         return str(error)
     return f"{type(error).__name__}: {(first_line(error) or type(error).__name__)[:300]}"

@@ -66,6 +66,7 @@ def record_job(job: str | Path, args: list[str], out: str | Path, *, watch: str 
 
     ensure_python_for_workers()
     if master:
+        check_master(master)
         os.environ["TT_SPARK_MASTER"] = master
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--master {master} pyspark-shell"
     try:
@@ -243,6 +244,28 @@ def _install_user_signal(session: RecordingSession):
         return signal.signal(signal.SIGUSR1, handler)
     except ValueError:  # not the main thread
         return None
+
+
+def check_master(master: str) -> None:
+    """A standalone master (`spark://host:port`, or several for standby masters) that answers on
+    none of its addresses is named at once: Spark retries for over a minute, then says only that
+    it could not create the session (the cause, "All masters are unresponsive", is in its log)."""
+    import socket
+
+    if not master.startswith("spark://"):
+        return
+    refused = []
+    for address in master[len("spark://"):].split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise UsageError(f"--master {master}: {address!r} is not host:port (spark://127.0.0.1:7077)")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+            return
+        except OSError as e:
+            refused.append(f"{address}: {e.strerror or e}")
+    raise UsageError(f"no Spark master answers at {master} ({'; '.join(refused)}): start it "
+                     f"(spark-class org.apache.spark.deploy.master.Master), or check --master")
 
 
 def _job_error(e: BaseException, job: Path, session: RecordingSession) -> str:

@@ -457,7 +457,8 @@ class RecordingSession:
         if g.theta is None:
             first = next(n for n in g.nodes if n.id in g.in_g)
             g.theta = first.id
-            self.on_event("warning", {"message": f"no hooked operator is named {self.watch!r}; "
+            names = ", ".join(n.name for n in g.nodes if n.id in g.in_g)
+            self.on_event("warning", {"message": f"no hooked operator is named {self.watch!r} (the job's: {names}); "
                                                  f"watched {first.name} instead"})
         signature = sign_run(self.run_id, list(self._codes.values()) + module_code(self._modules))
         self.writer.submit([

@@ -27,7 +27,7 @@ import cloudpickle
 import orjson
 
 from ..core import code_pickle, kept_inputs, local_time, task_context, values
-from ..core.errors import ReplayDivergence, RunFileError, TTError
+from ..core.errors import ReplayDivergence, RunFileError, TTError, where_raised
 from ..core.graph import Graph
 from ..core.hooked import HookedOperator
 from ..core.logs import END
@@ -54,8 +54,10 @@ class RecordedFailure(TTError):
         self.traceback = tb
         self.recorded = recorded      # "ZeroDivisionError: division by zero", as stored
         same = recorded.split(":", 1)[0].strip() == self.error_type
+        where = where_raised(tb)
         super().__init__(f"{label} raised {self.error_type}: {error} "
-                         + ("(as in the recording)" if same else f"(when recorded: {recorded})"))
+                         + ("(as in the recording)" if same else f"(when recorded: {recorded})")
+                         + (f", at {where}" if where else ""))
 
 
 @dataclass

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import orjson
 
 from ..core import values
-from ..core.errors import Cancelled, ReplayDivergence, UsageError
+from ..core.errors import Cancelled, ReplayDivergence, UsageError, where_raised
 from ..core.logs import END
 from ..core.scopes import Overlap, Provenance, ScopeNode, TupleRef
 from ..core.state_handle import StoreView
@@ -611,8 +611,9 @@ class DebugSession:
                            clear_scopes=True)
         result.action = "goto_failure"
         result.stopped_at = self.parse_ref(f.label)
-        result.note = (f"the run failed here: {f.label} raised {f.error}; step into it to re-raise it "
-                       f"(the state shown is from just before it)")
+        where = where_raised(f.traceback)
+        result.note = (f"the run failed here: {f.label} raised {f.error}" + (f" at {where}" if where else "")
+                       + "; step into it to re-raise it (the state shown is from just before it)")
         return result
 
     def run_until(self, condition: str, progress=None, cancel=None) -> StepResult:

@@ -94,6 +94,20 @@ def test_refuses_to_overwrite_a_run(job, tmp_path, capsys):
     assert out.read_bytes() == b"precious"
 
 
+def test_a_master_that_does_not_answer_is_named_at_once(job, tmp_path, capsys):
+    """Spark retried an unreachable standalone master for 75 s, then said only that it could not
+    create the session; tt asks the master's port first, and leaves no run file behind."""
+    import socket
+
+    with socket.socket() as s:   # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "r.db"
+    assert main(["record", str(job(JOB_OK)), "--master", f"spark://127.0.0.1:{port}", "-o", str(out)]) == 2
+    _one_line(capsys, f"no Spark master answers at spark://127.0.0.1:{port} (127.0.0.1:{port}: Connection refused)")
+    assert not out.exists()
+
+
 def test_unknown_cli_option(capsys):
     assert main(["record", "--nope", "x.py"]) == 2
     _one_line(capsys, "--nope")
@@ -214,7 +228,8 @@ def test_job_raising_before_its_dataflow(spark, job, tmp_path, capsys):
 def test_operator_exception_is_recorded_and_debuggable(spark, job, tmp_path, capsys):
     out = tmp_path / "r.db"
     assert main(["record", str(job(JOB_OPERATOR_RAISES)), "--watch", "C", "-o", str(out)]) == 1
-    line = _one_line(capsys, "ZeroDivisionError", "boom", "C:")
+    line = _one_line(capsys, "ZeroDivisionError", "boom", "C:", "(job.py line ",
+                     f"`tt debug {out}` opens just before the tuple it raised on")
     reader = RunReader(out)
     assert reader.status == "failed" and "ZeroDivisionError" in reader.run["error"]
     failure = reader.failures()[0]

@@ -130,7 +130,9 @@ def test_a_raising_function_fails_the_run_and_replay_stops_before_its_batch(fail
     out, outcome = failed_run
     assert outcome.status == "failed"
     assert "operator Enrich:1 raised ValueError: bad payment" in outcome.error
-    assert "on input #2" in outcome.error
+    # ... and the line of the job that raised (found in the job's text, not in tt's logs)
+    line = next(n for n, text in enumerate(JOB.read_text().splitlines(), 1) if "raise ValueError" in text)
+    assert f"on input #2 (hooked_enrich.py line {line}, in __call__)" in outcome.error, outcome.error
     session = DebugSession(out)
     failure = session.failure
     assert failure is not None and failure.label == "Enrich:1:2"

@@ -90,3 +90,26 @@ def test_the_generators_locals_show_its_chain_to_the_last_batch(tally):
         assert local["root"]["children"][0]["parent"] == "<cycle: Node>"
     session.reader.close()
     assert sum(seen.values()) == len(tally[1]["batches"])
+
+
+def test_a_watched_name_no_operator_has_names_the_jobs_operators(spark, tmp_path, capsys):
+    """`--watch` with a name no hooked operator has is known only at the job's end (hooks name
+    operators as the job calls them): the warning lists the names it could have been."""
+    from tt.recorder.job import record_job
+
+    events: list[tuple[str, dict]] = []
+    outcome = record_job(JOB, [str(tmp_path / "out.json"), str(ROWS)], tmp_path / "run.db", watch="Ledgr",
+                         on_event=lambda kind, data: events.append((kind, data)))
+    assert outcome.status == "complete", outcome.error
+    reader = RunReader(tmp_path / "run.db")
+    names = [o.name for o in reader.operators if o.in_g]
+    warned = [d["message"] for kind, d in events if kind == "warning" and "Ledgr" in d["message"]]
+    assert warned == [f"no hooked operator is named 'Ledgr' (the job's: {', '.join(names)}); "
+                      f"watched {reader.theta.name} instead"], events
+    assert len(names) > 1
+    # every hooked function is in G(θ), whichever is θ: `tt inspect` does not call them its downstream
+    from tt.cli.main import main
+
+    capsys.readouterr()
+    assert main(["inspect", str(tmp_path / "run.db")]) == 0
+    assert f"(every hooked function is in G(θ): {', '.join(names)})" in capsys.readouterr().out

@@ -74,6 +74,8 @@ def test_failed_run_is_listed_once_with_its_attempts(failed_run, capsys):
     assert (f["op"], f["instance"], f["position"]) == ("FE", 1, 999)
     assert f["error"] == "ZeroDivisionError: division by zero" and f["attempts"] == 4 and f["visible"]
     assert "1 / 0" in f["traceback"] and str(workloads.FAILING_ID) in f["row"]
+    # the traceback starts at the operator's own code: tt's and PySpark's calls above it are left out
+    assert f["traceback"].splitlines()[1].startswith(f'  File "{workloads.__file__}", line '), f["traceback"]
     reader.close()
     assert main(["inspect", str(failed_run), "failures"]) == 0
     out = capsys.readouterr().out
@@ -141,11 +143,16 @@ def test_the_readme_commands(failed_run, monkeypatch, capsys):
     assert [c.split()[:2] for c in commands] == [["tt", "inspect"], ["tt", "replay"], ["tt", "verify"], ["tt", "debug"]]
     inspect_cmd, replay_cmd, verify_cmd, _ = commands
     assert main(shlex.split(inspect_cmd)[1:]) == 0
-    assert "FE:1 input #999 raised ZeroDivisionError: division by zero (4 attempts)" in capsys.readouterr().out
+    # where the operator raised: the line of the test's workload that divides by zero (its text, not tt's logs)
+    line = next(n for n, text in enumerate(Path(workloads.__file__).read_text().splitlines(), 1) if "1 / 0" in text)
+    assert (f"FE:1 input #999 raised ZeroDivisionError: division by zero (4 attempts)\n"
+            f"  at workloads.py line {line}, in process\n") in capsys.readouterr().out
     assert main(shlex.split(replay_cmd)[1:]) == 1  # the step re-raised: see `tt replay --help`
     out = capsys.readouterr().out
+    assert f"division by zero (as in the recording), at workloads.py line {line}, in process" in out
+    assert "the run failed here: FE:1:999 raised ZeroDivisionError: division by zero at workloads.py line" in out
     assert "goto_failure FE:1:999: ok" in out
-    assert "step_into FE:1:999: not possible" in out
+    assert "step_into FE:1:999: re-raised" in out
     assert "FE:1:999 raised ZeroDivisionError: division by zero (as in the recording)" in out
     assert main(shlex.split(verify_cmd)[1:]) == 0
     assert ("run.db: the recorded failure reproduces: FE:1:999 raises ZeroDivisionError: division by zero in "
