@@ -55,7 +55,8 @@ def replay(
     Each step prints the tuples it consumed and the one it stopped at, with their
     values; the state fields it changed (old → new); and the tuple waiting next at
     each instance, with its value. --json prints one document, a list with one
-    object per step ("changed": {instance: {field: {"old", "new"}}}, "rows": the
+    object per step ("changed": {instance: {field: {"old", "new"}}}, false "diffed"
+    where the step jumped and lists no changes, "rows": the
     values of the tuples named, "pending": the next tuple at every instance);
     --nl prints the same objects one per line. Example:
       tt replay fraud.db --to 8 --last-change FD:0.blacklist.Bob --step-into FD:0:24997 --step-out
@@ -198,13 +199,15 @@ def _report(session, result, states: str, rows: dict, method: str, arg: str | No
         out["stopped_at"] = stop
     out["pending"] = pending
     changed = out.pop("changed", {})
+    diffed = out.pop("diffed", True)
     if states != "none":  # none: no state at all, not even the fields a step changed
         out["changed"] = {inst: {f: _change(f, pair) for f, pair in fields.items()}
                           for inst, fields in changed.items()}
+        out["diffed"] = diffed
     if states == "all":
         out["states"] = session.states()
     order = ("action", "target", "ok", "note", "differs", "diverged", "consumed", "free_consumed", "stopped_at", "rows",
-             "changed", "states", "position", "interaction", "seconds", "raised", "pending")
+             "changed", "diffed", "states", "position", "interaction", "seconds", "raised", "pending")
     return {k: out[k] for k in sorted(out, key=lambda k: order.index(k) if k in order else len(order))}
 
 

@@ -80,6 +80,9 @@ class StepResult:
     # an action that left the session past an interaction where it found the replay differing
     # (what `differs` said there): the states shown are computed from that difference on
     diverged: dict | None = None
+    # whether `changed` is what the action changed; False after a jump (and the actions made of
+    # one: go to before a tuple, to the failure), which lists nothing: its states are new, whole
+    diffed: bool = True
 
     def as_dict(self) -> dict:
         """JSON-able fields (`stopped_at` is a `TupleRef`: name it with `DebugSession.label`)."""
@@ -752,7 +755,7 @@ class DebugSession:
         with self.lock:
             t0 = time.perf_counter()
             jump = action == "jump"
-            undo = self._begin(f"{action} {target or ''}".strip(), () if jump else targets)
+            undo = self._begin(f"{action} {target or ''}".strip(), () if jump else targets, stores=not jump)
             consumed: list[TupleRef] = []
 
             def note(inst: Instance, pos: int, ch) -> None:
@@ -797,15 +800,17 @@ class DebugSession:
         self.last_result = result
         return result
 
-    def _begin(self, label: str, moving=()) -> _Undo:
-        """Remember where the session is before an action, and the states of the instances it moves."""
+    def _begin(self, label: str, moving=(), stores: bool = False) -> _Undo:
+        """Remember where the session is before an action, and the states of the instances it moves;
+        `stores`: and the partition stores of the streaming tasks among them (a step's targets,
+        whose changes read their store; a forward run's tasks keep each its own view)."""
         undo = _Undo(dict(self.engine.position), list(self.scope_stack), label, self.points.maybe_save())
         self.history.append(undo)
         self._closed_scope = None
         for key in moving:
             self.changes.remember(key)
         self._stores_before = {}
-        if 0 < len(moving) < len(self.engine.instances):   # (a step's targets; not a forward run's every instance)
+        if stores:
             for key in moving:
                 chain = self.partition_chain(key)
                 if chain is not None:
@@ -825,9 +830,10 @@ class DebugSession:
 
     def _finish(self, result: StepResult, before: dict[Key, int], t0: float) -> None:
         """Fill in the result: what changed in the states (changed keys only), where we are."""
-        result.changed = self.changes.changed(before, self.label, diff=result.action != "jump")
+        result.diffed = result.action != "jump"
+        result.changed = self.changes.changed(before, self.label, diff=result.diffed)
         for key, store in self._stores_before.items():   # a streaming task's step: its partition's store
-            if result.action != "jump" and self.engine.position[key] != before[key]:
+            if result.diffed and self.engine.position[key] != before[key]:
                 label, after = self.label(key), _keyed(self._store_of(self.partition_chain(key)))
                 changed = partition_store.store_changes(result.changed.get(label, {}), store, after)
                 if changed:

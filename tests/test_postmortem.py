@@ -128,6 +128,23 @@ def test_run_until_stops_where_the_run_failed(failed_run):
     assert s.position["FE:1"] == 999
 
 
+@pytest.mark.slow
+def test_a_result_says_whether_its_changes_are_a_diff(failed_run, capsys):
+    """A jump lists no changes: its states are shown whole, not patched with none. Going to the
+    failure is a jump under its own name, and `diffed` says so, where the TUI read the name."""
+    s = DebugSession(failed_run)
+    first = s.jump(0)
+    assert first.ok and not first.diffed and first.changed == {}
+    step = s.step_over(next(p.label for p in s.pending("FE:1", limit=1) if p.next))
+    assert step.ok and step.diffed and step.changed["FE:1"], step
+    failure = s.goto_failure()
+    assert failure.ok and failure.action == "goto_failure" and not failure.diffed and failure.changed == {}
+    assert main(["replay", str(failed_run), "--to", "0", "--json", "--step-over", "FE:0:0"]) == 0
+    went, stepped = orjson.loads(capsys.readouterr().out)
+    assert (went["action"], went["diffed"], stepped["action"], stepped["diffed"]) == \
+        ("jump", False, "step_over", True)
+
+
 def _readme_block() -> list[str]:
     """The commands of the README's paragraph on failed runs."""
     text = README.read_text()

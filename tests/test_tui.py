@@ -458,6 +458,9 @@ def test_disabled_steps_say_why_and_overlaps_are_marked(keywords_run):
         assert {"Step into", "Step out", "Step back", "Run until…", "Last change…", "Jump to interaction…",
                 "Previous interaction", "Next interaction", "Search", "Help"} <= set(titles)
         assert "Cancel" not in titles, "nothing runs: nothing to cancel"
+        await keys(pilot, "o")   # computed already: `o` says what it found
+        assert message(app) == (f"{len(overlaps):,} θ inputs without a step-over in this run: their scopes "
+                                f"overlap a later one's (3 shows a tuple's scope)"), message(app)
     drive(app, script)
 
 
@@ -997,6 +1000,22 @@ def test_small_things(fraud_run):
         assert message(app) == "the run is finished; interactions can only be taken while recording"
         await keys(pilot, "exclamation_mark")   # a run without warnings: said, no screen to close
         assert app.reader.warnings() == [] and message(app) == "the recording made no warnings"
+        assert app.screen is app.screen_stack[0]
+        assert app.model.call(lambda s: s.overlaps()) == []
+        await keys(pilot, "o")
+        assert message(app) == "no scopes overlap in this run: every θ input can be stepped over"
+        # the waiting list shows each instance's first tuples and says how many more it has to come
+        pending = app.query_one(PendingTuples)
+        fe = app.reader.operator("FE")
+        logged = sum(n for _, _, n in app.reader.input_runs(fe.id, 0))   # FE:0's inputs, its END step among them
+        listed = [label for label in pending.labels if label.startswith("FE:0:")]
+        assert f"{logged - len(listed):,} more at FE:0" in pending.labels, pending.labels
+        more = pending.labels.index(f"{logged - len(listed):,} more at FE:0")
+        assert pending.refs[more] is None and pending.labels[more - 1] == listed[-1]
+        pending.focus()
+        pending.move_cursor(row=more)
+        await pilot.press("enter")   # a count, not a tuple: nothing to show
+        await idle(pilot)
         assert app.screen is app.screen_stack[0]
         assert "▶" in app.query_one("#pending").border_title and "•" in app.query_one("#pending").border_title
         assert any("▶" in what and "•" in what for _, rows in SECTIONS for _, what in rows)

@@ -302,24 +302,13 @@ class DebuggerApp(App):
         """Before the engine is loaded: the stored states at interaction 0, and position 0."""
         total, _ = self._totals()
         first = next((r for r in self.interactions if r["complete"]), None)
-        counts: dict[str, int] = {}
-        if first is not None:
-            for label, n in first["positions"].items():
-                name = operator_of(label)
-                counts[name] = counts.get(name, 0) + n
-        self.query_one(DagView).set_counts(counts)
+        self.query_one(DagView).set_counts(_per_operator(first["positions"]) if first is not None else {})
         self.query_one(InteractionTimeline).set_current(first["k"] if first else None)
         self.query_one(ProgressLine).show_position(first["k"] if first else None, None, 0, total, 0.0,
                                                    "loading the replay engine…")
         self.query_one(AvailabilityLine).waiting("loading the replay engine…")
         if first is not None and self.selected_op is not None:
-            try:
-                stored = facts.states_at(self.reader, first["k"], self.selected_op)
-                states = {k: v["state"] for k, v in stored.items()}
-            except TTError:
-                states = {}
-            self.query_one(StateInspector).show(self.selected_op, states, {},
-                                                note=f"stored state at interaction {first['k']}")
+            self._initial_state_for(self.selected_op)
             self.query_one("#state").border_title = f"state of {self.selected_op}"
 
     # --- the session ----------------------------------------------------------------------------
@@ -406,7 +395,7 @@ class DebuggerApp(App):
             dag.select_name(shown.op)
         self.query_one(InteractionTimeline).set_current(shown.interaction)
         self._show_where(shown)
-        self.query_one(PendingTuples).show(shown.pending, shown.selected, shown.default)
+        self.query_one(PendingTuples).show(shown.pending, shown.selected, shown.default, shown.to_come)
         self.query_one(AvailabilityLine).show(shown.selected_label, shown.availability)
         ops = self.reader.operators if self.reader else []
         in_g = next((o.in_g for o in ops if o.name == shown.op), True)
@@ -636,10 +625,7 @@ class DebuggerApp(App):
             complete = [r["k"] for r in self.interactions if r["complete"]]
             return self._say(f"no complete interaction {k} (complete: {ranges(complete) or 'none'})", "warning")
         self._stored_k = k
-        counts: dict[str, int] = {}
-        for label, n in row["positions"].items():
-            counts[operator_of(label)] = counts.get(operator_of(label), 0) + n
-        self.query_one(DagView).set_counts(counts)
+        self.query_one(DagView).set_counts(_per_operator(row["positions"]))
         self.query_one(InteractionTimeline).set_current(k)
         if self.selected_op is not None:
             self._initial_state_for(self.selected_op)
@@ -1122,7 +1108,14 @@ class DebuggerApp(App):
     def action_overlaps(self) -> None:
         if not self._can_act():
             return
-        self._start("computing overlaps", lambda s, p, c: (self.model.compute_overlaps(force=True), None)[1])
+        def compute(session, progress, cancel) -> None:
+            found = self.model.compute_overlaps(force=True)
+            self._note_after = (   # (said by `_action_done` once the position is shown again)
+                f"{len(found):,} θ input{'' if len(found) == 1 else 's'} without a step-over in this run: "
+                f"{'its scope overlaps' if len(found) == 1 else 'their scopes overlap'} a later one's (3 shows "
+                f"a tuple's scope)" if found else "no scopes overlap in this run: every θ input can be stepped over")
+
+        self._start("computing overlaps", compute)
 
     def _why_no_interaction(self) -> str:
         if self.status == "recording" and self.live is None:
@@ -1299,3 +1292,12 @@ def _logged_tuple(session, row: tuple) -> TupleRef:
         raise UsageError(f"recorded tuple #{seq} into {session.label((op, instance))} was not consumed before the "
                          f"run ended: nothing was made from it")
     return TupleRef(op, instance, position)
+
+
+def _per_operator(positions: dict[str, int]) -> dict[str, int]:
+    """An interaction's instance positions (`{"FD:0": 12, ...}`) summed per operator: the DAG's counts."""
+    counts: dict[str, int] = {}
+    for label, n in positions.items():
+        name = operator_of(label)
+        counts[name] = counts.get(name, 0) + n
+    return counts

@@ -28,11 +28,6 @@ SCOPE_LIMIT = 400
 OVERLAP_TUPLE_LIMIT = 3_000_000   # above this many logged tuples, overlaps are computed on request only
 
 
-#: actions the session does not diff (`DebugSession._finish`): a jump, and a go-to-before, which
-#: is one (a lineage leaf's Enter): their states are encoded anew, not patched with no changes
-UNDIFFED = frozenset({"jump", "goto_before"})
-
-
 @dataclass
 class ScopeLine:
     ref: TupleRef
@@ -50,7 +45,8 @@ class Shown:
     counts: dict[str, int]                      # operator name -> tuples consumed (all instances, no END step)
     progress: dict
     interaction: int | None                     # the interaction the session is at (`DebugSession.at_interaction`)
-    pending: list[Pending]
+    pending: list[Pending]                      # the first `PENDING_PER_INSTANCE` of each instance
+    to_come: dict[str, int]                     # instance label -> inputs it has still to consume (END included)
     selected: TupleRef | None
     selected_label: str | None
     default: TupleRef | None                    # where n/s act when nothing else is selected
@@ -119,7 +115,7 @@ class Model:
         states = self._states(op, prev, result)
         if keep_changes and prev is not None and prev.op == op:
             changes = prev.changes
-        elif result is not None and result.action not in UNDIFFED:
+        elif result is not None and result.diffed:
             changes = _from_result(result, op)   # the session diffed the states it moved
         elif prev is not None and prev.op == op and prev.position != position:
             changes = {inst: state_paths.diff(prev.states.get(inst), st) for inst, st in states.items()
@@ -127,8 +123,10 @@ class Model:
             changes = {k: v for k, v in changes.items() if v}
         else:
             changes = {}
+        to_come = {inst.label: inst.total - inst.count for inst in s.engine.instances.values()}
         shown = Shown(position=position, counts=counts, progress=progress, interaction=progress["interaction"],
-                      pending=pending, selected=selected, selected_label=s.label(selected) if selected else None,
+                      pending=pending, to_come=to_come, selected=selected,
+                      selected_label=s.label(selected) if selected else None,
                       default=default, availability=self._availability(selected), op=op, states=states,
                       changes=changes, scope_stack=[s.label(r) for r in s.scope_stack], overlaps=self.overlaps,
                       result=result)
@@ -235,7 +233,7 @@ class Model:
         again (which costs a walk over the whole state)."""
         s = self.session
         out = {}
-        diffed = result is not None and result.action not in UNDIFFED and prev is not None and prev.op == op \
+        diffed = result is not None and result.diffed and prev is not None and prev.op == op \
             and result.position == s.position
         for key, inst in s.engine.instances.items():
             if inst.node.name != op:

@@ -36,7 +36,7 @@ class PendingTuples(DataTable):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(cursor_type="row", **kwargs)
-        self.refs: list[TupleRef] = []
+        self.refs: list[TupleRef | None] = []   # (None: a row that says how many more are to come)
         self.labels: list[str] = []
         self._current: TupleRef | None = None
         self._tuple_width = 0
@@ -53,8 +53,11 @@ class PendingTuples(DataTable):
         self.add_column("from", key="from", width=9)
         self.add_column("row", key="row")
 
-    def show(self, pending: list, selected: TupleRef | None, default: TupleRef | None) -> None:
-        """`pending`: the session's `Pending` records."""
+    def show(self, pending: list, selected: TupleRef | None, default: TupleRef | None,
+             to_come: dict[str, int] | None = None) -> None:
+        """`pending`: the session's `Pending` records, the first few of each instance; `to_come`:
+        the inputs each instance has still to consume, so that a list cut short says so (a row
+        `…  N more at FE:1`, which selects nothing)."""
         from ...core.values import render
 
         self._current = selected
@@ -65,7 +68,8 @@ class PendingTuples(DataTable):
         else:
             self.clear()
         self.refs, self.labels = [], []
-        for p in pending:
+        shown: dict[str, int] = {}
+        for n, p in enumerate(pending):
             if p.ref == default:
                 mark = Text("▶", style="bold yellow")
             elif p.next:
@@ -79,6 +83,16 @@ class PendingTuples(DataTable):
                          Text(row, style=style), key=p.label)
             self.refs.append(p.ref)
             self.labels.append(p.label)
+            instance = p.label.rsplit(":", 1)[0]
+            shown[instance] = shown.get(instance, 0) + 1
+            last = n + 1 == len(pending) or pending[n + 1].label.rsplit(":", 1)[0] != instance
+            more = (to_come or {}).get(instance, 0) - shown[instance]
+            if last and more > 0:
+                label = f"{more:,} more at {instance}"
+                self.add_row(Text(""), Text("…", style="dim"), Text(""), Text(label, style="dim italic"),
+                             key=f"{instance} more")
+                self.refs.append(None)
+                self.labels.append(label)
         if selected in self.refs:
             self.move_cursor(row=self.refs.index(selected), animate=False)
 
@@ -98,5 +112,5 @@ class PendingTuples(DataTable):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        if 0 <= event.cursor_row < len(self.refs):
+        if 0 <= event.cursor_row < len(self.refs) and self.refs[event.cursor_row] is not None:
             self.post_message(self.TupleChosen(self.refs[event.cursor_row]))
