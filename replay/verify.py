@@ -64,6 +64,7 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
     digested: dict[Key, int] = {}   # per instance, the last k its whole state (digests too) matched
     by_rows_since: set[Key] = set()   # the instances compared by rows since
     finals: dict[Key, int] = {}   # each instance's position at its task's end
+    matched: dict[Key, tuple] = {}   # per instance, where its state last matched (`differing_state`)
     for n, interaction in enumerate(interactions):
         snap = reader.instances_at(interaction.k)
         try:
@@ -89,7 +90,7 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
                                f"decode its recorded data ({type(e).__name__}: {detail})") from e
         by_rows: set[Key] = set()
         held: set[int] = set()   # the operators an instance of which held a state here
-        bad = differing_state(reader, engine, interaction.k, snap, by_rows, held)
+        bad = differing_state(reader, engine, interaction.k, snap, by_rows, held, matched)
         if bad:
             key = (reader.operator(bad["op"]).id, bad["instance"])
             since = digested.get(key) if key in by_rows_since else prev_k
@@ -183,23 +184,42 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
 def differing_state(reader: RunReader, engine: Engine, k: int, snap: dict | None = None,
-                    by_rows: set | None = None, held: set | None = None) -> dict | None:
+                    by_rows: set | None = None, held: set | None = None,
+                    matched: dict | None = None) -> dict | None:
     """Where the replayed states at interaction k (the engine stands there) first differ from
     the recorded ones: the instance, its field, both values and a line that says it; None where
     every instance's state equals its recorded one. `tt verify` checks every interaction so, and
     the debug session the one it jumps to. `by_rows` gets the instances whose recorded state
     holds stored rows by their keys and rows alone (core/kept_inputs.py `ROWS`); `held`, the
-    operators whose recorded state is not empty in some instance."""
+    operators whose recorded state is not empty in some instance.
+
+    `matched` (verify's, across interactions): per instance, the position and recorded state at
+    which its replayed state last matched. An instance at the same position with the same
+    recorded state (content-addressed) matches again without being compared: the replay did not
+    move it, and its recorded state is that same one. A run taken every 0.1 s holds many
+    interactions where an instance stood still; comparing its 50,000-key state again at each
+    (both encoded, walked key by key) kept `tt verify` over ten minutes on one such run."""
     for key, at in (snap if snap is not None else reader.instances_at(k)).items():
         if at.state is None:
             continue
+        last = matched.get(key) if matched is not None else None
+        if last is not None and last[:2] == (at.position, at.state):
+            _, _, holds, rows_only = last
+            if held is not None and holds:
+                held.add(key[0])
+            if by_rows is not None and rows_only:
+                by_rows.add(key)
+            continue
         recorded = stored_state(reader, key, at.state, k)
-        if held is not None and recorded:
+        holds, rows_only = bool(recorded), kept_inputs.rows_only(recorded)
+        if held is not None and holds:
             held.add(key[0])
-        if by_rows is not None and kept_inputs.rows_only(recorded):
+        if by_rows is not None and rows_only:
             by_rows.add(key)
         replayed = engine.instances[key].state(like=recorded)
-        diff = values.first_difference(recorded, replayed)
+        diff = None if values.same_encoded(recorded, replayed) else values.first_difference(recorded, replayed)
+        if diff is None and matched is not None:
+            matched[key] = (at.position, at.state, holds, rows_only)
         if diff is not None:
             inst = engine.instances[key]
             path, a, b = diff

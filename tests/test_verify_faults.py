@@ -120,6 +120,37 @@ def test_a_complete_run_verifies_n_of_m(recorded, capsys):
     assert f"verified {m} of {m} interactions — every replayed state equals the recorded one" in text
 
 
+def test_verify_compares_an_instance_again_only_where_it_moved(recorded, monkeypatch):
+    """An instance at the position and recorded state at which it last matched matches again:
+    verify compares each instance once per place it stood (a run taken every 0.1 s, whose
+    50,000-key states were compared again at every interaction, kept verify over ten minutes).
+    Every instance is still compared where it moved, and the run still verifies."""
+    from tt.replay import verify as verifying
+    from tt.replay.engine import Instance
+
+    reader = RunReader(recorded["chain"])
+    places: dict = {}   # instance -> the (position, recorded state) it stood at, over the run
+    stood_still = 0
+    for i in reader.interactions():
+        for key, at in reader.instances_at(i.k).items():
+            if at.state is not None:
+                stood_still += (at.position, at.state) in places.get(key, set())
+                places.setdefault(key, set()).add((at.position, at.state))
+    assert stood_still, "the run has an instance standing still between two interactions"
+    compared: dict = {}
+    state = Instance.state
+
+    def counted(self, *args, **kwargs):
+        compared[self.key] = compared.get(self.key, 0) + 1
+        return state(self, *args, **kwargs)
+
+    monkeypatch.setattr(Instance, "state", counted)
+    results = verifying.verify(reader)
+    assert results and all(r["ok"] for r in results), results
+    assert compared == {key: len(at) for key, at in places.items()}
+    reader.close()
+
+
 def test_an_incomplete_interaction_in_a_complete_run_fails(recorded, tmp_path, capsys):
     path = _copy(recorded["chain"], tmp_path, "gap.db")
     ks = _interactions(path)
