@@ -419,3 +419,29 @@ def test_a_tampered_checkpoint_is_caught(keyed_run, tmp_path):
     results = verify(RunReader(run))
     bad = [r for r in results if not r["ok"]]
     assert bad and bad[0]["checkpoint"] and bad[0]["op"] == "FD" and bad[0]["field"] == "scored"
+
+
+@pytest.mark.slow
+def test_interactions_at_one_cut_are_one_jump_to_measure(keyed_run, monkeypatch):
+    """A run taken every 0.1 s stops many times where no instance moved: `measure` times the
+    jump to each cut once and gives its interactions that time (it jumped to each of them
+    again). Two of this run's interactions stand at one cut."""
+    from tt.replay.engine import Engine
+
+    reader = RunReader(keyed_run)
+    cuts = {i.k: tuple(sorted((key, at.position) for key, at in reader.instances_at(i.k).items()))
+            for i in reader.interactions()}
+    reader.close()
+    assert len(set(cuts.values())) < len(cuts), "two interactions of the run stand at one cut"
+    jumps = []
+    advance = Engine.advance_to
+
+    def counted(self, targets, *args, **kwargs):
+        jumps.append(tuple(sorted(targets.items())))
+        return advance(self, targets, *args, **kwargs)
+
+    monkeypatch.setattr(Engine, "advance_to", counted)
+    measured = ck.measure(keyed_run)
+    assert sorted(jumps) == sorted(set(cuts.values()))
+    assert set(measured) == set(cuts)
+    assert all(measured[k] == measured[j] for k in cuts for j in cuts if cuts[k] == cuts[j])
