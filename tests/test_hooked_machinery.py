@@ -17,7 +17,9 @@ import pytest
 
 from plain_jobs import each_step, record_on_and_off, verified
 
+from tt.cli.main import main
 from tt.core import values
+from tt.recorder.job import record_job
 from tt.replay.session import DebugSession
 from tt.store.reader import RunReader
 
@@ -95,8 +97,6 @@ def test_the_generators_locals_show_its_chain_to_the_last_batch(tally):
 def test_a_watched_name_no_operator_has_names_the_jobs_operators(spark, tmp_path, capsys):
     """`--watch` with a name no hooked operator has is known only at the job's end (hooks name
     operators as the job calls them): the warning lists the names it could have been."""
-    from tt.recorder.job import record_job
-
     events: list[tuple[str, dict]] = []
     outcome = record_job(JOB, [str(tmp_path / "out.json"), str(ROWS)], tmp_path / "run.db", watch="Ledgr",
                          on_event=lambda kind, data: events.append((kind, data)))
@@ -108,8 +108,6 @@ def test_a_watched_name_no_operator_has_names_the_jobs_operators(spark, tmp_path
                       f"watched {reader.theta.name} instead"], events
     assert len(names) > 1
     # every hooked function is in G(θ), whichever is θ: `tt inspect` does not call them its downstream
-    from tt.cli.main import main
-
     capsys.readouterr()
     assert main(["inspect", str(tmp_path / "run.db")]) == 0
     assert f"(every hooked function is in G(θ): {', '.join(names)})" in capsys.readouterr().out
