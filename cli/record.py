@@ -100,8 +100,11 @@ def record(
                          debug=debugging(), spark_log=log, copy_sources=copy_sources, lineage=lineage)
     status.stop()
     if outcome.status != "complete":
-        kept = f"{out} keeps what was recorded (status {_status(out, outcome.status)}){_debuggable(out)}" \
-            if out.exists() else "nothing recorded"
+        if out.exists():
+            status, hint = _kept(out, outcome.status)
+            kept = f"{out} keeps what was recorded (status {status}){hint}"
+        else:
+            kept = "nothing recorded"
         where = f"; Spark's output is in {log}" if log is not None and log.exists() else ""
         print(f"tt: error: {outcome.error}; {kept}{where}", file=sys.stderr)
         return outcome.exit_code or 1
@@ -133,38 +136,24 @@ def incomplete_warning(out: Path) -> str | None:
             f"has no state there, so they cannot be jumped to or verified; this is a bug in tt, please report it")
 
 
-def _debuggable(out: Path) -> str:
-    """Where an operator in G(θ) raised on a tuple the run keeps: what opens the debugger there."""
+def _kept(out: Path, said: str) -> tuple[str, str]:
+    """A failed run's file as a reader will see it: its status (`said` where the file cannot tell:
+    a run whose status could not be written says `incomplete`), and, where an operator in G(θ)
+    raised on a tuple the run keeps, what opens the debugger there."""
     from ..store.reader import RunReader
 
     try:
         reader = RunReader(out)
     except Exception:
-        return ""
+        return said, ""
     try:
-        steppable = [f for f in reader.failures() if f["visible"] and f["in_g"]]
+        status = reader.status
+        steppable = any(f["visible"] and f["in_g"] for f in reader.failures())
     except Exception:
-        return ""
+        return said, ""
     finally:
         reader.close()
-    return f"; `tt debug {out}` opens just before the tuple it raised on" if steppable else ""
-
-
-def _status(out: Path, said: str) -> str:
-    """The status a reader of the run file will see (a run whose status could not be written says
-    `incomplete`)."""
-    from ..store.reader import RunReader
-
-    try:
-        reader = RunReader(out)
-    except Exception:
-        return said
-    try:
-        return reader.status
-    except Exception:
-        return said
-    finally:
-        reader.close()
+    return status, f"; `tt debug {out}` opens just before the tuple it raised on" if steppable else ""
 
 
 class _Status:

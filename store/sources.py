@@ -83,13 +83,6 @@ def footer_digest(uri: str) -> bytes:
         return hashlib.blake2b(f.read(length), digest_size=16).digest()
 
 
-def describe_change(rec: FileRecord, run: str = "RUN") -> str | None:
-    """What differs between a file now and when it was recorded, or None if nothing does
-    (`identity`). Raises `SourceFileError` (naming the run file `run`) when it cannot be read
-    from here."""
-    return identity(rec, run)[0]
-
-
 def identity(rec: FileRecord, run: str = "RUN") -> tuple[str | None, str | None]:
     """(what differs between a file now and when it was recorded, or None; a note where only its
     modification time does). A Parquet file of the recorded size and footer whose time alone
@@ -107,20 +100,18 @@ def identity(rec: FileRecord, run: str = "RUN") -> tuple[str | None, str | None]
         raise unreadable(rec.uri, str(e).splitlines()[0] if str(e) else type(e).__name__, run) from None
     if info.type == fs.FileType.NotFound:
         raise unreadable(rec.uri, "it is missing", run)
-    changes = []
-    if info.size != rec.size:
-        changes.append(f"size {rec.size:,} → {info.size:,}")
+    changes = [f"size {rec.size:,} → {info.size:,}"] if info.size != rec.size else []
     mtime = int(info.mtime_ns // 1_000_000) if info.mtime_ns is not None else None
-    retimed = f"modified {_when(rec.mtime_ms)} → {_when(mtime)}" if mtime is not None and mtime != rec.mtime_ms \
-        else None
-    if changes or rec.footer is None:
-        return ", ".join([*changes, *([retimed] if retimed else [])]) or None, None
-    try:
-        if footer_digest(rec.uri) != rec.footer:
-            return ", ".join([*([retimed] if retimed else []), "its Parquet footer differs"]), None
-    except Exception as e:
-        raise unreadable(rec.uri, str(e).splitlines()[0], run) from None
-    return None, retimed and f"{retimed}, its size and Parquet footer as recorded"
+    retimed = f"modified {_when(rec.mtime_ms)} → {_when(mtime)}" if mtime not in (None, rec.mtime_ms) else None
+    footer = None
+    if not changes and rec.footer is not None:
+        try:
+            footer = "its Parquet footer differs" if footer_digest(rec.uri) != rec.footer else None
+        except Exception as e:
+            raise unreadable(rec.uri, str(e).splitlines()[0], run) from None
+        if footer is None:   # the recorded size and footer: a copy where the time alone changed
+            return None, retimed and f"{retimed}, its size and Parquet footer as recorded"
+    return ", ".join(c for c in (*changes, retimed, footer) if c) or None, None
 
 
 def unreadable(uri: str, why: str, run: str = "RUN") -> SourceFileError:
