@@ -249,13 +249,14 @@ class Search:
         """Back to just before the last step of `key` that changed `field_path` before here:
         the position of that step's input, or None (the engine is then where the search left it).
 
-        The search starts from the nearest saved position at or before here (long actions
-        leave them along the way), then from earlier ones, then from the start; each scans
+        The search starts from the nearest saved position at or before here that the original
+        order passes through (long actions in that order leave them along the way; see
+        `Engine.in_order`), then from earlier ones, then from the start; each scans
         only up to where the newer one began, so every input is replayed at most once."""
         engine = self.engine
         here = engine.instances[key].count
         at = engine.position
-        bases = sorted((s for s in self.points.saved if s.position[key] < here and s.covers(at)),
+        bases = sorted((s for s in self.points.saved if s.position[key] < here and s.covers(at) and s.in_order),
                        key=lambda s: s.position[key], reverse=True)
         until = here
         for base in [*bases, None]:

@@ -454,11 +454,13 @@ class _Reporter:
 
 
 class SavedPosition:
-    """A restore point of the whole engine (kept in memory by the debug session)."""
+    """A restore point of the whole engine (kept in memory by the debug session). `in_order`:
+    the original order passes through it (see `Engine.in_order`)."""
 
-    def __init__(self, position: dict[Key, int], parts: dict[Key, tuple]):
+    def __init__(self, position: dict[Key, int], parts: dict[Key, tuple], in_order: bool = False):
         self.position = position
         self.parts = parts
+        self.in_order = in_order
 
     def nbytes(self) -> int:
         return sum(len(p[0] or b"") + len(p[6]) for p in self.parts.values())  # op and queue pickles
@@ -493,6 +495,12 @@ class Engine:
         for o in ops:  # the plan may predate a fix of source instances; operators is authoritative
             self.graph.nodes[o.id].instances = o.instances
         self.dirty: set[Instance] = set()
+        # whether the engine stands where the original order passes: true at the start, kept by
+        # `run_in_order`, cleared by any other move. A reverse step or a search back replays in
+        # that order from such a start only: from one `advance_to` reached (an instance drained
+        # ahead of the others), it would stop in a state that never was, and not where the same
+        # action stops from the start.
+        self.in_order = True
         self.on_consume: Callable[[Instance, int, tuple], None] | None = None   # before a consume
         self.after_consume: Callable[[Instance, int, Any], None] | None = None  # after, with the row
         self.instances: dict[Key, Instance] = {}
@@ -568,6 +576,7 @@ class Engine:
         for inst in self.instances.values():
             self._wire(inst)
         self.dirty.clear()
+        self.in_order = True
 
     def save(self, previous: "SavedPosition | None" = None) -> "SavedPosition":
         """A restore point at the current position (instances that did not move since
@@ -579,7 +588,7 @@ class Engine:
                 parts[key] = old
             else:
                 parts[key] = inst.save()
-        return SavedPosition(self.position, parts)
+        return SavedPosition(self.position, parts, self.in_order)
 
     def restore(self, snap: "SavedPosition") -> None:
         for key, inst in self.instances.items():
@@ -587,6 +596,7 @@ class Engine:
         for inst in self.instances.values():
             self._wire(inst)
         self.dirty.clear()
+        self.in_order = snap.in_order
 
     def restore_line(self, line: dict[Key, tuple], produced: dict[Key, dict] | None = None) -> None:
         """Put every instance at its restore point: `line[key] = (position, operator or None)`."""
@@ -596,6 +606,7 @@ class Engine:
         for inst in self.instances.values():
             self._wire(inst)
         self.dirty.clear()
+        self.in_order = all(position == 0 for position, _ in line.values())
 
     # --- moving -----------------------------------------------------------------
 
@@ -639,6 +650,8 @@ class Engine:
             return targets.get(inst.key, inst.total if pull else inst.count)
 
         order = [x for x in self.order if x.count < limit(x)]
+        if order:
+            self.in_order = False
         dirty = self.dirty
         dirty.update(order)
         ptr, steps = 0, 0
@@ -725,6 +738,7 @@ class Engine:
 
     def step(self, inst: Instance) -> None:
         """Consume exactly one input at `inst` (it must be available)."""
+        self.in_order = False
         inst.consume()
 
     # --- interactions -------------------------------------------------------------

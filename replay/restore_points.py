@@ -33,6 +33,7 @@ class RestorePoints:
         # costs that decide when a save is worth taking (seconds, measured as we go)
         self.save_seconds = 0.0
         self.seconds_per_input = 5e-6
+        self.save_every = SAVE_EVERY   # (a test sets it: 0 saves at every tick, as a slow machine would)
 
     # --- saving -------------------------------------------------------------------------------
 
@@ -61,9 +62,10 @@ class RestorePoints:
 
     # --- restoring ------------------------------------------------------------------------------
 
-    def latest_before(self, target: dict[Key, int]) -> SavedPosition | None:
-        """The saved position furthest along among those from which replay can reach `target`."""
-        usable = [s for s in self.saved if s.covers(target)]
+    def latest_before(self, target: dict[Key, int], in_order: bool = False) -> SavedPosition | None:
+        """The saved position furthest along among those from which replay can reach `target`
+        (`in_order`: among those the original order passes through)."""
+        usable = [s for s in self.saved if s.covers(target) and (s.in_order or not in_order)]
         return max(usable, key=lambda s: sum(s.position.values()), default=None)
 
     def restore(self, saved: SavedPosition | None, as_base: bool = False) -> None:
@@ -77,14 +79,17 @@ class RestorePoints:
             if as_base:
                 self.last_saved = saved
 
-    def restore_nearest(self, bound: dict[Key, int], keep_here: bool = False) -> None:
+    def restore_nearest(self, bound: dict[Key, int], keep_here: bool = False, in_order: bool = False) -> None:
         """Restore the latest start at or before `bound` on every instance: a saved position,
         a checkpoint line, or the start. `keep_here`: the current position (at or before
-        `bound`) is a start too, and is kept when nothing else is further along."""
+        `bound`) is a start too, and is kept when nothing else is further along. `in_order`:
+        only a start the original order passes through (`Engine.in_order`), for a replay in
+        that order; a checkpoint line is not one (it puts each instance at its own latest
+        restore point)."""
         engine = self.engine
-        base = self.latest_before(bound)
+        base = self.latest_before(bound, in_order)
         base_done = sum(base.position.values()) if base is not None else 0
-        line, line_done = self.restorer.line_for(bound) if self.restorer else (None, 0)
+        line, line_done = self.restorer.line_for(bound) if self.restorer and not in_order else (None, 0)
         here = sum(engine.position.values()) if keep_here else -1
         best = max(line_done, base_done, here)
         if keep_here and here == best:
@@ -113,11 +118,14 @@ class RestorePoints:
     def tick(self, progress: Callable[[int, int], None] | None = None, cancel: threading.Event | None = None,
              total: int = 0) -> Callable[[int], None]:
         """The engine's progress callback for an action: reports progress, raises `Cancelled`
-        when asked to, and saves the position every `SAVE_EVERY` seconds of replay (at least
+        when asked to, and saves the position every `save_every` seconds of replay (at least
         ten times what a save costs), so that stepping back or searching back after a long
-        action replays a short stretch, not the whole action."""
+        action replays a short stretch, not the whole action. It measures what an input costs to
+        replay as it goes: a save is skipped where redoing the inputs since the last one is
+        cheaper (a run of a few heavy inputs, pandas batches, must not look cheap to redo)."""
         done = [0]
-        due = [time.perf_counter() + max(SAVE_EVERY, 10 * self.save_seconds)]
+        since = [time.perf_counter(), 0]   # (when and after how many inputs the last save was due)
+        due = [since[0] + max(self.save_every, 10 * self.save_seconds)]
 
         def tick(steps: int) -> None:
             done[0] += steps
@@ -125,7 +133,10 @@ class RestorePoints:
                 raise Cancelled("cancelled")
             if progress is not None:
                 progress(done[0], total)
-            if time.perf_counter() >= due[0]:
+            now = time.perf_counter()
+            if now >= due[0]:
+                self.measured(done[0] - since[1], now - since[0])
                 self.maybe_save()
-                due[0] = time.perf_counter() + max(SAVE_EVERY, 10 * self.save_seconds)
+                since[:] = [time.perf_counter(), done[0]]
+                due[0] = since[0] + max(self.save_every, 10 * self.save_seconds)
         return tick

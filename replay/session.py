@@ -588,7 +588,7 @@ class DebugSession:
             bound = dict(undo.position)
             bound[(ref.op, ref.instance)] = ref.position
             try:
-                self.points.restore_nearest(bound)
+                self.points.restore_nearest(bound, in_order=True)
                 self.search.in_order(stop_at=ref, tick=self.points.tick(progress, cancel))
             except BaseException:
                 self._abandon(undo)

@@ -18,8 +18,12 @@ def states(session: DebugSession) -> str:
 def steps_undo_and_reverse(out: Path, reader: RunReader, rng: random.Random, what: str) -> None:
     """From an interaction drawn by `rng`, up to 12 steps over or into tuples the session says
     it can step: undone one by one, they pass back through the same positions and states. Then
-    a reverse step lands just before θ's previous input, where a fresh session's does."""
+    a reverse step lands just before θ's previous input, where a fresh session's does: the one
+    saves a restore point every 256 inputs of the jump (as a slow machine does every 0.25 s),
+    the other none (CI once saw a reverse step start from a point the jump had saved mid-way,
+    an instance drained ahead of the original order, and stop in a state that never was)."""
     debug = DebugSession(out)
+    debug.points.save_every = 0.0
     ks = [i.k for i in reader.interactions()]
     k = rng.choice(ks[:-1]) if len(ks) > 1 else ks[0]
     debug.jump(k)
@@ -44,6 +48,7 @@ def steps_undo_and_reverse(out: Path, reader: RunReader, rng: random.Random, wha
         debug.step_back()
         assert debug.position[debug.label((before.op, before.instance))] == before.position, (what, k)
         fresh = DebugSession(out)
+        fresh.points.save_every = float("inf")
         fresh.jump(k)
         fresh.step_back()
         assert (dict(debug.position), states(debug)) == (dict(fresh.position), states(fresh)), (what, k)

@@ -21,6 +21,7 @@ import pytest
 import replay_checks
 from plain_jobs import record_on_and_off
 
+from tt.replay.session import DebugSession
 from tt.replay.verify import verify
 from tt.store.reader import RunReader
 
@@ -47,3 +48,30 @@ def test_a_random_plain_job_records_and_replays(tmp_path, seed):
     bad = [r for r in verify(reader) if not r["ok"]]
     assert not bad, (what, bad[0])
     replay_checks.steps_undo_and_reverse(run, reader, rng, what)
+
+
+def test_a_reverse_step_lands_where_it_does_without_restore_points(tmp_path):
+    """Seed 110 (a filter, the processor θ, then a generator) at `--every 0.02`: from every
+    interaction, a session that saved a restore point every 256 inputs of its jump steps back,
+    and searches back for a change, to where one that saved none does. A jump drains each instance to its target in turn, so
+    a point saved mid-way can hold the generator ahead of where the original order has it; a
+    reverse step replayed in that order from there stopped in a state that never was (CI, on a
+    loaded machine: the generator at 512 inputs where the original order had it at 0). On the
+    code before the fix, three recordings of this run had 4, 2 and 1 such interactions."""
+    run, on, off = record_on_and_off(JOB, tmp_path, ["110", str(tmp_path)], every=0.02, watch="Counter")
+    assert on == off and on["steps"] == ["filter", "counter", "alternate"]
+    ks = [i.k for i in RunReader(run).interactions()]
+    assert len(ks) > 10, ks
+    stepped = 0
+    for k in ks[1:]:
+        for back in ("step_back", "last_change"):   # (a search back for a change replays in that order too)
+            sessions = []
+            for save_every in (0.0, float("inf")):
+                session = DebugSession(run)
+                session.points.save_every = save_every
+                session.jump(k)
+                ok = (session.step_back() if back == "step_back" else session.last_change("Counter:0", "chunks")).ok
+                sessions.append((ok, dict(session.position), replay_checks.states(session)))
+            assert sessions[0] == sessions[1], (back, k)
+            stepped += ok
+    assert stepped >= 10, (stepped, len(ks))   # (none before θ's first input)
