@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -12,7 +11,7 @@ from ..core.errors import UsageError
 
 from ..recorder.triggers import parse_duration
 from .main import app
-from .output import JSON, bar as _bar, emit, human_bytes, require_dataflow
+from .output import JSON, Progress, emit, human_bytes, require_dataflow
 
 
 @app.command()
@@ -39,14 +38,13 @@ def checkpoint(
     from ..replay import checkpoints as ck
     from ..store.reader import RunReader
 
-    show = sys.stderr.isatty() and not json
     reader = RunReader(run)
     require_dataflow(reader, "checkpoint")
     if measure_only:
         plan = reader.active_plan()
         if plan is None:
             raise UsageError(f"{run} has no checkpoint plan to measure; make one with --tau")
-        measured = ck.measure(run, trust=trust, progress=_bar("measuring jumps") if show else None)
+        measured = ck.measure(run, trust=trust, progress=Progress("measuring jumps"))
         ck.record_measurements(run, measured)
         worst = max(measured.values(), default=0.0)
         emit({"plan": plan["id"], "policy": plan["policy"], "tau": plan["tau"],
@@ -59,7 +57,7 @@ def checkpoint(
     seconds = parse_duration(tau)
     if reader.status == "recording":
         raise UsageError(f"{run} is still being recorded; checkpoint it once `tt record` has finished")
-    prof = ck.profile(reader, trust=trust, progress=_bar("profiling") if show else None)
+    prof = ck.profile(reader, trust=trust, progress=Progress("profiling"))
     engine = None
     if policy == "per-instance":
         from ..replay.engine import Engine
@@ -70,21 +68,30 @@ def checkpoint(
         plan = ck.choose(prof, policy, seconds, engine)
     else:
         plan, measured, tried = ck.make(run, prof, policy, seconds, trust=trust, engine=engine, rounds=attempts,
-                                        bar=(lambda label: _bar(label)) if show else (lambda label: None))
+                                        bar=Progress)
     data = plan.as_dict()
     data["all_cost"] = sum(prof.cost(k) for k in prof.interactions[1:])
     if not dry_run:
         data["measured"] = {str(k): v for k, v in measured.items()}
         data["attempts"] = tried
-    worst = max(data.get("measured", data["predicted"]).values(), default=0.0)
+    times = measured if not dry_run else plan.predicted
+    worst_k = max(times, key=lambda k: times[k], default=None)
+    worst = times[worst_k] if worst_k is not None else 0.0
     count = len(plan.checkpoints) if plan.per_instance is None else sum(len(v) for v in plan.per_instance.values())
     text = (f"{run}: {policy} plan for τ = {seconds:g}s — {count} checkpoint(s), {human_bytes(plan.cost)} of state "
             f"({100 * plan.cost / max(1, data['all_cost']):.0f}% of checkpointing every interaction); "
-            f"slowest jump {'measured' if 'measured' in data else 'predicted'} {worst:.3f}s")
+            f"slowest jump {'measured' if not dry_run else 'predicted'} {worst:.3f}s")
+    if not dry_run and len(measured) < len(prof.interactions):
+        text += f" ({len(measured):,} of {len(prof.interactions):,} jumps measured: the predicted slowest, and a spread)"
     if tried > 1:
         text += f" (plan {tried}: the first measured over τ, so τ was tightened for planning)"
     if worst > seconds:
         text += f" — over τ by {worst - seconds:.3f}s"
+        floor = min(prof.floor(worst_k), worst)   # (predicted: the profile's speed of each operator)
+        if floor > 0.25 * (worst - seconds):
+            names = ", ".join(sorted({reader.operator(op).name for op, _ in prof.replayed}))
+            text += (f"; about {floor:.3f}s of that jump replays {names} from the start, as every jump does: no "
+                     f"checkpoint holds a generator's state (or one that cannot be pickled)")
     emit(data, json=json, text=text)
     return 0
 

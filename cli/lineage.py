@@ -13,7 +13,7 @@ import typer
 from ..core import values
 from ..core.errors import UsageError
 from .main import app
-from .output import CSV, JSON, Activity, bar, cut_hint, emit, only_one, require_dataflow, require_intact, row_text
+from .output import CSV, JSON, Activity, Progress, cut_hint, emit, only_one, require_dataflow, require_intact, row_text
 
 _CSV_COLUMNS = ["root", "from", "kind", "state", "read_by", "to", "row", "note", "spark", "rows"]
 
@@ -91,8 +91,7 @@ def lineage(
             lineage = Lineage(session)
             _check_question(reader, lineage, target, where, at)   # at once, before an index is built
             if (index or reindex) and not _STATE.fullmatch(target):   # (a state value is read from a replay)
-                note = lineage.use_index(rebuild=reindex, progress=bar("indexing lineage (once)")
-                                         if sys.stderr.isatty() else None)
+                note = lineage.use_index(rebuild=reindex, progress=Progress("indexing lineage (once)"))
                 if note is not None:
                     print(f"tt: {note}", file=sys.stderr)
             replaying = "replaying the run with the operators' state tracked"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -85,22 +86,57 @@ class Activity:
             self._progress = None
 
 
-def bar(label: str):
-    """A progress bar on stderr (callers create it only when stderr is a terminal):
-    returns `update(done, total)`, which removes the bar when done reaches total."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+class Progress:
+    """Progress of long work on stderr, as `update(done, total)`: a bar on a terminal;
+    elsewhere (a log file, CI, `nohup`) a line every `line_every` seconds once the work has
+    run that long, so a long run does not look hung and a short one prints nothing. The bar
+    ends itself when done reaches total; `close()` ends it early (an error, a cancel)."""
 
-    p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), console=Console(stderr=True),
-                 transient=True)
-    task = p.add_task(label, total=None)
-    p.start()
+    LINE_EVERY = 30.0
 
-    def update(done: int, total: int) -> None:
-        p.update(task, completed=done, total=total)
-        if done >= total:
-            p.stop()
-    return update
+    def __init__(self, label: str, line_every: float | None = None):
+        self.label = label
+        self.started = time.monotonic()
+        self.every = self.LINE_EVERY if line_every is None else line_every
+        self.due = self.started + self.every
+        self.said = False   # (off a terminal: whether a line was printed, so the end is said too)
+        self.ended = False  # (and the end is said once)
+        self._bar = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as Bar
+
+            self._bar = Bar(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+            self._task = self._bar.add_task(label, total=None)
+            self._bar.start()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=total)
+            if done >= total:
+                self.close()
+            return
+        if self.ended:
+            return
+        self.ended = done >= total
+        now = time.monotonic()
+        if now >= self.due or (self.said and self.ended):
+            self.said = True
+            self.due = now + self.every
+            sys.stderr.write(f"tt: {self.label}: {done:,} of {total:,} ({_elapsed(now - self.started)})\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _elapsed(seconds: float) -> str:
+    m, s = divmod(int(seconds), 60)
+    return f"{m}:{s:02d}"
 
 
 def _flat(v: Any) -> Any:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from .main import app
-from .output import JSON, bar, emit, human_bytes
+from .output import JSON, Progress, emit, human_bytes
 
 
 @app.command()
@@ -35,8 +34,7 @@ def pack(
     """
     from ..store.pack import pack as pack_run
 
-    show = sys.stderr.isatty() and not json
-    result = pack_run(run, out, progress=bar("packing") if show else None)
+    result = pack_run(run, out, progress=Progress("packing"))
     target = out or run
     size = target.stat().st_size
     result = {"file": str(target), **result, "bytes": size}

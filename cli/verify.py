@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,7 +9,7 @@ import typer
 
 from .main import app
 from ..core.hooked import ITERATOR_KINDS
-from .output import JSON, emit, require_dataflow, require_intact
+from .output import JSON, Progress, emit, require_dataflow, require_intact
 
 
 @app.command()
@@ -66,15 +65,13 @@ def verify(
         require_intact(reader)
         require_dataflow(reader, "verify")
         queries = _open_stores(reader, checkpoint or [], stores) if statestore else None
-        progress = _progress(len(reader.interactions())) if sys.stderr.isatty() and not json else None
+        progress = Progress("verifying")
         try:
             outputs: dict = {}   # what the instances Spark ran again emitted, digested on the way
             failure: dict = {}   # whether the replay fails where a failed run failed
-            results = run_verify(reader, trust=trust, progress=progress.update if progress else None, outputs=outputs,
-                                 failure=failure)
+            results = run_verify(reader, trust=trust, progress=progress, outputs=outputs, failure=failure)
         finally:
-            if progress:
-                progress.close()
+            progress.close()
         failed = sorted((r for r in results if not r["ok"]), key=lambda r: (bool(r.get("checkpoint")), r["k"]))
         checked = sum(1 for r in results if r["ok"] and not r.get("checkpoint"))
         via_checkpoints = sum(1 for r in results if r["ok"] and r.get("checkpoint"))
@@ -137,7 +134,7 @@ def verify(
             data["warnings"] = warnings
             text += "".join(f"\n{run}: the recording warned: {w}" for w in warnings)
         if statestore:
-            store_result, store_text = _statestore(reader, run, queries, stores, trust, json, replay_ok=not failed)
+            store_result, store_text = _statestore(reader, run, queries, stores, trust, replay_ok=not failed)
             data["statestore"] = store_result
             data["ok"] = data["ok"] and bool(store_result["ok"])
             text += "\n" + store_text
@@ -198,7 +195,7 @@ def _label(q: dict) -> str:
     return f"the streaming query {name}" if name else "the streaming query"
 
 
-def _statestore(reader, run: Path, queries: list[dict], stores: list, trust: bool, json: bool,
+def _statestore(reader, run: Path, queries: list[dict], stores: list, trust: bool,
                 replay_ok: bool) -> tuple[dict, str]:
     """`tt verify --statestore`'s comparison: its JSON part and its line."""
     from ..replay.verify import verify_statestore
@@ -209,14 +206,11 @@ def _statestore(reader, run: Path, queries: list[dict], stores: list, trust: boo
                  "why": "the replay diverges from the recording"},
                 f"{run}: statestore: not compared with Spark's state store in {where}, as the replay diverges from "
                 f"the recording")
-    progress = _progress(len(reader.interactions()), "comparing with Spark's state store") \
-        if sys.stderr.isatty() and not json else None
+    progress = Progress("comparing with Spark's state store")
     try:
-        result = verify_statestore(reader, queries, stores, trust=trust,
-                                   progress=progress.update if progress else None)
+        result = verify_statestore(reader, queries, stores, trust=trust, progress=progress)
     finally:
-        if progress:
-            progress.close()
+        progress.close()
     result["compared"] = True
     n, m = result["keys"], result["micro_batches"]
     t = result["timers"]
@@ -248,19 +242,3 @@ def _skipped(s: dict) -> str:
     what = (f"micro-batch {s['batch']} of {s['operator']}" if "batch" in s else
             ", ".join(s["operators"]) if "operators" in s else f"{s.get('instances')} task(s)")
     return f"{what}: {s['why']}"
-
-
-class _progress:
-    def __init__(self, total: int, label: str = "verifying"):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.p = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          transient=True, redirect_stdout=False)
-        self.task = self.p.add_task(label, total=total)
-        self.p.start()
-
-    def update(self, done: int, total: int) -> None:
-        self.p.update(self.task, completed=done, total=total)
-
-    def close(self) -> None:
-        self.p.stop()

@@ -20,6 +20,11 @@ Policies:
 * `per_instance`: each instance gets its own plan under its share of τ
   (stateless instances cost nothing and need none); a jump then finds a
   consistent recovery line (`tt.core.recovery`).
+
+An instance no checkpoint can hold (a hooked generator, a state that cannot be pickled:
+`replayed`) is put back by replaying its inputs from its start on every jump. That time,
+the jump's *floor*, is added to every prediction, and the plans are chosen so that the rest,
+what checkpoints can shorten, stays within τ.
 """
 
 from __future__ import annotations
@@ -41,6 +46,12 @@ class Profile:
     load_bytes_per_second: float = 200e6              # restoring a checkpoint
     stateless: set[Key] = field(default_factory=set)  # instances whose object never changes
     restore_seconds: float = 0.0                      # fixed cost of any restore (counters, cursors)
+    replayed: set[Key] = field(default_factory=set)   # instances put back by replay from their start
+
+    def floor(self, k: int) -> float:
+        """What any jump to k spends replaying the `replayed` instances from their start."""
+        pk = self.positions[k]
+        return sum(pk[key] * self.seconds_per_input.get(key[0], 0.0) for key in self.replayed if key in pk)
 
     def cost(self, k: int) -> int:
         return sum(b for key, b in self.state_bytes[k].items() if key not in self.stateless)
@@ -48,7 +59,8 @@ class Profile:
     def replay_seconds(self, j: int, k: int, keys=None) -> float:
         pj, pk = self.positions[j], self.positions[k]
         keys = pk.keys() if keys is None else keys
-        return sum((pk[key] - pj[key]) * self.seconds_per_input.get(key[0], 0.0) for key in keys)
+        return sum((pk[key] - pj[key]) * self.seconds_per_input.get(key[0], 0.0) for key in keys
+                   if key not in self.replayed)   # (their replay from the start is the floor)
 
     def load_seconds(self, j: int, keys=None) -> float:
         if j == self.interactions[0]:
@@ -85,7 +97,7 @@ def _finish(profile: Profile, policy: str, tau: float, chosen: set[int]) -> Plan
     for k in profile.interactions:
         if k in chosen:
             base = k
-        plan.predicted[k] = round(profile.jump_seconds(base, k), 6)
+        plan.predicted[k] = round(profile.jump_seconds(base, k) + profile.floor(k), 6)
     plan.cost = sum(profile.cost(k) for k in chosen)
     return plan
 
@@ -207,7 +219,7 @@ def per_instance(profile: Profile, tau: float) -> Plan:
         for key in profile.positions[k]:
             base = max([j for j in plans.get(key, ()) if j <= k] or [ks[0]]) if key in plans else k
             t += profile.jump_seconds(base, k, [key]) if key in plans else 0.0
-        plan.predicted[k] = round(t, 6)
+        plan.predicted[k] = round(t + profile.floor(k), 6)
     return plan
 
 

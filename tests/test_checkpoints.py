@@ -66,6 +66,43 @@ def test_predictions_follow_the_model():
         assert plan.predicted[k] == pytest.approx(prof.jump_seconds(base, k), abs=1e-6)
 
 
+def test_an_instance_no_checkpoint_holds_is_a_floor_the_plan_is_not_chosen_against():
+    """A hooked generator (instance (0, 0), 0.1 ms an input) is replayed from its start on
+    every jump: each prediction adds that floor (1 s at the end), and the plan is chosen for
+    the rest: (1, 0) replays 10 ms an interaction, so one checkpoint halfway keeps it within
+    τ = 50 ms (at 5 or 6). Counted from the checkpoint before, as if one held the generator,
+    it made the plan take every interaction, and miss τ all the same."""
+    ks = list(range(11))
+    prof = planning.Profile(ks, {k: {(0, 0): 1000 * k, (1, 0): 100 * k} for k in ks},
+                            {k: {(0, 0): 0, (1, 0): 1000} for k in ks}, {0: 1e-4, 1: 1e-4},
+                            load_bytes_per_second=1e8, stateless={(0, 0)}, replayed={(0, 0)})
+    plan = planning.offline(prof, 0.05)
+    assert len(plan.checkpoints) == 1 and plan.checkpoints <= {5, 6}, plan.checkpoints
+    (c,) = plan.checkpoints
+    assert plan.predicted[4] == pytest.approx(0.4 + 0.04)
+    assert plan.predicted[10] == pytest.approx(1.0 + (10 - c) * 0.01 + 1000 / 1e8)
+    assert prof.floor(10) == pytest.approx(1.0)
+
+
+def test_a_long_run_is_measured_on_its_predicted_slowest_jumps_and_a_spread():
+    """Hundreds of cuts (a run taken every 0.1 s): `make` times 32 jumps, 24 of them the plan
+    predicts slowest (the floor aside) and 8 spread over the run, its last interaction among
+    them. Interactions at one cut count once; a run of 32 cuts or fewer is measured whole."""
+    rng = random.Random(11)
+    prof = _random_profile(rng, 400)
+    for k in range(1, 401, 3):   # every third interaction repeats the previous cut
+        prof.positions[k] = dict(prof.positions[k - 1])
+    plan = planning.offline(prof, 0.2)
+    chosen = ck.worth_measuring(prof, plan)
+    cuts = {tuple(sorted(prof.positions[k].items())) for k in chosen}
+    assert len(chosen) == len(cuts) == ck.MEASURED_AT_MOST
+    assert tuple(sorted(prof.positions[prof.interactions[-1]].items())) in cuts
+    slowest = max((k for k in prof.interactions), key=lambda k: plan.predicted[k])
+    assert tuple(sorted(prof.positions[slowest].items())) in cuts
+    assert ck.worth_measuring(_random_profile(rng, ck.MEASURED_AT_MOST - 1),
+                              planning.none(_random_profile(rng, ck.MEASURED_AT_MOST - 1))) is None
+
+
 # --- incremental state --------------------------------------------------------------------------------
 
 class Box:

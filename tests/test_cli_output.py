@@ -269,6 +269,23 @@ def test_scope_shows_progress_on_stderr_only_on_a_terminal(fraud_run, capsys, mo
     assert "replaying" not in captured.out and captured.out.startswith(ref)
 
 
+def test_long_work_off_a_terminal_says_how_far_it_is_on_stderr(fraud_run, capsys, monkeypatch):
+    """Off a terminal (a log, CI, nohup) `tt verify`, `tt checkpoint`, `tt pack` print a line
+    of progress every 30 s once they have run that long: a 20-minute `tt checkpoint` said
+    nothing until its end. Short work prints nothing; stdout keeps the result alone."""
+    assert main(["verify", str(fraud_run)]) == 0
+    quick = capsys.readouterr()
+    assert quick.err == "" and "verified" in quick.out
+    monkeypatch.setattr(output.Progress, "LINE_EVERY", 0.0)   # (as if every step took 30 s)
+    assert main(["verify", str(fraud_run)]) == 0
+    slow = capsys.readouterr()
+    lines = slow.err.splitlines()
+    n = len(RunReader(fraud_run).interactions())
+    assert lines and all(re.fullmatch(rf"tt: verifying: \d+ of {n} \(0:\d\d\)", line) for line in lines), lines
+    assert lines[-1].startswith(f"tt: verifying: {n} of {n} ") and slow.out == quick.out
+    assert sum(line.startswith(f"tt: verifying: {n} of") for line in lines) == 1, "the end is said once"
+
+
 def test_scope_step_over_is_the_overlaps_answer(keywords_run, capsys):
     """The scope view decides one tuple's step-over from the instances its scope reaches,
     without ranking the whole run; its answer, the tuple in the way and where, are the ones
