@@ -40,8 +40,9 @@ class Restorer:
         self.index = reader.checkpoint_index(self.plan["id"]) if self.plan else {}
         info = self.plan["info"] if self.plan else {}
         self.stateless = {tuple(map(int, k.split(":"))) for k in info.get("stateless", [])}
+        self.interaction_ks = [i.k for i in reader.interactions()]
         self.interaction_positions: list[dict[Key, int]] = [
-            {key: at.position for key, at in reader.instances_at(i.k).items()} for i in reader.interactions()]
+            {key: at.position for key, at in reader.instances_at(k).items()} for k in self.interaction_ks]
         self.channels = self._channels()
         self._counts: dict[tuple[Key, int], tuple[dict, dict]] = {}
 
@@ -101,6 +102,25 @@ class Restorer:
         line = recovery_line(points, self.channels, mode="replay")
         out = {key: rp.label for key, rp in line.items()}
         return out, sum(pos for pos, _ in out.values())
+
+    def line_at_interaction(self, bound: dict[Key, int]) -> tuple[dict[Key, tuple[int, Any]] | None, int]:
+        """The latest restore line at or before `bound` that puts every instance at one
+        interaction's cut (each at its position there), and how many inputs it skips; (None, 0)
+        where there is none. A replay in the original order may start from it as from the
+        start (`Engine.in_order`); from another line, one instance ahead of that order, not."""
+        stateful = [key for key in self.engine.instances if key not in self.stateless]
+        held = set(self.interaction_ks)
+        for key in stateful:
+            held &= {e[1] for e in self.index.get(key, [])}
+        cuts = [cut for k, cut in zip(self.interaction_ks, self.interaction_positions)
+                if k in held and all(cut[key] <= bound[key] for key in cut)]
+        if not cuts:
+            return None, 0
+        best = max(cuts, key=lambda cut: sum(cut.values()))
+        line, done = self.line_for(best)
+        if any(pos != best[key] for key, (pos, _) in line.items()):
+            return None, 0
+        return line, done
 
     def load(self, line: dict[Key, tuple[int, Any]]) -> None:
         reader = self.engine.reader

@@ -191,6 +191,7 @@ class Search:
         just before the tuple `stop_at` would be consumed. A failed run's order ends where
         it failed (`failure_ends=False`: its `RecordedFailure` propagates)."""
         engine = self.engine
+        self.points.in_order_here()   # (the positions it saves on the way are in that order too, if here is)
         theta = engine.graph.theta
         sources = [inst for (op, _), inst in engine.instances.items() if op == theta]
         steps = [0]

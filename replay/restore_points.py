@@ -34,12 +34,14 @@ class RestorePoints:
         self.save_seconds = 0.0
         self.seconds_per_input = 5e-6
         self.save_every = SAVE_EVERY   # (a test sets it: 0 saves at every tick, as a slow machine would)
+        self.cuts: set[tuple] | None = None   # every interaction's positions (`in_order_here`), once asked
 
     # --- saving -------------------------------------------------------------------------------
 
     def maybe_save(self) -> SavedPosition | None:
         """Save the position here, unless replaying to here from the latest saved one is
         cheaper than taking it (big states are costly to save; a few steps are cheap to redo)."""
+        self.in_order_here()   # (a jump's end at an interaction is a start for a reverse step)
         here = self.engine.position
         covering = [s for s in self.saved if s.covers(here)]
         if covering:
@@ -59,6 +61,18 @@ class RestorePoints:
         """An action replayed `inputs` inputs in `seconds`: what redoing one costs."""
         if inputs:
             self.seconds_per_input = 0.7 * self.seconds_per_input + 0.3 * (seconds / inputs)
+
+    def in_order_here(self) -> bool:
+        """Whether the original order passes where the engine stands (`Engine.in_order`): it
+        got there in that order from such a place, or it stands at an interaction, every
+        instance at its cut (θ has taken every input before the barrier and nothing after it,
+        and every other instance stands at or before where that order's replay has it then)."""
+        engine = self.engine
+        if not engine.in_order:
+            if self.cuts is None:
+                self.cuts = {tuple(sorted(p.items())) for p in self.restorer.interaction_positions}
+            engine.in_order = tuple(sorted(engine.position.items())) in self.cuts
+        return engine.in_order
 
     # --- restoring ------------------------------------------------------------------------------
 
@@ -84,18 +98,21 @@ class RestorePoints:
         a checkpoint line, or the start. `keep_here`: the current position (at or before
         `bound`) is a start too, and is kept when nothing else is further along. `in_order`:
         only a start the original order passes through (`Engine.in_order`), for a replay in
-        that order; a checkpoint line is not one (it puts each instance at its own latest
-        restore point)."""
+        that order: a checkpoint line only where it puts every instance at one interaction's cut
+        (another puts each at its own latest restore point)."""
         engine = self.engine
         base = self.latest_before(bound, in_order)
         base_done = sum(base.position.values()) if base is not None else 0
-        line, line_done = self.restorer.line_for(bound) if self.restorer and not in_order else (None, 0)
+        line, line_done = (None, 0) if not self.restorer else \
+            self.restorer.line_at_interaction(bound) if in_order else self.restorer.line_for(bound)
         here = sum(engine.position.values()) if keep_here else -1
         best = max(line_done, base_done, here)
         if keep_here and here == best:
             return
         if line is not None and line_done == best and line_done > base_done:
             self.restorer.load(line)
+            if in_order:
+                engine.in_order = True   # (a line at an interaction's cut: `line_at_interaction`)
         else:
             self.restore(base if base is not None and base_done == best else None)
 

@@ -13,6 +13,7 @@ import pytest
 import workloads
 
 from tt.cli.main import main
+from tt.core import values
 from tt.core.checkpoint import CheckpointWriter, restore
 from tt.core.recovery import RestorePoint, recovery_line, violations
 from tt.replay import checkpoints as ck
@@ -456,6 +457,32 @@ def test_a_tampered_checkpoint_is_caught(keyed_run, tmp_path):
     results = verify(RunReader(run))
     bad = [r for r in results if not r["ok"]]
     assert bad and bad[0]["checkpoint"] and bad[0]["op"] == "FD" and bad[0]["field"] == "scored"
+
+
+def test_a_reverse_step_starts_from_a_checkpoint_at_an_interaction_and_lands_as_from_the_start(keyed_run, tmp_path):
+    """A reverse step replays in the original order; a checkpoint line that puts every
+    instance at one interaction's cut is a start for it (`Restorer.line_at_interaction`),
+    and it lands where a session without checkpoints does. (A line for the bound itself puts
+    each instance at its own latest restore point, ahead of that order: not a start for it.)"""
+    run = _copy(keyed_run, tmp_path / "every.db")
+    prof = ck.profile(RunReader(run))
+    ck.take(run, prof, planning.every(prof))
+    ks = [i.k for i in RunReader(run).interactions()]
+    from_lines = 0
+    for k in ks[2::max(1, len(ks) // 8)]:
+        landed = []
+        for path in (run, keyed_run):
+            s = DebugSession(path)
+            s.jump(k)
+            ref = s._previous_theta_input()
+            bound = {**s.engine.position, (ref.op, ref.instance): ref.position} if ref is not None else None
+            if path == run and bound is not None:
+                line, _ = s.points.restorer.line_at_interaction(bound)
+                from_lines += line is not None and any(pos for pos, _ in line.values())
+            result = s.step_back()
+            landed.append((result.ok, dict(s.position), json.dumps(values.encode(s.states()), sort_keys=True)))
+        assert landed[0] == landed[1], k
+    assert from_lines >= 3, from_lines
 
 
 @pytest.mark.slow

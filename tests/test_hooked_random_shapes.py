@@ -53,7 +53,8 @@ def test_a_random_plain_job_records_and_replays(tmp_path, seed):
 def test_a_reverse_step_lands_where_it_does_without_restore_points(tmp_path):
     """Seed 110 (a filter, the processor θ, then a generator) at `--every 0.02`: from every
     interaction, a session that saved a restore point every 256 inputs of its jump steps back,
-    and searches back for a change, to where one that saved none does. A jump drains each instance to its target in turn, so
+    and searches back for a change, to where one that saved none does, and one that jumped to
+    the interaction before first (an interaction's cut is a start in the original order). A jump drains each instance to its target in turn, so
     a point saved mid-way can hold the generator ahead of where the original order has it; a
     reverse step replayed in that order from there stopped in a state that never was (CI, on a
     loaded machine: the generator at 512 inputs where the original order had it at 0). On the
@@ -63,15 +64,18 @@ def test_a_reverse_step_lands_where_it_does_without_restore_points(tmp_path):
     ks = [i.k for i in RunReader(run).interactions()]
     assert len(ks) > 10, ks
     stepped = 0
-    for k in ks[1:]:
+    for before, k in zip(ks, ks[1:]):
         for back in ("step_back", "last_change"):   # (a search back for a change replays in that order too)
             sessions = []
-            for save_every in (0.0, float("inf")):
+            # saving at every tick; saving none; and from the interaction before (a start in that order)
+            for save_every, first in ((0.0, None), (float("inf"), None), (float("inf"), before)):
                 session = DebugSession(run)
                 session.points.save_every = save_every
+                if first is not None:
+                    session.jump(first)
                 session.jump(k)
                 ok = (session.step_back() if back == "step_back" else session.last_change("Counter:0", "chunks")).ok
                 sessions.append((ok, dict(session.position), replay_checks.states(session)))
-            assert sessions[0] == sessions[1], (back, k)
+            assert sessions[0] == sessions[1] == sessions[2], (back, k)
             stepped += ok
     assert stepped >= 10, (stepped, len(ks))   # (none before θ's first input)
