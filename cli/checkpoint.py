@@ -32,8 +32,11 @@ def checkpoint(
 
     Profiles the run by a local replay (how fast each operator replays), chooses
     the interactions to checkpoint (`offline`: a dynamic program finds the cheapest
-    set meeting τ), takes those checkpoints by a second replay, and measures every
-    jump. The run file gains the checkpoints; `tt debug` and `tt replay` use them.
+    set meeting τ), takes those checkpoints by a second replay, and measures the
+    jumps (on a long run, the 32 predicted slowest and a spread). The run file gains
+    the checkpoints; `tt debug` and `tt replay` use them. A hooked generator is in no
+    checkpoint: every jump replays it from its start, and the result says how much of
+    the slowest jump that is.
     """
     from ..replay import checkpoints as ck
     from ..store.reader import RunReader
