@@ -156,11 +156,12 @@ def test_checkpoints_put_a_hooked_generator_back_by_replay(recorded, tmp_path, c
     shutil.copy(recorded[0], run)
     assert main(["checkpoint", str(run), "--tau", "1ms"]) == 0
     said = capsys.readouterr().out
-    assert "of that jump replays Enrich from the start, as every jump does: no checkpoint holds a generator's state" in said, said
+    assert ("of that jump replays Enrich from the start, as every jump does: no checkpoint holds a generator's "
+            "state") in said, said
     assert "plan 2" not in said, said
-    plan = RunReader(run).active_plan()
-    assert plan["info"]["replayed"] == [f"{plan_op}:{i}" for plan_op in [RunReader(run).theta.id]
-                                        for i in range(PARTITIONS)], plan["info"]
+    reader = RunReader(run)
+    theta = reader.theta.id
+    assert reader.active_plan()["info"]["replayed"] == [f"{theta}:{i}" for i in range(PARTITIONS)]
     assert main(["verify", str(run)]) == 0
     n = len(RunReader(run).interactions())
     assert f"again from the checkpoints for {n}" in capsys.readouterr().out

@@ -54,11 +54,12 @@ def test_a_reverse_step_lands_where_it_does_without_restore_points(tmp_path):
     """Seed 110 (a filter, the processor θ, then a generator) at `--every 0.02`: from every
     interaction, a session that saved a restore point every 256 inputs of its jump steps back,
     and searches back for a change, to where one that saved none does, and one that jumped to
-    the interaction before first (an interaction's cut is a start in the original order). A jump drains each instance to its target in turn, so
-    a point saved mid-way can hold the generator ahead of where the original order has it; a
-    reverse step replayed in that order from there stopped in a state that never was (CI, on a
-    loaded machine: the generator at 512 inputs where the original order had it at 0). On the
-    code before the fix, three recordings of this run had 4, 2 and 1 such interactions."""
+    the interaction before first (an interaction's cut is a start in the original order). A
+    jump drains each instance to its target in turn, so a point saved mid-way can hold the
+    generator ahead of where the original order has it; a reverse step replayed in that order
+    from there stopped in a state that never was (CI, on a loaded machine: the generator at 512
+    inputs where the original order had it at 0). On the code before the fix, three recordings
+    of this run had 4, 2 and 1 such interactions."""
     run, on, off = record_on_and_off(JOB, tmp_path, ["110", str(tmp_path)], every=0.02, watch="Counter")
     assert on == off and on["steps"] == ["filter", "counter", "alternate"]
     ks = [i.k for i in RunReader(run).interactions()]
