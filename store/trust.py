@@ -108,9 +108,12 @@ def is_trusted(signature: str | None, code: list[bytes]) -> bool:
 def require_trust(path, signature: str | None, code: list[bytes], trust: bool) -> None:
     if trust or os.environ.get("TT_TRUST") == "1" or is_trusted(signature, code):
         return
+    why = (f"its code signature does not match your key in {key_file()}" if _key(create=False) is not None else
+           f"you have no key here to check its code signature against: {key_file()} does not exist, so it was "
+           f"recorded on another machine or by another user")
     raise UntrustedRunError(
-        f"{path} was not recorded by you (its code signature does not match your key in {key_file()}); "
-        f"replaying it runs the code it contains. If you trust its author, pass --trust")
+        f"{path} was not recorded by you ({why}); replaying it runs the code it contains. If you trust its "
+        f"author, pass --trust")
 
 
 # --- sealed blobs ------------------------------------------------------------------

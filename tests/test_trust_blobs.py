@@ -185,10 +185,26 @@ def test_a_run_sealed_with_another_key_needs_trust(signed_run, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tt", "verify", str(run)], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-2000:]
-    assert "--trust" in proc.stderr
+    assert "--trust" in proc.stderr and f"does not match your key in {other}" in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "tt", "verify", str(run), "--trust"], capture_output=True,
                           text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_run_opened_where_there_is_no_key_says_so(signed_run, tmp_path, monkeypatch):
+    """On a laptop that never recorded, there is no key: the refusal says that, not that the
+    signature "does not match your key" in a file that does not exist."""
+    missing = tmp_path / "no-such-folder" / "key"
+    monkeypatch.setenv("TT_KEY_FILE", str(missing))
+    monkeypatch.delenv("TT_TRUST", raising=False)
+    with pytest.raises(trust.UntrustedRunError) as raised:
+        trust.require_trust(signed_run, RunReader(signed_run).run.get("signature"),
+                            RunReader(signed_run).signed_code(), trust=False)
+    assert str(raised.value) == (f"{signed_run} was not recorded by you (you have no key here to check its code "
+                                 f"signature against: {missing} does not exist, so it was recorded on another "
+                                 f"machine or by another user); replaying it runs the code it contains. If you "
+                                 f"trust its author, pass --trust")
+    assert not missing.exists(), "checking makes no key"
 
 
 def test_a_run_from_before_sealing_opens_and_replays_only_with_trust(signed_run, tmp_path):
