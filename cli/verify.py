@@ -53,6 +53,7 @@ def verify(
     (local mode) and needs Java: e.g. `tt verify --statestore run.db`.
     """
     from ..core.errors import UsageError
+    from ..replay.outputs import verify_outputs
     from ..replay.reruns import verify_reruns
     from ..replay.verify import verify as run_verify
     from ..store.reader import RunReader
@@ -67,7 +68,7 @@ def verify(
         queries = _open_stores(reader, checkpoint or [], stores) if statestore else None
         progress = Progress("verifying")
         try:
-            outputs: dict = {}   # what the instances Spark ran again emitted, digested on the way
+            outputs: dict = {}   # what hooked instances (and runs Spark made again) emit, digested on the way
             failure: dict = {}   # whether the replay fails where a failed run failed
             results = run_verify(reader, trust=trust, progress=progress, outputs=outputs, failure=failure)
         finally:
@@ -77,6 +78,9 @@ def verify(
         via_checkpoints = sum(1 for r in results if r["ok"] and r.get("checkpoint"))
         recorded = len(reader.interactions_all)
         status = reader.status
+        # and the hooked functions emit in replay what they emitted when recorded (replay/outputs.py)
+        emitted = verify_outputs(reader, trust=trust, digested=outputs) if not failed else None
+        said = {reader.operators[op].name for op, _ in reader.recorded_outputs()} if emitted else set()
         data = {"file": str(run), "status": status, "checked": checked, "recorded": recorded, "ok": not failed,
                 "divergence": failed[0] if failed else None, "results": results}
         done = f"verified {checked} of {recorded} interactions"
@@ -100,7 +104,7 @@ def verify(
             if empty:   # "equals" compared nothing of theirs: say so (what they emitted: by count only)
                 data["empty_states"] = empty
                 text += _empty_states(run, empty, {op for r in compared for op in r.get("inside", ())},
-                                      {o.name for o in reader.operators if o.kind in ITERATOR_KINDS})
+                                      {o.name for o in reader.operators if o.kind in ITERATOR_KINDS}, said)
             by_rows = sorted({op for r in results for op in r.get("rows_only", ())})
             if by_rows:   # what "equals" meant for their stored rows (core/kept_inputs.py `ROWS`)
                 text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "
@@ -116,6 +120,18 @@ def verify(
             else:
                 text += (f"\n{run}: the recorded failure ({failure['label']} raised {failure['error']}) was not "
                          f"replayed: {failure['reason']}")
+        if emitted is not None:
+            data["outputs"] = emitted
+            if emitted["differ"]:
+                data["ok"] = False
+                text += "".join(f"\n{run}: but {d['error']}" for d in emitted["differ"])
+            elif emitted.get("error"):
+                data["ok"] = False
+                text += f"\n{run}: but what the hooked functions emitted was not compared: {emitted['error']}"
+            elif emitted["compared"]:
+                n = emitted["compared"]
+                text += (f"\n{run}: what the hooked functions emitted ({n} instance{'s' if n != 1 else ''}) is what "
+                         f"the replay emits")
         if not failed:   # and the runs Spark made again of recorded tasks emitted what the replay emits
             reruns = verify_reruns(reader, trust=trust, digested=outputs)
             data["reruns"] = reruns
@@ -146,13 +162,14 @@ def verify(
         reader.close()
 
 
-def _empty_states(run: Path, empty: list[str], inside: set[str], generators: set[str]) -> str:
+def _empty_states(run: Path, empty: list[str], inside: set[str], generators: set[str], emitted: set[str]) -> str:
     """The lines that say what "equals" meant for operators whose recorded state was empty at
     every interaction after their first input: those caught inside a task kept nothing between
     their steps; a function that is no generator keeps nothing between its calls; a generator
     (`generators`: the operators that run as one) seen only before a task's first input or
     after its last (each task ran whole between two interactions) had no state there, and a
-    condition, which stops at a tuple, shows it better than a shorter period would."""
+    condition, which stops at a tuple, shows it better than a shorter period would. `emitted`:
+    the operators whose rows were compared too (replay/outputs.py), not only counted."""
     groups = [
         ([op for op in empty if op in inside], "{its} recorded state was empty at every interaction, inside {its} "
          "tasks too (a function keeping nothing between its steps)", ""),
@@ -165,10 +182,14 @@ def _empty_states(run: Path, empty: list[str], inside: set[str], generators: set
     ]
     lines = []
     for ops, why, advice in groups:
-        if ops:
-            one = len(ops) == 1
-            lines.append(f"{run}: {', '.join(ops)}: {why.format(its='its' if one else 'their')}, so for "
-                         f"{'it' if one else 'them'} verify compared only how many outputs each input gave{advice}")
+        for those, what in (([op for op in ops if op not in emitted], "only how many outputs each input gave"),
+                            ([op for op in ops if op in emitted], "how many outputs each input gave, and what "
+                             "{it} emitted")):
+            if those:
+                one = len(those) == 1
+                it = "it" if one else "they"
+                lines.append(f"{run}: {', '.join(those)}: {why.format(its='its' if one else 'their')}, so for "
+                             f"{'it' if one else 'them'} verify compared {what.format(it=it)}{advice}")
     return "".join(f"\n{line}" for line in lines)
 
 

@@ -535,6 +535,9 @@ class Coordinator:
             statements.append(("INSERT OR REPLACE INTO finals VALUES (?,?,?,?,?,?)", [
                 (conn.attempt, f["op"], f["i"], f["pos"], f["last_k"], bytes.fromhex(f["state"]))
                 for f in header.get("finals", [])]))
+            digests = [(conn.attempt, f["op"], f["outputs"]) for f in header.get("finals", []) if f.get("outputs")]
+            if digests:   # (a hooked function's: what it emitted, for `tt verify`)
+                statements.append(("INSERT OR REPLACE INTO outputs VALUES (?,?,?)", digests))
         statements.append(("UPDATE attempts SET status=?, ended=? WHERE id=?",
                            [("committed" if commit else "shadow", now, conn.attempt)]))
         if superseded is not None:   # a run that went further than the committed one, which Spark cut

@@ -31,6 +31,7 @@ from ..core.errors import first_line
 from ..core.kept_inputs import KeptDigests
 from ..core.state_deltas import StateEncoder, whole
 from ..core.graph import SINK, SOURCE, Graph, stable_hash
+from ..core.hooked import HOOKED_KINDS
 from ..core.logs import kept_apart, pack_results, pack_runs
 from ..core.output_digest import OutputDigest
 from ..core.runtime import (INF, InstanceLog, LineageRunner, OperatorFailure, RecordingRunner, Runner,
@@ -426,7 +427,7 @@ class StageTask:
         self.theta: ThetaRunner | None = None
         self.pending_barriers: list[dict] = []
         self.new_states: dict[str, tuple[bytes, int]] = {}  # hash -> (compressed JSON, full size)
-        self.output_digests: dict[int, OutputDigest] = {}    # a shadow's: op -> what it emitted
+        self.output_digests: dict[int, OutputDigest] = {}    # op -> what it emitted (`_digest_outputs`)
         self.sent_states: set[str] = set()
         self.last_state: dict[int, tuple[int, str, bool]] = {}  # node -> (position, hash, by rows) of its last snapshot
         self.entry_seq: dict[tuple[int, int, int], int] = {}
@@ -518,8 +519,18 @@ class StageTask:
                 self.theta.barrier_at = self.sticky[0][1]
             if self.mode == "record":
                 self.client.on_interaction = self._wake_theta
-        if self.mode == "shadow":   # what a run made again emits, for `tt verify` (core/output_digest.py)
-            for r in self.recorders:
+        self._digest_outputs()
+
+    def _digest_outputs(self) -> None:
+        """What an instance emits, digested for `tt verify` (core/output_digest.py): a shadow's
+        (a run Spark made again, compared with the replay of the recorded one), and a recorded
+        hooked function's, compared with its replay: where its code reads something no log
+        gives back, its states can agree and its rows not. Not a Dataflow operator's (its
+        outputs follow from its logged inputs and verified state), which W1/W2 would pay for."""
+        if self.mode not in ("record", "shadow"):
+            return
+        for r in self.recorders:
+            if self.mode == "shadow" or self.g.nodes[r.node_id].kind in HOOKED_KINDS:
                 r.targets.append(self.output_digests.setdefault(r.node_id, OutputDigest()))
 
     def _wake_theta(self) -> None:
@@ -1148,13 +1159,14 @@ class StageTask:
             return
         finals = [{"op": r.node_id, "i": self.partition, "pos": r.count, "last_k": self.epoch,
                    "state": self._state_hash(r, end=True)} for r in self.recorders]
+        for f in finals:   # what it emitted, for `tt verify` (`_digest_outputs`)
+            if f["op"] in self.output_digests:
+                f["outputs"] = self.output_digests[f["op"]].hexdigest()
         if self.mode == "shadow":
             # Spark ran a committed task again: for another action on the same RDD or DataFrame,
             # or to recompute a lost or speculated partition. Its end, hashed along the same barriers
             # as the recorded run's, tells the coordinator whether Spark got what tt replays, and
             # what it emitted tells `tt verify`
-            for f in finals:
-                f["outputs"] = self.output_digests[f["op"]].hexdigest()
             self._discard_logs()
             self.client.end({"finals": finals}, [])
             return

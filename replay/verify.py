@@ -25,7 +25,7 @@ from ..core.state_handle import StoreView, same, shown
 from ..store import blobs
 from ..store.reader import RunReader
 from .checkpoints import Restorer
-from . import reruns
+from . import outputs as replayed_outputs
 from .engine import Engine, Instance, Key, RecordedFailure, recorded_failures
 from .facts import stored_state
 
@@ -46,8 +46,9 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
     says (`"rows_only"`: the operators), and an instance whose digest differs is searched for
     its input from the last interaction its digest matched, not from the last one at all.
 
-    `outputs`, a dict, gets on the way what the instances Spark ran again emitted (`reruns.watch`),
-    for `reruns.verify_reruns`, which then need not replay them again.
+    `outputs`, a dict, gets on the way what the replay of each recorded hooked instance, and of each
+    one Spark ran again, emitted (replay/outputs.py `watch`), for `verify_outputs` and
+    `reruns.verify_reruns`, which then need not replay them again.
 
     `failure`, a dict, gets what `_reproduce_failure` found of a failed run's failing tuples, once
     every interaction matched: the replay goes on from the last one to where the run failed.
@@ -55,7 +56,7 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
 
     reader.sources().check_all()  # a changed source file: one line now, not a divergence later
     engine = Engine(reader, trust=trust)
-    watched = reruns.watch(reader, engine) if outputs is not None else {}
+    watched = replayed_outputs.watch(reader, engine) if outputs is not None else {}
     results = []
     interactions = reader.interactions()
     # (the progress: each interaction, and a failed run's replay on to its failure, one step more)
@@ -125,7 +126,7 @@ def verify(reader: RunReader, *, trust: bool = False, progress: Callable[[int, i
         if progress is not None:
             progress(steps, steps)
     if outputs is not None:
-        outputs.update(reruns.finished(engine, watched))
+        outputs.update(replayed_outputs.finished(engine, watched))
     if all(r["ok"] for r in results) and reader.active_plan() is not None:
         results.extend(_verify_checkpoints(reader, engine, interactions))
     return results

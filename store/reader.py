@@ -227,6 +227,21 @@ class RunReader:
         return [{"attempt": a, "op": op, "instance": i, "another_action": bool(another), "position": pos,
                  "outputs": outputs} for a, op, i, another, pos, outputs in rows]
 
+    def recorded_outputs(self) -> dict[tuple[int, int], str]:
+        """What each recorded hooked instance emitted, by (op, instance), for its visible attempt:
+        a digest (core/output_digest.py); none in a run file from before tt kept them."""
+        try:
+            rows = self.conn.execute("SELECT attempt, op, digest FROM outputs").fetchall()
+        except sqlite3.OperationalError:
+            return {}
+        by_attempt = {(attempt, op): digest for attempt, op, digest in rows}
+        out = {}
+        for op, i in self.g_instances():
+            att = self.attempt_of(op, i)
+            if att is not None and (att[0], op) in by_attempt:
+                out[(op, i)] = by_attempt[(att[0], op)]
+        return out
+
     def task_context(self, attempt: int) -> dict | None:
         """What the attempt's `TaskContext` told (core/task_context.py); None in a run file from
         before tt kept it. Local properties the recorder stored once for many attempts

@@ -130,6 +130,11 @@ CREATE TABLE IF NOT EXISTS reruns (   -- committed tasks Spark ran again, run in
     outputs TEXT,                  -- core/output_digest.py: what it emitted, in order
     PRIMARY KEY (attempt, op)
 );
+CREATE TABLE IF NOT EXISTS outputs (   -- what a recorded hooked instance emitted, for `tt verify` (replay/outputs.py)
+    attempt INTEGER, op INTEGER,
+    digest TEXT,                   -- core/output_digest.py: "count:every:xxh3-128", in order
+    PRIMARY KEY (attempt, op)
+);
 CREATE TABLE IF NOT EXISTS task_contexts (   -- what each attempt's TaskContext told (core/task_context.py)
     attempt INTEGER PRIMARY KEY,
     context TEXT                   -- JSON, in the shape of PySpark's TaskContext.from_json; its

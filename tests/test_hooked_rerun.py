@@ -60,7 +60,7 @@ def test_a_rerun_that_does_what_the_recorded_run_did_says_nothing(spark, tmp_pat
     assert code == 0, said
     assert "verified 2 of 2 interactions" in said
     assert "2 runs that Spark made again of recorded tasks emitted what the replay emits" in said
-    # `tt verify` digests them in its own pass (`reruns.watch`): no second replay, the same answer
+    # `tt verify` digests them in its own pass (replay/outputs.py `watch`): no second replay, the same answer
     from tt.replay.reruns import verify_reruns
     from tt.replay.verify import verify
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from plain_jobs import record_on_and_off, replayed_outputs
@@ -53,10 +54,13 @@ def test_a_replayed_step_gets_its_recorded_tasks_context(spark, tmp_path, capsys
     said = capsys.readouterr().out
     assert code == 0, said
     assert "verified" in said and "diverges" not in said
-    # their generators had ended at every interaction: "equals" compared empty states, and says so
+    # their generators had ended at every interaction: "equals" compared empty states, and says so,
+    # and that what they emitted was compared (their rows' digests: replay/outputs.py)
     empty = next(line for line in said.splitlines() if "no interaction fell inside any of their tasks" in line)
     assert empty.split(": ")[1] == "numbered, sink, tagged", empty
-    assert "verify compared only how many outputs each input gave" in empty
+    assert "verify compared how many outputs each input gave, and what they emitted" in empty
+    assert re.search(r"^\S+: what the hooked functions emitted \(\d+ instances\) is what the replay emits$", said,
+                     re.M), said
 
 
 def test_a_replay_writes_moves_and_clears_scratch_copies_of_what_the_sink_wrote(spark, tmp_path, capsys):
