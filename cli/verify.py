@@ -80,7 +80,7 @@ def verify(
         status = reader.status
         # and the hooked functions emit in replay what they emitted when recorded (replay/outputs.py)
         emitted = verify_outputs(reader, trust=trust, digested=outputs) if not failed else None
-        said = {reader.operators[op].name for op, _ in reader.recorded_outputs()} if emitted else set()
+        digested_ops = {reader.operators[op].name for op, _ in reader.recorded_outputs()} if emitted else set()
         data = {"file": str(run), "status": status, "checked": checked, "recorded": recorded, "ok": not failed,
                 "divergence": failed[0] if failed else None, "results": results}
         done = f"verified {checked} of {recorded} interactions"
@@ -101,10 +101,10 @@ def verify(
             compared = [r for r in results if r["ok"] and not r.get("checkpoint") and "empty" in r]
             empty = sorted(op for op in {op for r in compared for op in r.get("moved", ())}   # (after some input)
                            if all(op in r["empty"] for r in compared if op in r.get("moved", ())))
-            if empty:   # "equals" compared nothing of theirs: say so (what they emitted: by count only)
+            if empty:   # "equals" compared nothing of theirs: say so (what they emitted: counts, and digests)
                 data["empty_states"] = empty
                 text += _empty_states(run, empty, {op for r in compared for op in r.get("inside", ())},
-                                      {o.name for o in reader.operators if o.kind in ITERATOR_KINDS}, said)
+                                      {o.name for o in reader.operators if o.kind in ITERATOR_KINDS}, digested_ops)
             by_rows = sorted({op for r in results for op in r.get("rows_only", ())})
             if by_rows:   # what "equals" meant for their stored rows (core/kept_inputs.py `ROWS`)
                 text += (f"\n{run}: {', '.join(by_rows)}: stored rows, which are the inputs, compared by their "
