@@ -8,14 +8,17 @@ digests what the replay of the recorded run emits: where they differ, rows Spark
 the later run are not the ones tt replays (replay/reruns.py `verify_reruns`).
 
 Each output goes in as `values.dumps` writes it: the encoding that states are compared by, the
-same in Spark's workers and in a replay. A batch (a pandas DataFrame, an Arrow batch or
-table: `mapInPandas`, `applyInPandas`) goes in always, by the digest of its values that
-`values` writes for it; of other outputs (an RDD function's rows), every `EVERY`th and the
-count. A second action over a hooked RDD (1M rows, a running total, 2 partitions, scratch
+same in Spark's workers and in a replay. Of an RDD function's rows, every `EVERY`th goes in, and
+the count. A second action over a hooked RDD (1M rows, a running total, 2 partitions, scratch
 runs, 2026-12-06) took 2.10 s with a shadow that digested nothing, 3.08 s digesting every row,
 2.26 s every 16th; and what makes a later run differ (another file, other draws) changes more
-rows than one in sixteen. Only shadows and `tt verify` digest: a recording task does not pay
-for it.
+rows than one in sixteen. Batches (a pandas DataFrame, an Arrow batch or table: `mapInPandas`,
+`applyInPandas`, a processor's) go in whole, by the digest of their values `values` writes, every
+`EVERY`th of them since 2026-12-07, when recording tasks began to digest too (replay/outputs.py):
+`values` takes 87 µs for a one-row frame, and a keyed `transformWithStateInPandas` emitting one a
+key (10,000 keys) recorded at ×1.18 of its plain run instead of ×1.03–1.06. A digest says how it
+sampled ("count:every:xxh3-128:batches_every"; one from before, without the last field, took
+every batch), and `like` digests alike.
 """
 
 from __future__ import annotations
@@ -30,41 +33,55 @@ _BATCHES = frozenset({"DataFrame", "RecordBatch", "Table"})   # (types' names: n
 
 
 class OutputDigest:
-    """A runner's target: call it with each output; `hexdigest()` says "count:every:xxh3-128",
-    and `OutputDigest.like(that)` makes one that digests as the one that said it."""
+    """A runner's target: call it with each output; `hexdigest()` says
+    "count:every:xxh3-128:batches_every", and `OutputDigest.like(that)` makes one that digests as
+    the one that said it."""
 
-    __slots__ = ("_hash", "count", "every")
+    __slots__ = ("_hash", "count", "every", "batches", "_batch")
 
-    def __init__(self, every: int = EVERY):
+    def __init__(self, every: int = EVERY, batches: int = EVERY):
         import xxhash
 
         self._hash = xxhash.xxh3_128()
         self.count = 0
         self.every = every
+        self.batches = batches   # every how many batches one goes in (1: each)
+        self._batch = 0
 
     @classmethod
     def like(cls, said: str) -> "OutputDigest":
-        return cls(read(said)[1])
+        _, every, batches = read(said)
+        return cls(every, batches)
 
     def __call__(self, output: Any) -> None:
         n = self.count
         self.count = n + 1
-        if n % self.every and type(output).__name__ not in _BATCHES:
+        if type(output).__name__ in _BATCHES:
+            b = self._batch
+            self._batch = b + 1
+            if b % self.batches:
+                return
+        elif n % self.every:
             return
         data = values.dumps(output)
         self._hash.update(b"%d:%d:" % (n, len(data)))
         self._hash.update(data)
 
     def hexdigest(self) -> str:
-        return f"{self.count}:{self.every}:{self._hash.hexdigest()}"
+        said = f"{self.count}:{self.every}:{self._hash.hexdigest()}"
+        return said if self.batches == 1 else f"{said}:{self.batches}"
+
+    def sampled(self) -> tuple[int, int]:
+        """(every, batches): how it samples, which two digests must share to be compared."""
+        return self.every, self.batches
 
 
-def read(said: str | None) -> tuple[int, int] | None:
-    """(count, every) of a digest `hexdigest` said, or None where this tt does not read it."""
+def read(said: str | None) -> tuple[int, int, int] | None:
+    """(count, every, batches) of a digest `hexdigest` said, or None where this tt does not read it."""
     parts = (said or "").split(":")
-    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or len(parts[2]) != 32:
+    if len(parts) not in (3, 4) or not all(p.isdigit() for p in parts[:2] + parts[3:]) or len(parts[2]) != 32:
         return None
-    return int(parts[0]), int(parts[1])
+    return int(parts[0]), int(parts[1]), int(parts[3]) if len(parts) == 4 else 1
 
 
 def why_again(another_action: bool) -> str:

@@ -132,7 +132,7 @@ CREATE TABLE IF NOT EXISTS reruns (   -- committed tasks Spark ran again, run in
 );
 CREATE TABLE IF NOT EXISTS outputs (   -- what a recorded hooked instance emitted, for `tt verify` (replay/outputs.py)
     attempt INTEGER, op INTEGER,
-    digest TEXT,                   -- core/output_digest.py: "count:every:xxh3-128", in order
+    digest TEXT,                   -- core/output_digest.py: "count:every:xxh3-128:batches_every"
     PRIMARY KEY (attempt, op)
 );
 CREATE TABLE IF NOT EXISTS task_contexts (   -- what each attempt's TaskContext told (core/task_context.py)
