@@ -121,30 +121,14 @@ def verify(
                 text += (f"\n{run}: the recorded failure ({failure['label']} raised {failure['error']}) was not "
                          f"replayed: {failure['reason']}")
         if emitted is not None:
-            data["outputs"] = emitted
-            if emitted["differ"]:
-                data["ok"] = False
-                text += "".join(f"\n{run}: but {d['error']}" for d in emitted["differ"])
-            elif emitted.get("error"):
-                data["ok"] = False
-                text += f"\n{run}: but what the hooked functions emitted was not compared: {emitted['error']}"
-            elif emitted["compared"]:
-                n = emitted["compared"]
-                text += (f"\n{run}: what the hooked functions emitted ({n} instance{'s' if n != 1 else ''}) is what "
-                         f"the replay emits")
+            text += _emitted(run, data, "outputs", emitted, "what the hooked functions emitted was",
+                             lambda n: f"what the hooked functions emitted ({n} instance{'s' if n != 1 else ''}) is "
+                                       f"what the replay emits")
         if not failed:   # and the runs Spark made again of recorded tasks emitted what the replay emits
-            reruns = verify_reruns(reader, trust=trust, digested=outputs)
-            data["reruns"] = reruns
-            if reruns["differ"]:
-                data["ok"] = False
-                text += "".join(f"\n{run}: but {d['error']}" for d in reruns["differ"])
-            elif reruns.get("error"):
-                data["ok"] = False
-                text += f"\n{run}: but the runs Spark made again of recorded tasks were not compared: {reruns['error']}"
-            elif reruns["compared"]:
-                n = reruns["compared"]
-                text += (f"\n{run}: {n} run{'s' if n != 1 else ''} that Spark made again of recorded tasks "
-                         f"emitted what the replay emits")
+            text += _emitted(run, data, "reruns", verify_reruns(reader, trust=trust, digested=outputs),
+                             "the runs Spark made again of recorded tasks were",
+                             lambda n: f"{n} run{'s' if n != 1 else ''} that Spark made again of recorded tasks "
+                                       f"emitted what the replay emits")
         warnings = reader.warnings()
         if warnings:   # "verified" covers what was recorded: say what the recording could not
             data["warnings"] = warnings
@@ -160,6 +144,20 @@ def verify(
         for store in stores:
             store.close()
         reader.close()
+
+
+def _emitted(run: Path, data: dict, key: str, result: dict, what_was: str, agreed) -> str:
+    """The lines of a comparison of what the replay emits with a recorded digest (`result`, of
+    `verify_outputs` or `verify_reruns`, kept in `data[key]`): each difference, or why nothing
+    was compared (both fail the run), or `agreed(how many)` where all agreed."""
+    data[key] = result
+    if result["differ"] or result.get("error"):
+        data["ok"] = False
+    if result["differ"]:
+        return "".join(f"\n{run}: but {d['error']}" for d in result["differ"])
+    if result.get("error"):
+        return f"\n{run}: but {what_was} not compared: {result['error']}"
+    return f"\n{run}: {agreed(result['compared'])}" if result["compared"] else ""
 
 
 def _empty_states(run: Path, empty: list[str], inside: set[str], generators: set[str], emitted: set[str]) -> str:
