@@ -43,6 +43,7 @@ class Restorer:
         self.interaction_ks = [i.k for i in reader.interactions()]
         self.interaction_positions: list[dict[Key, int]] = [
             {key: at.position for key, at in reader.instances_at(k).items()} for k in self.interaction_ks]
+        self.cuts = {tuple(sorted(p.items())) for p in self.interaction_positions}   # (as sets, to look up)
         self.channels = self._channels()
         self._counts: dict[tuple[Key, int], tuple[dict, dict]] = {}
 
@@ -142,7 +143,7 @@ def profile(reader: RunReader, *, trust: bool = False,
     busy: dict[int, float] = {}
     inputs: dict[int, int] = {}
     # an instance's first input carries one-time costs (imports, the first Arrow decode, a
-    # generator's start): 25 times the rest on a small run, in the first replay of a process
+    # generator's start): 23 times the rest on a small run, in the first replay of a process
     first: dict[int, list[float]] = {}   # op -> [seconds, inputs] of its instances' first inputs
     clock = time.perf_counter
     started = [0.0]

@@ -34,7 +34,6 @@ class RestorePoints:
         self.save_seconds = 0.0
         self.seconds_per_input = 5e-6
         self.save_every = SAVE_EVERY   # (a test sets it: 0 saves at every tick, as a slow machine would)
-        self.cuts: set[tuple] | None = None   # every interaction's positions (`in_order_here`), once asked
 
     # --- saving -------------------------------------------------------------------------------
 
@@ -69,9 +68,7 @@ class RestorePoints:
         and every other instance stands at or before where that order's replay has it then)."""
         engine = self.engine
         if not engine.in_order:
-            if self.cuts is None:
-                self.cuts = {tuple(sorted(p.items())) for p in self.restorer.interaction_positions}
-            engine.in_order = tuple(sorted(engine.position.items())) in self.cuts
+            engine.in_order = tuple(sorted(engine.position.items())) in self.restorer.cuts
         return engine.in_order
 
     # --- restoring ------------------------------------------------------------------------------
