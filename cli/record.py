@@ -91,6 +91,7 @@ def record(
                 print(f"tt: warning: {warning}", file=sys.stderr)
             if not quiet:
                 _summary(out)
+            return _said_when(out)
         return rc
     status = _Status(enabled=not quiet and sys.stderr.isatty())
     sessions = []
@@ -113,7 +114,45 @@ def record(
         print(f"tt: warning: {warning}", file=sys.stderr)
     if not quiet:
         _summary(out)
+    return _said_when(out)
+
+
+def _said_when(out: Path) -> int:
+    """The exit code of a complete run, after saying how `--when` fared: 1 where it raised on
+    every input it was tested on (it held for none, so the run has no interaction of its)."""
+    failure, warning = when_failure(out)
+    if warning:
+        print(f"tt: warning: {warning}", file=sys.stderr)
+    if failure:
+        print(f"tt: error: {failure}", file=sys.stderr)
+        return 1
     return 0
+
+
+def when_failure(out: Path) -> tuple[str | None, str | None]:
+    """(an error, a warning) on a complete run's `--when` condition: an error where it raised
+    on every one of θ's inputs it was tested on, a warning with the count where on some. The
+    recording said the first exception as it came; only the end knows whether any input was
+    tested without one."""
+    from ..store.reader import RunReader
+
+    reader = RunReader(out)
+    try:
+        counts = reader.when_counts()
+        when = (reader.run.get("options") or {}).get("when")
+        theta = reader.theta.name
+    finally:
+        reader.close()
+    if counts is None or not counts[1]:
+        return None, None
+    tested, raised = counts
+    if raised >= tested:
+        return (f"--when {when!r} raised on every one of {theta}'s {tested:,} inputs, so it held for none and took "
+                f"no interaction: the warning above says its first exception. {out} is kept, with the interactions "
+                f"its start and end took; fix the condition and record again, or search the run with "
+                f"`tt replay {out} --run-until EXPR` (`c` in tt debug)"), None
+    return None, (f"--when {when!r} raised on {raised:,} of {theta}'s {tested:,} inputs, which count as false "
+                  f"for it (the warning above says the first exception)")
 
 
 def incomplete_warning(out: Path) -> str | None:

@@ -106,6 +106,7 @@ class Coordinator:
         self.closed = False
         self.failures: list[dict] = []
         self.warnings: set[str] = set()
+        self.when_counts = [0, 0]   # of θ's inputs in committed tasks: [tested by --when, on which it raised]
         self.tuples = 0
         self.partitions_seen: dict[int, int] = {}
         # a hooked function Spark called more than once in a task (a coalesce after it runs several
@@ -538,6 +539,11 @@ class Coordinator:
             digests = [(conn.attempt, f["op"], f["outputs"]) for f in header.get("finals", []) if f.get("outputs")]
             if digests:   # (a hooked function's: what it emitted, for `tt verify`)
                 statements.append(("INSERT OR REPLACE INTO outputs VALUES (?,?,?)", digests))
+            if type(header.get("when")) is list:   # θ's task: how its `--when` fared (RunReader.when_counts)
+                with self.lock:
+                    self.when_counts = [a + int(b) for a, b in zip(self.when_counts, header["when"])]
+                    counts = orjson.dumps(self.when_counts).decode()
+                statements.append(("INSERT OR REPLACE INTO meta VALUES ('when_counts', ?)", [(counts,)]))
         statements.append(("UPDATE attempts SET status=?, ended=? WHERE id=?",
                            [("committed" if commit else "shadow", now, conn.attempt)]))
         if superseded is not None:   # a run that went further than the committed one, which Spark cut

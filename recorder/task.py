@@ -1176,6 +1176,10 @@ class StageTask:
         header["finals"] = finals
         if cut:
             header["cut"] = True
+        when = getattr(self.theta, "when", None)
+        if when is not None:   # on how many of θ's inputs `--when` was tested, and raised (recorder/triggers.py)
+            tested = self.theta.count - self.theta.finished - self.when_from   # (the END step is counted, not tested)
+            header["when"] = [max(0, tested), when.raised]
         # and the packages its worker has loaded by now: a function may import one in its body,
         # after the hello named those loaded before (core/libraries.py)
         if self.in_worker:

@@ -81,7 +81,9 @@ def compile_condition(source: str) -> Callable[[Any], bool]:
     stop)`: the index of the first of `rows[start:stop]` it holds for, or -1.
 
     An expression that raises on some tuple (a missing key, say) counts as false
-    for that tuple: a condition is a filter over θ's input, not part of the job.
+    for that tuple: a condition is a filter over θ's input, not part of the job. `raised`
+    counts those tuples: one that raised on every tuple tested nothing, which `tt record`
+    says as an error once the job has run (cli/record.py `when_failure`).
     θ tests it on every input, so the expression is compiled into both functions, inside their
     `try`; θ's loop over a batch calls `first_hit` once a slice of rows. On TPC-H W2 (θ = J1, a
     condition that never holds, counted by valgrind), a wrapper calling a lambda, then `bool`,
@@ -91,6 +93,7 @@ def compile_condition(source: str) -> Callable[[Any], bool]:
     tree = ast.fix_missing_locations(_Expression(source).visit(ast.parse(_CONDITION)))
 
     def failed(e: Exception) -> bool:
+        when.raised += 1
         if when.first_error is None:
             when.first_error = f"--when {source!r} raised {type(e).__name__}: {e} (such tuples count as false)"
         return False
@@ -100,4 +103,5 @@ def compile_condition(source: str) -> Callable[[Any], bool]:
     when = scope["when"]
     when.first_hit = scope["first_hit"]
     when.first_error = None  # reported once to the user, by the recorder
+    when.raised = 0          # on how many tuples it raised: on every one, the run took no interaction by it
     return when

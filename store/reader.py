@@ -210,6 +210,12 @@ class RunReader:
         a run recorded before tt kept them."""
         return self._meta("timezone_facts", None)
 
+    def when_counts(self) -> tuple[int, int] | None:
+        """(θ's inputs the `--when` condition was tested on, those it raised on) over the committed
+        tasks; None for a run without `--when`, or recorded before tt counted them."""
+        counts = self._meta("when_counts", None)
+        return (int(counts[0]), int(counts[1])) if counts else None
+
     def warnings(self) -> list[str]:
         """What the recording warned of (`tt record` printed them too), e.g. input partitions of a
         hooked function that ran unrecorded."""

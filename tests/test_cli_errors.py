@@ -269,11 +269,37 @@ def test_one_line_when_the_jobs_query_is_refused(job, tmp_path):
 
 @pytest.mark.slow
 def test_a_condition_that_raises_is_reported_once(spark, job, tmp_path, capfd):
-    """(capfd: during the job tt writes to the terminal's descriptor, Spark's output goes to RUN.log)"""
+    """A condition that raises on some of θ's inputs counts them as false: the first exception is
+    said as it comes, and how many raised once the job has run. One that raises on every input
+    held for none: the run is kept, and the record fails with one line saying so (it exited 0).
+    (capfd: during the job tt writes to the terminal's descriptor, Spark's output goes to RUN.log)"""
     out = tmp_path / "r.db"
-    assert main(["record", str(job(JOB_OK)), "--watch", "C", "--when", "row['amount'] > 3", "-o", str(out)]) == 0
-    warnings = [line for line in capfd.readouterr().err.splitlines() if "tt: warning" in line]
-    assert len(warnings) == 1 and "KeyError" in warnings[0] and "'amount'" in warnings[0]
+    assert main(["record", str(job(JOB_OK)), "--watch", "C", "--when", "row['v'] % 2 == 0 and row['amount'] > 3",
+                 "-o", str(out)]) == 0
+    err = capfd.readouterr().err.splitlines()
+    warnings = [line for line in err if "tt: warning" in line]
+    assert len(warnings) == 2 and "KeyError" in warnings[0] and "'amount'" in warnings[0], err
+    evens = sum(1 for i in range(500) if i % 7 % 2 == 0)   # (v = id % 7)
+    assert warnings[1].endswith(f"raised on {evens} of C's 500 inputs, which count as false for it (the warning "
+                                "above says the first exception)"), warnings[1]
+    assert not [line for line in err if "tt: error" in line]
+
+    out = tmp_path / "r2.db"
+    assert main(["record", str(job(JOB_OK)), "--watch", "C", "--when", "row['amount'] > 3", "-o", str(out)]) == 1
+    err = capfd.readouterr().err.splitlines()
+    warnings = [line for line in err if "tt: warning" in line]
+    assert len(warnings) == 1 and "KeyError" in warnings[0] and "'amount'" in warnings[0], err
+    errors = [line for line in err if "tt: error" in line]
+    assert errors == [f"tt: error: --when \"row['amount'] > 3\" raised on every one of C's 500 inputs, so it held "
+                      f"for none and took no interaction: the warning above says its first exception. {out} is "
+                      f"kept, with the interactions its start and end took; fix the condition and record again, "
+                      f"or search the run with `tt replay {out} --run-until EXPR` (`c` in tt debug)"], err
+    reader = RunReader(out)
+    try:
+        assert reader.status == "complete" and reader.when_counts() == (500, 500)
+        assert [i.trigger for i in reader.interactions()] == ["start", "end"], reader.interactions()
+    finally:
+        reader.close()
 
 
 def test_a_bug_in_tt_is_one_line_and_a_failure_exit(tmp_path, monkeypatch, capsys):
