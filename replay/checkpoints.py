@@ -43,7 +43,9 @@ class Restorer:
         self.interaction_ks = [i.k for i in reader.interactions()]
         self.interaction_positions: list[dict[Key, int]] = [
             {key: at.position for key, at in reader.instances_at(k).items()} for k in self.interaction_ks]
-        self.cuts = {tuple(sorted(p.items())) for p in self.interaction_positions}   # (as sets, to look up)
+        self.cuts: dict[tuple, int] = {}   # each interaction's cut, as sorted items (to look up) -> its first k
+        for k, p in zip(self.interaction_ks, self.interaction_positions):
+            self.cuts.setdefault(tuple(sorted(p.items())), k)
         self.channels = self._channels()
         self._counts: dict[tuple[Key, int], tuple[dict, dict]] = {}
 

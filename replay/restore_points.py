@@ -90,13 +90,14 @@ class RestorePoints:
             if as_base:
                 self.last_saved = saved
 
-    def restore_nearest(self, bound: dict[Key, int], keep_here: bool = False, in_order: bool = False) -> None:
+    def restore_nearest(self, bound: dict[Key, int], keep_here: bool = False, in_order: bool = False) -> str:
         """Restore the latest start at or before `bound` on every instance: a saved position,
-        a checkpoint line, or the start. `keep_here`: the current position (at or before
-        `bound`) is a start too, and is kept when nothing else is further along. `in_order`:
-        only a start the original order passes through (`Engine.in_order`), for a replay in
-        that order: a checkpoint line only where it puts every instance at one interaction's cut
-        (another puts each at its own latest restore point)."""
+        a checkpoint line, or the start; and say which ("the checkpoints at interaction 4").
+        `keep_here`: the current position (at or before `bound`) is a start too, and is kept
+        when nothing else is further along. `in_order`: only a start the original order passes
+        through (`Engine.in_order`), for a replay in that order: a checkpoint line only where it
+        puts every instance at one interaction's cut (another puts each at its own latest
+        restore point)."""
         engine = self.engine
         base = self.latest_before(bound, in_order)
         base_done = sum(base.position.values()) if base is not None else 0
@@ -105,13 +106,21 @@ class RestorePoints:
         here = sum(engine.position.values()) if keep_here else -1
         best = max(line_done, base_done, here)
         if keep_here and here == best:
-            return
+            return "where it stood"
         if line is not None and line_done == best and line_done > base_done:
             self.restorer.load(line)
             if in_order:
                 engine.in_order = True   # (a line at an interaction's cut: `line_at_interaction`)
-        else:
-            self.restore(base if base is not None and base_done == best else None)
+            k = self.restorer.cuts.get(tuple(sorted((key, pos) for key, (pos, _) in line.items())))
+            return f"the checkpoints at interaction {k}" if k is not None else "the run's checkpoints"
+        if base is None or base_done < best:
+            self.restore(None)
+            return "the start of the run"
+        self.restore(base)
+        if not base_done:
+            return "the start of the run"
+        k = self.restorer.cuts.get(tuple(sorted(base.position.items())))
+        return f"interaction {k} (kept in memory)" if k is not None else "a position kept in memory on the way here"
 
     def move_to(self, targets: dict[Key, int], progress=None, cancel: threading.Event | None = None,
                 from_here: bool = False) -> None:

@@ -588,7 +588,7 @@ class DebugSession:
             bound = dict(undo.position)
             bound[(ref.op, ref.instance)] = ref.position
             try:
-                self.points.restore_nearest(bound, in_order=True)
+                start = self.points.restore_nearest(bound, in_order=True)
                 self.search.in_order(stop_at=ref, tick=self.points.tick(progress, cancel))
             except BaseException:
                 self._abandon(undo)
@@ -597,7 +597,7 @@ class DebugSession:
             self._closed_scope = None
             self.points.maybe_save()
             result = StepResult("step_back", f"step_over {label}",
-                                note=f"back to just before {label}: replayed from the nearest restore point")
+                                note=f"back to just before {label}: replayed from {start}")
             self._finish(result, undo.position, t0)
             return result
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 import sqlite3
 from pathlib import Path
 
@@ -463,7 +464,8 @@ def test_a_reverse_step_starts_from_a_checkpoint_at_an_interaction_and_lands_as_
     """A reverse step replays in the original order; a checkpoint line that puts every
     instance at one interaction's cut is a start for it (`Restorer.line_at_interaction`),
     and it lands where a session without checkpoints does. (A line for the bound itself puts
-    each instance at its own latest restore point, ahead of that order: not a start for it.)"""
+    each instance at its own latest restore point, ahead of that order: not a start for it.)
+    Its note says where it started from."""
     run = _copy(keyed_run, tmp_path / "every.db")
     prof = ck.profile(RunReader(run))
     ck.take(run, prof, planning.every(prof))
@@ -476,11 +478,18 @@ def test_a_reverse_step_starts_from_a_checkpoint_at_an_interaction_and_lands_as_
             s.jump(k)
             ref = s._previous_theta_input()
             bound = {**s.engine.position, (ref.op, ref.instance): ref.position} if ref is not None else None
+            from_line = False
             if path == run and bound is not None:
                 line, _ = s.points.restorer.line_at_interaction(bound)
-                from_lines += line is not None and any(pos for pos, _ in line.values())
+                from_line = line is not None and any(pos for pos, _ in line.values())
+                from_lines += from_line
             result = s.step_back()
             landed.append((result.ok, dict(s.position), json.dumps(values.encode(s.states()), sort_keys=True)))
+            if from_line:
+                started = re.search(r": replayed from the checkpoints at interaction (\d+)$", result.note)
+                assert started and int(started[1]) < k, (k, result.note)
+            elif result.ok:
+                assert result.note.endswith(": replayed from the start of the run"), (k, result.note)
         assert landed[0] == landed[1], k
     assert from_lines >= 3, from_lines
 
