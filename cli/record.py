@@ -33,7 +33,8 @@ def record(
                                        help="Take an interaction after each θ input where EXPR holds, "
                                             "e.g. \"row['amount'] > 1000\" (a tt.Dataflow row); a hooked "
                                             "function's input is its unit: a DataFrame, a key's step "
-                                            "(docs/HOOKS.md)."),
+                                            "(docs/HOOKS.md). An input it raises on counts as false; "
+                                            "raising on every one fails the record (the run is kept)."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL [default: the job's; where "
                                          "it sets none, local[2,4] for tt.spark_session and PySpark's local[*] "
                                          "for a SparkSession builder, as with python job.py]."),
