@@ -18,6 +18,7 @@ from .output import CSV, JSON, NL, cut_hint, emit, human_bytes, only_one, requir
 
 _VIEWS = ("summary", "interactions", "state", "failures", "scope", "overlaps", "checkpoints")
 _CSV_VIEWS = ("summary", "interactions", "failures", "overlaps")
+KEPT_SHOWN = 10   # the small files read that the summary names one a line; --json lists them all
 
 
 @app.command()
@@ -184,6 +185,13 @@ def _summary_text(s: dict) -> str:
                         "unchanged": "too large to keep in the run file, and as here"}.get(
                          f["here"], f"too large to keep in the run file, and {f['here']} here: a replay stops "
                                     f"where a function reads it (tt pack the run where it is)"))
+    kept = s.get("files_kept", [])
+    for f in kept[:KEPT_SHOWN]:
+        lines.append(f"file     {f['path']} ({human_bytes(f['size'])}), read by the job's functions: kept in the run "
+                     f"file as read")
+    if len(kept) > KEPT_SHOWN:
+        lines.append(f"file     and {len(kept) - KEPT_SHOWN:,} more read by the job's functions and kept in the run "
+                     f"file (--json lists them)")
     workers = s.get("workers") or {}
     if workers.get("python") or workers.get("timezone"):
         said = []

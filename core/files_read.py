@@ -65,6 +65,7 @@ ENCODING = "locale.getpreferredencoding(False)"   # the process fact a text-mode
 _original: dict[str, Callable] = {}   # "open" -> `builtins.open` before `install`
 _digests: dict[tuple[str, int, int], str] = {}   # (path, size, mtime_ns) -> xxh3-128 of a large file, this process
 _large: dict[str, dict] = {}   # path -> {"size", "xxh3"}: the large files this process's recorded steps read
+_kept: dict[str, dict] = {}    # path -> {"size", "xxh3"}: the small ones, whose bytes the run keeps (first read)
 _unsent: dict[str, bytes] = {}   # xxh3 -> the bytes of a small file a recorded step read, until a task sends them
 _sent: set[str] = set()          # ... and the digests sent (`take_contents`)
 
@@ -231,6 +232,12 @@ def large() -> dict[str, dict]:
     return dict(_large)
 
 
+def kept() -> dict[str, dict]:
+    """The small files this process's recorded steps read, path -> `{"size", "xxh3"}` as first
+    read: the run keeps their bytes, so a replay needs none of them, and `tt inspect` names them."""
+    return dict(_kept)
+
+
 def here(path: str, read: dict) -> str:
     """Whether a large file a run read (`{"size", "xxh3"}`) is here as it was: `unchanged`,
     `changed` or `missing`."""
@@ -272,8 +279,8 @@ def _recorded(name: str) -> Any:
     for digest, data in kept.items():
         if digest not in _sent:
             _unsent[digest] = data
-    if type(read) is dict and read.get("size", 0) > KEPT_BYTES:
-        _large.setdefault(name[len("open("):-1], read)
+    if type(read) is dict and "xxh3" in read:
+        (_large if read["size"] > KEPT_BYTES else _kept).setdefault(name[len("open("):-1], read)
     return read
 
 

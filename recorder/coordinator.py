@@ -129,6 +129,7 @@ class Coordinator:
         self.timezone: str | None = None       # ... and its local time zone (core/local_time.py)
         self.libraries: dict[str, str] = {}    # the packages the workers had loaded: name -> version
         self.files_read: dict[str, dict] = {}  # the large files the steps read: path -> {"size", "xxh3"}
+        self.files_kept: dict[str, dict] = {}  # the small ones, whose bytes the run keeps: path -> {"size", "xxh3"}
         self.properties: dict[bytes, int] = {}  # a task's local properties (sorted JSON) -> the attempt that stored them
         # online checkpointing (IcedTea 6.2): checkpoint I_k when replaying to it from the
         # latest checkpoint would take longer than τ, predicted from the executors' processing time
@@ -463,17 +464,19 @@ class Coordinator:
             self._warn_once(f"the job's Python workers had different versions of a library ({other}): "
                             f"tt inspect and tt verify compare the first with the replay's")
 
-    def _note_files(self, read: dict | None) -> None:
-        """Keep the files too large to log that the tasks' steps read (core/files_read.py), in meta
-        `files_read`: a replay needs them where it runs, and `tt inspect` says whether they are."""
-        if type(read) is not dict:
-            return
-        with self.lock:
-            added = {p: v for p, v in read.items() if p not in self.files_read}
-            self.files_read.update(added)
-            if added:
-                self.writer.submit([("INSERT OR REPLACE INTO meta VALUES ('files_read', ?)",
-                                     [(orjson.dumps(dict(sorted(self.files_read.items()))).decode(),)])])
+    def _note_files(self, read: dict | None, kept: dict | None) -> None:
+        """Keep the files the tasks' steps read (core/files_read.py) by path: those too large to
+        log in meta `files_read` (a replay needs them where it runs, and `tt inspect` says whether
+        they are), the small ones whose bytes the run keeps in meta `files_kept` (inspect names them)."""
+        for key, told, known in (("files_read", read, self.files_read), ("files_kept", kept, self.files_kept)):
+            if type(told) is not dict:
+                continue
+            with self.lock:
+                added = {p: v for p, v in told.items() if p not in known}
+                known.update(added)
+                if added:
+                    self.writer.submit([("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                         [(key, orjson.dumps(dict(sorted(known.items()))).decode())])])
 
     def _warn_once(self, message: str) -> None:
         if message not in self.warnings:
@@ -530,7 +533,7 @@ class Coordinator:
         if not commit and conn.mode in ("shadow", "record"):   # (a record one: a speculative copy, a cut one again)
             statements += self._compare_rerun(conn, book, header.get("finals", ()))
         self._note_libraries(header.get("libraries"))
-        self._note_files(header.get("files_read"))
+        self._note_files(header.get("files_read"), header.get("files_kept"))
         now = time.time()
         if commit:
             statements.append(("INSERT OR REPLACE INTO finals VALUES (?,?,?,?,?,?)", [

@@ -107,6 +107,7 @@ def summary(reader: RunReader) -> dict:
         "sources": sources(reader),
         "modules": modules(reader),
         "files_read": files_needed(reader),
+        "files_kept": [{"path": path, "size": read["size"]} for path, read in sorted(reader.files_kept.items())],
         # what the job's Python workers ran with that a replay runs with too (cli/hash_seed.py, core/local_time.py)
         "workers": {"python": reader.python, "python_here": code_pickle.python(), "hash_seed": reader.hash_seed,
                     "timezone": reader.timezone, "timezone_here": local_time.zone(),

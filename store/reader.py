@@ -187,6 +187,13 @@ class RunReader:
         a replay reads them where it runs (core/files_read.py); none for a run before tt logged reads."""
         return self._meta("files_read", {})
 
+    @property
+    def files_kept(self) -> dict[str, dict]:
+        """The small files the job's functions read, path -> `{"size", "xxh3"}` as first read:
+        the run holds their bytes (`file_contents`), so a replay needs none of them here; none in
+        a run recorded before tt named them."""
+        return self._meta("files_kept", {})
+
     def file_digests(self) -> set[str]:
         """The digests (xxh3-128) of the files read by the job's functions whose bytes the run
         holds (`file_contents`): the small ones, and the large ones `tt pack` copied in; none in a

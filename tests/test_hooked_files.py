@@ -20,6 +20,7 @@ import xxhash
 from plain_jobs import each_step, record_on_and_off
 
 from tt.cli.main import main
+from tt.cli.output import human_bytes
 from tt.core import files_read, runtime
 from tt.replay.session import DebugSession
 from tt.store import blobs
@@ -190,7 +191,7 @@ def test_what_a_step_asks_of_a_path_is_logged(recorded):
     reader.close()
 
 
-def test_inspect_names_the_large_file_a_replay_needs(recorded, capsys):
+def test_inspect_names_the_files_read_and_the_large_one_a_replay_needs(recorded, capsys):
     model = recorded[3] / "model.bin"
     reader = RunReader(recorded[0])
     assert reader.files_read == {str(model): {"size": model.stat().st_size,
@@ -201,12 +202,25 @@ def test_inspect_names_the_large_file_a_replay_needs(recorded, capsys):
     said = capsys.readouterr().out
     assert line + "too large to keep in the run file, and as here" in said
     assert "; files read " in said   # (the small ones' bytes, once: sizes)
+    folder = recorded[3]
+    small = ["motto.txt", "prices.csv", "rules.json"]   # (absent.json was missing then)
+    reader = RunReader(recorded[0])
+    read = reader.files_kept
+    reader.close()
+    assert sorted(p for p in read if p.startswith(str(folder))) == [str(folder / n) for n in small], read
+    assert all(read[str(folder / n)]["size"] == (folder / n).stat().st_size for n in small)
+    elsewhere = [p for p in read if not p.startswith(str(folder))]   # (SparkFiles.get: the executor's copy)
+    assert len(elsewhere) == 1 and "/userFiles-" in elsewhere[0] and elsewhere[0].endswith("/greeting.txt"), read
+    for n in small:   # named, with the size they had when read (as now: the fixture puts them back)
+        assert (f"file     {folder / n} ({human_bytes((folder / n).stat().st_size)}), read by the job's "
+                f"functions: kept in the run file as read") in said, said
     kept = model.read_bytes()
     model.unlink()
     try:
         assert main(["inspect", str(recorded[0]), "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["files_read"] == [
-            {"path": str(model), "size": len(kept), "here": "missing"}]
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["files_read"] == [{"path": str(model), "size": len(kept), "here": "missing"}]
+        assert [f["path"] for f in doc["files_kept"]] == sorted(read)
         assert main(["inspect", str(recorded[0])]) == 0
         assert (line + "too large to keep in the run file, and missing here: a replay stops where a function "
                 "reads it (tt pack the run where it is)") in capsys.readouterr().out
