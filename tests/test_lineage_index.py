@@ -170,7 +170,7 @@ def test_an_index_an_older_tt_kept_is_built_again(run, capsys):
         info["format"] = FORMAT - 1
         conn.execute("UPDATE meta SET value=? WHERE key='lineage_index'", (json.dumps(info),))
     rc, again, err = _lineage(run, *query, capsys=capsys)
-    assert rc == 0 and again == first and err.startswith("tt: indexed the lineage"), "rebuilt, not read"
+    assert rc == 0 and again == first and "tt: indexed the lineage" in err, "rebuilt, not read"
     rc, _, err = _lineage(run, *query, capsys=capsys)
     assert rc == 0 and err == "", "kept in this format: read"
 

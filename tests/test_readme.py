@@ -438,9 +438,12 @@ def _lineage_back(r: Result, c: Ctx) -> None:
     assert any(f"{YEN}  {{id: 66666" in line and "amount: '¥5000'" in line
                and "entered G(θ) at FE (θ's input) from source U" in line for line in lines), str(r)
     assert re.search(r"^… \d+ more row\(s\) match --where \(--limit 1\)$", r.out, re.M), str(r)
-    # the first query keeps the lineage index in the run file, and says so on stderr
-    assert re.fullmatch(r"tt: indexed the lineage of the [\d,]+ tuples of G\(θ\), kept in run\.db \([\d.]+ MB\): "
-                        r"later queries read it\n", r.err), str(r)
+    # the first query keeps the lineage index in the run file, and says so on stderr; off a
+    # terminal, indexing for longer than 30 s says how far it is every 30 s before that
+    # (cli/output.Progress: on a slow machine this run's index takes a minute)
+    progress = re.compile(r"tt: indexing lineage \(once\): [\d,]+ of [\d,]+ \(\d+:\d\d\)\n")
+    assert re.fullmatch(rf"(?:{progress.pattern})*tt: indexed the lineage of the [\d,]+ tuples of G\(θ\), kept in "
+                        rf"run\.db \([\d.]+ MB\): later queries read it\n", r.err), str(r)
 
 
 @runs(LINEAGE, f"tt lineage run.db {YEN} --forward --depth 1")
