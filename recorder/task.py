@@ -1184,10 +1184,10 @@ class StageTask:
         # after the hello named those loaded before (core/libraries.py)
         if self.in_worker:
             header["libraries"] = libraries.loaded()
-        if files_read.large():   # and the files its steps read that are too large to keep (core/files_read.py)
-            header["files_read"] = files_read.large()
-        if files_read.kept():    # and those the run keeps, by path (`tt inspect` names them)
-            header["files_kept"] = files_read.kept()
+        if large := files_read.large():   # and the files its steps read that are too large to keep (core/files_read.py)
+            header["files_read"] = large
+        if kept := files_read.kept():     # and those the run keeps, by path (`tt inspect` names them)
+            header["files_kept"] = kept
         self.client.end(header, out_blobs)
 
     def _fail(self, f: OperatorFailure) -> None:

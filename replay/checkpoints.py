@@ -85,6 +85,10 @@ class Restorer:
         self._counts[(key, position)] = (consumed, produced)
         return consumed, produced
 
+    def interaction_at(self, position: dict[Key, int]) -> int | None:
+        """The first interaction whose cut is `position` (every instance where it stands), or None."""
+        return self.cuts.get(tuple(sorted(position.items())))
+
     def line_for(self, targets: dict[Key, int]) -> tuple[dict[Key, tuple[int, Any]], int]:
         """The latest consistent restore line at or before `targets`, and how many inputs it skips."""
         points: dict[Key, list[RestorePoint]] = {}

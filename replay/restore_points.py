@@ -68,7 +68,7 @@ class RestorePoints:
         and every other instance stands at or before where that order's replay has it then)."""
         engine = self.engine
         if not engine.in_order:
-            engine.in_order = tuple(sorted(engine.position.items())) in self.restorer.cuts
+            engine.in_order = self.restorer.interaction_at(engine.position) is not None
         return engine.in_order
 
     # --- restoring ------------------------------------------------------------------------------
@@ -111,7 +111,7 @@ class RestorePoints:
             self.restorer.load(line)
             if in_order:
                 engine.in_order = True   # (a line at an interaction's cut: `line_at_interaction`)
-            k = self.restorer.cuts.get(tuple(sorted((key, pos) for key, (pos, _) in line.items())))
+            k = self.restorer.interaction_at({key: pos for key, (pos, _) in line.items()})
             return f"the checkpoints at interaction {k}" if k is not None else "the run's checkpoints"
         if base is None or base_done < best:
             self.restore(None)
@@ -119,7 +119,7 @@ class RestorePoints:
         self.restore(base)
         if not base_done:
             return "the start of the run"
-        k = self.restorer.cuts.get(tuple(sorted(base.position.items())))
+        k = self.restorer.interaction_at(base.position)
         return f"interaction {k} (kept in memory)" if k is not None else "a position kept in memory on the way here"
 
     def move_to(self, targets: dict[Key, int], progress=None, cancel: threading.Event | None = None,
