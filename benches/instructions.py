@@ -10,6 +10,14 @@ them (`worker_instructions`; Spark's workers started without the daemon must con
 within 10 s, which a worker under valgrind does not). On 2026-12-01 two runs of W2's variants
 agreed within 0.05 %.
 
+A recording task sends its logs every 50,000 inputs and every 2 s; under valgrind those 2 s
+came as often as the machine's load let them, and a keyed TWS recording counted 12.91 G on a
+quiet machine, 13.14 G on a busy one (each flush packs the Arrow batches its processor's rows
+lie in, one of them once more). So the workers run with `TT_FLUSH_SECONDS` (recorder/task.py)
+beyond any run: they send by rows and bytes (a TWS task of scale 1, once at its end, where a
+timed run sends once or twice a task). Figures from before 2026-12-07's second session were
+counted with timed flushes.
+
 What it counts is tt's own Python work and what it makes PySpark's Python code do. Not
 counted: the JVM (Spark's scans and shuffles; recording reads the scans' position columns too),
 the driver (tt's coordinator and writer: `tpch.py` prints its CPU time), waits, and what a cache
@@ -71,6 +79,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reporting import bytecode_cached, write_result   # noqa: E402  (benches/reporting.py)
 
 END_ONLY = 1e9   # an interval no run reaches: only the interactions every recording takes
+NO_TIMED_FLUSH = "1e9"   # TT_FLUSH_SECONDS: a task sends its logs by rows and bytes, not every 2 s of valgrind's pace
 NEVER = "row.get('l_orderkey', 0) < 0"   # the `when` variant's condition: read on each of θ's inputs, never true
 MANY = "row.get('l_orderkey', 1) % 3000 == 0"   # the `many` variant's: true for one order key in 3,000
 LINEAGE_VARIANTS = ("rev", "rev+lineage")   # W2 with θ = REV, recorded without and with --lineage (`--lineage`)
@@ -207,7 +216,7 @@ def measure(workload: str, variant: str, scale: float, partitions: int) -> dict:
     wrapper.write_text(f"#!/bin/sh\nexec valgrind --tool=cachegrind --cache-sim=no "
                        f"--cachegrind-out-file=/dev/null --log-file={logs}/log.%p {sys.executable} \"$@\"\n")
     wrapper.chmod(0o755)
-    env = {**os.environ, "PYSPARK_PYTHON": str(wrapper), "PYTHONHASHSEED": "0"}
+    env = {**os.environ, "PYSPARK_PYTHON": str(wrapper), "PYTHONHASHSEED": "0", "TT_FLUSH_SECONDS": NO_TIMED_FLUSH}
     proc = subprocess.run([sys.executable, __file__, "--child", workload, variant, str(scale), str(partitions)],
                           env=env, capture_output=True, text=True)
     found = re.search(r"^RESULT (\S+) (\d+)$", proc.stdout, re.M)

@@ -1244,16 +1244,12 @@ def test_where_matches_a_dataframe_or_arrow_batch_by_its_rows_and_the_tree_shows
     assert encode_readable(big) == {"$repr": f"<DataFrame: {SHOWN_ROWS + 1} rows × 1 columns (k)>"}
 
 
-def test_a_dataframes_rows_are_what_pandas_to_dict_gives():
-    """`table_rows` builds a frame's records column by column (faster than pandas on the small
-    frames hooked functions hand over); pandas' own `to_dict("records")` is the oracle: the same
-    keys, and values of the same types and equal, for every kind of column a job may have."""
-    import warnings
-
+def _frames_of_every_kind() -> list:
+    """DataFrames with every kind of column a job may have, and the odd shapes."""
     import numpy as np
 
     n = 6
-    frames = [
+    return [
         pd.DataFrame({
             "id": np.arange(n), "customer": ["Bob", "Alice"] * 3, "usd": [1.5, float("nan")] * 3,
             "f32": np.arange(n, dtype=np.float32) / 3, "u8": np.arange(n, dtype=np.uint8), "flag": [True, False] * 3,
@@ -1272,6 +1268,15 @@ def test_a_dataframes_rows_are_what_pandas_to_dict_gives():
         pd.DataFrame({0: [1, 2], 1: ["x", "y"]}),                                            # labels not names
     ]
 
+
+def test_a_dataframes_rows_are_what_pandas_to_dict_gives():
+    """`table_rows` builds a frame's records column by column (faster than pandas on the small
+    frames hooked functions hand over); pandas' own `to_dict("records")` is the oracle: the same
+    keys, and values of the same types and equal, for every kind of column a job may have."""
+    import warnings
+
+    frames = _frames_of_every_kind()
+
     def same(a, b) -> bool:
         return type(a) is type(b) and (a is b or a == b or (a != a and b != b))   # (NaN, NaT)
 
@@ -1284,6 +1289,54 @@ def test_a_dataframes_rows_are_what_pandas_to_dict_gives():
             assert list(row) == list(want)
             assert all(same(want[k], row[k]) for k in want), [(k, want[k], row[k]) for k in want
                                                               if not same(want[k], row[k])]
+
+
+def test_a_tables_digest_reads_its_columns_as_their_series_give_them():
+    """A DataFrame's digest reads its columns as pandas holds them, not through `iloc` (70 % of a
+    one-row frame's digest): the oracle is the digest through each column's Series, as tt wrote
+    it before, so runs recorded then still verify. An output digest reads a batch through
+    `table_dumps`, which gives what `dumps` gives."""
+    import numpy as np
+    import xxhash
+    import orjson
+
+    from tt.core.output_digest import OutputDigest
+
+    def through_series(frame) -> str:
+        h = xxhash.xxh3_64()
+        columns = [(name, frame.iloc[:, i]) for i, name in enumerate(frame.columns)] + [("$index", frame.index)]
+        for name, c in columns:
+            a = c.to_numpy() if type(c.dtype).__module__.startswith("numpy") else c.to_numpy(dtype=object)
+            h.update(orjson.dumps([values._encode(name), str(c.dtype)]))
+            h.update(values._digested(a))
+        return h.hexdigest()
+
+    block = pd.DataFrame(np.arange(12.0).reshape(4, 3), columns=["x", "y", "z"])   # one 2-D block: strided columns
+    frames = _frames_of_every_kind() + [block, block.iloc[1:3, ::2], block.T]
+    for frame in frames:
+        assert values._table_digest(frame) == through_series(frame), list(frame.columns)
+        assert values.table_dumps(frame) == values.dumps(frame)
+    assert len({values._table_digest(f) for f in frames}) == len(frames)   # (each frame digests apart)
+    one, other = OutputDigest(1, 1), OutputDigest(1, 1)
+    for frame in frames:
+        one(frame)
+        other.count += 1
+        other._hash.update(b"%d:%d:" % (other.count - 1, len(values.dumps(frame))))
+        other._hash.update(values.dumps(frame))
+    assert one.hexdigest() == other.hexdigest()
+
+
+def test_a_tasks_flush_interval_is_two_seconds_unless_the_environment_says_another(monkeypatch):
+    """`TT_FLUSH_SECONDS` sets how often a recording task sends its logs (benches/instructions.py:
+    workers under valgrind flush by rows and bytes, not at the machine's pace); what is not a
+    positive number leaves the default."""
+    from tt.recorder import task
+
+    for said, seconds in (("1e9", 1e9), ("0.5", 0.5), ("soon", 2.0), ("0", 2.0), ("-3", 2.0), ("", 2.0)):
+        monkeypatch.setenv("TT_FLUSH_SECONDS", said)
+        assert task._flush_seconds(2.0) == seconds, said
+    monkeypatch.delenv("TT_FLUSH_SECONDS")
+    assert task._flush_seconds(2.0) == 2.0
 
 
 def test_where_matching_many_rows_at_once_answers_as_row_by_row():
