@@ -18,8 +18,8 @@ rows than one in sixteen. Batches (a pandas DataFrame, an Arrow batch or table: 
 `values` took 87 µs for a one-row frame, and a keyed `transformWithStateInPandas` emitting one a
 key (10,000 keys) recorded at ×1.18 of its plain run instead of ×1.03–1.06. A batch goes in
 through `values.table_dumps` (the bytes `dumps` gives, without its walk), which reads a frame's
-columns as pandas holds them: a one-row frame's digest took 917,000 instructions, and 215,000 so
-(valgrind, later that day). A digest says how it
+columns as pandas holds them: a processor's one-row frame took 0.96 M instructions to digest,
+0.33 M so (benches/processor_path.py: 60,000 and 21,000 a key, one frame in 16). A digest says how it
 sampled ("count:every:xxh3-128:batches_every"; one from before, without the last field, took
 every batch), and `like` digests alike.
 """

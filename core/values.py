@@ -511,8 +511,8 @@ def _table_digest(value: Any) -> str:
     that changed its values passed `tt verify`.
 
     A DataFrame's columns are read as pandas holds them (`_get_column_array`, where this pandas
-    has it), not as Series: `frame.iloc[:, i]` took 70 % of a one-row frame's digest, which a
-    recorded processor takes of every 16th frame it emits (core/output_digest.py). The bytes are
+    has it), not as Series: `frame.iloc[:, i]` took 70 % of a one-row frame's digest (cProfile),
+    which a recorded processor takes of every 16th frame it emits (core/output_digest.py). The bytes are
     the same either way (tests/test_units.py), so digests of runs recorded before still agree."""
     import xxhash
 
@@ -538,8 +538,8 @@ _HEADS: dict[tuple, bytes] = {}   # (types of name and dtype, name, dtype) -> wh
 
 def _column_head(name: Any, dtype: Any) -> bytes:
     """What a table's digest reads of a column before its values: its name and dtype, as JSON
-    (kept per name and dtype: `str` of a numpy dtype alone took a quarter of a one-row frame's
-    digest)."""
+    (kept per name and dtype, as a processor emits frames of one shape: `str` of a numpy dtype
+    runs numpy's Python code)."""
     key = (type(name), type(dtype), name, dtype)   # (types too: 1 == 1.0 == True, and a dtype may equal another library's)
     try:
         return _HEADS[key]

@@ -135,6 +135,18 @@ def test_the_benches_leave_every_tt_module_compiled_for_a_new_process(tmp_path):
     assert out.strip() == repr([str(tmp_path / "fresh_module.py")])
 
 
+def test_the_processor_path_bench_runs_each_way_spark_free():
+    """benches/processor_path.py --child (what it counts under valgrind), here without it: the
+    processor's step directly and through θ's runner, with and without the output digest, each
+    giving one output a key (the child checks it and exits non-zero otherwise)."""
+    import subprocess
+
+    bench = reporting.ROOT / "benches" / "processor_path.py"
+    for mode in ("direct", "tt", "tt-nodigest"):
+        out = subprocess.run([sys.executable, str(bench), "--child", mode, "30"], capture_output=True, text=True)
+        assert out.returncode == 0, (mode, out.stderr[-2000:])
+
+
 @pytest.mark.slow
 def test_the_instructions_benchs_tws_workload_runs_both_ways_and_checks_its_answer():
     """benches/instructions.py --child TWS (what each variant runs under valgrind), here without
