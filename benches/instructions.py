@@ -15,7 +15,7 @@ came as often as the machine's load let them, and a keyed TWS recording counted 
 quiet machine, 13.14 G on a busy one (each flush packs the Arrow batches its processor's rows
 lie in, one of them once more). So the workers run with `TT_FLUSH_SECONDS` (recorder/task.py)
 beyond any run: they send by rows and bytes (a TWS task of scale 1, once at its end, where a
-timed run sends once or twice a task). Figures from before 2026-12-07's second session were
+timed run's task of some 3 s sends about twice). Figures from before 2026-12-07's second session were
 counted with timed flushes.
 
 What it counts is tt's own Python work and what it makes PySpark's Python code do. Not
