@@ -223,7 +223,7 @@ def _encode(value: Any) -> Any:
         return as_json(value)
     table = _table_summary(value)
     if table is not None:   # (since encoding 4 with a digest of its values: `tt verify` compares them)
-        return {"$repr": table if _encoding < 4 else f"{table[:-1]}, xxh3 {_table_digest(value)}>"}
+        return {"$repr": table if _encoding < 4 else _with_digest(table, value)}
     whole = _whole(value, t)
     if whole is not None:
         return whole
@@ -503,6 +503,11 @@ def _table_summary(value: Any) -> str | None:
     return f"<{type(value).__name__}: {rows} rows × {len(names)} columns ({shown})>"
 
 
+def _with_digest(summary: str, value: Any) -> str:
+    """A table's `_table_summary` with the digest of its values: `<DataFrame: …, xxh3 5f0c…>`."""
+    return f"{summary[:-1]}, xxh3 {_table_digest(value)}>"
+
+
 def _table_digest(value: Any) -> str:
     """The xxh3-64 of a DataFrame's or Arrow batch's or table's values, column by column (its
     name, dtype and values: a fixed-width column's bytes, any other's items as JSON), and of a
@@ -735,7 +740,7 @@ def table_dumps(value: Any) -> bytes:
     table = _table_summary(value) if _encoding >= 4 else None
     if table is None:   # (another class of that name; an older encoding)
         return dumps(value)
-    return orjson.dumps({"$repr": f"{table[:-1]}, xxh3 {_table_digest(value)}>"})
+    return orjson.dumps({"$repr": _with_digest(table, value)})
 
 
 @contextlib.contextmanager

@@ -441,8 +441,8 @@ def _lineage_back(r: Result, c: Ctx) -> None:
     # the first query keeps the lineage index in the run file, and says so on stderr; off a
     # terminal, indexing for longer than 30 s says how far it is every 30 s before that
     # (cli/output.Progress: on a slow machine this run's index takes a minute)
-    progress = re.compile(r"tt: indexing lineage \(once\): [\d,]+ of [\d,]+ \(\d+:\d\d\)\n")
-    assert re.fullmatch(rf"(?:{progress.pattern})*tt: indexed the lineage of the [\d,]+ tuples of G\(θ\), kept in "
+    progress = r"tt: indexing lineage \(once\): [\d,]+ of [\d,]+ \(\d+:\d\d\)\n"
+    assert re.fullmatch(rf"(?:{progress})*tt: indexed the lineage of the [\d,]+ tuples of G\(θ\), kept in "
                         rf"run\.db \([\d.]+ MB\): later queries read it\n", r.err), str(r)
 
 
