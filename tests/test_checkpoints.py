@@ -494,7 +494,6 @@ def test_a_reverse_step_starts_from_a_checkpoint_at_an_interaction_and_lands_as_
     assert from_lines >= 3, from_lines
 
 
-@pytest.mark.slow
 def _one_more_at_the_end(run: Path) -> None:
     """Give `run` one more interaction where its last one stands, as a run taken every 0.1 s
     gets one each tick after its tasks ended (a hooked job's driver going on after its last
@@ -510,6 +509,7 @@ def _one_more_at_the_end(run: Path) -> None:
     conn.close()
 
 
+@pytest.mark.slow
 def test_interactions_at_one_cut_are_one_jump_to_measure(keyed_run, tmp_path, monkeypatch):
     """A run taken every 0.1 s stops many times where no instance moved: `measure` times the
     jump to each cut once and gives its interactions that time (it jumped to each of them
