@@ -516,9 +516,9 @@ def test_interactions_at_one_cut_are_one_jump_to_measure(keyed_run, tmp_path, mo
     again). Two of this run's interactions stand at one cut (`_one_more_at_the_end`)."""
     from tt.replay.engine import Engine
 
-    keyed_run = _copy(keyed_run, tmp_path / "ticks.db")
-    _one_more_at_the_end(keyed_run)
-    reader = RunReader(keyed_run)
+    run = _copy(keyed_run, tmp_path / "ticks.db")
+    _one_more_at_the_end(run)
+    reader = RunReader(run)
     cuts = {i.k: tuple(sorted((key, at.position) for key, at in reader.instances_at(i.k).items()))
             for i in reader.interactions()}
     reader.close()
@@ -531,7 +531,7 @@ def test_interactions_at_one_cut_are_one_jump_to_measure(keyed_run, tmp_path, mo
         return advance(self, targets, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "advance_to", counted)
-    measured = ck.measure(keyed_run)
+    measured = ck.measure(run)
     assert sorted(jumps) == sorted(set(cuts.values()))
     assert set(measured) == set(cuts)
     assert all(measured[k] == measured[j] for k in cuts for j in cuts if cuts[k] == cuts[j])
