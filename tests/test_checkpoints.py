@@ -498,7 +498,8 @@ def _one_more_at_the_end(run: Path) -> None:
     """Give `run` one more interaction where its last one stands, as a run taken every 0.1 s
     gets one each tick after its tasks ended (a hooked job's driver going on after its last
     Spark action). `--when` makes two at one cut only where two instances' triggers race:
-    the keyed run had some in most runs, none in one run of the suite under load."""
+    the keyed run had 125 cuts for 134 interactions in a pytest of its own, 134 for 134 in one
+    run of the suite under load."""
     conn = sqlite3.connect(run)
     with conn:
         (last,) = conn.execute("SELECT max(k) FROM interactions").fetchone()
