@@ -152,6 +152,25 @@ def test_a_report_keeps_the_app_busy_until_it_is_handled(tmp_path):
     _run(app, script)
 
 
+def test_callbacks_that_fire_as_the_app_shuts_down_do_nothing(tmp_path):
+    """The live poll's timer, the busy bar's timer and the recorder's "job finished" can each fire
+    after the app has begun to shut down and its widgets are going (CI saw the poll fail on a
+    ProgressLine whose children were gone). `_shutdown` stops the app running before it prunes the
+    widgets; once it has run there are no widgets at all, so each must first ask whether the app runs."""
+    app = DebuggerApp(tmp_path / "missing.db", live=LiveJob())
+
+    async def script(pilot):
+        await pilot.pause()
+        assert app.is_running and app.model is None
+    _run(app, script)
+    assert not app.is_running
+    app._poll()
+    app.busy = "jump to 1"
+    app._show_busy("jump to 1", True)
+    app.job_finished("complete")
+    assert app.live.finished and app.live.outcome == "complete"
+
+
 def test_the_engine_thread_runs_every_call_and_lets_waiting_callers_go_when_closed():
     """One thread for every call (greenlets cannot change threads); a call from that thread runs at once;
     exceptions reach the caller; closing lets a caller still waiting go, and the thread ends after its call."""

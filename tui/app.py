@@ -495,6 +495,8 @@ class DebuggerApp(App):
     def _show_busy(self, label: str, cancellable: bool) -> None:
         if self.busy != label:  # the timer fired after the action had finished: never show a stale bar
             return
+        if not self.is_running:  # (a timer can fire while the app shuts down and its widgets go)
+            return
         self.query_one(ProgressLine).busy(label, cancellable=cancellable)
         self._sync_bindings()
 
@@ -1156,6 +1158,8 @@ class DebuggerApp(App):
         if self.live is not None:
             self.live.finished = True
             self.live.outcome = outcome
+        if not self.is_running:  # (the job ended as the app shut down: no widgets to tell)
+            return
         level = "info" if outcome == "complete" else "error"
         self._job_announced = True   # (the poll that sees the run end must not replace this line)
         self._say(f"the job finished ({outcome}{': ' + error if error else ''}); keep debugging, q quits", level)
@@ -1165,7 +1169,12 @@ class DebuggerApp(App):
     # --- live follow ------------------------------------------------------------------------------
 
     def _poll(self) -> None:
-        """Every second while the run is being recorded: look for new interactions (off the UI thread)."""
+        """Every second while the run is being recorded: look for new interactions (off the UI thread).
+
+        Its timer can fire while the app shuts down, after the widgets it updates are gone: then
+        there is nobody to tell, and it does nothing."""
+        if not self.is_running:
+            return
         if not self._facts_loaded:
             if self._load_facts() and self.model is None:
                 self._open_session()
