@@ -25,8 +25,12 @@ bootstrap interval and whether it tells the goal met or missed (benches/reportin
 and the run file's size; writes the same as markdown to benches/results/. Goal (issue 14): on
 ≤ 1.05 × off for each.
 
+`--side-by-side` runs off and 10s at the same moment instead, each in a SparkSession of its own
+(`local[1]`) pinned to one of two cores, swapping cores every repetition (benches/side_by_side.py):
+each repetition's ratio is then of two runs that met the machine at the same time.
+
     python benches/tws_overhead.py [--reps 3] [--rows 1000000] [--keys 10000] [--files 4] [--workloads keyed,stream,sessions]
-                                   [--shuffle-partitions 4]
+                                   [--shuffle-partitions 4] [--side-by-side]
 """
 
 from __future__ import annotations
@@ -143,7 +147,7 @@ def sessions_job(out: str) -> list[tuple]:
     return sorted((u, 0.0, int(n)) for u, n in re.findall(r"(\w+) (\d+)", line.split("(", 1)[1]))
 
 
-def main() -> None:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -153,33 +157,77 @@ def main() -> None:
     ap.add_argument("--shuffle-partitions", type=int, default=4,
                     help="spark.sql.shuffle.partitions: the keyed and stream workloads' tasks a query (a job "
                          "that leaves it has Spark's 200, and pays each task's cost of recording 200 times)")
-    args = ap.parse_args()
-    bytecode_cached()   # the workers read tt's modules compiled, as from an installed package
+    ap.add_argument("--side-by-side", action="store_true",
+                    help="run off and 10s at the same moment, each on a core of its own (Spark local[1]), "
+                         "swapping cores every repetition (benches/side_by_side.py): for a machine whose "
+                         "speed drifts between runs")
+    ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)   # a side-by-side runner
+    return ap.parse_args(argv)
 
-    import tt
-    from tt.recorder.job import record_job, run_as_main
-    from tt.store.reader import RunReader
 
-    spark = tt.spark_session("tt-bench-tws", master="local[2]",
-                             conf={"spark.sql.shuffle.partitions": args.shuffle_partitions,
-                                   "spark.sql.streaming.stateStore.providerClass": ROCKSDB})
-    want_keyed = keyed_answer(spark, args.rows, args.keys)
-    ids = range(args.files * STREAM_ROWS)
-    sums: dict = {}
-    for i in ids:
-        a, n = sums.get(i % args.keys, (0.0, 0))
-        sums[i % args.keys] = (a + float(i % 101), n + 1)
-    want_stream = sorted((k, a, n) for k, (a, n) in sums.items())
+class Workloads:
+    """The workloads' job command lines and oracles, and one run of a variant of one."""
 
-    work = Path(tempfile.mkdtemp(prefix="tt-bench-tws-"))
-    me = Path(__file__).resolve()
-    workloads = {   # each: the job's command line in folder d, and its oracle's answer
-        "keyed": (lambda d: ["--job", "keyed", str(d / "answer.json"), str(args.rows), str(args.keys)], want_keyed),
-        "stream": (lambda d: ["--job", "stream", str(d / "answer.json"), str(d / "in"), str(d / "ck"),
-                              str(args.files), str(args.keys)], want_stream),
-        "sessions": (lambda d: ["--job", "sessions", str(d / "answer.json"), str(d / "data")], None),
-    }
-    workloads = {w: workloads[w] for w in args.workloads.split(",")}
+    def __init__(self, args: argparse.Namespace, master: str):
+        import tt
+
+        self.spark = tt.spark_session("tt-bench-tws", master=master,
+                                      conf={"spark.sql.shuffle.partitions": args.shuffle_partitions,
+                                            "spark.sql.streaming.stateStore.providerClass": ROCKSDB})
+        want_keyed = keyed_answer(self.spark, args.rows, args.keys)
+        sums: dict = {}
+        for i in range(args.files * STREAM_ROWS):
+            a, n = sums.get(i % args.keys, (0.0, 0))
+            sums[i % args.keys] = (a + float(i % 101), n + 1)
+        want_stream = sorted((k, a, n) for k, (a, n) in sums.items())
+        self.work = Path(tempfile.mkdtemp(prefix="tt-bench-tws-"))
+        self.me = Path(__file__).resolve()
+        self.jobs = {   # each: the job's command line in folder d, and its oracle's answer (None: off's)
+            "keyed": (lambda d: ["--job", "keyed", str(d / "answer.json"), str(args.rows), str(args.keys)], want_keyed),
+            "stream": (lambda d: ["--job", "stream", str(d / "answer.json"), str(d / "in"), str(d / "ck"),
+                                  str(args.files), str(args.keys)], want_stream),
+            "sessions": (lambda d: ["--job", "sessions", str(d / "answer.json"), str(d / "data")], None),
+        }
+
+    def run(self, workload: str, variant: str, name: str) -> dict:
+        """Run `workload` one way in a folder of its own: wall and CPU seconds (this process and
+        every process under it; the Python workers' alone), the run file's size, the answer."""
+        from tt.recorder.job import record_job, run_as_main
+        from tt.store.reader import RunReader
+
+        argv, _ = self.jobs[workload]
+        d = self.work / name
+        d.mkdir(parents=True)
+        t, cpu, wcpu = time.perf_counter(), cpu_seconds(), cpu_seconds(WORKERS)
+        if variant == "off":
+            run_as_main(self.me, argv(d))
+        else:
+            outcome = record_job(self.me, argv(d), d / "run.db", every=10.0, force=True)
+            if outcome.status != "complete":
+                raise SystemExit(f"{workload}: recording failed: {outcome.error}")
+        got = {"wall": time.perf_counter() - t, "cpu": cpu_seconds() - cpu, "workers": cpu_seconds(WORKERS) - wcpu,
+               "size": None, "answer": json.loads((d / "answer.json").read_text())}
+        if variant != "off":
+            reader = RunReader(d / "run.db")
+            got["size"] = reader.sizes()["file"]
+            reader.close()
+        shutil.rmtree(d, ignore_errors=True)
+        return got
+
+
+
+def check(what: str, got: list, want: list) -> None:
+    """`got` is `want`, the sums to 1e-6."""
+    got, want = [tuple(r) for r in got], [tuple(r) for r in want]
+    if [(k, n) for k, _, n in got] != [(k, n) for k, _, n in want] or any(
+            abs(a - b) > 1e-6 * max(1.0, abs(b)) for (_, a, _), (_, b, _) in zip(got, want)):
+        raise SystemExit(f"{what}: the answer differs from the oracle")
+
+
+def sequential(args: argparse.Namespace) -> None:
+    """Both ways one after the other in one SparkSession (`local[2]`)."""
+    loads = Workloads(args, "local[2]")
+    workloads = args.workloads.split(",")
     times = {(w, v): [] for w in workloads for v in ("off", "10s")}
     cpus = {(w, v): [] for w in workloads for v in ("off", "10s")}   # CPU s of this process and all under it
     workers = {(w, v): [] for w in workloads for v in ("off", "10s")}   # CPU s of the Python workers alone
@@ -187,45 +235,74 @@ def main() -> None:
     # Warm-up, outside the figures: each workload once each way at full size. The JVM's compiled
     # code and the Python workers' imports (tt's among them) then serve every measured run alike;
     # with a small warm-up, recording off sped up from 10.6 to 8.1 s over seven repetitions.
-    for w, (argv, want) in workloads.items():
-        d = work / f"{w}-warm"
-        (d / "off").mkdir(parents=True)   # (each way its own folder: a stream's checkpoint would skip its files)
-        run_as_main(me, argv(d / "off"))
-        if record_job(me, argv(d), d / "run.db", every=10.0, force=True).status != "complete":
-            raise SystemExit(f"{w}: the warm-up recording failed")
-        shutil.rmtree(d, ignore_errors=True)
+    for w in workloads:
+        loads.run(w, "off", f"{w}-warm-off")
+        loads.run(w, "10s", f"{w}-warm-10s")
     for rep in range(args.reps):
-        for w, (argv, want) in workloads.items():
+        for w in workloads:
+            answers = {}
             # off first in the first repetition, 10s first in the second, and so on: a drift left over favours neither
-            for variant in (("off", "10s") if rep % 2 == 0 else ("10s", "off")):   # (a workload without an oracle: off's answer is 10s's)
-                d = work / f"{w}-{rep}-{variant}"
-                d.mkdir()
-                t, cpu, wcpu = time.perf_counter(), cpu_seconds(), cpu_seconds(WORKERS)
-                if variant == "off":
-                    run_as_main(me, argv(d))
-                else:
-                    outcome = record_job(me, argv(d), d / "run.db", every=10.0, force=True)
-                    if outcome.status != "complete":
-                        raise SystemExit(f"recording failed: {outcome.error}")
-                times[(w, variant)].append(time.perf_counter() - t)
-                cpus[(w, variant)].append(cpu_seconds() - cpu)
-                workers[(w, variant)].append(cpu_seconds(WORKERS) - wcpu)
-                got = [tuple(r) for r in json.loads((d / "answer.json").read_text())]
-                if variant != "off":
-                    reader = RunReader(d / "run.db")
-                    sizes[w] = reader.sizes()["file"]
-                    reader.close()
-                if want is None:
-                    want = got
-                if [(k, n) for k, _, n in got] != [(k, n) for k, _, n in want] or any(
-                        abs(a - b) > 1e-6 * max(1.0, abs(b)) for (_, a, _), (_, b, _) in zip(got, want)):
-                    raise SystemExit(f"rep {rep + 1} {w} {variant}: the answer differs from the oracle")
-                shutil.rmtree(d, ignore_errors=True)
-                print(f"rep {rep + 1} {w:6} {variant:4} {times[(w, variant)][-1]:7.2f}s  CPU {cpus[(w, variant)][-1]:7.2f}s",
-                      flush=True)
-    spark_version = spark.version
-    spark.stop()
+            for variant in (("off", "10s") if rep % 2 == 0 else ("10s", "off")):
+                got = loads.run(w, variant, f"{w}-{rep}-{variant}")
+                times[(w, variant)].append(got["wall"])
+                cpus[(w, variant)].append(got["cpu"])
+                workers[(w, variant)].append(got["workers"])
+                if got["size"] is not None:
+                    sizes[w] = got["size"]
+                answers[variant] = got["answer"]
+                print(f"rep {rep + 1} {w:6} {variant:4} {got['wall']:7.2f}s  CPU {got['cpu']:7.2f}s", flush=True)
+            for variant, answer in answers.items():   # (a workload without an oracle: off's answer is 10s's)
+                check(f"rep {rep + 1} {w} {variant}", answer, loads.jobs[w][1] or answers["off"])
+    spark_version = loads.spark.version
+    loads.spark.stop()
+    report(args, workloads, spark_version, "local[2]",
+           "Variants interleaved in each repetition, one process",
+           {k: list(zip(times[k], cpus[k], workers[k])) for k in times}, sizes)
 
+
+def side_by_side(args: argparse.Namespace) -> None:
+    """Both ways at once, each on a core of its own (benches/side_by_side.py)."""
+    from side_by_side import run_pairs
+
+    workloads = args.workloads.split(",")
+    runs = {(w, v): [] for w in workloads for v in ("off", "10s")}
+    sizes: dict[str, int] = {}
+    argv = [sys.executable, str(Path(__file__).resolve()), "--serve", "--rows", str(args.rows), "--keys",
+            str(args.keys), "--files", str(args.files), "--shuffle-partitions", str(args.shuffle_partitions)]
+    for w in workloads:
+        def pair(rep: int, off: dict, on: dict, w=w) -> None:
+            check(f"rep {rep + 1} {w} 10s", on["answer"], off["answer"])   # (each runner checked its oracle's)
+            runs[(w, "off")].append((off["wall"], off["cpu"], off["workers"]))
+            runs[(w, "10s")].append((on["wall"], on["cpu"], on["workers"]))
+            sizes[w] = on["size"]
+            print(f"rep {rep + 1} {w:6} off {off['wall']:7.2f}s  10s {on['wall']:7.2f}s  ×{on['wall'] / off['wall']:.3f}  "
+                  f"workers' CPU ×{on['workers'] / off['workers']:.3f}", flush=True)
+        pairs = run_pairs(argv, ("off", "10s"), args.reps,
+                          lambda variant, rep, w=w: {"workload": w, "variant": variant, "rep": rep}, pair)
+    report(args, workloads, pairs[0][0]["spark"], "local[1]",
+           "Variants at the same moment, each in a SparkSession on a core of its own (its JVM and Python workers pinned "
+           "with it), swapping cores every repetition (benches/side_by_side.py), after a warm-up pair each way round",
+           runs, sizes)
+
+
+def serve(args: argparse.Namespace) -> None:
+    """A side-by-side runner: one SparkSession on the one core it is pinned to."""
+    from side_by_side import serve as serve_requests
+
+    loads = Workloads(args, "local[1]")
+
+    def run(workload: str, variant: str, rep: int) -> dict:
+        got = loads.run(workload, variant, f"{workload}-{rep}-{variant}")
+        if loads.jobs[workload][1] is not None:
+            check(f"rep {rep + 1} {workload} {variant}", got["answer"], loads.jobs[workload][1])
+        return {**got, "spark": loads.spark.version}
+    serve_requests(run)
+    loads.spark.stop()
+
+
+def report(args: argparse.Namespace, workloads: list[str], spark_version: str, master: str, how: str,
+           runs: dict[tuple[str, str], list[tuple[float, float, float]]], sizes: dict[str, int]) -> None:
+    """Print the medians, their ratios and the goal's verdict; write them to benches/results/."""
     described = {"keyed": f"keyed: {args.rows:,} rows over {args.keys:,} keys, 4 partitions, "
                           f"{args.shuffle_partitions} shuffle partitions (tasks a query)",
                  "stream": f"stream: {args.files} files × {STREAM_ROWS:,} rows, one a micro-batch, "
@@ -237,32 +314,43 @@ def main() -> None:
     verdicts = []
     print(f"\n{head}")
     for w in workloads:
-        off, on = statistics.median(times[(w, "off")]), statistics.median(times[(w, "10s")])
-        paired = statistics.median(b / a for a, b in zip(times[(w, "off")], times[(w, "10s")]))
-        cpu = statistics.median(cpus[(w, "10s")]) / statistics.median(cpus[(w, "off")])
-        wcpu = statistics.median(workers[(w, "10s")]) / statistics.median(workers[(w, "off")])
-        print(f"  {w:6} off {off:7.2f}s  10s {on:7.2f}s  ×{on / off:.3f}  (median of each repetition's "
+        off, on = runs[(w, "off")], runs[(w, "10s")]
+        med = [[statistics.median(r[i] for r in side) for i in range(3)] for side in (off, on)]
+        paired = statistics.median(b[0] / a[0] for a, b in zip(off, on))
+        ratio, cpu, wcpu = (med[1][i] / med[0][i] for i in range(3))
+        print(f"  {w:6} off {med[0][0]:7.2f}s  10s {med[1][0]:7.2f}s  ×{ratio:.3f}  (median of each repetition's "
               f"ratio ×{paired:.3f}; CPU ×{cpu:.3f}, the Python workers' ×{wcpu:.3f})  run file {sizes[w] / 1e6:.1f} MB")
-        table.append(f"| {w} | {off:.2f} | {on:.2f} | {on / off:.3f} | {paired:.3f} | {cpu:.3f} | {wcpu:.3f} | "
+        table.append(f"| {w} | {med[0][0]:.2f} | {med[1][0]:.2f} | {ratio:.3f} | {paired:.3f} | {cpu:.3f} | {wcpu:.3f} | "
                      f"{sizes[w] / 1e6:.1f} MB |")
-        ratios = [b / a for a, b in zip(times[(w, "off")], times[(w, "10s")])]
-        verdicts.append(f"{w}, each repetition's own ratio, {interval_text(ratios, GOAL)}")
+        verdicts.append(f"{w}, each repetition's own ratio, {interval_text([b[0] / a[0] for a, b in zip(off, on)], GOAL)}")
+        verdicts.append(f"{w}, the Python workers' CPU, each repetition's own ratio, "
+                        f"{interval_text([b[2] / a[2] for a, b in zip(off, on)])}")
     verdict = f"goal (issue 14): 10s ≤ ×{GOAL} off; measured " + ", ".join(verdicts)
     print(f"  {verdict}")
-    today = datetime.date.today().isoformat()
-    per_rep = "\n".join(f"- {w} {v}: " + ", ".join(f"{t:.2f}/{c:.2f}/{p:.2f}" for t, c, p in
-                                                   zip(ts, cpus[(w, v)], workers[(w, v)])) + " s (wall/CPU/workers' CPU)"
-                        for (w, v), ts in times.items())
-    report = write_result(
+    per_rep = "\n".join(f"- {w} {v}: " + ", ".join(f"{t:.2f}/{c:.2f}/{p:.2f}" for t, c, p in got)
+                        + " s (wall/CPU/workers' CPU)" for (w, v), got in runs.items())
+    command = (f"    python benches/tws_overhead.py --reps {args.reps} --rows {args.rows} --keys {args.keys} "
+               f"--files {args.files} --workloads {args.workloads}" + (" --side-by-side" if args.side_by_side else ""))
+    out = write_result(
         "tws-overhead", "StatefulProcessor recording overhead",
-        f"    python benches/tws_overhead.py --reps {args.reps} --rows {args.rows} --keys {args.keys} "
-        f"--files {args.files} --workloads {args.workloads}\n\n"
-        f"{head}. Spark {spark_version} `local[2]`, Python {platform.python_version()}, {os.cpu_count()} cores. "
-        f"Variants interleaved in each repetition, one process; every answer checked. CPU = this process and "
-        f"every process under it (the JVM, its Python workers); workers' CPU = the Python workers' alone.\n\n"
+        f"{command}\n\n"
+        f"{head}. Spark {spark_version} `{master}`, Python {platform.python_version()}, {os.cpu_count()} cores. "
+        f"{how}; every answer checked. CPU = the process that ran the job and every process under it (the JVM, "
+        f"its Python workers); workers' CPU = the Python workers' alone.\n\n"
         + "\n".join(table) + f"\n\n{verdict[0].upper() + verdict[1:]}.\n\nWall times per repetition:\n\n{per_rep}\n",
-        today)
-    print(f"\nwrote {report}")
+        datetime.date.today().isoformat())
+    print(f"\nwrote {out}")
+
+
+def main() -> None:
+    args = arguments()
+    bytecode_cached()   # the workers read tt's modules compiled, as from an installed package
+    if args.serve:
+        serve(args)
+    elif args.side_by_side:
+        side_by_side(args)
+    else:
+        sequential(args)
 
 
 if __name__ == "__main__":

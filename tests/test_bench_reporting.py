@@ -1,6 +1,6 @@
 """The benches' shared parts: the interval and verdict a bench prints, a results file that
 keeps the day's runs and tt's modules compiled before a bench starts processes
-(benches/reporting.py), and the instructions bench's count of what the Python workers did and
+(benches/reporting.py), two variants run at once on a core each (benches/side_by_side.py), and the instructions bench's count of what the Python workers did and
 its workloads (benches/instructions.py)."""
 
 from __future__ import annotations
@@ -50,6 +50,40 @@ def test_a_second_run_the_same_day_keeps_the_first_below_it(tmp_path, monkeypatc
     assert heads == ["## Earlier the same day (bbbb222)", "## Earlier the same day (aaaa111)"]
     assert text.index("figures three") < text.index("figures two") < text.index("figures one")
     assert "\n\n    python benches/x.py\n\nfigures one" in text   # an earlier run's command keeps its indent
+
+
+RUNNER = """
+import os, sys
+sys.path.insert(0, {benches!r})
+from side_by_side import serve
+print("what a job prints itself")   # (not an answer: skipped)
+
+def run(variant, rep):
+    if variant == "broken":
+        raise ValueError("no such workload")
+    return {{"variant": variant, "rep": rep, "cores": sorted(os.sched_getaffinity(0))}}
+serve(run)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="side by side needs two cores")
+def test_side_by_side_runs_the_two_variants_at_once_and_swaps_their_cores(tmp_path):
+    import side_by_side
+
+    runner = tmp_path / "runner.py"
+    runner.write_text(RUNNER.format(benches=str(Path(side_by_side.__file__).parent)))
+    asked, seen = [], []
+    pairs = side_by_side.run_pairs([sys.executable, str(runner)], ("off", "10s"), 3,
+                                   lambda variant, rep: asked.append((variant, rep)) or {"variant": variant, "rep": rep},
+                                   lambda rep, a, b: seen.append(rep))
+    assert [(a["variant"], b["variant"]) for a, b in pairs] == [("off", "10s")] * 3
+    assert [(a["rep"], b["rep"]) for a, b in pairs] == [(0, 0), (1, 1), (2, 2)] and seen == [0, 1, 2]
+    assert sorted(asked[:4]) == [("10s", -2), ("10s", -1), ("off", -2), ("off", -1)], "a warm-up pair each way round"
+    first, second = side_by_side.cores()
+    assert [(a["cores"], b["cores"]) for a, b in pairs] == [([first], [second]), ([second], [first]), ([first], [second])]
+    with pytest.raises(SystemExit, match="ValueError: no such workload"):
+        side_by_side.run_pairs([sys.executable, str(runner)], ("off", "broken"), 1,
+                               lambda variant, rep: {"variant": variant, "rep": rep})
 
 
 def test_page_in_reads_every_file_it_is_given_and_every_file_under_a_directory(tmp_path):
