@@ -147,7 +147,7 @@ def sessions_job(out: str) -> list[tuple]:
     return sorted((u, 0.0, int(n)) for u, n in re.findall(r"(\w+) (\d+)", line.split("(", 1)[1]))
 
 
-def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -162,7 +162,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                          "swapping cores every repetition (benches/side_by_side.py): for a machine whose "
                          "speed drifts between runs")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)   # a side-by-side runner
-    return ap.parse_args(argv)
+    return ap.parse_args()
 
 
 class Workloads:
@@ -228,9 +228,7 @@ def sequential(args: argparse.Namespace) -> None:
     """Both ways one after the other in one SparkSession (`local[2]`)."""
     loads = Workloads(args, "local[2]")
     workloads = args.workloads.split(",")
-    times = {(w, v): [] for w in workloads for v in ("off", "10s")}
-    cpus = {(w, v): [] for w in workloads for v in ("off", "10s")}   # CPU s of this process and all under it
-    workers = {(w, v): [] for w in workloads for v in ("off", "10s")}   # CPU s of the Python workers alone
+    runs = {(w, v): [] for w in workloads for v in ("off", "10s")}   # (wall, CPU, the workers' CPU) a repetition
     sizes: dict[str, int] = {}
     # Warm-up, outside the figures: each workload once each way at full size. The JVM's compiled
     # code and the Python workers' imports (tt's among them) then serve every measured run alike;
@@ -244,9 +242,7 @@ def sequential(args: argparse.Namespace) -> None:
             # off first in the first repetition, 10s first in the second, and so on: a drift left over favours neither
             for variant in (("off", "10s") if rep % 2 == 0 else ("10s", "off")):
                 got = loads.run(w, variant, f"{w}-{rep}-{variant}")
-                times[(w, variant)].append(got["wall"])
-                cpus[(w, variant)].append(got["cpu"])
-                workers[(w, variant)].append(got["workers"])
+                runs[(w, variant)].append((got["wall"], got["cpu"], got["workers"]))
                 if got["size"] is not None:
                     sizes[w] = got["size"]
                 answers[variant] = got["answer"]
@@ -255,9 +251,8 @@ def sequential(args: argparse.Namespace) -> None:
                 check(f"rep {rep + 1} {w} {variant}", answer, loads.jobs[w][1] or answers["off"])
     spark_version = loads.spark.version
     loads.spark.stop()
-    report(args, workloads, spark_version, "local[2]",
-           "Variants interleaved in each repetition, one process",
-           {k: list(zip(times[k], cpus[k], workers[k])) for k in times}, sizes)
+    report(args, workloads, spark_version, "local[2]", "Variants interleaved in each repetition, one process",
+           runs, sizes)
 
 
 def side_by_side(args: argparse.Namespace) -> None:
