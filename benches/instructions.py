@@ -4,7 +4,8 @@
 next by ±10–20 %, from one day to the next by a factor of two, so a goal of ×1.02 is beyond what
 its repetitions can tell. The instructions a program executes do not move with what else the
 machine runs. Here each variant runs in a SparkSession of its own (a child process) whose Python
-workers run under valgrind's cachegrind (`--cache-sim=no`: instructions only) with a fixed
+workers run under valgrind's cachegrind (`--cache-sim=no`: instructions only; `--simulate` adds
+its simulated caches' misses and branch mispredictions) with a fixed
 `PYTHONHASHSEED`, and the bench adds up what the workers executed after PySpark's daemon forked
 them (`worker_instructions`; Spark's workers started without the daemon must connect back
 within 10 s, which a worker under valgrind does not). On 2026-12-01 two runs of W2's variants
@@ -56,6 +57,7 @@ Variants (one child process each, `--reps` times):
          would, and their number varies from run to run (it is printed)
 
     python benches/instructions.py [--workloads W1 W2 TWS] [--scale 0.1] [--reps 1] [--every 0.5] [--lineage] [--when]
+                                   [--simulate]
 
 Needs valgrind on PATH. Prints each variant's workers' instructions and their ratio to `off`,
 and writes the same to benches/results/.
@@ -83,48 +85,60 @@ NO_TIMED_FLUSH = "1e9"   # TT_FLUSH_SECONDS: a task sends its logs by rows and b
 NEVER = "row.get('l_orderkey', 0) < 0"   # the `when` variant's condition: read on each of θ's inputs, never true
 MANY = "row.get('l_orderkey', 1) % 3000 == 0"   # the `many` variant's: true for one order key in 3,000
 LINEAGE_VARIANTS = ("rev", "rev+lineage")   # W2 with θ = REV, recorded without and with --lineage (`--lineage`)
-_LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs):\s+(.*)")
+_LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs|I1\s+misses|LLi\s+misses|D\s+refs|D1\s+misses|"
+                  r"LLd\s+misses|LL\s+misses|Branches|Mispredicts):\s+([^(\n]*)")
+#: what valgrind counts besides instructions with `--simulate` (its simulated caches, as large as
+#: this machine's, and branch predictor), in its own words
+SIMULATED = ("I1 misses", "LLi misses", "D refs", "D1 misses", "LLd misses", "LL misses", "Branches", "Mispredicts")
 
 
-def worker_instructions(logs: Path) -> tuple[int, int]:
-    """(instructions, workers) of the Python workers PySpark's daemon forked, from valgrind's
-    logs in `logs` (one file per process). A forked process's count includes its parent's
-    before the fork, so the daemon's count is taken off each worker's. The daemon's count includes
-    what it did after the forks too (its exit, mostly): each worker is short by that, the same in
-    every variant, so a difference between variants is exact and a ratio close to it."""
+def worker_counts(logs: Path) -> tuple[dict[str, int], int]:
+    """(counts, workers) of the Python workers PySpark's daemon forked, from valgrind's logs in
+    `logs` (one file per process): their instructions ("I refs") and, with `--simulate`, the
+    `SIMULATED` counts, each added up over the workers. A forked process's count includes its
+    parent's before the fork, so the daemon's count is taken off each worker's. The daemon's count
+    includes what it did after the forks too (its exit, mostly): each worker is short by that, the
+    same in every variant, so a difference between variants is exact and a ratio close to it."""
     procs: dict[int, dict] = {}
     for f in logs.glob("log.*"):
         for pid, field, value in _LOG.findall(f.read_text(errors="replace")):
-            procs.setdefault(int(pid), {})[field.split()[0]] = value.strip()
+            procs.setdefault(int(pid), {})[" ".join(field.split())] = value.strip()
     daemons = [pid for pid, p in procs.items() if "pyspark.daemon" in p.get("Command", "")
-               and int(p.get("Parent", 0)) not in procs]
+               and int(p.get("Parent PID", 0)) not in procs]
     if len(daemons) != 1:
         raise SystemExit(f"instructions: expected one PySpark daemon under valgrind, found {len(daemons)} "
                          f"(logs in {logs})")
-    workers = [p for p in procs.values() if int(p.get("Parent", 0)) == daemons[0]]
-    if not workers or any("I" not in p for p in workers + [procs[daemons[0]]]):
+    daemon = procs[daemons[0]]
+    workers = [p for p in procs.values() if int(p.get("Parent PID", 0)) == daemons[0]]
+    if not workers or any("I refs" not in p for p in workers + [daemon]):
         raise SystemExit(f"instructions: a Python process left no count (killed?): logs in {logs}")
-    base = _refs(procs[daemons[0]])
-    return sum(_refs(p) - base for p in workers), len(workers)
+    counted = [k for k in daemon if k not in ("Command", "Parent PID")]
+    return {k: sum(_number(p[k]) - _number(daemon[k]) for p in workers) for k in counted}, len(workers)
 
 
-def _counted(logs: Path, patience: float = 120.0) -> tuple[int, int]:
-    """`worker_instructions`, once every worker's valgrind has written its count: Spark stops its
+def worker_instructions(logs: Path) -> tuple[int, int]:
+    """(instructions, workers) of the forked Python workers (`worker_counts`)."""
+    counts, workers = worker_counts(logs)
+    return counts["I refs"], workers
+
+
+def _counted(logs: Path, patience: float = 120.0) -> tuple[dict[str, int], int]:
+    """`worker_counts`, once every worker's valgrind has written its count: Spark stops its
     workers with SIGHUP as the session ends, and a worker's valgrind writes its count after that,
     so the child's exit may come first (seen on W2 at scale 1: "left no count", each log complete
     a moment later)."""
     deadline = time.monotonic() + patience
     while True:
         try:
-            return worker_instructions(logs)
+            return worker_counts(logs)
         except SystemExit:
             if time.monotonic() > deadline:
                 raise
             time.sleep(1.0)
 
 
-def _refs(proc: dict) -> int:
-    return int(proc["I"].replace(",", ""))
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
 
 
 def child(workload: str, variant: str, scale: float, partitions: int) -> None:
@@ -209,11 +223,13 @@ def tws_child(variant: str, scale: float, partitions: int) -> None:
     print(f"RESULT {wall:.1f} {interactions}", flush=True)
 
 
-def measure(workload: str, variant: str, scale: float, partitions: int) -> dict:
-    """A child process's run of one variant, its workers under valgrind: their instructions."""
+def measure(workload: str, variant: str, scale: float, partitions: int, simulate: bool = False) -> dict:
+    """A child process's run of one variant, its workers under valgrind: their instructions
+    (`own`) and, `simulate`d, their cache misses and branch mispredictions (`counts`)."""
     logs = Path(tempfile.mkdtemp(prefix="tt-bench-valgrind-"))
     wrapper = logs / "python"
-    wrapper.write_text(f"#!/bin/sh\nexec valgrind --tool=cachegrind --cache-sim=no "
+    sim = "--cache-sim=yes --branch-sim=yes" if simulate else "--cache-sim=no"
+    wrapper.write_text(f"#!/bin/sh\nexec valgrind --tool=cachegrind {sim} "
                        f"--cachegrind-out-file=/dev/null --log-file={logs}/log.%p {sys.executable} \"$@\"\n")
     wrapper.chmod(0o755)
     env = {**os.environ, "PYSPARK_PYTHON": str(wrapper), "PYTHONHASHSEED": "0", "TT_FLUSH_SECONDS": NO_TIMED_FLUSH}
@@ -223,9 +239,9 @@ def measure(workload: str, variant: str, scale: float, partitions: int) -> dict:
     if proc.returncode != 0 or not found:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise SystemExit(f"instructions: {workload} {variant} failed: {tail}")
-    own, workers = _counted(logs)
+    counts, workers = _counted(logs)
     shutil.rmtree(logs, ignore_errors=True)
-    return {"own": own, "workers": workers, "wall": float(found[1]),
+    return {"own": counts["I refs"], "counts": counts, "workers": workers, "wall": float(found[1]),
             "interactions": int(found[2])}
 
 
@@ -246,6 +262,10 @@ def main() -> None:
                          "costs) and with one that holds for one order key in 3,000 (what an interaction costs)")
     ap.add_argument("--lineage", action="store_true",
                     help="W2 also with θ = REV, recorded without and with --lineage: what --lineage costs (issue 16)")
+    ap.add_argument("--simulate", action="store_true",
+                    help="also count the workers' cache misses and branch mispredictions, in valgrind's simulated "
+                         "caches (this machine's sizes) and predictor: whether recording's time goes beyond its "
+                         "instructions there (runs about 1.5x longer)")
     args = ap.parse_args()
     if args.lineage and "W2" not in args.workloads:
         raise SystemExit("instructions: --lineage measures W2: add it to --workloads")
@@ -265,7 +285,7 @@ def main() -> None:
         results[name] = {v: [] for v in variants}
         for rep in range(args.reps):
             for v in (variants if rep % 2 == 0 else variants[::-1]):
-                r = measure(name, v, args.scale, args.partitions)
+                r = measure(name, v, args.scale, args.partitions, args.simulate)
                 results[name][v].append(r)
                 print(f"  {name} rep {rep + 1} {v:>5}: {r['own'] / 1e9:.3f} G instructions in {r['workers']} "
                       f"workers, {r['wall']:.1f} s under valgrind, {r['interactions']} interactions", flush=True)
@@ -283,6 +303,14 @@ def main() -> None:
             lines.append(f"| {'every ' + v + ' s' if v[0].isdigit() else v} | {min(own) / 1e9:.3f} | "
                          f"{min(own) / off:.4f} | {spread * 100:.2f} % | "
                          f"{', '.join(str(r['interactions']) for r in runs) if v != 'off' else '–'} |")
+        if args.simulate:
+            lines += ["", "| variant | " + " | ".join(f"{k} (M) | × off" for k in SIMULATED) + " |",
+                      "|---|" + "---:|---:|" * len(SIMULATED)]
+            base = {k: min(r["counts"][k] for r in by["off"]) for k in SIMULATED}
+            for v, runs in by.items():
+                got = {k: min(r["counts"][k] for r in runs) for k in SIMULATED}
+                lines.append(f"| {v} | " + " | ".join(f"{got[k] / 1e6:,.1f} | {got[k] / base[k]:.4f}" for k in SIMULATED)
+                             + " |")
         if all(v in by for v in LINEAGE_VARIANTS):
             plain, lin = (min(r["own"] for r in by[v]) for v in LINEAGE_VARIANTS)
             lines += ["", f"--lineage (θ = REV): rev+lineage × rev = {lin / plain:.4f} "
@@ -302,7 +330,7 @@ def main() -> None:
                        f"    python benches/instructions.py --workloads {' '.join(args.workloads)} "
                        f"--scale {args.scale:g} --reps {args.reps}"
                        + "".join(f" --every {s:g}" for s in args.every) + (" --lineage" if args.lineage else "")
-                       + (" --when" if args.when else "")
+                       + (" --when" if args.when else "") + (" --simulate" if args.simulate else "")
                        + f"\n\n{text}\n",
                        datetime.date.today().isoformat())
     print(f"wrote {out}")

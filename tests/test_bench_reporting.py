@@ -120,9 +120,9 @@ def test_the_instructions_bench_counts_what_the_forked_workers_did_themselves(tm
     alone = tmp_path / "alone.py"
     alone.write_text("import sys\n" + add + "add(int(sys.argv[1]))\n")
 
-    def valgrind(logs, *args):
+    def valgrind(logs, *args, sim="--cache-sim=no"):
         logs.mkdir(exist_ok=True)
-        subprocess.run(["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+        subprocess.run(["valgrind", "--tool=cachegrind", *sim.split(), "--cachegrind-out-file=/dev/null",
                         f"--log-file={logs}/log.%p", sys.executable, *args],
                        cwd=tmp_path, check=True,   # the bench's fixed hash seed: the same counts every run
                        env={"PYTHONPATH": str(tmp_path), "PATH": os.environ["PATH"], "PYTHONHASHSEED": "0"})
@@ -138,6 +138,17 @@ def test_the_instructions_bench_counts_what_the_forked_workers_did_themselves(tm
     million = alone_counts[1] - alone_counts[0]       # 1M additions, in a process of their own
     more = counted[2_000_000][0] - counted[1_000_000][0]   # two workers' 1M more each
     assert 1.9 < more / million < 2.1   # (1.975 on 2026-12-01, the same every run)
+
+    # `--simulate`: the instructions of a run without it (the one just before: the test's first
+    # run counted 1.3 % more on 2026-12-07, two later ones 242 apart), and the simulated caches'
+    # and branch predictor's counts: a million loops' branches at least. (Not their misses: a
+    # worker that only loops misses less than the daemon's exit, which is taken off it.)
+    valgrind(tmp_path / "plain", "-m", "pyspark.daemon", "1000000")
+    valgrind(tmp_path / "simulated", "-m", "pyspark.daemon", "1000000", sim="--cache-sim=yes --branch-sim=yes")
+    counts, workers = instructions.worker_counts(tmp_path / "simulated")
+    plain = instructions.worker_instructions(tmp_path / "plain")[0]
+    assert workers == 2 and abs(counts["I refs"] - plain) < 1e-5 * plain
+    assert set(instructions.SIMULATED) <= set(counts) and counts["Branches"] > 2_000_000
     assert 0 < counted[1_000_000][0] < 2.5 * million   # not the daemon's 4M before the fork
 
 

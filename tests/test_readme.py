@@ -729,7 +729,15 @@ def test_the_parser_joins_continued_lines_and_keeps_quoted_hashes():
                                      Command("A", "tt z '#'", "", 0)]
 
 
+# The first test to ask for a folder's fixture runs every command of that folder (`_run_all`), each
+# bounded by its own timeout; pytest's 900 s a test (pyproject.toml) would bound them all together,
+# and a README session beside a loaded machine (two busy loops and two valgrind runs, 2026-12-07)
+# took longer: every test of the folder then failed on that one timeout, none naming a command.
+SESSION_TIMEOUT = sum(check.timeout for check in RUN.values()) + 300
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(SESSION_TIMEOUT)
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c.key in RUN],
                          ids=lambda c: f"{c.heading}: {c.key[1]}")
 def test_readme_command(command: Command, request):
