@@ -87,8 +87,8 @@ MANY = "row.get('l_orderkey', 1) % 3000 == 0"   # the `many` variant's: true for
 LINEAGE_VARIANTS = ("rev", "rev+lineage")   # W2 with θ = REV, recorded without and with --lineage (`--lineage`)
 _LOG = re.compile(r"==(\d+)== (Command|Parent PID|I\s+refs|I1\s+misses|LLi\s+misses|D\s+refs|D1\s+misses|"
                   r"LLd\s+misses|LL\s+misses|Branches|Mispredicts):\s+([^(\n]*)")
-#: what valgrind counts besides instructions with `--simulate` (its simulated caches, as large as
-#: this machine's, and branch predictor), in its own words
+#: what valgrind counts besides instructions with `--simulate` (its simulated caches, sized from
+#: what the CPU reports, and its branch predictor), in its own words
 SIMULATED = ("I1 misses", "LLi misses", "D refs", "D1 misses", "LLd misses", "LL misses", "Branches", "Mispredicts")
 
 
@@ -109,10 +109,10 @@ def worker_counts(logs: Path) -> tuple[dict[str, int], int]:
         raise SystemExit(f"instructions: expected one PySpark daemon under valgrind, found {len(daemons)} "
                          f"(logs in {logs})")
     daemon = procs[daemons[0]]
-    workers = [p for p in procs.values() if int(p.get("Parent PID", 0)) == daemons[0]]
-    if not workers or any("I refs" not in p for p in workers + [daemon]):
-        raise SystemExit(f"instructions: a Python process left no count (killed?): logs in {logs}")
     counted = [k for k in daemon if k not in ("Command", "Parent PID")]
+    workers = [p for p in procs.values() if int(p.get("Parent PID", 0)) == daemons[0]]
+    if not workers or "I refs" not in counted or any(k not in p for p in workers for k in counted):
+        raise SystemExit(f"instructions: a Python process left no count (killed?): logs in {logs}")
     return {k: sum(_number(p[k]) - _number(daemon[k]) for p in workers) for k in counted}, len(workers)
 
 
@@ -264,8 +264,8 @@ def main() -> None:
                     help="W2 also with θ = REV, recorded without and with --lineage: what --lineage costs (issue 16)")
     ap.add_argument("--simulate", action="store_true",
                     help="also count the workers' cache misses and branch mispredictions, in valgrind's simulated "
-                         "caches (this machine's sizes) and predictor: whether recording's time goes beyond its "
-                         "instructions there (runs about 1.5x longer)")
+                         "caches and branch predictor: whether recording's added work misses more per instruction "
+                         "than the workload's (valgrind runs slower so)")
     args = ap.parse_args()
     if args.lineage and "W2" not in args.workloads:
         raise SystemExit("instructions: --lineage measures W2: add it to --workloads")

@@ -3,15 +3,19 @@
 On this VM the same work runs 8–12 s on a quiet day and 20–26 s on a slow one, and drifts
 within a run by more than the few percent a recording costs: a bench that times its variants
 one after the other measures the drift as much as the variants (2026-12-07-tws-overhead.md:
-repetitions of one run from ×0.96 to ×1.33). Here two runner processes, each pinned to one core
+repetitions of one run from ×0.96 to ×1.18). Here two runner processes, each pinned to one core
 with everything it starts (its JVM and Python workers inherit the affinity), run the job
 together, one as variant A and the other as B, and swap in the next repetition: each
 repetition's ratio is of two runs that met the same machine at the same time, and neither core
 favours a variant. What it costs: each variant has one core (Spark `local[1]`), and the two share
-the memory bandwidth and the last-level cache.
+the memory bandwidth and the last-level cache. What it gave the keyed TWS bench on its first
+evening (2026-12-07-tws-overhead.md): ratios from ×0.985 to ×1.198, each pair's workers' CPU
+following its wall time: the two cores ran the same work at different speeds at the same
+moment, so pairing takes out the drift but not this spread.
 
 A bench serves runs with `serve(run)`: its runner reads one JSON request a line on stdin and
-answers with one line `RESULT <json>` on stdout (other lines, a job's prints, are skipped).
+answers with one line, `RESULT` and the answer's JSON, on stdout (other lines, a job's prints,
+are skipped).
 """
 
 from __future__ import annotations
