@@ -20,6 +20,7 @@ from tt.tui.app import DebuggerApp, LiveJob
 from tt.tui.help_screen import SECTIONS
 from tt.tui.messages import ActionDone, Say, SessionFailed
 from tt.tui.engine_thread import EngineClosed, EngineThread
+from tt.tui.widgets.dag_view import DagEdge, DagNode, DagView
 from tt.tui.widgets.message_line import MessageLine
 
 
@@ -169,6 +170,47 @@ def test_callbacks_that_fire_as_the_app_shuts_down_do_nothing(tmp_path):
     app._show_busy("jump to 1", True)
     app.job_finished("complete")
     assert app.live.finished and app.live.outcome == "complete"
+
+
+def test_the_dataflow_pane_scrolls_to_the_operator_the_arrows_select():
+    """The narrow debug view's pane shows 7 lines, its title one of them (tui/debugger.tcss): two
+    rows of operators. A third source's row was cut, and the down arrow selected it out of sight."""
+    from textual.app import App
+
+    class Pane(App):
+        CSS = "DagView { height: auto; max-height: 7; overflow-y: auto; border-top: heavy white; }"
+
+        def compose(self):
+            yield DagView()
+
+    app = Pane()
+    sources = [DagNode(i, f"S{i}", "source", False, False, 1) for i in range(3)]
+    join = DagNode(3, "J", "join", True, True, 1)
+
+    async def script(pilot):
+        dag = app.query_one(DagView)
+        dag.set_graph([*sources, join], [DagEdge(i, 3, False) for i in range(3)])
+        dag.focus()
+        await pilot.press("left")            # from θ (J) to the sources' layer
+        for _ in range(2):
+            await pilot.press("down")
+        await pilot.pause()
+        shown = dag.content_region.height
+
+        def visible() -> list[str]:
+            return dag.render().plain.splitlines()[:shown]
+        assert dag.selected_name == "S2" and shown == 6 and len(dag.render_text().splitlines()) == 8
+        assert any("S2" in line for line in visible()), visible()
+        for _ in range(2):
+            await pilot.press("up")
+        await pilot.pause()
+        assert dag.selected_name == "S0" and any("S0" in line for line in visible()), visible()
+    asyncio.run(_pilot(app, script))
+
+
+async def _pilot(app, script) -> None:
+    async with app.run_test(size=(80, 24)) as pilot:
+        await script(pilot)
 
 
 def test_the_engine_thread_runs_every_call_and_lets_waiting_callers_go_when_closed():

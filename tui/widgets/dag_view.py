@@ -89,6 +89,7 @@ class DagView(Widget, can_focus=True):
         self._dag_boxes: dict[int, tuple[int, int, int]] = {}   # node -> (x0, x1, y)
         self._dag_lines: list[Text] = [Text("no run loaded")]
         self._gap, self._show_instances = GAP, True
+        self._top = 0   # the drawing's first line shown (`_keep_in_view`)
 
     # --- data ---------------------------------------------------------------------------------
 
@@ -122,8 +123,26 @@ class DagView(Widget, can_focus=True):
     def watch_selected(self, old: int | None, new: int | None) -> None:
         self._draw()
         node = self._node(new)
+        if node is not None:
+            self.call_after_refresh(self._keep_in_view)   # (once the layout has the new drawing)
         if node is not None and old is not None:
             self.post_message(self.OperatorSelected(node.name))
+
+    def _keep_in_view(self) -> None:
+        """Show the drawing from the line that keeps the selected operator's name and count in the
+        pane: the narrow debug view's holds two rows of operators, and the arrows move to a third.
+        (Textual scrolls a widget's children, not the lines it renders: `render` shows the
+        drawing from `_top` on.)"""
+        box = self._dag_boxes.get(self.selected)
+        shown = self.content_region.height if self.is_mounted else 0
+        if box is None or not shown:
+            return
+        y = box[2]
+        top = min(max(self._top, y + 2 - shown), y)
+        top = max(0, min(top, len(self._dag_lines) - shown))
+        if top != self._top:
+            self._top = top
+            self.refresh()
 
     # --- layout ----------------------------------------------------------------------------------
 
@@ -151,6 +170,7 @@ class DagView(Widget, can_focus=True):
 
     def on_resize(self) -> None:
         self._draw()
+        self.call_after_refresh(self._keep_in_view)
 
     def _draw(self) -> None:
         """Draw with the widest spacing that fits the widget (then tighter, then without ×N)."""
@@ -270,7 +290,7 @@ class DagView(Widget, can_focus=True):
     # --- rendering --------------------------------------------------------------------------------
 
     def render(self) -> Text:
-        text = Text("\n").join(self._dag_lines)
+        text = Text("\n").join(self._dag_lines[self._top:])
         text.no_wrap = True
         text.overflow = "crop"
         return text
@@ -314,7 +334,7 @@ class DagView(Widget, can_focus=True):
         offset = event.get_content_offset(self)
         if offset is None:
             return
-        cx, cy = offset.x + int(self.scroll_x), offset.y + int(self.scroll_y)
+        cx, cy = offset.x + int(self.scroll_x), offset.y + self._top
         for nid, (x0, x1, y) in self._dag_boxes.items():
             if cy in (y, y + 1) and x0 <= cx < x1:
                 self.selected = nid
