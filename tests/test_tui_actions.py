@@ -201,8 +201,10 @@ def test_the_dataflow_pane_scrolls_to_the_operator_the_arrows_select():
             return dag.render().plain.splitlines()[:shown]
         assert dag.selected_name == "S2" and shown == 6 and len(dag.render_text().splitlines()) == 8
         assert any("S2" in line for line in visible()), visible()
-        for _ in range(2):
-            await pilot.press("up")
+        x0, _, y = dag._dag_boxes[1]            # a click on S1, where the pane shows it now (below its title)
+        await pilot.click(DagView, offset=(x0 + 1, 1 + y - dag._top))
+        assert dag.selected_name == "S1"
+        await pilot.press("up")
         await pilot.pause()
         assert dag.selected_name == "S0" and any("S0" in line for line in visible()), visible()
     asyncio.run(_pilot(app, script))

@@ -334,7 +334,7 @@ class DagView(Widget, can_focus=True):
         offset = event.get_content_offset(self)
         if offset is None:
             return
-        cx, cy = offset.x + int(self.scroll_x), offset.y + self._top
+        cx, cy = offset.x + int(self.scroll_x), offset.y + int(self.scroll_y) + self._top
         for nid, (x0, x1, y) in self._dag_boxes.items():
             if cy in (y, y + 1) and x0 <= cx < x1:
                 self.selected = nid
