@@ -1,7 +1,8 @@
 """The benches' shared parts: the interval and verdict a bench prints, a results file that
 keeps the day's runs and tt's modules compiled before a bench starts processes
-(benches/reporting.py), two variants run at once on a core each (benches/side_by_side.py), and the instructions bench's count of what the Python workers did and
-its workloads (benches/instructions.py)."""
+(benches/reporting.py), two variants run at once on a core each (benches/side_by_side.py),
+and the instructions bench's count of what the Python workers did and its workloads
+(benches/instructions.py)."""
 
 from __future__ import annotations
 
@@ -138,6 +139,7 @@ def test_the_instructions_bench_counts_what_the_forked_workers_did_themselves(tm
     million = alone_counts[1] - alone_counts[0]       # 1M additions, in a process of their own
     more = counted[2_000_000][0] - counted[1_000_000][0]   # two workers' 1M more each
     assert 1.9 < more / million < 2.1   # (1.975 on 2026-12-01, the same every run)
+    assert 0 < counted[1_000_000][0] < 2.5 * million   # not the daemon's 4M before the fork
 
     # `--simulate`: the instructions of a run without it (the one just before: the test's first
     # run counted 1.3 % more on 2026-12-07, two later ones 242 apart), and the simulated caches'
@@ -149,7 +151,6 @@ def test_the_instructions_bench_counts_what_the_forked_workers_did_themselves(tm
     plain = instructions.worker_instructions(tmp_path / "plain")[0]
     assert workers == 2 and abs(counts["I refs"] - plain) < 1e-5 * plain
     assert set(instructions.SIMULATED) <= set(counts) and counts["Branches"] > 2_000_000
-    assert 0 < counted[1_000_000][0] < 2.5 * million   # not the daemon's 4M before the fork
 
 
 def test_the_benches_leave_every_tt_module_compiled_for_a_new_process(tmp_path):
