@@ -311,13 +311,14 @@ def report(args: argparse.Namespace, workloads: list[str], spark_version: str, m
     for w in workloads:
         off, on = runs[(w, "off")], runs[(w, "10s")]
         med = [[statistics.median(r[i] for r in side) for i in range(3)] for side in (off, on)]
-        paired = statistics.median(b[0] / a[0] for a, b in zip(off, on))
+        ratios = [b[0] / a[0] for a, b in zip(off, on)]   # each repetition's own
+        paired = statistics.median(ratios)
         ratio, cpu, wcpu = (med[1][i] / med[0][i] for i in range(3))
         print(f"  {w:6} off {med[0][0]:7.2f}s  10s {med[1][0]:7.2f}s  ×{ratio:.3f}  (median of each repetition's "
               f"ratio ×{paired:.3f}; CPU ×{cpu:.3f}, the Python workers' ×{wcpu:.3f})  run file {sizes[w] / 1e6:.1f} MB")
         table.append(f"| {w} | {med[0][0]:.2f} | {med[1][0]:.2f} | {ratio:.3f} | {paired:.3f} | {cpu:.3f} | {wcpu:.3f} | "
                      f"{sizes[w] / 1e6:.1f} MB |")
-        verdicts.append(f"{w}, each repetition's own ratio, {interval_text([b[0] / a[0] for a, b in zip(off, on)], GOAL)}")
+        verdicts.append(f"{w}, each repetition's own ratio, {interval_text(ratios, GOAL)}")
         verdicts.append(f"{w}, the Python workers' CPU, each repetition's own ratio, "
                         f"{interval_text([b[2] / a[2] for a, b in zip(off, on)])}")
     verdict = f"goal (issue 14): 10s ≤ ×{GOAL} off; measured " + ", ".join(verdicts)
