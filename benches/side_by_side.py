@@ -11,7 +11,8 @@ favours a variant. What it costs: each variant has one core (Spark `local[1]`), 
 the memory bandwidth and the last-level cache. What it gave the keyed TWS bench on its first
 evening (2026-12-07-tws-overhead.md): ratios from ×0.985 to ×1.198, each pair's workers' CPU
 following its wall time: the two cores ran the same work at different speeds at the same
-moment, so pairing takes out the drift but not this spread.
+moment, so pairing takes out the drift but not this spread. `same_core` takes it out too: both
+variants of a pair share one core, a pair on each core, and a pair's CPU times are compared.
 
 A bench serves runs with `serve(run)`: its runner reads one JSON request a line on stdin and
 answers with one line, `RESULT` and the answer's JSON, on stdout (other lines, a job's prints,
@@ -76,27 +77,39 @@ def cores() -> tuple[int, int]:
 
 
 def run_pairs(argv: list[str], variants: tuple[str, str], reps: int, request: Callable[[str, int], dict],
-              on_pair: Callable[[int, dict, dict], None] = lambda rep, a, b: None) -> list[tuple[dict, dict]]:
+              on_pair: Callable[[int, dict, dict], None] = lambda rep, a, b: None,
+              same_core: bool = False) -> list[tuple[dict, dict]]:
     """`reps` repetitions of variants (A, B) at once, A on the first core in even repetitions and
     on the second in odd ones, after a warm-up pair each way round (outside the figures: the
     JVM's compiled code and the workers' imports then serve every measured run alike).
     `request(variant, rep)` is what a runner is asked (rep -1, -2: the warm-ups); returns each
-    repetition's (A's answer, B's answer)."""
+    repetition's (A's answer, B's answer).
+
+    `same_core`: both variants of a pair share one core, which the kernel hands to each in
+    turn every few milliseconds, so that they meet the same speed of the same core at the same
+    moments; each core runs a pair (four runners), so a repetition gives two pairs. A variant's
+    wall time is then not its own (the core is shared), but its CPU time is: on a core of its
+    own a run's CPU time is its wall time (the keyed TWS job's, within 1 %), the core never
+    idle while the driver, the JVM or the Python worker has work."""
     first, second = cores()
-    runners = [Runner(argv, first), Runner(argv, second)]
+    slots = [(first, first), (second, second)] if same_core else [(first, second)]
+    runners = [(Runner(argv, core_a), Runner(argv, core_b)) for core_a, core_b in slots]
     a, b = variants
     try:
         pairs = []
         for rep in (-2, -1, *range(reps)):
-            on_first = rep % 2 == 0
-            runners[0].start(**request(a if on_first else b, rep))
-            runners[1].start(**request(b if on_first else a, rep))
-            got = [runners[0].result(), runners[1].result()]
-            got_a, got_b = got if on_first else got[::-1]
-            if rep >= 0:
-                pairs.append((got_a, got_b))
-                on_pair(rep, got_a, got_b)
+            swapped = rep % 2 != 0
+            for one, other in runners:
+                one.start(**request(b if swapped else a, rep))
+                other.start(**request(a if swapped else b, rep))
+            for one, other in runners:
+                got = [one.result(), other.result()]
+                got_a, got_b = got[::-1] if swapped else got
+                if rep >= 0:
+                    pairs.append((got_a, got_b))
+                    on_pair(rep, got_a, got_b)
         return pairs
     finally:
-        for runner in runners:
-            runner.close()
+        for pair in runners:
+            for runner in pair:
+                runner.close()

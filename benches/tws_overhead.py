@@ -28,9 +28,12 @@ and the run file's size; writes the same as markdown to benches/results/. Goal (
 `--side-by-side` runs off and 10s at the same moment instead, each in a SparkSession of its own
 (`local[1]`) pinned to one of two cores, swapping cores every repetition (benches/side_by_side.py):
 each repetition's ratio is then of two runs that met the machine at the same time.
+`--same-core` runs them at once on one core, a pair on each core: each pair's ratio is of the two
+runs' CPU times (on a core of its own, a run's CPU time is its wall time), the two having met the
+same core at the same moments.
 
     python benches/tws_overhead.py [--reps 3] [--rows 1000000] [--keys 10000] [--files 4] [--workloads keyed,stream,sessions]
-                                   [--shuffle-partitions 4] [--side-by-side]
+                                   [--shuffle-partitions 4] [--side-by-side | --same-core]
 """
 
 from __future__ import annotations
@@ -157,10 +160,15 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--shuffle-partitions", type=int, default=4,
                     help="spark.sql.shuffle.partitions: the keyed and stream workloads' tasks a query (a job "
                          "that leaves it has Spark's 200, and pays each task's cost of recording 200 times)")
-    ap.add_argument("--side-by-side", action="store_true",
-                    help="run off and 10s at the same moment, each on a core of its own (Spark local[1]), "
-                         "swapping cores every repetition (benches/side_by_side.py): for a machine whose "
-                         "speed drifts between runs")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--side-by-side", action="store_true",
+                     help="run off and 10s at the same moment, each on a core of its own (Spark local[1]), "
+                          "swapping cores every repetition (benches/side_by_side.py): for a machine whose "
+                          "speed drifts between runs")
+    how.add_argument("--same-core", action="store_true",
+                     help="run off and 10s at the same moment on one core, a pair on each core (Spark local[1]), "
+                          "and compare their CPU times: for a machine whose two cores differ in speed too; "
+                          "a repetition gives two pairs")
     ap.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)   # a side-by-side runner
     return ap.parse_args()
 
@@ -256,7 +264,8 @@ def sequential(args: argparse.Namespace) -> None:
 
 
 def side_by_side(args: argparse.Namespace) -> None:
-    """Both ways at once, each on a core of its own (benches/side_by_side.py)."""
+    """Both ways at once, each on a core of its own, or a pair on each core (`--same-core`;
+    benches/side_by_side.py)."""
     from side_by_side import run_pairs
 
     workloads = args.workloads.split(",")
@@ -270,14 +279,25 @@ def side_by_side(args: argparse.Namespace) -> None:
             runs[(w, "off")].append((off["wall"], off["cpu"], off["workers"]))
             runs[(w, "10s")].append((on["wall"], on["cpu"], on["workers"]))
             sizes[w] = on["size"]
-            print(f"rep {rep + 1} {w:6} off {off['wall']:7.2f}s  10s {on['wall']:7.2f}s  ×{on['wall'] / off['wall']:.3f}  "
-                  f"workers' CPU ×{on['workers'] / off['workers']:.3f}", flush=True)
+            if args.same_core:
+                print(f"rep {rep + 1} {w:6} off CPU {off['cpu']:7.2f}s  10s CPU {on['cpu']:7.2f}s  "
+                      f"×{on['cpu'] / off['cpu']:.3f}  workers' CPU ×{on['workers'] / off['workers']:.3f}", flush=True)
+            else:
+                print(f"rep {rep + 1} {w:6} off {off['wall']:7.2f}s  10s {on['wall']:7.2f}s  ×{on['wall'] / off['wall']:.3f}  "
+                      f"workers' CPU ×{on['workers'] / off['workers']:.3f}", flush=True)
         pairs = run_pairs(argv, ("off", "10s"), args.reps,
-                          lambda variant, rep, w=w: {"workload": w, "variant": variant, "rep": rep}, pair)
-    report(args, workloads, pairs[0][0]["spark"], "local[1]",
-           "Variants at the same moment, each in a SparkSession on a core of its own (its JVM and Python workers pinned "
-           "with it), swapping cores every repetition (benches/side_by_side.py), after a warm-up pair each way round",
-           runs, sizes)
+                          lambda variant, rep, w=w: {"workload": w, "variant": variant, "rep": rep}, pair,
+                          same_core=args.same_core)
+    if args.same_core:
+        how = ("Variants at the same moment on one core, a pair on each of the two cores (four SparkSessions, each "
+               "with its JVM and Python workers pinned with it), variants swapping runners every repetition "
+               "(benches/side_by_side.py), after a warm-up pair each way round; a pair's ratio is of its CPU times, "
+               "its wall times being the shared core's")
+    else:
+        how = ("Variants at the same moment, each in a SparkSession on a core of its own (its JVM and Python workers "
+               "pinned with it), swapping cores every repetition (benches/side_by_side.py), after a warm-up pair each "
+               "way round")
+    report(args, workloads, pairs[0][0]["spark"], "local[1]", how, runs, sizes)
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -303,22 +323,26 @@ def report(args: argparse.Namespace, workloads: list[str], spark_version: str, m
                  "stream": f"stream: {args.files} files × {STREAM_ROWS:,} rows, one a micro-batch, "
                            f"{args.shuffle_partitions} shuffle partitions",
                  "sessions": "sessions: the sessions_streaming sample, five files, processingTime 1 s"}
-    head = "; ".join(described[w] for w in workloads) + f"; median of {args.reps}"
-    table = ["| workload | off s | 10s s | × off | median of ratios | CPU × off | workers' CPU × off | run file |",
+    by = 1 if args.same_core else 0   # each pair's ratio: of CPU times where the pair shared a core, else of wall times
+    head = "; ".join(described[w] for w in workloads) + f"; median of {len(runs[(workloads[0], 'off')])}"
+    table = [f"| workload | off s | 10s s | × off | median of {'CPU ' if by else ''}ratios | CPU × off | "
+             "workers' CPU × off | run file |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     verdicts = []
     print(f"\n{head}")
     for w in workloads:
         off, on = runs[(w, "off")], runs[(w, "10s")]
         med = [[statistics.median(r[i] for r in side) for i in range(3)] for side in (off, on)]
-        ratios = [b[0] / a[0] for a, b in zip(off, on)]   # each repetition's own
+        ratios = [b[by] / a[by] for a, b in zip(off, on)]   # each repetition's own
         paired = statistics.median(ratios)
         ratio, cpu, wcpu = (med[1][i] / med[0][i] for i in range(3))
         print(f"  {w:6} off {med[0][0]:7.2f}s  10s {med[1][0]:7.2f}s  ×{ratio:.3f}  (median of each repetition's "
-              f"ratio ×{paired:.3f}; CPU ×{cpu:.3f}, the Python workers' ×{wcpu:.3f})  run file {sizes[w] / 1e6:.1f} MB")
+              f"{'CPU ' if by else ''}ratio ×{paired:.3f}; CPU ×{cpu:.3f}, the Python workers' ×{wcpu:.3f})  "
+              f"run file {sizes[w] / 1e6:.1f} MB")
         table.append(f"| {w} | {med[0][0]:.2f} | {med[1][0]:.2f} | {ratio:.3f} | {paired:.3f} | {cpu:.3f} | {wcpu:.3f} | "
                      f"{sizes[w] / 1e6:.1f} MB |")
-        verdicts.append(f"{w}, each repetition's own ratio, {interval_text(ratios, GOAL)}")
+        verdicts.append(f"{w}, each {'pair' if by else 'repetition'}'s own {'CPU ' if by else ''}ratio, "
+                        f"{interval_text(ratios, GOAL)}")
         verdicts.append(f"{w}, the Python workers' CPU, each repetition's own ratio, "
                         f"{interval_text([b[2] / a[2] for a, b in zip(off, on)])}")
     verdict = f"goal (issue 14): 10s ≤ ×{GOAL} off; measured " + ", ".join(verdicts)
@@ -326,7 +350,8 @@ def report(args: argparse.Namespace, workloads: list[str], spark_version: str, m
     per_rep = "\n".join(f"- {w} {v}: " + ", ".join(f"{t:.2f}/{c:.2f}/{p:.2f}" for t, c, p in got)
                         + " s (wall/CPU/workers' CPU)" for (w, v), got in runs.items())
     command = (f"    python benches/tws_overhead.py --reps {args.reps} --rows {args.rows} --keys {args.keys} "
-               f"--files {args.files} --workloads {args.workloads}" + (" --side-by-side" if args.side_by_side else ""))
+               f"--files {args.files} --workloads {args.workloads}" + (" --side-by-side" if args.side_by_side else "")
+               + (" --same-core" if args.same_core else ""))
     out = write_result(
         "tws-overhead", "StatefulProcessor recording overhead",
         f"{command}\n\n"
@@ -343,7 +368,7 @@ def main() -> None:
     bytecode_cached()   # the workers read tt's modules compiled, as from an installed package
     if args.serve:
         serve(args)
-    elif args.side_by_side:
+    elif args.side_by_side or args.same_core:
         side_by_side(args)
     else:
         sequential(args)

@@ -87,6 +87,20 @@ def test_side_by_side_runs_the_two_variants_at_once_and_swaps_their_cores(tmp_pa
                                lambda variant, rep: {"variant": variant, "rep": rep})
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="side by side needs two cores")
+def test_same_core_runs_a_pair_on_each_core_and_swaps_the_variants_runners(tmp_path):
+    import side_by_side
+
+    runner = tmp_path / "runner.py"
+    runner.write_text(RUNNER.format(benches=str(Path(side_by_side.__file__).parent)))
+    pairs = side_by_side.run_pairs([sys.executable, str(runner)], ("off", "10s"), 2,
+                                   lambda variant, rep: {"variant": variant, "rep": rep}, same_core=True)
+    first, second = side_by_side.cores()
+    assert [(a["variant"], b["variant"], a["rep"]) for a, b in pairs] == [
+        ("off", "10s", 0), ("off", "10s", 0), ("off", "10s", 1), ("off", "10s", 1)], "two pairs a repetition"
+    assert [(a["cores"], b["cores"]) for a, b in pairs] == [([first], [first]), ([second], [second])] * 2
+
+
 def test_page_in_reads_every_file_it_is_given_and_every_file_under_a_directory(tmp_path):
     (tmp_path / "table" / "part=1").mkdir(parents=True)
     (tmp_path / "table" / "part=1" / "a.parquet").write_bytes(b"x" * 10_000_000)   # more than one read
