@@ -343,7 +343,7 @@ def report(args: argparse.Namespace, workloads: list[str], spark_version: str, m
                      f"{sizes[w] / 1e6:.1f} MB |")
         verdicts.append(f"{w}, each {'pair' if by else 'repetition'}'s own {'CPU ' if by else ''}ratio, "
                         f"{interval_text(ratios, GOAL)}")
-        verdicts.append(f"{w}, the Python workers' CPU, each repetition's own ratio, "
+        verdicts.append(f"{w}, the Python workers' CPU, each {'pair' if by else 'repetition'}'s own ratio, "
                         f"{interval_text([b[2] / a[2] for a, b in zip(off, on)])}")
     verdict = f"goal (issue 14): 10s ≤ ×{GOAL} off; measured " + ", ".join(verdicts)
     print(f"  {verdict}")

@@ -210,6 +210,43 @@ def test_the_dataflow_pane_scrolls_to_the_operator_the_arrows_select():
     asyncio.run(_pilot(app, script))
 
 
+def test_the_dataflow_pane_counts_the_operators_out_of_sight_and_the_wheel_moves_it():
+    """In the narrow pane, a row of operators below (or above) the lines shown is said at the
+    pane's right edge, and the mouse wheel moves the drawing: before, nothing said a third row was
+    there, and the wheel did nothing."""
+    from textual.app import App
+    from textual.events import MouseScrollDown, MouseScrollUp
+
+    class Pane(App):
+        CSS = "DagView { height: auto; max-height: 7; overflow-y: auto; border-top: heavy white; }"
+
+        def compose(self):
+            yield DagView()
+
+    app = Pane()
+    sources = [DagNode(i, f"S{i}", "source", False, False, 1) for i in range(3)]
+    join = DagNode(3, "J", "join", True, True, 1)
+
+    async def script(pilot):
+        dag = app.query_one(DagView)
+        dag.set_graph([*sources, join], [DagEdge(i, 3, False) for i in range(3)])
+        await pilot.pause()
+
+        def shown() -> list[str]:
+            return dag.render().plain.splitlines()
+        assert dag.selected_name == "J" and dag._top == 0
+        assert shown()[-1].endswith("▼ 1 more") and not any("▲" in line for line in shown()), shown()
+        assert not any("S2" in line for line in shown())
+        await pilot._post_mouse_events([MouseScrollDown], DagView, offset=(2, 2))
+        await pilot._post_mouse_events([MouseScrollDown], DagView, offset=(2, 2))   # (at the end: stays)
+        assert dag._top == 2 and any("S2" in line for line in shown()), shown()
+        assert shown()[0].endswith("▲ 2 more") and not any("▼" in line for line in shown()), shown()   # S0 and J
+        await pilot._post_mouse_events([MouseScrollUp], DagView, offset=(2, 2))
+        await pilot._post_mouse_events([MouseScrollUp], DagView, offset=(2, 2))
+        assert dag._top == 0 and shown()[-1].endswith("▼ 1 more") and not any("▲" in line for line in shown())
+    asyncio.run(_pilot(app, script))
+
+
 async def _pilot(app, script) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await script(pilot)

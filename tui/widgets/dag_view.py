@@ -9,7 +9,8 @@ operator of G(θ) stands how many tuples its instances have consumed at the sess
 position (the model leaves out the end-of-input step each instance takes last, so θ's count
 ends at the job's tuples into θ).
 Selecting an operator (arrows, Enter or a click) shows its state in the state
-inspector.
+inspector. Where the pane is lower than the drawing, the arrows and the mouse wheel move it, and
+`▲ N more` / `▼ N more` at its right edge count the operators out of sight.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
-from textual.events import Click
+from textual.events import Click, MouseScrollDown, MouseScrollUp
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
@@ -290,10 +291,28 @@ class DagView(Widget, can_focus=True):
     # --- rendering --------------------------------------------------------------------------------
 
     def render(self) -> Text:
-        text = Text("\n").join(self._dag_lines[self._top:])
+        lines = self._dag_lines[self._top:]
+        shown = self.content_region.height if self.is_mounted else 0
+        if self._dag_boxes and 0 < shown < len(lines) + self._top:
+            lines = lines[:shown]
+            above = sum(1 for _, _, y in self._dag_boxes.values() if y < self._top)
+            below = sum(1 for _, _, y in self._dag_boxes.values() if y >= self._top + shown)
+            if above:
+                lines[0] = self._marked(lines[0], f"▲ {above} more")
+            if below:
+                lines[-1] = self._marked(lines[-1], f"▼ {below} more")
+        text = Text("\n").join(lines)
         text.no_wrap = True
         text.overflow = "crop"
         return text
+
+    def _marked(self, line: Text, marker: str) -> Text:
+        """`line` with `marker` at the pane's right edge (in place of what the drawing has there)."""
+        width = max(self.content_region.width, len(marker) + 1)
+        cut = line[:width - len(marker) - 1]
+        cut.pad_right(width - len(marker) - len(cut))
+        cut.append(marker, style="dim italic")
+        return cut
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return max(1, len(self._dag_lines))
@@ -324,6 +343,23 @@ class DagView(Widget, can_focus=True):
             same = [nid for nid, (L, r) in order if L == lay and r == row + dy]
             if same:
                 self.selected = same[0]
+
+    def on_mouse_scroll_down(self, event: MouseScrollDown) -> None:
+        self._scroll_by(event, 1)
+
+    def on_mouse_scroll_up(self, event: MouseScrollUp) -> None:
+        self._scroll_by(event, -1)
+
+    def _scroll_by(self, event: MouseScrollDown | MouseScrollUp, lines: int) -> None:
+        """The wheel moves the drawing a line (where the pane hides some), not the widget, which
+        Textual would scroll by its own offset, not `_top`."""
+        shown = self.content_region.height
+        top = max(0, min(self._top + lines, len(self._dag_lines) - shown))
+        event.prevent_default()
+        if top != self._top:
+            self._top = top
+            self.refresh()
+            event.stop()
 
     def action_choose(self) -> None:
         node = self._node(self.selected)
