@@ -7,11 +7,14 @@ so a goal of ×1.02 cannot be read off a median of five. `paired_interval` gives
 median of the per-repetition ratios (each repetition runs the compared variants side by side),
 a bootstrap interval for it, and `verdict` says whether the goal is met, missed, or whether
 these repetitions cannot tell. `write_result` writes `benches/results/DATE-NAME.md` and keeps,
-below the new run, whatever that file held from the same day's earlier runs.
+below the new run, whatever that file held from the same day's earlier runs; a smoke run
+writes elsewhere with `TT_BENCH_RESULTS=DIR` (a `git checkout` of a smoke run's file once took
+a day's measured runs with it).
 """
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import subprocess
@@ -118,9 +121,11 @@ def revision() -> str:
 def write_result(name: str, title: str, body: str, today: str) -> Path:
     """Write `results/TODAY-NAME.md`: `# TITLE (TODAY)`, then `body`; a file of the same name
     from an earlier run that day goes below it, under `## Earlier the same day (REV)`, its
-    own earlier runs after it, so that no run of the day is lost."""
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"{today}-{name}.md"
+    own earlier runs after it, so that no run of the day is lost. `TT_BENCH_RESULTS`: the
+    folder to write in instead (a smoke run's)."""
+    folder = Path(os.environ.get("TT_BENCH_RESULTS") or RESULTS)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{today}-{name}.md"
     text = f"# {title} ({today})\n\n{body.rstrip()}\n\nRun on {revision()}.\n"
     if out.exists():
         before = out.read_text()

@@ -279,12 +279,9 @@ def side_by_side(args: argparse.Namespace) -> None:
             runs[(w, "off")].append((off["wall"], off["cpu"], off["workers"]))
             runs[(w, "10s")].append((on["wall"], on["cpu"], on["workers"]))
             sizes[w] = on["size"]
-            if args.same_core:
-                print(f"rep {rep + 1} {w:6} off CPU {off['cpu']:7.2f}s  10s CPU {on['cpu']:7.2f}s  "
-                      f"×{on['cpu'] / off['cpu']:.3f}  workers' CPU ×{on['workers'] / off['workers']:.3f}", flush=True)
-            else:
-                print(f"rep {rep + 1} {w:6} off {off['wall']:7.2f}s  10s {on['wall']:7.2f}s  ×{on['wall'] / off['wall']:.3f}  "
-                      f"workers' CPU ×{on['workers'] / off['workers']:.3f}", flush=True)
+            by, shown = ("cpu", " CPU") if args.same_core else ("wall", "")   # (a shared core's wall times are not the runs')
+            print(f"rep {rep + 1} {w:6} off{shown} {off[by]:7.2f}s  10s{shown} {on[by]:7.2f}s  ×{on[by] / off[by]:.3f}  "
+                  f"workers' CPU ×{on['workers'] / off['workers']:.3f}", flush=True)
         pairs = run_pairs(argv, ("off", "10s"), args.reps,
                           lambda variant, rep, w=w: {"workload": w, "variant": variant, "rep": rep}, pair,
                           same_core=args.same_core)

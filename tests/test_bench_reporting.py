@@ -67,6 +67,14 @@ serve(run)
 """
 
 
+def test_a_smoke_run_writes_its_results_where_tt_bench_results_says(tmp_path, monkeypatch):
+    monkeypatch.setattr(reporting, "RESULTS", tmp_path / "kept")
+    monkeypatch.setenv("TT_BENCH_RESULTS", str(tmp_path / "smoke"))
+    out = reporting.write_result("w2", "A bench", "figures", "2026-12-08")
+    assert out == tmp_path / "smoke" / "2026-12-08-w2.md" and "figures" in out.read_text()
+    assert not (tmp_path / "kept").exists()
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="side by side needs two cores")
 def test_side_by_side_runs_the_two_variants_at_once_and_swaps_their_cores(tmp_path):
     import side_by_side
