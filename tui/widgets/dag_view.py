@@ -307,8 +307,9 @@ class DagView(Widget, can_focus=True):
         return text
 
     def _marked(self, line: Text, marker: str) -> Text:
-        """`line` with `marker` at the pane's right edge (in place of what the drawing has there)."""
-        width = max(self.content_region.width, len(marker) + 1)
+        """`line` with `marker` at the pane's right edge (in place of what the drawing has there),
+        where the pane shows it scrolled sideways too (a drawing wider than the pane)."""
+        width = int(self.scroll_x) + max(self.content_region.width, len(marker) + 1)
         cut = line[:width - len(marker) - 1]
         cut.pad_right(width - len(marker) - len(cut))
         cut.append(marker, style="dim italic")
