@@ -172,9 +172,10 @@ def test_callbacks_that_fire_as_the_app_shuts_down_do_nothing(tmp_path):
     assert app.live.finished and app.live.outcome == "complete"
 
 
-def test_the_dataflow_pane_scrolls_to_the_operator_the_arrows_select():
-    """The narrow debug view's pane shows 7 lines, its title one of them (tui/debugger.tcss): two
-    rows of operators. A third source's row was cut, and the down arrow selected it out of sight."""
+def _narrow_dataflow_pane():
+    """An app holding a DagView as the narrow debug view's pane holds it: 7 lines, its title one
+    of them (tui/debugger.tcss), so two rows of operators; and a graph of three rows (three
+    sources joined), to set once it runs."""
     from textual.app import App
 
     class Pane(App):
@@ -183,13 +184,17 @@ def test_the_dataflow_pane_scrolls_to_the_operator_the_arrows_select():
         def compose(self):
             yield DagView()
 
-    app = Pane()
     sources = [DagNode(i, f"S{i}", "source", False, False, 1) for i in range(3)]
-    join = DagNode(3, "J", "join", True, True, 1)
+    return Pane(), [*sources, DagNode(3, "J", "join", True, True, 1)], [DagEdge(i, 3, False) for i in range(3)]
+
+
+def test_the_dataflow_pane_scrolls_to_the_operator_the_arrows_select():
+    """A third source's row was cut in the narrow pane, and the down arrow selected it out of sight."""
+    app, nodes, edges = _narrow_dataflow_pane()
 
     async def script(pilot):
         dag = app.query_one(DagView)
-        dag.set_graph([*sources, join], [DagEdge(i, 3, False) for i in range(3)])
+        dag.set_graph(nodes, edges)
         dag.focus()
         await pilot.press("left")            # from θ (J) to the sources' layer
         for _ in range(2):
@@ -214,22 +219,13 @@ def test_the_dataflow_pane_counts_the_operators_out_of_sight_and_the_wheel_moves
     """In the narrow pane, a row of operators below (or above) the lines shown is said at the
     pane's right edge, and the mouse wheel moves the drawing: before, nothing said a third row was
     there, and the wheel did nothing."""
-    from textual.app import App
     from textual.events import MouseScrollDown, MouseScrollUp
 
-    class Pane(App):
-        CSS = "DagView { height: auto; max-height: 7; overflow-y: auto; border-top: heavy white; }"
-
-        def compose(self):
-            yield DagView()
-
-    app = Pane()
-    sources = [DagNode(i, f"S{i}", "source", False, False, 1) for i in range(3)]
-    join = DagNode(3, "J", "join", True, True, 1)
+    app, nodes, edges = _narrow_dataflow_pane()
 
     async def script(pilot):
         dag = app.query_one(DagView)
-        dag.set_graph([*sources, join], [DagEdge(i, 3, False) for i in range(3)])
+        dag.set_graph(nodes, edges)
         await pilot.pause()
 
         def shown() -> list[str]:
