@@ -115,8 +115,8 @@ async def idle(pilot):
 async def select_waiting(pilot, pending, ref):
     """Move the waiting list's cursor to `ref` with the arrows, down or up as it lies, a row at a
     time, the app's answer to each move awaited. Where the cursor starts depends on the
-    recording's timing: a loop that only pressed down ran on from below `ref` until pytest's
-    timeout (a loaded run, 2026-12-08)."""
+    recording's timing: a loop that only pressed down ran until pytest's timeout in a loaded run
+    (2026-12-08), likely from below `ref` (a jump leaves the cursor on the tuple marked next)."""
     assert ref in pending.refs, (ref, pending.labels)
     for _ in range(len(pending.refs)):
         if pending.selected_ref == ref:
