@@ -321,8 +321,9 @@ def report(args: argparse.Namespace, workloads: list[str], spark_version: str, m
                            f"{args.shuffle_partitions} shuffle partitions",
                  "sessions": "sessions: the sessions_streaming sample, five files, processingTime 1 s"}
     by = 1 if args.same_core else 0   # each pair's ratio: of CPU times where the pair shared a core, else of wall times
+    of, each = ("CPU ", "pair") if by else ("", "repetition")   # (how the text names that ratio)
     head = "; ".join(described[w] for w in workloads) + f"; median of {len(runs[(workloads[0], 'off')])}"
-    table = [f"| workload | off s | 10s s | × off | median of {'CPU ' if by else ''}ratios | CPU × off | "
+    table = [f"| workload | off s | 10s s | × off | median of {of}ratios | CPU × off | "
              "workers' CPU × off | run file |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     verdicts = []
@@ -334,13 +335,12 @@ def report(args: argparse.Namespace, workloads: list[str], spark_version: str, m
         paired = statistics.median(ratios)
         ratio, cpu, wcpu = (med[1][i] / med[0][i] for i in range(3))
         print(f"  {w:6} off {med[0][0]:7.2f}s  10s {med[1][0]:7.2f}s  ×{ratio:.3f}  (median of each repetition's "
-              f"{'CPU ' if by else ''}ratio ×{paired:.3f}; CPU ×{cpu:.3f}, the Python workers' ×{wcpu:.3f})  "
+              f"{of}ratio ×{paired:.3f}; CPU ×{cpu:.3f}, the Python workers' ×{wcpu:.3f})  "
               f"run file {sizes[w] / 1e6:.1f} MB")
         table.append(f"| {w} | {med[0][0]:.2f} | {med[1][0]:.2f} | {ratio:.3f} | {paired:.3f} | {cpu:.3f} | {wcpu:.3f} | "
                      f"{sizes[w] / 1e6:.1f} MB |")
-        verdicts.append(f"{w}, each {'pair' if by else 'repetition'}'s own {'CPU ' if by else ''}ratio, "
-                        f"{interval_text(ratios, GOAL)}")
-        verdicts.append(f"{w}, the Python workers' CPU, each {'pair' if by else 'repetition'}'s own ratio, "
+        verdicts.append(f"{w}, each {each}'s own {of}ratio, {interval_text(ratios, GOAL)}")
+        verdicts.append(f"{w}, the Python workers' CPU, each {each}'s own ratio, "
                         f"{interval_text([b[2] / a[2] for a, b in zip(off, on)])}")
     verdict = f"goal (issue 14): 10s ≤ ×{GOAL} off; measured " + ", ".join(verdicts)
     print(f"  {verdict}")
